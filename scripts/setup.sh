@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install every Debian 12 package Tandem's build, tests and benchmarks need. Idempotent; run as root.
+# Used by README.md and .ci/run. Facts behind the list: ../shared/TOOLCHAIN.md.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential meson ninja-build pkg-config
+  libtorch-dev libopenblas0-pthread
+  libsdbus-c++-dev libsdbus-c++-bin libsystemd-dev
+  libspdlog-dev libfmt-dev libboost-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libtomlplusplus-dev nlohmann-json3-dev libsentencepiece-dev
+  dbus dbus-bin libglib2.0-bin systemd socat
+  debhelper devscripts lintian
+  python3
+)
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup.sh: run as root (it installs Debian packages with apt-get)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup.sh: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup.sh: done"

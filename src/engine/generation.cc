@@ -1,0 +1,160 @@
+#include "engine/generation.h"
+
+#include <algorithm>
+
+namespace tandem::engine {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::running: return "running";
+    case FinishReason::eos: return "eos";
+    case FinishReason::stop_string: return "stop_string";
+    case FinishReason::max_tokens: return "max_tokens";
+    case FinishReason::context_full: return "context_full";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "error";
+}
+
+Generation::Generation(std::shared_ptr<Model> m, GenerateRequest r, std::unique_ptr<Sequence> s)
+    : model_(std::move(m)), req_(std::move(r)), seq_(std::move(s)), decoder_(model_->tokenizer()),
+      stops_(req_.stop_strings) {
+  if (req_.stop_at_eos) eos_ = model_->eos_ids();
+}
+
+Result<std::unique_ptr<Generation>> Generation::create(std::shared_ptr<Model> model, GenerateRequest req) {
+  TANDEM_TRY(req.sampling.validate());
+  if (req.prompt.empty()) return fail(Errc::invalid_argument, "empty prompt: at least one token is needed");
+  const int ctx = model->max_context();
+  if (req.max_new_tokens < 1 || req.max_new_tokens > ctx)
+    return fail(Errc::invalid_argument, "max_new_tokens must be in [1, " + std::to_string(ctx) + "], got " +
+                                            std::to_string(req.max_new_tokens));
+  if (req.prefill_chunk < 0) return fail(Errc::invalid_argument, "prefill_chunk must be >= 0");
+  if (req.stop_strings.size() > 16) return fail(Errc::invalid_argument, "at most 16 stop strings");
+  for (const auto& s : req.stop_strings)
+    if (s.size() > 256) return fail(Errc::invalid_argument, "a stop string is longer than 256 bytes");
+  if (static_cast<int>(req.resume_tokens.size()) > req.max_new_tokens)
+    return fail(Errc::invalid_argument, "checkpoint holds more tokens than max_new_tokens");
+  if (static_cast<std::int64_t>(req.prompt.size() + req.resume_tokens.size()) >= ctx)
+    return fail(Errc::invalid_argument, "prompt (" + std::to_string(req.prompt.size()) + " tokens) + checkpoint (" +
+                                            std::to_string(req.resume_tokens.size()) +
+                                            ") leave no room in the context of " + std::to_string(ctx));
+  const int vocab = model->config().vocab_size;
+  for (auto t : req.resume_tokens)
+    if (t < 0 || t >= vocab) return fail(Errc::invalid_argument, "checkpoint token outside the vocabulary");
+  auto seq = model->new_sequence();
+  if (!seq) return fail(std::move(seq).error());
+  return std::unique_ptr<Generation>(new Generation(std::move(model), std::move(req), std::move(seq).value()));
+}
+
+void Generation::finish(FinishReason r) {
+  if (finished()) return;
+  reason_ = r;
+  if (r != FinishReason::cancelled && r != FinishReason::error) {
+    text_ += stops_.flush();
+    const std::string tail = decoder_.flush();
+    text_ += tail;  // an incomplete UTF-8 tail at the very end: emitted as U+FFFD by the decoder
+  }
+  seq_->release();
+}
+
+void Generation::cancel() { finish(FinishReason::cancelled); }
+
+std::string Generation::emit_text(TokenId id) {
+  const auto out = stops_.push(decoder_.push(id));
+  return out.emit;
+}
+
+Status Generation::prefill() {
+  if (prefilled_ || finished()) return fail(Errc::illegal_transition, "prefill: already prefilled or finished");
+  const auto t0 = Clock::now();
+  std::vector<TokenId> all = req_.prompt;
+  all.insert(all.end(), req_.resume_tokens.begin(), req_.resume_tokens.end());
+  const std::size_t chunk = req_.prefill_chunk > 0 ? static_cast<std::size_t>(req_.prefill_chunk) : all.size();
+  for (std::size_t off = 0; off < all.size(); off += chunk) {
+    const std::size_t n = std::min(chunk, all.size() - off);
+    auto logits = model_->forward(*seq_, std::span(all).subspan(off, n));
+    if (!logits) {
+      finish(FinishReason::error);
+      return fail(std::move(logits).error());
+    }
+    if (off + n == all.size()) logits_ = std::move(logits).value();
+  }
+  history_ = std::move(all);
+  // Replay the checkpoint's tokens through the decoder and stop matcher without emitting: the client already has
+  // that text, and this way held-back bytes and stop-string prefixes are in the same state as in the first run.
+  for (TokenId t : req_.resume_tokens) {
+    generated_.push_back(t);
+    if (std::find(eos_.begin(), eos_.end(), t) == eos_.end()) (void)emit_text(t);
+  }
+  prefilled_ = true;
+  stats_.prompt_tokens = static_cast<std::int64_t>(history_.size());
+  stats_.prefill_ms = ms_since(t0);
+  if (static_cast<int>(generated_.size()) >= req_.max_new_tokens) finish(FinishReason::max_tokens);
+  return {};
+}
+
+Result<TokenEvent> Generation::step() {
+  if (!prefilled_) TANDEM_TRY(prefill());
+  if (finished()) return fail(Errc::illegal_transition, "step: the generation has finished");
+  const auto t0 = Clock::now();
+  TokenEvent ev;
+  ev.step = generated_.size();
+  ev.token = gen::sample(logits_, history_, req_.sampling, ev.step);
+  generated_.push_back(ev.token);
+  history_.push_back(ev.token);
+  ++stats_.new_tokens;
+
+  if (std::find(eos_.begin(), eos_.end(), ev.token) != eos_.end()) {
+    finish(FinishReason::eos);
+    stats_.decode_ms += ms_since(t0);
+    return ev;
+  }
+  ev.text = emit_text(ev.token);
+  text_ += ev.text;
+  if (stops_.stopped()) {
+    finish(FinishReason::stop_string);
+  } else if (static_cast<int>(generated_.size()) >= req_.max_new_tokens) {
+    const std::size_t before = text_.size();
+    finish(FinishReason::max_tokens);
+    ev.text += text_.substr(before);
+  } else if (seq_->length() + 1 > model_->max_context()) {
+    const std::size_t before = text_.size();
+    finish(FinishReason::context_full);
+    ev.text += text_.substr(before);
+  } else {
+    const TokenId t = ev.token;
+    auto logits = model_->forward(*seq_, std::span(&t, 1));
+    if (!logits) {
+      finish(FinishReason::error);
+      stats_.decode_ms += ms_since(t0);
+      return fail(std::move(logits).error());
+    }
+    logits_ = std::move(logits).value();
+  }
+  stats_.decode_ms += ms_since(t0);
+  return ev;
+}
+
+Result<std::unique_ptr<Generation>> generate(std::shared_ptr<Model> model, GenerateRequest req,
+                                             const std::function<bool(const TokenEvent&)>& on_token) {
+  auto g = Generation::create(std::move(model), std::move(req));
+  if (!g) return g;
+  TANDEM_TRY((*g)->prefill());
+  while (!(*g)->finished()) {
+    auto ev = (*g)->step();
+    if (!ev) return fail(std::move(ev).error());
+    if (on_token && !on_token(*ev)) (*g)->cancel();
+  }
+  return g;
+}
+
+}  // namespace tandem::engine

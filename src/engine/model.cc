@@ -1,0 +1,542 @@
+// The Llama forward pass in LibTorch (the only translation unit of the engine that includes ATen).
+#include "engine/model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <limits>
+#include <mutex>
+#include <sstream>
+
+#include "core/sha256.h"
+
+namespace tandem::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+at::ScalarType scalar_of(weights::DType d) {
+  switch (d) {
+    case weights::DType::f32: return at::kFloat;
+    case weights::DType::f16: return at::kHalf;
+    case weights::DType::bf16: return at::kBFloat16;
+    default: return at::kFloat;  // ModelDir only admits f32/f16/bf16 for model tensors
+  }
+}
+
+at::ScalarType scalar_of(ComputeDType d) {
+  switch (d) {
+    case ComputeDType::f32: return at::kFloat;
+    case ComputeDType::bf16: return at::kBFloat16;
+    case ComputeDType::f16: return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+// A weight as a tensor: zero-copy over the mapping when dtype and alignment allow, else one converted copy.
+at::Tensor weight_tensor(const weights::TensorView& tv, at::ScalarType target, std::uint64_t& copied) {
+  const at::ScalarType stored = scalar_of(tv.dtype);
+  const auto elem = static_cast<std::uintptr_t>(weights::dtype_size(tv.dtype));
+  auto* ptr = const_cast<std::byte*>(tv.data.data());  // read-only mapping: never written through
+  at::Tensor t;
+  if (reinterpret_cast<std::uintptr_t>(ptr) % elem == 0) {
+    t = at::from_blob(ptr, tv.shape, at::TensorOptions().dtype(stored));
+    if (stored == target) return t;
+  } else {
+    t = at::empty(tv.shape, at::TensorOptions().dtype(stored));
+    std::memcpy(t.data_ptr(), ptr, tv.data.size());
+    if (stored == target) {
+      copied += tv.data.size();
+      return t;
+    }
+  }
+  at::Tensor c = t.to(target).contiguous();
+  copied += static_cast<std::uint64_t>(c.numel()) * c.element_size();
+  return c;
+}
+
+// Content identity without reading every byte: SHA-256 over 64 evenly spaced 4 KiB windows of each shard, plus
+// its last 4 KiB. Together with the header digest this tells apart checkpoints of the same shape (a fine-tune
+// changes all weights); a change confined to unsampled bytes goes unseen — ModelDir::content_digest() reads all.
+std::string sampled_content_digest(const weights::ModelDir& dir) {
+  Sha256 h;
+  constexpr std::size_t kWindow = 4096, kWindows = 64;
+  for (const auto& shard : dir.shards()) {
+    const std::byte* p = shard.file().data();
+    const std::size_t n = shard.file().size();
+    for (std::size_t i = 0; i < kWindows; ++i) {
+      const std::size_t off = n > kWindow ? (n - kWindow) / kWindows * i : 0;
+      h.update(std::span(p + off, std::min(kWindow, n - off)));
+    }
+    if (n > kWindow) h.update(std::span(p + n - kWindow, kWindow));
+  }
+  return Sha256::hex(h.finish());
+}
+
+struct Layer {
+  at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+};
+
+}  // namespace
+
+std::string_view compute_dtype_name(ComputeDType d) {
+  switch (d) {
+    case ComputeDType::f32: return "f32";
+    case ComputeDType::bf16: return "bf16";
+    case ComputeDType::f16: return "f16";
+  }
+  return "f32";
+}
+
+Result<ComputeDType> parse_compute_dtype(std::string_view s) {
+  for (auto d : {ComputeDType::f32, ComputeDType::bf16, ComputeDType::f16})
+    if (compute_dtype_name(d) == s) return d;
+  return fail(Errc::invalid_argument, "unknown compute dtype '" + std::string(s) + "' (f32, bf16, f16)");
+}
+
+struct Model::Impl {
+  weights::ModelDir dir;
+  tok::Tokenizer tokenizer;
+  LoadOptions opts;
+  LoadStats stats;
+  gen::Fingerprint fingerprint;
+  gen::TemplateKind templ = gen::TemplateKind::raw;
+  at::ScalarType dtype = at::kFloat;
+  int max_context = 0;
+
+  at::Tensor embed, final_norm, lm_head;
+  std::vector<Layer> layers;
+  at::Tensor inv_freq;  // [head_dim / 2], f32
+
+  // Paged KV pool: per layer [num_blocks * block_size, kv_heads, head_dim] for K and for V.
+  std::mutex kv_mu;  // guards the allocator (sequences may be created/released from several threads)
+  gen::KvBlockAllocator kv;
+  std::vector<at::Tensor> k_pool, v_pool;
+  gen::SeqId next_seq = 1;
+
+  Impl(weights::ModelDir d, tok::Tokenizer t, LoadOptions o, int blocks)
+      : dir(std::move(d)), tokenizer(std::move(t)), opts(std::move(o)), kv(blocks, opts.kv_block_size) {}
+
+  const weights::ModelConfig& cfg() const { return dir.config(); }
+
+  // x @ W^T. A one-row input goes through matrix-vector products split by rows across the intra-op threads: the
+  // BLAS gemv stays single-threaded at these sizes and sgemm on one row reads weights 2-4x slower (TOOLCHAIN.md).
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const {
+    if (x.size(0) != 1) return at::matmul(x, w.t());
+    const at::Tensor xv = x.reshape({x.size(1)});
+    const std::int64_t rows = w.size(0);
+    at::Tensor out = at::empty({rows}, x.options());
+    const int nt = at::get_num_threads();
+    if (nt <= 1 || rows < 512) {
+      at::mv_out(out, w, xv);
+    } else {
+      const std::int64_t grain = (rows + nt - 1) / nt;
+      at::parallel_for(0, rows, grain, [&](std::int64_t b, std::int64_t e) {
+        at::Tensor o = out.slice(0, b, e);
+        at::mv_out(o, w.slice(0, b, e), xv);
+      });
+    }
+    return out.reshape({1, rows});
+  }
+
+  at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
+    const at::Tensor xf = x.to(at::kFloat);
+    const at::Tensor r = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + cfg().rms_norm_eps);
+    return (xf * r).to(dtype) * w;
+  }
+
+  // cos/sin tables [n, head_dim] for absolute positions pos0 .. pos0+n-1 (HF "rotate_half" convention).
+  std::pair<at::Tensor, at::Tensor> rope_tables(std::int64_t pos0, std::int64_t n) const {
+    const at::Tensor pos = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kFloat));
+    const at::Tensor freqs = at::outer(pos, inv_freq);
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);
+    return {emb.cos(), emb.sin()};
+  }
+
+  static at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    // x: [n, heads, hd]; cos/sin: [n, hd] broadcast over heads.
+    const std::int64_t half = x.size(-1) / 2;
+    const at::Tensor xf = x.to(at::kFloat);
+    const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+    const at::Tensor rot = at::cat({-x2, x1}, -1);
+    return (xf * cos.unsqueeze(1) + rot * sin.unsqueeze(1)).to(x.scalar_type());
+  }
+
+  // q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal. → [n, H*hd]
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                       std::int64_t pos0) const {
+    const std::int64_t n = q.size(0), H = q.size(1), hd = q.size(2);
+    const std::int64_t kvh = keys.size(1), L = keys.size(0), g = H / kvh;
+    const at::Tensor qh = q.to(at::kFloat).view({n, kvh, g, hd}).permute({1, 2, 0, 3}).reshape({kvh, g * n, hd});
+    const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
+    const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
+    at::Tensor scores = at::bmm(qh, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
+    if (n > 1 || pos0 + n < L) {
+      // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i
+      const at::Tensor qi = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kLong)).unsqueeze(1);
+      const at::Tensor kj = at::arange(0, L, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
+      const at::Tensor mask = at::zeros({n, L}, at::TensorOptions().dtype(at::kFloat))
+                                  .masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
+      scores = scores.view({kvh, g, n, L}).add_(mask).view({kvh, g * n, L});
+    }
+    const at::Tensor probs = at::softmax(scores, -1);
+    const at::Tensor out = at::bmm(probs, vh);  // [kvh, g*n, hd]
+    return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(dtype);
+  }
+
+  // The transformer over `ids` at positions pos0..; `kv_step(layer, k, v)` stores the new K/V and returns the
+  // keys/values visible to this step (all positions 0 .. pos0+n-1).
+  template <class KvStep>
+  at::Tensor run(const std::vector<std::int64_t>& ids, std::int64_t pos0, bool all_logits, KvStep&& kv_step) {
+    const auto& c = cfg();
+    const auto n = static_cast<std::int64_t>(ids.size());
+    const at::Tensor idt = at::tensor(ids, at::TensorOptions().dtype(at::kLong));
+    at::Tensor x = embed.index_select(0, idt);
+    const auto [cos, sin] = rope_tables(pos0, n);
+    for (std::size_t li = 0; li < layers.size(); ++li) {
+      const Layer& l = layers[li];
+      const at::Tensor h = rmsnorm(x, l.attn_norm);
+      const at::Tensor q = apply_rope(linear(h, l.wq).view({n, c.num_heads, c.head_dim}), cos, sin);
+      const at::Tensor k = apply_rope(linear(h, l.wk).view({n, c.num_kv_heads, c.head_dim}), cos, sin);
+      const at::Tensor v = linear(h, l.wv).view({n, c.num_kv_heads, c.head_dim});
+      const auto [keys, values] = kv_step(li, k, v);
+      x = x + linear(attention(q, keys, values, pos0), l.wo);
+      const at::Tensor h2 = rmsnorm(x, l.mlp_norm);
+      x = x + linear(at::silu(linear(h2, l.w_gate)) * linear(h2, l.w_up), l.w_down);
+    }
+    x = rmsnorm(x, final_norm);
+    if (!all_logits) x = x.narrow(0, n - 1, 1);
+    return linear(x, lm_head).to(at::kFloat).contiguous();
+  }
+};
+
+Model::Model() = default;
+Model::~Model() = default;
+
+Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOptions& opts) {
+  const auto t0 = Clock::now();
+  if (opts.threads < 1 || opts.threads > 256)
+    return fail(Errc::invalid_argument, "threads must be in [1, 256], got " + std::to_string(opts.threads));
+  if (opts.kv_block_size < 1 || opts.kv_block_size > 4096)
+    return fail(Errc::invalid_argument, "kv_block_size must be in [1, 4096], got " + std::to_string(opts.kv_block_size));
+  if (opts.max_sequences < 1 || opts.max_sequences > 4096)
+    return fail(Errc::invalid_argument, "max_sequences must be in [1, 4096], got " + std::to_string(opts.max_sequences));
+  if (opts.kv_blocks < 0) return fail(Errc::invalid_argument, "kv_blocks must be >= 0");
+  if (opts.max_context < 0) return fail(Errc::invalid_argument, "max_context must be >= 0");
+
+  auto dir = weights::ModelDir::open(path);
+  if (!dir) return fail(std::move(dir).error());
+  auto tokenizer = tok::Tokenizer::load_file(dir->tokenizer_path());
+  if (!tokenizer) return fail(std::move(tokenizer).error());
+  const weights::ModelConfig cfg = dir->config();
+  if (tokenizer->vocab_size() > cfg.vocab_size)
+    return fail(Errc::format_error, path + "/tokenizer.model: " + std::to_string(tokenizer->vocab_size()) +
+                                        " pieces but config.json vocab_size is " + std::to_string(cfg.vocab_size));
+  if (cfg.head_dim % 2 != 0)
+    return fail(Errc::unsupported, path + "/config.json: head_dim must be even for rotary embeddings");
+
+  int max_context = opts.max_context > 0 ? opts.max_context : cfg.max_position_embeddings;
+  if (max_context > cfg.max_position_embeddings) max_context = cfg.max_position_embeddings;
+  const std::int64_t blocks_per_seq = (max_context + opts.kv_block_size - 1) / opts.kv_block_size;
+  std::int64_t blocks = opts.kv_blocks > 0 ? opts.kv_blocks : blocks_per_seq * opts.max_sequences;
+  if (blocks > (std::int64_t{1} << 30)) return fail(Errc::invalid_argument, "kv_blocks too large");
+
+  auto m = std::shared_ptr<Model>(new Model());
+  const double open_ms = ms_since(t0);
+  m->impl_ = std::make_unique<Impl>(std::move(dir).value(), std::move(tokenizer).value(), opts,
+                                    static_cast<int>(blocks));
+  Impl& im = *m->impl_;
+  im.max_context = max_context;
+  im.stats.open_ms = open_ms;
+  im.dtype = scalar_of(opts.dtype);
+  im.stats.weight_bytes = im.dir.weight_bytes();
+
+  if (!opts.template_name.empty()) {
+    auto t = gen::parse_template(opts.template_name);
+    if (!t) return fail(std::move(t).error());
+    im.templ = *t;
+  } else if (!im.dir.tokenizer_settings().template_guess.empty()) {
+    auto t = gen::parse_template(im.dir.tokenizer_settings().template_guess);
+    if (t) im.templ = *t;
+  }
+
+  const auto t1 = Clock::now();
+  try {
+    c10::InferenceMode guard;
+    std::uint64_t copied = 0;
+    auto w = [&](const std::string& name) { return weight_tensor(*im.dir.tensor(name), im.dtype, copied); };
+    im.embed = w("model.embed_tokens.weight");
+    im.final_norm = w("model.norm.weight");
+    im.lm_head = cfg.tie_word_embeddings ? im.embed : w("lm_head.weight");
+    for (int i = 0; i < cfg.num_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      im.layers.push_back(Layer{w(p + "input_layernorm.weight"), w(p + "self_attn.q_proj.weight"),
+                                w(p + "self_attn.k_proj.weight"), w(p + "self_attn.v_proj.weight"),
+                                w(p + "self_attn.o_proj.weight"), w(p + "post_attention_layernorm.weight"),
+                                w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight"),
+                                w(p + "mlp.down_proj.weight")});
+    }
+    im.stats.resident_copy_bytes = copied;
+
+    // Rotary inverse frequencies, with Llama 3 / linear scaling when configured.
+    std::vector<float> inv(static_cast<std::size_t>(cfg.head_dim / 2));
+    for (std::size_t i = 0; i < inv.size(); ++i) {
+      double f = 1.0 / std::pow(cfg.rope_theta, (2.0 * static_cast<double>(i)) / cfg.head_dim);
+      if (cfg.rope_scaling == weights::RopeScaling::linear) {
+        f /= cfg.rope_factor;
+      } else if (cfg.rope_scaling == weights::RopeScaling::llama3) {
+        const double low_wl = cfg.rope_original_max_positions / cfg.rope_low_freq_factor;
+        const double high_wl = cfg.rope_original_max_positions / cfg.rope_high_freq_factor;
+        const double wl = 2.0 * M_PI / f;
+        if (wl > low_wl) {
+          f /= cfg.rope_factor;
+        } else if (wl >= high_wl) {
+          const double smooth = (cfg.rope_original_max_positions / wl - cfg.rope_low_freq_factor) /
+                                (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor);
+          f = (1.0 - smooth) * f / cfg.rope_factor + smooth * f;
+        }
+      }
+      inv[i] = static_cast<float>(f);
+    }
+    im.inv_freq = at::tensor(inv, at::TensorOptions().dtype(at::kFloat));
+
+    const std::int64_t slots = blocks * opts.kv_block_size;
+    for (int i = 0; i < cfg.num_layers; ++i) {
+      im.k_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, at::TensorOptions().dtype(im.dtype)));
+      im.v_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, at::TensorOptions().dtype(im.dtype)));
+    }
+    im.stats.kv_pool_bytes = static_cast<std::uint64_t>(slots) * cfg.num_kv_heads * cfg.head_dim *
+                             static_cast<std::uint64_t>(at::elementSize(im.dtype)) * 2 * cfg.num_layers;
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    const bool oom = what.find("alloc") != std::string::npos || what.find("memory") != std::string::npos;
+    return fail(oom ? Errc::out_of_memory : Errc::internal, path + ": loading weights failed: " + what);
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::out_of_memory, path + ": out of host memory while loading weights / KV pool");
+  }
+  im.stats.weights_ms = ms_since(t1);
+  if (opts.prefault) {
+    const auto t2 = Clock::now();
+    for (const auto& shard : im.dir.shards()) shard.file().prefault();
+    im.stats.prefault_ms = ms_since(t2);
+  }
+
+  // Fingerprint: everything that decides which tokens come out for a given request.
+  {
+    std::ostringstream arch;
+    arch << cfg.architecture << ";hidden=" << cfg.hidden_size << ";inter=" << cfg.intermediate_size
+         << ";layers=" << cfg.num_layers << ";heads=" << cfg.num_heads << ";kv_heads=" << cfg.num_kv_heads
+         << ";head_dim=" << cfg.head_dim << ";eps=" << cfg.rms_norm_eps << ";theta=" << cfg.rope_theta
+         << ";rope_scaling=" << static_cast<int>(cfg.rope_scaling) << ":" << cfg.rope_factor << ":"
+         << cfg.rope_low_freq_factor << ":" << cfg.rope_high_freq_factor << ":" << cfg.rope_original_max_positions
+         << ";vocab=" << cfg.vocab_size << ";tied=" << cfg.tie_word_embeddings;
+    std::ostringstream stops;
+    for (auto id : m->eos_ids()) stops << "eos:" << id << ";";
+    for (const auto& s : gen::template_stops(im.templ)) stops << "str:" << s.size() << ":" << s << ";";
+    im.fingerprint = gen::Fingerprint::make({
+        {"architecture", arch.str()},
+        {"tokenizer", Sha256::hex(Sha256::of(im.tokenizer.model_bytes()))},
+        {"weights", im.dir.header_digest() + ";" + sampled_content_digest(im.dir)},
+        {"revision", opts.revision},
+        {"weights_dtype", std::string(weights::dtype_name(im.dir.dtype()))},
+        {"compute_dtype", std::string(compute_dtype_name(opts.dtype))},
+        {"template", std::string(gen::template_name(im.templ))},
+        {"add_bos", m->add_bos() ? "1" : "0"},
+        {"sampling_defaults", m->default_sampling().describe()},
+        {"stop_rules", stops.str()},
+    });
+  }
+  im.stats.total_ms = ms_since(t0);
+  return m;
+}
+
+const weights::ModelConfig& Model::config() const { return impl_->cfg(); }
+const weights::ModelDir& Model::files() const { return impl_->dir; }
+const tok::Tokenizer& Model::tokenizer() const { return impl_->tokenizer; }
+const gen::Fingerprint& Model::fingerprint() const { return impl_->fingerprint; }
+gen::TemplateKind Model::prompt_template() const { return impl_->templ; }
+const LoadStats& Model::load_stats() const { return impl_->stats; }
+const LoadOptions& Model::options() const { return impl_->opts; }
+int Model::max_context() const { return impl_->max_context; }
+
+gen::SamplingParams Model::default_sampling() const {
+  gen::SamplingParams p;
+  const auto& g = impl_->dir.generation();
+  const bool sample = g.do_sample.value_or(false);
+  p.temperature = sample ? g.temperature.value_or(1.0) : 0.0;
+  if (g.top_k) p.top_k = *g.top_k;
+  if (g.top_p) p.top_p = *g.top_p;
+  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
+  return p;
+}
+
+std::vector<TokenId> Model::eos_ids() const {
+  std::vector<TokenId> out;
+  auto add = [&](int id) {
+    if (id >= 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  };
+  for (int id : impl_->dir.generation().eos_token_ids) add(id);
+  for (int id : impl_->cfg().eos_token_ids) add(id);
+  add(impl_->tokenizer.eos_id());
+  return out;
+}
+
+bool Model::add_bos() const {
+  return impl_->dir.tokenizer_settings().add_bos_token.value_or(true) && impl_->tokenizer.bos_id() >= 0;
+}
+
+KvStats Model::kv_stats() const {
+  std::lock_guard lock(impl_->kv_mu);
+  KvStats s;
+  s.block_size = impl_->kv.block_size();
+  s.total_blocks = impl_->kv.total_blocks();
+  s.used_blocks = impl_->kv.used_blocks();
+  s.sequences = impl_->kv.sequences();
+  s.bytes_total = impl_->stats.kv_pool_bytes;
+  s.bytes_used = s.total_blocks > 0 ? s.bytes_total / static_cast<std::uint64_t>(s.total_blocks) *
+                                          static_cast<std::uint64_t>(s.used_blocks)
+                                    : 0;
+  return s;
+}
+
+std::vector<TokenId> Model::encode(const std::vector<gen::Segment>& segments) const {
+  std::vector<TokenId> out;
+  for (const auto& s : segments) {
+    switch (s.kind) {
+      case gen::Segment::bos:
+        if (add_bos()) out.push_back(impl_->tokenizer.bos_id());
+        break;
+      case gen::Segment::eos:
+        if (impl_->tokenizer.eos_id() >= 0) out.push_back(impl_->tokenizer.eos_id());
+        break;
+      case gen::Segment::text: {
+        auto ids = impl_->tokenizer.encode(s.content);
+        out.insert(out.end(), ids.begin(), ids.end());
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+Result<std::vector<TokenId>> Model::encode_chat(const std::vector<gen::Message>& messages) const {
+  auto segs = gen::render(impl_->templ, messages);
+  if (!segs) return fail(std::move(segs).error());
+  return encode(*segs);
+}
+
+std::vector<TokenId> Model::encode_text(std::string_view text) const {
+  return encode({{gen::Segment::bos, {}}, {gen::Segment::text, std::string(text)}});
+}
+
+Result<std::unique_ptr<Sequence>> Model::new_sequence() {
+  std::lock_guard lock(impl_->kv_mu);
+  const gen::SeqId id = impl_->next_seq++;
+  TANDEM_TRY(impl_->kv.create(id));
+  return std::unique_ptr<Sequence>(new Sequence(shared_from_this(), id));
+}
+
+void Model::release_sequence(gen::SeqId id) {
+  std::lock_guard lock(impl_->kv_mu);
+  impl_->kv.release(id);
+}
+
+Sequence::~Sequence() { release(); }
+
+void Sequence::release() {
+  if (released_) return;
+  released_ = true;
+  model_->release_sequence(id_);
+  length_ = 0;
+}
+
+namespace {
+
+Result<std::vector<std::int64_t>> check_ids(std::span<const TokenId> tokens, int vocab) {
+  if (tokens.empty()) return fail(Errc::invalid_argument, "forward: no tokens");
+  std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      return fail(Errc::invalid_argument, "token " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  return ids;
+}
+
+Error map_torch_error(const std::string& what, std::string_view where) {
+  const bool oom = what.find("not enough memory") != std::string::npos ||
+                   what.find("out of memory") != std::string::npos ||
+                   what.find("DefaultCPUAllocator") != std::string::npos;
+  return make_error(oom ? Errc::out_of_memory : Errc::internal, std::string(where) + ": " + what);
+}
+
+}  // namespace
+
+Result<std::vector<float>> Model::forward(Sequence& seq, std::span<const TokenId> tokens, bool all_logits) {
+  Impl& im = *impl_;
+  if (seq.model_.get() != this || seq.released_)
+    return fail(Errc::invalid_argument, "forward: sequence does not belong to this model or was released");
+  auto ids = check_ids(tokens, im.cfg().vocab_size);
+  if (!ids) return fail(std::move(ids).error());
+  const std::int64_t pos0 = seq.length_;
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  if (pos0 + n > im.max_context)
+    return fail(Errc::invalid_argument, "context overflow: " + std::to_string(pos0) + " cached + " +
+                                            std::to_string(n) + " new tokens > max context " +
+                                            std::to_string(im.max_context));
+  std::vector<std::int64_t> ctx_slots;
+  {
+    std::lock_guard lock(im.kv_mu);
+    TANDEM_TRY(im.kv.reserve(seq.id_, pos0 + n));
+    const auto& table = *im.kv.table(seq.id_);
+    const std::int64_t bs = im.kv.block_size();
+    ctx_slots.resize(static_cast<std::size_t>(pos0 + n));
+    for (std::int64_t p = 0; p < pos0 + n; ++p)
+      ctx_slots[static_cast<std::size_t>(p)] = std::int64_t{table[static_cast<std::size_t>(p / bs)]} * bs + p % bs;
+  }
+  try {
+    c10::InferenceMode guard;
+    at::set_num_threads(im.opts.threads);
+    const at::Tensor all = at::tensor(ctx_slots, at::TensorOptions().dtype(at::kLong));
+    const at::Tensor fresh = all.narrow(0, pos0, n);
+    at::Tensor logits = im.run(*ids, pos0, all_logits, [&](std::size_t li, const at::Tensor& k, const at::Tensor& v) {
+      im.k_pool[li].index_copy_(0, fresh, k);
+      im.v_pool[li].index_copy_(0, fresh, v);
+      return std::pair{im.k_pool[li].index_select(0, all), im.v_pool[li].index_select(0, all)};
+    });
+    seq.length_ = pos0 + n;
+    const float* p = logits.data_ptr<float>();
+    return std::vector<float>(p, p + logits.numel());
+  } catch (const c10::Error& e) {
+    return fail(map_torch_error(e.what_without_backtrace(), "forward"));
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::out_of_memory, "forward: out of host memory");
+  }
+}
+
+Result<std::vector<float>> Model::forward_reference(std::span<const TokenId> tokens) {
+  Impl& im = *impl_;
+  auto ids = check_ids(tokens, im.cfg().vocab_size);
+  if (!ids) return fail(std::move(ids).error());
+  try {
+    c10::InferenceMode guard;
+    at::set_num_threads(im.opts.threads);
+    at::Tensor logits = im.run(*ids, 0, true, [](std::size_t, const at::Tensor& k, const at::Tensor& v) {
+      return std::pair{k, v};
+    });
+    const float* p = logits.data_ptr<float>();
+    return std::vector<float>(p, p + logits.numel());
+  } catch (const c10::Error& e) {
+    return fail(map_torch_error(e.what_without_backtrace(), "forward_reference"));
+  }
+}
+
+}  // namespace tandem::engine

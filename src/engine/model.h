@@ -1,0 +1,127 @@
+// A loaded Llama-family model replica and its paged KV cache. The public surface is torch-free (plain vectors),
+// so the CLI, the generation loop and their tests compile without LibTorch headers; only model.cc includes ATen.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "generation/fingerprint.h"
+#include "generation/kv_blocks.h"
+#include "generation/prompt_template.h"
+#include "generation/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "weights/model_dir.h"
+
+namespace tandem::engine {
+
+using TokenId = std::int32_t;
+
+enum class ComputeDType { f32, bf16, f16 };
+std::string_view compute_dtype_name(ComputeDType d);
+Result<ComputeDType> parse_compute_dtype(std::string_view s);  // "f32", "bf16", "f16"
+
+struct LoadOptions {
+  ComputeDType dtype = ComputeDType::f32;  // weights stored in another dtype are converted once at load
+  int threads = 1;                        // intra-op threads for matmuls (set per model, applied on each call)
+  int kv_block_size = 16;                 // tokens per KV block
+  std::int64_t kv_blocks = 0;             // 0: enough for `max_sequences` sequences of `max_context` tokens
+  int max_sequences = 1;
+  int max_context = 0;                    // 0: the model's max_position_embeddings
+  std::string revision;                   // optional revision label, part of the fingerprint
+  std::string template_name;              // "" = from tokenizer_config.json's chat template, else raw
+  bool prefault = false;                  // touch every weight page at load (replica mode "warm")
+};
+
+struct LoadStats {
+  double open_ms = 0;       // validate directory + headers
+  double weights_ms = 0;    // map / convert weights into tensors
+  double prefault_ms = 0;
+  double total_ms = 0;
+  std::uint64_t weight_bytes = 0;       // as stored in the files
+  std::uint64_t resident_copy_bytes = 0; // bytes copied because of a dtype conversion or misalignment (0 = zero-copy)
+  std::uint64_t kv_pool_bytes = 0;
+};
+
+struct KvStats {
+  int block_size = 0;
+  int total_blocks = 0;
+  int used_blocks = 0;
+  std::size_t sequences = 0;
+  std::uint64_t bytes_total = 0;
+  std::uint64_t bytes_used = 0;
+};
+
+class Model;
+
+// One sequence's slot in the KV cache. Releases its blocks when destroyed (or on release()).
+class Sequence {
+ public:
+  ~Sequence();
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  gen::SeqId id() const { return id_; }
+  std::int64_t length() const { return length_; }  // tokens whose K/V are cached
+  void release();
+
+ private:
+  friend class Model;
+  Sequence(std::shared_ptr<Model> m, gen::SeqId id) : model_(std::move(m)), id_(id) {}
+  std::shared_ptr<Model> model_;
+  gen::SeqId id_;
+  std::int64_t length_ = 0;
+  bool released_ = false;
+};
+
+class Model : public std::enable_shared_from_this<Model> {
+ public:
+  // Opens and validates the directory, loads the tokenizer, maps the weights (zero-copy when the stored dtype is
+  // the compute dtype and the data is aligned) and allocates the KV pool. Errors are those of ModelDir::open and
+  // Tokenizer::load_file, invalid_argument for bad options, out_of_memory if the pool cannot be allocated.
+  static Result<std::shared_ptr<Model>> load(const std::string& dir, const LoadOptions& opts);
+  ~Model();
+
+  const weights::ModelConfig& config() const;
+  const weights::ModelDir& files() const;
+  const tok::Tokenizer& tokenizer() const;
+  const gen::Fingerprint& fingerprint() const;
+  gen::TemplateKind prompt_template() const;
+  gen::SamplingParams default_sampling() const;  // from generation_config.json when present
+  std::vector<TokenId> eos_ids() const;
+  bool add_bos() const;
+  const LoadStats& load_stats() const;
+  const LoadOptions& options() const;
+  KvStats kv_stats() const;
+  int max_context() const;
+
+  // Tokenizes a rendered template (text segments encoded, BOS/EOS inserted as ids).
+  std::vector<TokenId> encode(const std::vector<gen::Segment>& segments) const;
+  // Renders `messages` with the model's template and encodes; raw text → [BOS] + encode(text).
+  Result<std::vector<TokenId>> encode_chat(const std::vector<gen::Message>& messages) const;
+  std::vector<TokenId> encode_text(std::string_view text) const;
+
+  Result<std::unique_ptr<Sequence>> new_sequence();
+
+  // Runs `tokens` at positions [seq.length(), seq.length() + n) through the model, appending their K/V to the
+  // sequence's blocks (grown as needed; kv_exhausted leaves the sequence unchanged). Returns the logits of the
+  // last position (vocab floats), or of every position (n × vocab) when `all_logits`. Token ids are validated
+  // (invalid_argument); context overflow is invalid_argument; LibTorch exceptions map to internal/out_of_memory.
+  Result<std::vector<float>> forward(Sequence& seq, std::span<const TokenId> tokens, bool all_logits = false);
+
+  // Reference forward without any cache: full causal attention over `tokens`, logits for every position.
+  // For tests of the paged path.
+  Result<std::vector<float>> forward_reference(std::span<const TokenId> tokens);
+
+ private:
+  friend class Sequence;
+  struct Impl;
+  Model();
+  void release_sequence(gen::SeqId id);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::engine

@@ -1,0 +1,237 @@
+#include "modelgen/modelgen.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "generation/rng.h"
+#include "weights/model_dir.h"
+
+namespace tandem::modelgen {
+
+namespace fs = std::filesystem;
+
+std::uint64_t Shape::parameters() const {
+  const std::uint64_t hd = static_cast<std::uint64_t>(hidden / heads);
+  const std::uint64_t h = static_cast<std::uint64_t>(hidden);
+  const std::uint64_t per_layer = 2 * h + h * heads * hd + 2 * h * kv_heads * hd + heads * hd * h +
+                                  3 * h * static_cast<std::uint64_t>(intermediate);
+  return static_cast<std::uint64_t>(vocab) * h * (tied ? 1 : 2) + h + per_layer * static_cast<std::uint64_t>(layers);
+}
+
+Result<Shape> preset(std::string_view name) {
+  Shape s;
+  if (name == "test") return s;
+  if (name == "tiny") {
+    s.hidden = 128;
+    s.intermediate = 384;
+    s.layers = 4;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.max_positions = 1024;
+    s.tied = true;
+    return s;
+  }
+  if (name == "134m") {
+    s.hidden = 768;
+    s.intermediate = 2048;
+    s.layers = 12;
+    s.heads = 12;
+    s.kv_heads = 12;
+    s.max_positions = 2048;
+    return s;
+  }
+  return fail(Errc::invalid_argument, "unknown model preset '" + std::string(name) + "' (test, tiny, 134m)");
+}
+
+std::uint16_t float_to_bf16(float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if (std::isnan(f)) return 0x7FC0;
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+float bf16_to_float(std::uint16_t h) { return std::bit_cast<float>(std::uint32_t{h} << 16); }
+
+std::uint16_t float_to_f16(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (u >> 16) & 0x8000;
+  const std::uint32_t absu = u & 0x7FFFFFFF;
+  if (absu >= 0x7F800000) return static_cast<std::uint16_t>(sign | (absu > 0x7F800000 ? 0x7E00 : 0x7C00));
+  if (absu >= 0x477FF000) return static_cast<std::uint16_t>(sign | 0x7C00);  // overflow → inf
+  if (absu < 0x38800000) {  // subnormal or zero in f16
+    const float a = std::bit_cast<float>(absu);
+    const auto m = static_cast<std::uint32_t>(std::nearbyint(a * 16777216.0f));  // a / 2^-24
+    return static_cast<std::uint16_t>(sign | m);
+  }
+  std::uint32_t r = absu - 0x38000000;  // rebias exponent 127 → 15
+  r += 0xFFF + ((r >> 13) & 1);
+  return static_cast<std::uint16_t>(sign | (r >> 13));
+}
+
+namespace {
+
+Status check(const Options& o) {
+  const Shape& s = o.shape;
+  auto bad = [](const std::string& m) { return fail(Errc::invalid_argument, "model shape: " + m); };
+  if (s.hidden < 2 || s.hidden > 65536) return bad("hidden must be in [2, 65536]");
+  if (s.heads < 1 || s.hidden % s.heads != 0) return bad("heads must divide hidden");
+  if ((s.hidden / s.heads) % 2 != 0) return bad("head_dim must be even");
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) return bad("kv_heads must divide heads");
+  if (s.layers < 1 || s.layers > 1024) return bad("layers must be in [1, 1024]");
+  if (s.intermediate < 1) return bad("intermediate must be >= 1");
+  if (s.vocab < 1) return bad("vocab must be >= 1");
+  if (s.max_positions < 1) return bad("max_positions must be >= 1");
+  if (o.shards < 1 || o.shards > 64) return bad("shards must be in [1, 64]");
+  if (o.dtype != weights::DType::f32 && o.dtype != weights::DType::f16 && o.dtype != weights::DType::bf16)
+    return bad("dtype must be f32, f16 or bf16");
+  return {};
+}
+
+std::string json_escape(std::string_view s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o;
+}
+
+Status write_text(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) return fail(Errc::io_error, "cannot write " + p.string());
+  return {};
+}
+
+}  // namespace
+
+Status write_model(const std::string& dir, const Options& o) {
+  TANDEM_TRY(check(o));
+  const Shape& s = o.shape;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(Errc::io_error, "cannot create " + dir + ": " + ec.message());
+
+  std::ostringstream cfg;
+  cfg << "{\n  \"architectures\": [\"" << s.architecture << "\"],\n  \"model_type\": \""
+      << (s.architecture == "MistralForCausalLM" ? "mistral" : "llama") << "\",\n"
+      << "  \"hidden_size\": " << s.hidden << ",\n  \"intermediate_size\": " << s.intermediate << ",\n"
+      << "  \"num_hidden_layers\": " << s.layers << ",\n  \"num_attention_heads\": " << s.heads << ",\n"
+      << "  \"num_key_value_heads\": " << s.kv_heads << ",\n  \"hidden_act\": \"silu\",\n"
+      << "  \"max_position_embeddings\": " << s.max_positions << ",\n  \"rms_norm_eps\": " << s.rms_eps << ",\n"
+      << "  \"rope_theta\": " << s.rope_theta << ",\n  \"rope_scaling\": null,\n"
+      << "  \"vocab_size\": " << s.vocab << ",\n  \"tie_word_embeddings\": " << (s.tied ? "true" : "false") << ",\n"
+      << "  \"torch_dtype\": \""
+      << (o.dtype == weights::DType::f32 ? "float32" : o.dtype == weights::DType::f16 ? "float16" : "bfloat16")
+      << "\",\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"attention_bias\": false\n}\n";
+  TANDEM_TRY(write_text(fs::path(dir) / "config.json", cfg.str()));
+
+  if (o.write_generation_config)
+    TANDEM_TRY(write_text(fs::path(dir) / "generation_config.json",
+                          "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": false\n}\n"));
+  {
+    std::string tc = "{\n  \"add_bos_token\": true,\n  \"add_eos_token\": false";
+    if (!o.chat_template.empty()) tc += ",\n  \"chat_template\": \"" + json_escape(o.chat_template) + "\"";
+    tc += "\n}\n";
+    TANDEM_TRY(write_text(fs::path(dir) / "tokenizer_config.json", tc));
+  }
+  if (!o.tokenizer_model.empty()) {
+    fs::copy_file(o.tokenizer_model, fs::path(dir) / "tokenizer.model", fs::copy_options::overwrite_existing, ec);
+    if (ec) return fail(Errc::io_error, "cannot copy " + o.tokenizer_model + ": " + ec.message());
+    fs::permissions(fs::path(dir) / "tokenizer.model", fs::perms(0644), ec);
+  }
+
+  // Tensors in the order HF writes them; each shard gets a contiguous run of them.
+  weights::ModelConfig mc;
+  mc.hidden_size = s.hidden;
+  mc.intermediate_size = s.intermediate;
+  mc.num_layers = s.layers;
+  mc.num_heads = s.heads;
+  mc.num_kv_heads = s.kv_heads;
+  mc.head_dim = s.hidden / s.heads;
+  mc.vocab_size = s.vocab;
+  mc.tie_word_embeddings = s.tied;
+  const auto required = weights::ModelDir::required_tensors(mc);
+
+  const std::size_t esize = weights::dtype_size(o.dtype);
+  std::vector<std::vector<std::byte>> storage(required.size());
+  std::vector<weights::TensorToWrite> all;
+  std::vector<float> vals;
+  for (std::size_t ti = 0; ti < required.size(); ++ti) {
+    const auto& [name, shape] = required[ti];
+    std::uint64_t numel = 1;
+    for (auto d : shape) numel *= static_cast<std::uint64_t>(d);
+    vals.assign(numel, 0.0f);
+    if (o.source) {
+      o.source(name, vals);
+      if (vals.size() != numel) return fail(Errc::invalid_argument, "weight source returned a wrong size for " + name);
+    } else if (name.find("norm") != std::string::npos) {
+      std::fill(vals.begin(), vals.end(), 1.0f);
+    } else {
+      // Uniform in [-a, a] with std 0.02 (a = 0.02·√3), four values per Philox call, keyed by (seed, tensor).
+      const float a = 0.02f * std::sqrt(3.0f);
+      for (std::uint64_t i = 0; i < numel; i += 4) {
+        const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32),
+                                        static_cast<std::uint32_t>(ti), 0x5EED},
+                                       {static_cast<std::uint32_t>(o.seed), static_cast<std::uint32_t>(o.seed >> 32)});
+        for (std::uint64_t j = 0; j < 4 && i + j < numel; ++j)
+          vals[i + j] = (static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
+      }
+    }
+    auto& buf = storage[ti];
+    buf.resize(numel * esize);
+    if (o.dtype == weights::DType::f32) {
+      std::memcpy(buf.data(), vals.data(), buf.size());
+    } else {
+      for (std::uint64_t i = 0; i < numel; ++i) {
+        const std::uint16_t h = o.dtype == weights::DType::bf16 ? float_to_bf16(vals[i]) : float_to_f16(vals[i]);
+        std::memcpy(buf.data() + i * 2, &h, 2);
+      }
+    }
+    all.push_back({name, o.dtype, shape, std::span<const std::byte>(buf)});
+  }
+
+  const std::map<std::string, std::string> meta{{"format", "pt"}, {"generator", "tandem-mkmodel"}};
+  if (o.shards == 1) return weights::write_safetensors((fs::path(dir) / "model.safetensors").string(), all, meta);
+
+  std::ostringstream index;
+  index << "{\n  \"metadata\": {\"total_size\": " << [&] {
+    std::uint64_t t = 0;
+    for (const auto& w : all) t += w.data.size();
+    return t;
+  }() << "},\n  \"weight_map\": {\n";
+  const std::size_t per = (all.size() + static_cast<std::size_t>(o.shards) - 1) / static_cast<std::size_t>(o.shards);
+  bool first = true;
+  for (int sh = 0; sh < o.shards; ++sh) {
+    char fname[64];
+    std::snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", sh + 1, o.shards);
+    std::vector<weights::TensorToWrite> part;
+    for (std::size_t i = sh * per; i < std::min(all.size(), (sh + 1) * per); ++i) {
+      part.push_back(all[i]);
+      index << (first ? "" : ",\n") << "    \"" << all[i].name << "\": \"" << fname << "\"";
+      first = false;
+    }
+    TANDEM_TRY(weights::write_safetensors((fs::path(dir) / fname).string(), part, meta));
+  }
+  index << "\n  }\n}\n";
+  return write_text(fs::path(dir) / "model.safetensors.index.json", index.str());
+}
+
+}  // namespace tandem::modelgen

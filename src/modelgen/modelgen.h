@@ -1,0 +1,58 @@
+// Writes Llama-architecture models in the Hugging Face layout (config.json, model.safetensors or shards + index,
+// tokenizer.model, generation_config.json, tokenizer_config.json) with deterministic weights. Used by the
+// tandem-mkmodel tool, the tests and the benchmarks, so nothing needs a download.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "weights/safetensors.h"
+
+namespace tandem::modelgen {
+
+struct Shape {
+  int hidden = 64;
+  int intermediate = 128;
+  int layers = 2;
+  int heads = 4;
+  int kv_heads = 2;
+  int vocab = 32000;
+  int max_positions = 512;
+  bool tied = false;
+  double rope_theta = 10000.0;
+  double rms_eps = 1e-5;
+  std::string architecture = "LlamaForCausalLM";
+
+  std::uint64_t parameters() const;
+};
+
+// "test" (hidden 64, 2 layers, GQA 4/2), "tiny" (the bundled default: hidden 128, 4 layers, GQA 4/2, tied),
+// "134m" (hidden 768, 12 layers, 12 heads, FFN 2048, vocab 32000 — the benchmark shape).
+Result<Shape> preset(std::string_view name);
+
+struct Options {
+  Shape shape;
+  weights::DType dtype = weights::DType::f32;  // f32, f16 or bf16
+  std::uint64_t seed = 1;
+  int shards = 1;                     // > 1 writes model-0000N-of-0000M.safetensors + index
+  std::string tokenizer_model;        // path of the tokenizer.model to copy
+  std::string chat_template;          // written into tokenizer_config.json when non-empty
+  bool write_generation_config = true;
+  // Optional weight source: fills `out` (numel floats) for tensor `name`; default: deterministic random init
+  // (uniform with std 0.02 for matrices, ones for norms).
+  std::function<void(const std::string& name, std::vector<float>& out)> source;
+};
+
+// Creates `dir` if needed and writes the model. Errors: invalid_argument (bad shape/options), io_error.
+Status write_model(const std::string& dir, const Options& opts);
+
+// Rounding conversions used for f16/bf16 files (round to nearest even).
+std::uint16_t float_to_bf16(float f);
+std::uint16_t float_to_f16(float f);
+float bf16_to_float(std::uint16_t h);
+
+}  // namespace tandem::modelgen

@@ -1,0 +1,288 @@
+// The LibTorch forward pass against an independent scalar implementation of HF LlamaModel semantics, and the paged
+// KV cache against the cache-free forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "model_fixture.h"
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+// Scalar double-precision Llama forward (HF conventions: rotate_half RoPE, q head h uses kv head h / (H / KVH)).
+std::vector<double> naive_forward(const weights::ModelDir& d, const std::vector<int>& ids) {
+  const auto& c = d.config();
+  const int H = c.hidden_size, NH = c.num_heads, NKV = c.num_kv_heads, HD = c.head_dim, I = c.intermediate_size,
+            V = c.vocab_size, T = static_cast<int>(ids.size());
+  auto W = [&](const std::string& n) {
+    const auto* t = d.tensor(n);
+    std::vector<float> v(t->data.size() / 4);
+    std::memcpy(v.data(), t->data.data(), t->data.size());
+    return v;
+  };
+  auto matvec = [](const std::vector<float>& w, const std::vector<double>& x, int rows) {
+    const int cols = static_cast<int>(x.size());
+    std::vector<double> y(static_cast<std::size_t>(rows), 0.0);
+    for (int r = 0; r < rows; ++r)
+      for (int k = 0; k < cols; ++k) y[r] += static_cast<double>(w[static_cast<std::size_t>(r) * cols + k]) * x[k];
+    return y;
+  };
+  auto rms = [&](const std::vector<double>& x, const std::vector<float>& w) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double r = 1.0 / std::sqrt(ss / x.size() + c.rms_norm_eps);
+    std::vector<double> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * w[i];
+    return y;
+  };
+  auto rope = [&](std::vector<double>& v, int heads, int pos) {
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < HD / 2; ++i) {
+        const double f = 1.0 / std::pow(c.rope_theta, 2.0 * i / HD), a = pos * f;
+        double& x1 = v[static_cast<std::size_t>(h * HD + i)];
+        double& x2 = v[static_cast<std::size_t>(h * HD + i + HD / 2)];
+        const double n1 = x1 * std::cos(a) - x2 * std::sin(a), n2 = x2 * std::cos(a) + x1 * std::sin(a);
+        x1 = n1;
+        x2 = n2;
+      }
+  };
+  const auto emb = W("model.embed_tokens.weight");
+  std::vector<std::vector<double>> x(static_cast<std::size_t>(T), std::vector<double>(static_cast<std::size_t>(H)));
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < H; ++i) x[t][i] = emb[static_cast<std::size_t>(ids[t]) * H + i];
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const auto wq = W(p + "self_attn.q_proj.weight"), wk = W(p + "self_attn.k_proj.weight"),
+               wv = W(p + "self_attn.v_proj.weight"), wo = W(p + "self_attn.o_proj.weight"),
+               n1 = W(p + "input_layernorm.weight"), n2 = W(p + "post_attention_layernorm.weight"),
+               wg = W(p + "mlp.gate_proj.weight"), wu = W(p + "mlp.up_proj.weight"), wd = W(p + "mlp.down_proj.weight");
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (int t = 0; t < T; ++t) {
+      const auto h = rms(x[t], n1);
+      q[t] = matvec(wq, h, NH * HD);
+      k[t] = matvec(wk, h, NKV * HD);
+      v[t] = matvec(wv, h, NKV * HD);
+      rope(q[t], NH, t);
+      rope(k[t], NKV, t);
+    }
+    for (int t = 0; t < T; ++t) {
+      std::vector<double> out(static_cast<std::size_t>(NH * HD), 0.0);
+      for (int hh = 0; hh < NH; ++hh) {
+        const int kv = hh / (NH / NKV);
+        std::vector<double> s(static_cast<std::size_t>(t + 1));
+        double mx = -1e300;
+        for (int u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (int i = 0; i < HD; ++i) dot += q[t][hh * HD + i] * k[u][kv * HD + i];
+          s[u] = dot / std::sqrt(static_cast<double>(HD));
+          mx = std::max(mx, s[u]);
+        }
+        double sum = 0;
+        for (auto& e : s) sum += (e = std::exp(e - mx));
+        for (int u = 0; u <= t; ++u)
+          for (int i = 0; i < HD; ++i) out[hh * HD + i] += s[u] / sum * v[u][kv * HD + i];
+      }
+      const auto o = matvec(wo, out, H);
+      for (int i = 0; i < H; ++i) x[t][i] += o[i];
+      const auto h2 = rms(x[t], n2);
+      auto g = matvec(wg, h2, I);
+      const auto up = matvec(wu, h2, I);
+      for (int i = 0; i < I; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * up[i];
+      const auto dn = matvec(wd, g, H);
+      for (int i = 0; i < H; ++i) x[t][i] += dn[i];
+    }
+  }
+  const auto fn = W("model.norm.weight");
+  const auto head = W(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  std::vector<double> logits;
+  for (int t = 0; t < T; ++t) {
+    const auto y = matvec(head, rms(x[t], fn), V);
+    logits.insert(logits.end(), y.begin(), y.end());
+  }
+  return logits;
+}
+
+const std::vector<engine::TokenId> kPrompt{1, 15043, 3186, 29892, 2748, 2501, 263, 931};
+
+}  // namespace
+
+TEST(Model, ReferenceForwardMatchesScalarHfSemantics) {
+  auto m = load(make_model("f32"));
+  ASSERT_TRUE(m);
+  auto ours = m->forward_reference(kPrompt);
+  ASSERT_TRUE(ours.ok()) << ours.error().message;
+  std::vector<int> ids(kPrompt.begin(), kPrompt.end());
+  const auto want = naive_forward(m->files(), ids);
+  ASSERT_EQ(ours->size(), want.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(want[i] - (*ours)[i]));
+  EXPECT_LT(worst, 1e-4) << "f32 LibTorch vs double scalar reference";
+}
+
+TEST(Model, PagedIncrementalDecodeEqualsFullForwardAcrossBlockSizes) {
+  const std::string dir = make_model("f32");
+  // 40 tokens: crosses block boundaries for every block size below.
+  std::vector<engine::TokenId> toks;
+  for (int i = 0; i < 40; ++i) toks.push_back(static_cast<engine::TokenId>(100 + 37 * i % 31000));
+  auto ref_model = load(dir);
+  auto ref = ref_model->forward_reference(toks);
+  ASSERT_TRUE(ref.ok());
+  const std::size_t V = static_cast<std::size_t>(ref_model->config().vocab_size);
+  for (int bs : {1, 3, 16, 64}) {
+    engine::LoadOptions lo;
+    lo.kv_block_size = bs;
+    auto m = load(dir, lo);
+    auto seq = m->new_sequence();
+    ASSERT_TRUE(seq.ok());
+    // prefill 7 tokens (all logits), then one token at a time
+    auto first = m->forward(**seq, std::span(toks).first(7), /*all_logits=*/true);
+    ASSERT_TRUE(first.ok()) << first.error().message;
+    EXPECT_LT(max_abs_diff(*first, *ref, 0, 0, 7 * V), 2e-5) << "prefill, block size " << bs;
+    float worst = 0;
+    for (std::size_t t = 7; t < toks.size(); ++t) {
+      auto l = m->forward(**seq, std::span(toks).subspan(t, 1));
+      ASSERT_TRUE(l.ok()) << l.error().message;
+      worst = std::max(worst, max_abs_diff(*l, *ref, 0, t * V, V));
+    }
+    EXPECT_LT(worst, 2e-5) << "decode, block size " << bs;
+    EXPECT_EQ((*seq)->length(), 40);
+    EXPECT_EQ(m->kv_stats().used_blocks, (40 + bs - 1) / bs);
+  }
+}
+
+TEST(Model, ShardedAndUnshardedAgree) {
+  auto a = load(make_model("f32"));
+  auto b = load(make_model("f32-sharded", "test", weights::DType::f32, 3));
+  auto la = a->forward_reference(kPrompt), lb = b->forward_reference(kPrompt);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  EXPECT_EQ(max_abs_diff(*la, *lb), 0.0f);
+  EXPECT_EQ(a->files().shards().size(), 1u);
+  EXPECT_EQ(b->files().shards().size(), 3u);
+  EXPECT_EQ(a->load_stats().resident_copy_bytes, 0u) << "f32 weights must be zero-copy";
+}
+
+TEST(Model, Bf16AndF16FilesAndComputeDtypes) {
+  auto f32 = load(make_model("f32"));
+  auto ref = f32->forward_reference(kPrompt);
+  struct Case {
+    std::string name;
+    weights::DType file;
+    engine::ComputeDType compute;
+    float tol;
+  };
+  for (const auto& c : std::vector<Case>{{"bf16", weights::DType::bf16, engine::ComputeDType::f32, 0.05f},
+                                         {"f16", weights::DType::f16, engine::ComputeDType::f32, 0.01f},
+                                         {"bf16", weights::DType::bf16, engine::ComputeDType::bf16, 0.15f}}) {
+    engine::LoadOptions lo;
+    lo.dtype = c.compute;
+    auto m = load(make_model(c.name, "test", c.file), lo);
+    ASSERT_TRUE(m);
+    auto l = m->forward_reference(kPrompt);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_LT(max_abs_diff(*l, *ref), c.tol) << c.name << " compute " << engine::compute_dtype_name(c.compute);
+    if (c.compute == engine::ComputeDType::bf16) EXPECT_EQ(m->load_stats().resident_copy_bytes, 0u);
+    else EXPECT_GT(m->load_stats().resident_copy_bytes, 0u);
+  }
+}
+
+TEST(Model, FingerprintSameFilesSameSettingsAndExplainsDifferences) {
+  const std::string dir = make_model("f32");
+  auto a = load(dir), b = load(dir);
+  EXPECT_EQ(a->fingerprint().digest, b->fingerprint().digest);
+  engine::LoadOptions lo;
+  lo.dtype = engine::ComputeDType::bf16;
+  auto c = load(dir, lo);
+  EXPECT_EQ(a->fingerprint().diff(c->fingerprint()), std::vector<std::string>{"compute_dtype"});
+  lo = {};
+  lo.template_name = "chatml";
+  auto d = load(dir, lo);
+  EXPECT_EQ(a->fingerprint().diff(d->fingerprint()), (std::vector<std::string>{"template", "stop_rules"}));
+  auto e = load(make_model("f32-seed8", "test", weights::DType::f32, 1, 8));
+  EXPECT_EQ(a->fingerprint().diff(e->fingerprint()), std::vector<std::string>{"weights"});
+  // Block size and threads do not change results, so they are not part of the fingerprint.
+  lo = {};
+  lo.kv_block_size = 3;
+  lo.threads = 2;
+  EXPECT_EQ(load(dir, lo)->fingerprint().digest, a->fingerprint().digest);
+}
+
+TEST(Model, TemplateGuessedFromTokenizerConfig) {
+  auto m = load(make_model("chatml", "test", weights::DType::f32, 1, 7, "{{ '<|im_start|>' + role }}"));
+  EXPECT_EQ(m->prompt_template(), gen::TemplateKind::chatml);
+  auto ids = m->encode_chat({{"user", "Hi"}});
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->front(), 1);  // BOS
+}
+
+TEST(Model, ForwardErrorsAreTypedAndLeaveTheSequenceUsable) {
+  engine::LoadOptions lo;
+  lo.max_context = 32;
+  lo.kv_block_size = 8;
+  auto m = load(make_model("f32"), lo);
+  auto seq = m->new_sequence();
+  ASSERT_TRUE(seq.ok());
+  const std::vector<engine::TokenId> bad{1, 32000};
+  EXPECT_EQ(m->forward(**seq, bad).error().code, Errc::invalid_argument);
+  const std::vector<engine::TokenId> neg{-5};
+  EXPECT_EQ(m->forward(**seq, neg).error().code, Errc::invalid_argument);
+  EXPECT_EQ(m->forward(**seq, std::span<const engine::TokenId>{}).error().code, Errc::invalid_argument);
+  std::vector<engine::TokenId> many(33, 5);
+  EXPECT_EQ(m->forward(**seq, many).error().code, Errc::invalid_argument);  // context overflow
+  EXPECT_EQ((*seq)->length(), 0);
+  std::vector<engine::TokenId> ok(32, 5);
+  EXPECT_TRUE(m->forward(**seq, ok).ok());
+  EXPECT_EQ((*seq)->length(), 32);
+}
+
+TEST(Model, KvPoolExhaustionIsTypedAndReleaseReturnsBlocks) {
+  engine::LoadOptions lo;
+  lo.kv_block_size = 4;
+  lo.kv_blocks = 5;  // 20 tokens in total
+  auto m = load(make_model("f32"), lo);
+  auto s1 = m->new_sequence();
+  auto s2 = m->new_sequence();
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  std::vector<engine::TokenId> t12(12, 9), t9(9, 9);
+  ASSERT_TRUE(m->forward(**s1, t12).ok());      // 3 blocks
+  auto r = m->forward(**s2, t9);                // needs 3, 2 free
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::kv_exhausted);
+  EXPECT_EQ((*s2)->length(), 0);
+  EXPECT_EQ(m->kv_stats().used_blocks, 3);
+  EXPECT_EQ(m->kv_stats().sequences, 2u);
+  (*s1)->release();
+  EXPECT_EQ(m->kv_stats().used_blocks, 0);
+  EXPECT_EQ(m->kv_stats().sequences, 1u);
+  EXPECT_EQ(m->forward(**s1, t9).error().code, Errc::invalid_argument);  // released: unusable
+  EXPECT_TRUE(m->forward(**s2, t9).ok());
+  s2->reset();  // destroying a sequence releases its blocks
+  EXPECT_EQ(m->kv_stats().used_blocks, 0);
+  EXPECT_EQ(m->kv_stats().sequences, 0u);
+  s1->reset();  // destroying a released sequence is harmless
+}
+
+TEST(Model, LoadErrorsAreTyped) {
+  EXPECT_EQ(engine::Model::load("/nonexistent/model", {}).error().code, Errc::not_found);
+  engine::LoadOptions lo;
+  lo.threads = 0;
+  EXPECT_EQ(engine::Model::load(make_model("f32"), lo).error().code, Errc::invalid_argument);
+  lo = {};
+  lo.template_name = "jinja";
+  EXPECT_EQ(engine::Model::load(make_model("f32"), lo).error().code, Errc::invalid_argument);
+  // A corrupt tokenizer.model fails the load, naming the file.
+  const std::string dir = temp_root() + "/badtok";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(make_model("f32") + "/" + f, dir + "/" + f,
+                               std::filesystem::copy_options::overwrite_existing);
+  {
+    std::ofstream(dir + "/tokenizer.model") << "not a protobuf at all";
+  }
+  auto r = engine::Model::load(dir, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.error().code == Errc::parse_error || r.error().code == Errc::format_error) << r.error().message;
+}
