@@ -5,7 +5,10 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
+#include <exception>
 #include <cmath>
 #include <cstring>
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <sstream>
 
 #include "core/sha256.h"
+#include "engine/worker_pool.h"
 
 namespace tandem::engine {
 
@@ -82,6 +86,15 @@ std::string sampled_content_digest(const weights::ModelDir& dir) {
   return Sha256::hex(h.finish());
 }
 
+// All intra-op parallelism is the model's WorkerPool: ATen (OpenMP) and OpenBLAS are kept to one thread on every
+// thread that computes, so no library thread spin-waits against our workers.
+void single_threaded_kernels() {
+  at::set_num_threads(1);
+  using SetThreads = void (*)(int);
+  static const auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (openblas) openblas(1);
+}
+
 struct Layer {
   at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
 };
@@ -123,29 +136,53 @@ struct Model::Impl {
   std::vector<at::Tensor> k_pool, v_pool;
   gen::SeqId next_seq = 1;
 
+  std::unique_ptr<WorkerPool> pool;
+  std::mutex compute_mu;  // one forward at a time per model: the pool and the KV pool tensors are shared
+
   Impl(weights::ModelDir d, tok::Tokenizer t, LoadOptions o, int blocks)
       : dir(std::move(d)), tokenizer(std::move(t)), opts(std::move(o)), kv(blocks, opts.kv_block_size) {}
 
   const weights::ModelConfig& cfg() const { return dir.config(); }
 
-  // x @ W^T. A one-row input goes through matrix-vector products split by rows across the intra-op threads: the
-  // BLAS gemv stays single-threaded at these sizes and sgemm on one row reads weights 2-4x slower (TOOLCHAIN.md).
+  // x @ W^T, split by output rows across the model's worker pool (each BLAS call single-threaded). A one-row
+  // input (decode) goes through matrix-vector products: sgemm on one row reads weights 2-4x slower than gemv
+  // (TOOLCHAIN.md).
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const {
-    if (x.size(0) != 1) return at::matmul(x, w.t());
-    const at::Tensor xv = x.reshape({x.size(1)});
-    const std::int64_t rows = w.size(0);
-    at::Tensor out = at::empty({rows}, x.options());
-    const int nt = at::get_num_threads();
-    if (nt <= 1 || rows < 512) {
-      at::mv_out(out, w, xv);
-    } else {
-      const std::int64_t grain = (rows + nt - 1) / nt;
-      at::parallel_for(0, rows, grain, [&](std::int64_t b, std::int64_t e) {
+    const std::int64_t rows = w.size(0), n = x.size(0);
+    const int T = pool->size();
+    if (T == 1 || rows < 256) {
+      if (n == 1) return at::mv(w, x.reshape({x.size(1)})).reshape({1, rows});
+      return at::matmul(x, w.t());
+    }
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(T));
+    auto chunked = [&](auto&& body) {
+      pool->run([&](int i) {
+        try {
+          c10::InferenceMode guard;
+          body(rows * i / T, rows * (i + 1) / T);
+        } catch (...) {
+          errors[static_cast<std::size_t>(i)] = std::current_exception();
+        }
+      });
+      for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    };
+    if (n == 1) {
+      const at::Tensor xv = x.reshape({x.size(1)});
+      at::Tensor out = at::empty({rows}, x.options());
+      chunked([&](std::int64_t b, std::int64_t e) {
         at::Tensor o = out.slice(0, b, e);
         at::mv_out(o, w.slice(0, b, e), xv);
       });
+      return out.reshape({1, rows});
     }
-    return out.reshape({1, rows});
+    at::Tensor out_t = at::empty({rows, n}, x.options());
+    const at::Tensor xt = x.t();
+    chunked([&](std::int64_t b, std::int64_t e) {
+      at::Tensor o = out_t.slice(0, b, e);
+      at::mm_out(o, w.slice(0, b, e), xt);
+    });
+    return out_t.t().contiguous();
   }
 
   at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
@@ -268,6 +305,9 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
     auto t = gen::parse_template(im.dir.tokenizer_settings().template_guess);
     if (t) im.templ = *t;
   }
+
+  single_threaded_kernels();
+  im.pool = std::make_unique<WorkerPool>(opts.threads, [] { single_threaded_kernels(); });
 
   const auto t1 = Clock::now();
   try {
@@ -503,8 +543,8 @@ Result<std::vector<float>> Model::forward(Sequence& seq, std::span<const TokenId
       ctx_slots[static_cast<std::size_t>(p)] = std::int64_t{table[static_cast<std::size_t>(p / bs)]} * bs + p % bs;
   }
   try {
+    std::lock_guard compute(im.compute_mu);
     c10::InferenceMode guard;
-    at::set_num_threads(im.opts.threads);
     const at::Tensor all = at::tensor(ctx_slots, at::TensorOptions().dtype(at::kLong));
     const at::Tensor fresh = all.narrow(0, pos0, n);
     at::Tensor logits = im.run(*ids, pos0, all_logits, [&](std::size_t li, const at::Tensor& k, const at::Tensor& v) {
@@ -527,8 +567,8 @@ Result<std::vector<float>> Model::forward_reference(std::span<const TokenId> tok
   auto ids = check_ids(tokens, im.cfg().vocab_size);
   if (!ids) return fail(std::move(ids).error());
   try {
+    std::lock_guard compute(im.compute_mu);
     c10::InferenceMode guard;
-    at::set_num_threads(im.opts.threads);
     at::Tensor logits = im.run(*ids, 0, true, [](std::size_t, const at::Tensor& k, const at::Tensor& v) {
       return std::pair{k, v};
     });

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/generation.h"
 #include "model_fixture.h"
 
@@ -205,4 +207,40 @@ TEST(Generation, RequestValidation) {
     EXPECT_EQ(g.error().code, Errc::invalid_argument) << c.what;
   }
   EXPECT_EQ(m->kv_stats().sequences, 0u);
+}
+
+// A model whose residual dimension 0 is a constant 1 and whose LM head reads only that dimension, with a positive
+// weight for EOS (id 2): greedy decoding must emit EOS first.
+TEST(Generation, EosEndsTheGenerationAndIsNotEmitted) {
+  modelgen::Options o;
+  o.shape = *modelgen::preset("test");
+  o.tokenizer_model = tokenizer_path();
+  const int H = o.shape.hidden;
+  o.source = [H](const std::string& name, std::vector<float>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.02f * static_cast<float>(std::sin(0.37 * static_cast<double>(i) + static_cast<double>(name.size())));
+    if (name.find("norm") != std::string::npos) std::fill(v.begin(), v.end(), 1.0f);
+    if (name == "model.embed_tokens.weight")
+      for (std::size_t r = 0; r < v.size() / static_cast<std::size_t>(H); ++r) v[r * static_cast<std::size_t>(H)] = 1.0f;
+    if (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos)  // [H, k]
+      std::fill(v.begin(), v.begin() + static_cast<long>(v.size() / static_cast<std::size_t>(H)), 0.0f);  // row 0
+    if (name == "lm_head.weight") {
+      std::fill(v.begin(), v.end(), 0.0f);
+      v[2 * static_cast<std::size_t>(H)] = 5.0f;  // logit(EOS) = 5 * h0 > 0, every other logit 0
+    }
+  };
+  const std::string dir = temp_root() + "/eos-model";
+  ASSERT_TRUE(modelgen::write_model(dir, o).ok());
+  auto m = load(dir);
+  engine::GenerateRequest req;
+  req.prompt = m->encode_text("Hello");
+  req.max_new_tokens = 5;
+  auto r = run(m, req);
+  EXPECT_EQ(r.reason, engine::FinishReason::eos);
+  EXPECT_EQ(r.tokens, std::vector<engine::TokenId>{2});
+  EXPECT_EQ(r.text, "");
+  req.stop_at_eos = false;
+  r = run(m, req);
+  EXPECT_EQ(r.reason, engine::FinishReason::max_tokens);
+  EXPECT_EQ(r.tokens, std::vector<engine::TokenId>(5, 2));
+  EXPECT_EQ(r.text, "");  // a control token has no text
 }

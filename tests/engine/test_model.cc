@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "model_fixture.h"
 
@@ -285,4 +286,53 @@ TEST(Model, LoadErrorsAreTyped) {
   auto r = engine::Model::load(dir, {});
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(r.error().code == Errc::parse_error || r.error().code == Errc::format_error) << r.error().message;
+}
+
+TEST(Model, WorkerPoolSplitGivesTheSameLogits) {
+  const std::string dir = make_model("f32");
+  std::vector<engine::TokenId> toks;
+  for (int i = 0; i < 20; ++i) toks.push_back(static_cast<engine::TokenId>(200 + 91 * i % 30000));
+  auto one = load(dir);
+  auto ref_seq = one->new_sequence();
+  auto ref_prefill = one->forward(**ref_seq, std::span(toks).first(12), true);
+  ASSERT_TRUE(ref_prefill.ok());
+  std::vector<std::vector<float>> ref_decode;
+  for (std::size_t t = 12; t < toks.size(); ++t) ref_decode.push_back(*one->forward(**ref_seq, std::span(toks).subspan(t, 1)));
+  for (int threads : {2, 3}) {
+    engine::LoadOptions lo;
+    lo.threads = threads;
+    auto m = load(dir, lo);
+    auto seq = m->new_sequence();
+    auto pre = m->forward(**seq, std::span(toks).first(12), true);
+    ASSERT_TRUE(pre.ok());
+    EXPECT_LT(max_abs_diff(*pre, *ref_prefill), 1e-5) << threads << " threads, prefill";
+    for (std::size_t t = 12; t < toks.size(); ++t) {
+      auto l = m->forward(**seq, std::span(toks).subspan(t, 1));
+      ASSERT_TRUE(l.ok());
+      EXPECT_LT(max_abs_diff(*l, ref_decode[t - 12]), 1e-5) << threads << " threads, decode " << t;
+    }
+  }
+}
+
+TEST(Model, ConcurrentSequencesOnOneModelMatchSequentialRuns) {
+  engine::LoadOptions lo;
+  lo.max_sequences = 4;
+  lo.threads = 2;
+  auto m = load(make_model("f32"), lo);
+  auto run_seq = [&](int salt) {
+    std::vector<engine::TokenId> toks;
+    for (int i = 0; i < 24; ++i) toks.push_back(static_cast<engine::TokenId>(300 + salt * 13 + 7 * i));
+    auto seq = m->new_sequence();
+    std::vector<float> last;
+    for (auto t : toks) last = *m->forward(**seq, std::span(&t, 1));
+    return last;
+  };
+  std::vector<std::vector<float>> seq_results;
+  for (int s = 0; s < 4; ++s) seq_results.push_back(run_seq(s));
+  std::vector<std::vector<float>> par_results(4);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < 4; ++s) threads.emplace_back([&, s] { par_results[static_cast<std::size_t>(s)] = run_seq(s); });
+  for (auto& t : threads) t.join();
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(par_results[static_cast<std::size_t>(s)], seq_results[static_cast<std::size_t>(s)]);
+  EXPECT_EQ(m->kv_stats().used_blocks, 0);
 }

@@ -1,0 +1,203 @@
+// Engine throughput: prefill and decode tokens/s per (model, compute dtype, threads), model load time and RSS,
+// reported against a baseline measured in the same process: the memory-bandwidth bound, i.e. how fast this
+// machine can stream the bytes one decode step must read (all weights once).
+//
+//   bench_engine [--models DIR] [--quick] [google-benchmark flags]
+// Models are generated into DIR (default /tmp/tandem-bench-models) on first use.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/generation.h"
+#include "engine/model.h"
+#include "modelgen/modelgen.h"
+
+namespace {
+
+using namespace tandem;
+
+std::string g_models = "/tmp/tandem-bench-models";
+bool g_quick = false;
+
+long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+std::string model_dir(const std::string& preset, weights::DType dt) {
+  const std::string dir = g_models + "/" + preset + "-" + std::string(weights::dtype_name(dt));
+  if (!std::filesystem::exists(dir + "/model.safetensors")) {
+    modelgen::Options o;
+    o.shape = *modelgen::preset(preset);
+    o.dtype = dt;
+    o.tokenizer_model = std::string(TANDEM_SOURCE_DIR) + "/data/tokenizer/llama2/tokenizer.model";
+    if (auto s = modelgen::write_model(dir, o); !s) {
+      std::fprintf(stderr, "bench_engine: %s\n", s.error().message.c_str());
+      std::exit(1);
+    }
+  }
+  return dir;
+}
+
+std::shared_ptr<engine::Model> load(const std::string& dir, engine::ComputeDType dt, int threads) {
+  engine::LoadOptions lo;
+  lo.dtype = dt;
+  lo.threads = threads;
+  lo.max_context = 512;
+  auto m = engine::Model::load(dir, lo);
+  if (!m) {
+    std::fprintf(stderr, "bench_engine: %s\n", m.error().message.c_str());
+    std::exit(1);
+  }
+  return *m;
+}
+
+std::vector<engine::TokenId> prompt_of(const engine::Model& m, std::size_t n) {
+  auto ids = m.encode_text(
+      "The quick brown fox jumps over the lazy dog while the farmer counts his sheep in the morning light. ");
+  std::vector<engine::TokenId> out;
+  while (out.size() < n) out.insert(out.end(), ids.begin() + 1, ids.end());
+  out.resize(n);
+  out[0] = 1;
+  return out;
+}
+
+// Baseline: stream-read every weight byte once (what a decode step must read at least), 8 lanes of u64 adds.
+void BM_WeightStream(benchmark::State& state, std::string dir) {
+  auto m = load(dir, engine::ComputeDType::f32, 1);
+  std::uint64_t bytes = 0;
+  for (auto _ : state) {
+    std::uint64_t acc[8] = {};
+    bytes = 0;
+    for (const auto& t : m->files().tensors()) {
+      const auto* p = reinterpret_cast<const std::uint64_t*>(t.data.data());
+      const std::size_t n = t.data.size() / 8;
+      std::size_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += p[i + static_cast<std::size_t>(k)];
+      bytes += t.data.size();
+    }
+    benchmark::DoNotOptimize(acc);
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()) / 1e9,
+                                              benchmark::Counter::kIsRate);
+  state.counters["weight_MiB"] = static_cast<double>(bytes) / 1048576.0;
+}
+
+void BM_Load(benchmark::State& state, std::string dir, engine::ComputeDType dt) {
+  double rss = 0;
+  for (auto _ : state) {
+    auto m = load(dir, dt, 1);
+    rss = static_cast<double>(rss_kib()) / 1024.0;
+    benchmark::DoNotOptimize(m);
+  }
+  state.counters["rss_MiB"] = rss;
+}
+
+void BM_Prefill(benchmark::State& state, std::string dir, engine::ComputeDType dt, int threads) {
+  auto m = load(dir, dt, threads);
+  const auto prompt = prompt_of(*m, 128);
+  for (auto _ : state) {
+    auto seq = m->new_sequence();
+    auto l = m->forward(**seq, prompt);
+    if (!l) state.SkipWithError(l.error().message.c_str());
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(128.0 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_Decode(benchmark::State& state, std::string dir, engine::ComputeDType dt, int threads) {
+  auto m = load(dir, dt, threads);
+  engine::GenerateRequest req;
+  req.prompt = prompt_of(*m, 32);
+  req.max_new_tokens = 400;
+  req.stop_at_eos = false;
+  auto g = engine::Generation::create(m, req);
+  if (!g || !(*g)->prefill().ok()) {
+    state.SkipWithError("prefill failed");
+    return;
+  }
+  for (auto _ : state) {
+    auto ev = (*g)->step();
+    if (!ev) state.SkipWithError(ev.error().message.c_str());
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["rss_MiB"] = static_cast<double>(rss_kib()) / 1024.0;
+}
+
+// Collects results so the summary can print ratios against the bandwidth baseline.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  RatioReporter() : ConsoleReporter(OO_Tabular) {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const auto& r : runs) {
+      if (r.run_type != Run::RT_Iteration) continue;
+      for (const auto& [k, c] : r.counters) values_[r.run_name.function_name][k] = c.value;
+    }
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::printf("\nDecode against the memory-bandwidth bound (same process):\n");
+    std::printf("%-44s %10s %12s %8s\n", "benchmark", "tok/s", "bound tok/s", "ratio");
+    for (const auto& [name, c] : values_) {
+      if (name.rfind("Decode/", 0) != 0) continue;
+      const std::string model = name.substr(7, name.find('/', 7) - 7);
+      const auto base = values_.find("WeightStream/" + model);
+      if (base == values_.end()) continue;
+      const double gbs = base->second.at("GB/s"), mib = base->second.at("weight_MiB");
+      // bf16 compute reads half the bytes of the f32 file when the file is f32 and was converted
+      const double bytes_per_tok = mib * 1048576.0 * (name.find("/bf16/") != std::string::npos ? 0.5 : 1.0);
+      const double bound = gbs * 1e9 / bytes_per_tok;
+      std::printf("%-44s %10.1f %12.1f %7.0f%%\n", name.c_str(), c.at("tok/s"), bound, 100.0 * c.at("tok/s") / bound);
+    }
+  }
+
+ private:
+  std::map<std::string, std::map<std::string, double>> values_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--models") == 0 && i + 1 < argc) g_models = argv[++i];
+    else if (std::strcmp(argv[i], "--quick") == 0) g_quick = true;
+    else rest.push_back(argv[i]);
+  }
+  int rargc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rargc, rest.data());
+
+  const std::vector<std::string> presets = g_quick ? std::vector<std::string>{"tiny"}
+                                                   : std::vector<std::string>{"tiny", "134m"};
+  for (const auto& p : presets) {
+    const std::string f32 = model_dir(p, weights::DType::f32);
+    benchmark::RegisterBenchmark(("WeightStream/" + p).c_str(), BM_WeightStream, f32)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+    benchmark::RegisterBenchmark(("Load/" + p + "/f32").c_str(), BM_Load, f32, engine::ComputeDType::f32)->Unit(benchmark::kMillisecond)->Iterations(3);
+    benchmark::RegisterBenchmark(("Load/" + p + "/bf16-from-f32").c_str(), BM_Load, f32, engine::ComputeDType::bf16)->Unit(benchmark::kMillisecond)->Iterations(3);
+    for (auto dt : {engine::ComputeDType::f32, engine::ComputeDType::bf16}) {
+      const std::string dn(engine::compute_dtype_name(dt));
+      // bf16 compute runs on a bf16 file (zero-copy), f32 on the f32 file.
+      const std::string dir = dt == engine::ComputeDType::f32 ? f32 : model_dir(p, weights::DType::bf16);
+      for (int t : {1, 2}) {
+        const std::string tag = p + "/" + dn + "/threads:" + std::to_string(t);
+        benchmark::RegisterBenchmark(("Prefill128/" + tag).c_str(), BM_Prefill, dir, dt, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 2 : 4)->UseRealTime();
+        benchmark::RegisterBenchmark(("Decode/" + tag).c_str(), BM_Decode, dir, dt, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
+      }
+    }
+  }
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test command: installs what the build needs (Debian 12, as root), builds, runs every test suite, and ends
+# with one line "N passed, N failed" taken from meson's summary. Exit status is meson's.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${TANDEM_BUILD:-build}
+
+if [ "$(id -u)" = 0 ]; then
+  bash scripts/setup.sh || exit 1
+else
+  echo "test.sh: not root, skipping package installation (scripts/setup.sh)" >&2
+fi
+bash scripts/build.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+log=$(mktemp)
+meson test -C "$BUILD" --print-errorlogs --num-processes "${TANDEM_TEST_JOBS:-2}" "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+ok=$(sed -n 's/^Ok:[[:space:]]*\([0-9]*\).*/\1/p' "$log" | tail -1)
+fail=$(sed -n 's/^Fail:[[:space:]]*\([0-9]*\).*/\1/p' "$log" | tail -1)
+timeout=$(sed -n 's/^Timeout:[[:space:]]*\([0-9]*\).*/\1/p' "$log" | tail -1)
+unexp=$(sed -n 's/^Unexpected Pass:[[:space:]]*\([0-9]*\).*/\1/p' "$log" | tail -1)
+skipped=$(sed -n 's/^Skipped:[[:space:]]*\([0-9]*\).*/\1/p' "$log" | tail -1)
+rm -f "$log"
+failed=$(( ${fail:-0} + ${timeout:-0} + ${unexp:-0} ))
+if [ -z "$ok" ]; then
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+echo "${ok} passed, ${failed} failed, ${skipped:-0} skipped"
+exit "$rc"

@@ -1,0 +1,74 @@
+#include "engine/worker_pool.h"
+
+namespace tandem::engine {
+
+namespace {
+constexpr int kSpin = 4000;  // ~ a few microseconds of polling before sleeping
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+WorkerPool::WorkerPool(int threads, std::function<void()> init) {
+  for (int i = 1; i < threads; ++i)
+    workers_.emplace_back([this, i, init] {
+      if (init) init();
+      loop(i);
+    });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    ++generation_;
+    published_.store(generation_, std::memory_order_release);
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void WorkerPool::run(const std::function<void(int)>& fn) {
+  if (workers_.empty()) {
+    fn(0);
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    job_ = &fn;
+    remaining_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    ++generation_;
+    published_.store(generation_, std::memory_order_release);
+  }
+  wake_.notify_all();
+  fn(0);
+  for (int i = 0; i < kSpin && remaining_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
+  if (remaining_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return remaining_.load(std::memory_order_acquire) == 0; });
+  }
+}
+
+void WorkerPool::loop(int index) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    for (int i = 0; i < kSpin && published_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+    const std::function<void(int)>* job = nullptr;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      if (stop_) return;
+      job = job_;
+    }
+    (*job)(index);
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mu_);
+      done_cv_.notify_one();
+    }
+  }
+}
+
+}  // namespace tandem::engine
