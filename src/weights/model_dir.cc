@@ -1,0 +1,621 @@
+#include "weights/model_dir.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <utility>
+
+#include "core/sha256.h"
+#include "weights/json_util.h"
+
+namespace tandem::weights {
+
+using detail::Json;
+
+namespace {
+
+constexpr std::uint64_t kMaxJsonFileBytes = 64ull * 1024 * 1024;  // config / index / tokenizer_config / generation
+
+// Upper bounds for config.json (documented in docs/model-format.md). Generous for today's Llama-family models,
+// small enough that products of them cannot overflow 64 bits.
+constexpr std::int64_t kMaxHidden = 65536;
+constexpr std::int64_t kMaxIntermediate = 4 * 65536;
+constexpr std::int64_t kMaxLayers = 1024;
+constexpr std::int64_t kMaxHeads = 1024;
+constexpr std::int64_t kMaxHeadDim = 1024;
+constexpr std::int64_t kMaxVocab = 1 << 24;
+constexpr std::int64_t kMaxPositions = 1 << 24;
+constexpr std::int64_t kMaxTokenId = (std::int64_t{1} << 31) - 1;
+constexpr double kMaxRopeTheta = 1e12;
+constexpr double kMaxRopeFactor = 1024.0;
+
+std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string num_str(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string show(const Json& v) {
+  if (v.is_number() || v.is_boolean() || v.is_null()) return v.dump();
+  if (v.is_string() && v.get_ref<const std::string&>().size() <= 64) return v.dump();
+  return std::string(detail::json_kind(v));
+}
+
+// Typed access to the keys of one JSON object, with messages "<origin>: <key> ...".
+class Fields {
+ public:
+  Fields(const Json& obj, std::string origin, std::string prefix = "")
+      : obj_(obj), origin_(std::move(origin)), prefix_(std::move(prefix)) {}
+
+  const std::string& origin() const { return origin_; }
+  std::string key_name(const char* key) const { return prefix_ + key; }
+
+  // Present and not null.
+  const Json* get(const char* key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  Failure error(Errc code, const char* key, const std::string& what) const {
+    return fail(code, origin_ + ": " + key_name(key) + " " + what);
+  }
+
+  Result<std::int64_t> integer(const char* key, std::int64_t lo, std::int64_t hi) const {
+    const Json* v = get(key);
+    if (v == nullptr) return error(Errc::format_error, key, "is missing");
+    return integer_value(key, *v, lo, hi);
+  }
+  Result<std::optional<std::int64_t>> opt_integer(const char* key, std::int64_t lo, std::int64_t hi) const {
+    const Json* v = get(key);
+    if (v == nullptr) return std::optional<std::int64_t>{};
+    auto r = integer_value(key, *v, lo, hi);
+    if (!r) return fail(std::move(r).error());
+    return std::optional<std::int64_t>{*r};
+  }
+  Result<std::int64_t> integer_value(const char* key, const Json& v, std::int64_t lo, std::int64_t hi) const {
+    const auto i = detail::json_int(v);
+    if (!i || *i < lo || *i > hi) {
+      return error(Errc::format_error, key,
+                   "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + show(v));
+    }
+    return *i;
+  }
+
+  // A finite number with lo (<|<=) x <= hi.
+  Result<std::optional<double>> opt_number(const char* key, double lo, bool lo_inclusive, double hi) const {
+    const Json* v = get(key);
+    if (v == nullptr) return std::optional<double>{};
+    const double x = v->is_number() ? v->get<double>() : NAN;
+    if (!v->is_number() || !std::isfinite(x) || (lo_inclusive ? x < lo : x <= lo) || x > hi) {
+      return error(Errc::format_error, key,
+                   std::string("must be a number in ") + (lo_inclusive ? "[" : "(") + num_str(lo) + ", " + num_str(hi) +
+                       "], got " + show(*v));
+    }
+    return std::optional<double>{x};
+  }
+  Result<double> number(const char* key, double lo, bool lo_inclusive, double hi) const {
+    auto r = opt_number(key, lo, lo_inclusive, hi);
+    if (!r) return fail(std::move(r).error());
+    if (!r->has_value()) return error(Errc::format_error, key, "is missing");
+    return **r;
+  }
+
+  Result<std::optional<bool>> opt_bool(const char* key) const {
+    const Json* v = get(key);
+    if (v == nullptr) return std::optional<bool>{};
+    if (!v->is_boolean()) return error(Errc::format_error, key, "must be a boolean, got " + show(*v));
+    return std::optional<bool>{v->get<bool>()};
+  }
+
+  Result<std::optional<std::string>> opt_string(const char* key) const {
+    const Json* v = get(key);
+    if (v == nullptr) return std::optional<std::string>{};
+    if (!v->is_string()) return error(Errc::format_error, key, "must be a string, got " + show(*v));
+    return std::optional<std::string>{v->get<std::string>()};
+  }
+
+  // An int, an array of ints, or null/absent (empty).
+  Result<std::vector<int>> token_ids(const char* key, std::int64_t max_id) const {
+    std::vector<int> out;
+    const Json* v = get(key);
+    if (v == nullptr) return out;
+    auto one = [&](const Json& x) -> Status {
+      const auto i = detail::json_int(x);
+      if (!i || *i < 0 || *i > max_id) {
+        return error(Errc::format_error, key,
+                     "must be token ids in [0, " + std::to_string(max_id) + "], got " + show(x));
+      }
+      out.push_back(static_cast<int>(*i));
+      return {};
+    };
+    if (v->is_array()) {
+      for (const auto& x : *v) TANDEM_TRY(one(x));
+    } else {
+      TANDEM_TRY(one(*v));
+    }
+    return out;
+  }
+
+ private:
+  const Json& obj_;
+  std::string origin_;
+  std::string prefix_;
+};
+
+#define ASSIGN_OR_RETURN(lhs, expr)                        \
+  do {                                                     \
+    auto _r = (expr);                                      \
+    if (!_r) return ::tandem::fail(std::move(_r).error()); \
+    lhs = std::move(*_r);                                  \
+  } while (0)
+
+Result<Json> parse_object(std::string_view text, const std::string& origin) {
+  auto j = detail::parse_json(text, origin);
+  if (!j) return fail(std::move(j).error());
+  if (!j->is_object()) {
+    return fail(Errc::format_error, origin + ": must be a JSON object, got " + std::string(detail::json_kind(*j)));
+  }
+  return std::move(*j);
+}
+
+Status parse_rope_scaling(const Json& v, const std::string& origin, ModelConfig& c) {
+  if (!v.is_object()) {
+    return fail(Errc::format_error, origin + ": rope_scaling must be null or an object, got " + show(v));
+  }
+  const Fields f(v, origin, "rope_scaling.");
+  std::optional<std::string> type;
+  ASSIGN_OR_RETURN(type, f.opt_string("rope_type"));
+  if (!type) ASSIGN_OR_RETURN(type, f.opt_string("type"));
+  if (!type) return fail(Errc::format_error, origin + ": rope_scaling has neither \"rope_type\" nor \"type\"");
+  if (*type == "default") {
+    c.rope_scaling = RopeScaling::none;
+  } else if (*type == "linear") {
+    c.rope_scaling = RopeScaling::linear;
+    ASSIGN_OR_RETURN(c.rope_factor, f.number("factor", 0.0, false, kMaxRopeFactor));
+  } else if (*type == "llama3") {
+    c.rope_scaling = RopeScaling::llama3;
+    ASSIGN_OR_RETURN(c.rope_factor, f.number("factor", 0.0, false, kMaxRopeFactor));
+    ASSIGN_OR_RETURN(c.rope_low_freq_factor, f.number("low_freq_factor", 0.0, false, kMaxRopeFactor));
+    ASSIGN_OR_RETURN(c.rope_high_freq_factor, f.number("high_freq_factor", 0.0, false, kMaxRopeFactor));
+    if (!(c.rope_high_freq_factor > c.rope_low_freq_factor)) {
+      return fail(Errc::format_error, origin + ": rope_scaling.high_freq_factor (" + num_str(c.rope_high_freq_factor) +
+                                          ") must be greater than low_freq_factor (" + num_str(c.rope_low_freq_factor) +
+                                          ")");
+    }
+    std::int64_t omp = 0;
+    ASSIGN_OR_RETURN(omp, f.integer("original_max_position_embeddings", 1, kMaxPositions));
+    c.rope_original_max_positions = static_cast<int>(omp);
+  } else {
+    return fail(Errc::unsupported, origin + ": rope_scaling type \"" + (type->size() <= 64 ? *type : "(long)") +
+                                       "\" is not supported (supported: llama3, linear)");
+  }
+  return {};
+}
+
+std::string guess_template(const std::string& t) {
+  if (t.find("[INST]") != std::string::npos) return "llama2";
+  if (t.find("<|im_start|>") != std::string::npos) return "chatml";
+  if (t.find("<|user|>") != std::string::npos) return "zephyr";
+  return "";
+}
+
+// Plain file name inside the model directory: no separators, no "..", no control characters.
+bool plain_file_name(const std::string& s) {
+  if (s.empty() || s == "." || s.size() > 255) return false;
+  if (s.find('/') != std::string::npos || s.find("..") != std::string::npos) return false;
+  return std::none_of(s.begin(), s.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20; });
+}
+
+void put_u64(Sha256& h, std::uint64_t v) {
+  std::byte b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<std::byte>(v >> (8 * i));
+  h.update(std::span<const std::byte>(b, 8));
+}
+
+void put_str(Sha256& h, std::string_view s) {
+  put_u64(h, s.size());
+  h.update(s);
+}
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+// --- config.json --------------------------------------------------------------------------------------------------
+
+Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::string& origin) {
+  Json j;
+  ASSIGN_OR_RETURN(j, parse_object(json_text, origin));
+  const Fields f(j, origin);
+  ModelConfig c;
+
+  // Architecture: "architectures" (list, any supported entry) or, when absent, "model_type".
+  static const std::pair<const char*, const char*> kArch[] = {{"LlamaForCausalLM", "llama"},
+                                                              {"MistralForCausalLM", "mistral"}};
+  if (const Json* a = f.get("architectures")) {
+    if (!a->is_array() || a->empty()) {
+      return f.error(Errc::format_error, "architectures", "must be a non-empty array of strings, got " + show(*a));
+    }
+    for (const auto& x : *a) {
+      if (!x.is_string()) {
+        return f.error(Errc::format_error, "architectures", "must contain strings, got " + show(x));
+      }
+      for (const auto& [arch, type] : kArch) {
+        if (c.architecture.empty() && x.get_ref<const std::string&>() == arch) c.architecture = arch;
+      }
+    }
+    if (c.architecture.empty()) {
+      return f.error(Errc::unsupported, "architectures",
+                     show((*a)[0]) + " is not supported (supported: LlamaForCausalLM, MistralForCausalLM)");
+    }
+  } else {
+    std::optional<std::string> mt;
+    ASSIGN_OR_RETURN(mt, f.opt_string("model_type"));
+    if (!mt) return f.error(Errc::format_error, "architectures", "is missing (and there is no model_type)");
+    for (const auto& [arch, type] : kArch) {
+      if (*mt == type) c.architecture = arch;
+    }
+    if (c.architecture.empty()) {
+      return f.error(Errc::unsupported, "model_type",
+                     "\"" + (mt->size() <= 64 ? *mt : "(long)") + "\" is not supported (supported: llama, mistral)");
+    }
+  }
+
+  std::int64_t v = 0;
+  ASSIGN_OR_RETURN(v, f.integer("hidden_size", 1, kMaxHidden));
+  c.hidden_size = static_cast<int>(v);
+  ASSIGN_OR_RETURN(v, f.integer("intermediate_size", 1, kMaxIntermediate));
+  c.intermediate_size = static_cast<int>(v);
+  ASSIGN_OR_RETURN(v, f.integer("num_hidden_layers", 1, kMaxLayers));
+  c.num_layers = static_cast<int>(v);
+  ASSIGN_OR_RETURN(v, f.integer("num_attention_heads", 1, kMaxHeads));
+  c.num_heads = static_cast<int>(v);
+  std::optional<std::int64_t> ov;
+  ASSIGN_OR_RETURN(ov, f.opt_integer("num_key_value_heads", 1, kMaxHeads));
+  c.num_kv_heads = ov ? static_cast<int>(*ov) : c.num_heads;
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return fail(Errc::format_error, origin + ": num_key_value_heads must divide num_attention_heads (" +
+                                        std::to_string(c.num_heads) + "), got " + std::to_string(c.num_kv_heads));
+  }
+  ASSIGN_OR_RETURN(ov, f.opt_integer("head_dim", 1, kMaxHeadDim));
+  if (ov) {
+    c.head_dim = static_cast<int>(*ov);
+  } else {
+    if (c.hidden_size % c.num_heads != 0) {
+      return fail(Errc::format_error, origin + ": hidden_size (" + std::to_string(c.hidden_size) +
+                                          ") is not a multiple of num_attention_heads (" + std::to_string(c.num_heads) +
+                                          ") and head_dim is not given");
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+    if (c.head_dim > kMaxHeadDim) {
+      return fail(Errc::format_error, origin + ": head_dim (hidden_size / num_attention_heads = " +
+                                          std::to_string(c.head_dim) + ") exceeds " + std::to_string(kMaxHeadDim));
+    }
+  }
+  if (c.head_dim % 2 != 0) {
+    return fail(Errc::format_error,
+                origin + ": head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
+  }
+  ASSIGN_OR_RETURN(c.rms_norm_eps, f.number("rms_norm_eps", 0.0, false, 1.0));
+  std::optional<double> od;
+  ASSIGN_OR_RETURN(od, f.opt_number("rope_theta", 0.0, false, kMaxRopeTheta));
+  c.rope_theta = od.value_or(10000.0);
+  if (const Json* rs = f.get("rope_scaling")) TANDEM_TRY(parse_rope_scaling(*rs, origin, c));
+  ASSIGN_OR_RETURN(v, f.integer("vocab_size", 1, kMaxVocab));
+  c.vocab_size = static_cast<int>(v);
+  ASSIGN_OR_RETURN(v, f.integer("max_position_embeddings", 1, kMaxPositions));
+  c.max_position_embeddings = static_cast<int>(v);
+  std::optional<bool> ob;
+  ASSIGN_OR_RETURN(ob, f.opt_bool("tie_word_embeddings"));
+  c.tie_word_embeddings = ob.value_or(false);
+  std::optional<std::string> os;
+  ASSIGN_OR_RETURN(os, f.opt_string("torch_dtype"));
+  c.torch_dtype = os.value_or("");
+  if (c.torch_dtype.size() > 64) return f.error(Errc::format_error, "torch_dtype", "is too long");
+  ASSIGN_OR_RETURN(ov, f.opt_integer("sliding_window", 1, kMaxPositions));
+  if (ov) c.sliding_window = static_cast<int>(*ov);
+  ASSIGN_OR_RETURN(c.bos_token_ids, f.token_ids("bos_token_id", c.vocab_size - 1));
+  ASSIGN_OR_RETURN(c.eos_token_ids, f.token_ids("eos_token_id", c.vocab_size - 1));
+  ASSIGN_OR_RETURN(os, f.opt_string("hidden_act"));
+  if (os && *os != "silu") {
+    return f.error(Errc::unsupported, "hidden_act",
+                   "\"" + (os->size() <= 64 ? *os : "(long)") + "\" is not supported (only \"silu\")");
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    ASSIGN_OR_RETURN(ob, f.opt_bool(key));
+    if (ob.value_or(false)) return f.error(Errc::unsupported, key, "true is not supported (no bias terms)");
+  }
+  return c;
+}
+
+// --- generation_config.json ---------------------------------------------------------------------------------------
+
+Result<GenerationDefaults> GenerationDefaults::parse(std::string_view json_text, const std::string& origin) {
+  Json j;
+  ASSIGN_OR_RETURN(j, parse_object(json_text, origin));
+  const Fields f(j, origin);
+  GenerationDefaults g;
+  ASSIGN_OR_RETURN(g.temperature, f.opt_number("temperature", 0.0, true, 1e6));
+  ASSIGN_OR_RETURN(g.top_p, f.opt_number("top_p", 0.0, false, 1.0));
+  std::optional<std::int64_t> ov;
+  ASSIGN_OR_RETURN(ov, f.opt_integer("top_k", 0, kMaxVocab));
+  if (ov) g.top_k = static_cast<int>(*ov);
+  ASSIGN_OR_RETURN(g.repetition_penalty, f.opt_number("repetition_penalty", 0.0, false, 1e6));
+  ASSIGN_OR_RETURN(g.do_sample, f.opt_bool("do_sample"));
+  ASSIGN_OR_RETURN(ov, f.opt_integer("max_new_tokens", 1, kMaxPositions));
+  if (ov) g.max_new_tokens = static_cast<int>(*ov);
+  ASSIGN_OR_RETURN(g.bos_token_ids, f.token_ids("bos_token_id", kMaxTokenId));
+  ASSIGN_OR_RETURN(g.eos_token_ids, f.token_ids("eos_token_id", kMaxTokenId));
+  return g;
+}
+
+// --- tokenizer_config.json ----------------------------------------------------------------------------------------
+
+Result<TokenizerSettings> TokenizerSettings::parse(std::string_view json_text, const std::string& origin) {
+  Json j;
+  ASSIGN_OR_RETURN(j, parse_object(json_text, origin));
+  const Fields f(j, origin);
+  TokenizerSettings t;
+  ASSIGN_OR_RETURN(t.add_bos_token, f.opt_bool("add_bos_token"));
+  ASSIGN_OR_RETURN(t.add_eos_token, f.opt_bool("add_eos_token"));
+  if (const Json* ct = f.get("chat_template")) {
+    if (ct->is_string()) {
+      t.chat_template = ct->get<std::string>();
+    } else if (ct->is_array()) {
+      // [{"name": ..., "template": ...}, ...]: the entry named "default", else the first.
+      const Json* chosen = nullptr;
+      for (const auto& e : *ct) {
+        if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("template") ||
+            !e["template"].is_string()) {
+          return f.error(Errc::format_error, "chat_template",
+                         "array entries must be objects with string \"name\" and \"template\", got " + show(e));
+        }
+        if (chosen == nullptr || (e["name"] == "default" && (*chosen)["name"] != "default")) chosen = &e;
+      }
+      if (chosen != nullptr) t.chat_template = (*chosen)["template"].get<std::string>();
+    } else {
+      return f.error(Errc::format_error, "chat_template",
+                     "must be a string or an array of {name, template}, got " + show(*ct));
+    }
+  }
+  t.template_guess = guess_template(t.chat_template);
+  return t;
+}
+
+// --- ModelDir -----------------------------------------------------------------------------------------------------
+
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> ModelDir::required_tensors(const ModelConfig& c) {
+  const std::int64_t hidden = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
+  const std::int64_t q = std::int64_t{c.num_heads} * c.head_dim, kv = std::int64_t{c.num_kv_heads} * c.head_dim;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  out.reserve(3 + 9 * static_cast<std::size_t>(std::max(c.num_layers, 0)));
+  out.push_back({"model.embed_tokens.weight", {vocab, hidden}});
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    out.push_back({p + "input_layernorm.weight", {hidden}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, hidden}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, hidden}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, hidden}});
+    out.push_back({p + "self_attn.o_proj.weight", {hidden, q}});
+    out.push_back({p + "post_attention_layernorm.weight", {hidden}});
+    out.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
+    out.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+    out.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+  }
+  out.push_back({"model.norm.weight", {hidden}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {vocab, hidden}});
+  return out;
+}
+
+Result<ModelDir> ModelDir::open(const std::string& dir_in) {
+  ModelDir m;
+  m.dir_ = dir_in;
+  while (m.dir_.size() > 1 && m.dir_.back() == '/') m.dir_.pop_back();
+  const std::string& dir = m.dir_;
+
+  // config.json (required), then the optional JSON side files.
+  const std::string config_path = dir + "/config.json";
+  ASSIGN_OR_RETURN(m.config_text_, detail::read_small_file(config_path, kMaxJsonFileBytes));
+  ASSIGN_OR_RETURN(m.config_, ModelConfig::parse(m.config_text_, config_path));
+  const ModelConfig& c = m.config_;
+  {
+    const std::string p = dir + "/generation_config.json";
+    auto text = detail::read_small_file(p, kMaxJsonFileBytes);
+    if (text) {
+      ASSIGN_OR_RETURN(m.generation_, GenerationDefaults::parse(*text, p));
+    } else if (text.error().code != Errc::not_found) {
+      return fail(std::move(text).error());
+    }
+  }
+  {
+    const std::string p = dir + "/tokenizer_config.json";
+    auto text = detail::read_small_file(p, kMaxJsonFileBytes);
+    if (text) {
+      ASSIGN_OR_RETURN(m.tokenizer_settings_, TokenizerSettings::parse(*text, p));
+    } else if (text.error().code != Errc::not_found) {
+      return fail(std::move(text).error());
+    }
+  }
+  if (!detail::is_regular_file(m.tokenizer_path())) {
+    return fail(Errc::not_found, m.tokenizer_path() + ": file not found (the SentencePiece model is required)");
+  }
+
+  // Weights: a single model.safetensors (preferred when present, as in transformers) or an index with shards.
+  const std::string single = dir + "/model.safetensors";
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  // For sharded models: tensor name -> shard file name from weight_map.
+  std::map<std::string, std::string> weight_map;
+  if (detail::is_regular_file(single)) {
+    auto f = SafetensorsFile::open(single);
+    if (!f) return fail(std::move(f).error());
+    m.shards_.push_back(std::move(*f));
+  } else {
+    auto text = detail::read_small_file(index_path, kMaxJsonFileBytes);
+    if (!text) {
+      if (text.error().code == Errc::not_found) {
+        return fail(Errc::not_found, dir + ": neither model.safetensors nor model.safetensors.index.json found");
+      }
+      return fail(std::move(text).error());
+    }
+    Json j;
+    ASSIGN_OR_RETURN(j, parse_object(*text, index_path));
+    const auto wm = j.find("weight_map");
+    if (wm == j.end() || !wm->is_object()) {
+      return fail(Errc::format_error, index_path + ": weight_map must be an object of tensor name -> shard file");
+    }
+    if (wm->empty()) return fail(Errc::format_error, index_path + ": weight_map is empty");
+    std::set<std::string> shard_names;  // sorted: the shard order used everywhere (ids, header_digest)
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+      if (!it->is_string()) {
+        return fail(Errc::format_error, index_path + ": weight_map entry for tensor " + detail::printable(it.key()) +
+                                            " must be a string, got " + show(*it));
+      }
+      const std::string& shard = it->get_ref<const std::string&>();
+      if (!plain_file_name(shard)) {
+        return fail(Errc::format_error, index_path + ": tensor " + detail::printable(it.key()) + " names shard " +
+                                            detail::printable(shard) +
+                                            ", which is not a plain file name inside the model directory");
+      }
+      weight_map.emplace(it.key(), shard);
+      shard_names.insert(shard);
+    }
+    for (const auto& name : shard_names) {
+      const std::string p = dir + "/" + name;
+      auto f = SafetensorsFile::open(p);
+      if (!f) {
+        if (f.error().code == Errc::not_found) {
+          return fail(Errc::not_found, index_path + ": shard " + name + " listed in weight_map does not exist");
+        }
+        return fail(std::move(f).error());
+      }
+      m.shards_.push_back(std::move(*f));
+    }
+  }
+
+  // Tensor views over all shards; a name in two shards is ambiguous.
+  std::map<std::string, int> where;
+  for (int s = 0; s < static_cast<int>(m.shards_.size()); ++s) {
+    const auto& sf = m.shards_[static_cast<std::size_t>(s)];
+    for (const auto& t : sf.tensors()) {
+      auto [it, inserted] = where.emplace(t.name, s);
+      if (!inserted) {
+        return fail(Errc::format_error, "tensor " + detail::printable(t.name) + " appears in two shards: " +
+                                            m.shards_[static_cast<std::size_t>(it->second)].path() + " and " +
+                                            sf.path());
+      }
+      m.tensors_.push_back(TensorView{t.name, t.dtype, t.shape, sf.bytes(t), s});
+    }
+  }
+  std::sort(m.tensors_.begin(), m.tensors_.end(),
+            [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
+
+  // With an index, every listed tensor must be in the shard the index names.
+  for (const auto& [name, shard] : weight_map) {
+    auto it = where.find(name);
+    const std::string& actual =
+        it == where.end() ? std::string() : base_name(m.shards_[static_cast<std::size_t>(it->second)].path());
+    if (actual != shard) {
+      return fail(Errc::format_error, index_path + ": weight_map puts tensor " + detail::printable(name) + " in " +
+                                          shard + ", but " + dir + "/" + shard + " has no tensor " +
+                                          detail::printable(name) +
+                                          (actual.empty() ? "" : " (it is in " + actual + ")"));
+    }
+  }
+
+  // Required tensors: present, implied shape, one float dtype.
+  const TensorView* first = nullptr;
+  for (const auto& [name, shape] : required_tensors(c)) {
+    const TensorView* t = m.tensor(name);
+    if (t == nullptr) {
+      std::string files;
+      for (const auto& s : m.shards_) files += (files.empty() ? "" : ", ") + s.path();
+      return fail(Errc::format_error, files + ": required tensor '" + name + "' " + shape_str(shape) + " is missing");
+    }
+    const std::string& file = m.shards_[static_cast<std::size_t>(t->shard)].path();
+    if (t->shape != shape) {
+      return fail(Errc::format_error, file + ": tensor '" + name + "' has shape " + shape_str(t->shape) +
+                                          ", expected " + shape_str(shape) + " from config.json");
+    }
+    if (t->dtype != DType::f32 && t->dtype != DType::f16 && t->dtype != DType::bf16) {
+      return fail(Errc::unsupported, file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
+                                         "; weights must be F32, F16 or BF16");
+    }
+    if (first == nullptr) {
+      first = t;
+    } else if (t->dtype != first->dtype) {
+      return fail(Errc::format_error, file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
+                                          " but '" + first->name + "' has " + std::string(dtype_name(first->dtype)) +
+                                          "; all weights must share one dtype");
+    }
+  }
+  m.dtype_ = first->dtype;  // required_tensors() is never empty
+  return m;
+}
+
+const TensorView* ModelDir::tensor(const std::string& name) const {
+  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                             [](const TensorView& t, const std::string& n) { return t.name < n; });
+  return it != tensors_.end() && it->name == name ? &*it : nullptr;
+}
+
+std::uint64_t ModelDir::weight_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& [name, shape] : required_tensors(config_)) {
+    if (const TensorView* t = tensor(name)) n += t->data.size();
+  }
+  return n;
+}
+
+std::uint64_t ModelDir::parameter_count() const {
+  std::uint64_t n = 0;
+  for (const auto& [name, shape] : required_tensors(config_)) {
+    std::uint64_t p = 1;
+    for (auto d : shape) p *= static_cast<std::uint64_t>(d);
+    n += p;
+  }
+  return n;
+}
+
+std::string ModelDir::header_digest() const {
+  Sha256 h;
+  put_str(h, "tandem.weights.header.v1");
+  put_str(h, config_text_);
+  put_u64(h, shards_.size());
+  for (const auto& s : shards_) {
+    put_str(h, base_name(s.path()));
+    put_u64(h, s.file().size());
+    const auto hb = s.header_bytes();
+    put_u64(h, hb.size());
+    h.update(hb);
+  }
+  return Sha256::hex(h.finish());
+}
+
+std::string ModelDir::content_digest() const {
+  Sha256 h;
+  put_str(h, "tandem.weights.content.v1");
+  for (const auto& [name, shape] : required_tensors(config_)) {
+    const TensorView* t = tensor(name);
+    put_str(h, name);
+    const auto bytes = t != nullptr ? t->data : std::span<const std::byte>();
+    put_u64(h, bytes.size());
+    h.update(bytes);
+  }
+  return Sha256::hex(h.finish());
+}
+
+}  // namespace tandem::weights
