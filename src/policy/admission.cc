@@ -1,0 +1,325 @@
+#include "policy/admission.h"
+
+#include <algorithm>
+
+#include "policy/format.h"
+
+namespace tandem::policy {
+
+std::string_view reason_name(Reason r) noexcept {
+  switch (r) {
+    case Reason::fits: return "fits";
+    case Reason::waiting_for_memory: return "waiting_for_memory";
+    case Reason::waiting_for_slot: return "waiting_for_slot";
+    case Reason::waiting_for_fresh_reading: return "waiting_for_fresh_reading";
+    case Reason::queued_behind: return "queued_behind";
+    case Reason::fits_reduced: return "fits_reduced";
+    case Reason::fits_offloaded: return "fits_offloaded";
+    case Reason::routed_cpu: return "routed_cpu";
+    case Reason::routed_fallback: return "routed_fallback";
+    case Reason::invalid_request: return "invalid_request";
+    case Reason::gpu_absent: return "gpu_absent";
+    case Reason::breaker_open: return "breaker_open";
+    case Reason::reading_expired: return "reading_expired";
+    case Reason::exceeds_gpu_limits: return "exceeds_gpu_limits";
+    case Reason::critical_pressure: return "critical_pressure";
+    case Reason::does_not_fit: return "does_not_fit";
+    case Reason::queued_ahead: return "queued_ahead";
+    case Reason::no_free_slot: return "no_free_slot";
+    case Reason::exceeds_device: return "exceeds_device";
+    case Reason::gpu_queue_full: return "gpu_queue_full";
+    case Reason::wait_too_long: return "wait_too_long";
+    case Reason::reduce_not_allowed: return "reduce_not_allowed";
+    case Reason::reduce_insufficient: return "reduce_insufficient";
+    case Reason::offload_disabled: return "offload_disabled";
+    case Reason::offload_unsupported: return "offload_unsupported";
+    case Reason::offload_insufficient: return "offload_insufficient";
+    case Reason::cpu_not_allowed: return "cpu_not_allowed";
+    case Reason::cpu_unavailable: return "cpu_unavailable";
+    case Reason::cpu_incompatible: return "cpu_incompatible";
+    case Reason::exceeds_cpu_limits: return "exceeds_cpu_limits";
+    case Reason::cpu_queue_full: return "cpu_queue_full";
+    case Reason::host_memory: return "host_memory";
+    case Reason::host_guard_missing: return "host_guard_missing";
+    case Reason::no_rung: return "no_rung";
+  }
+  return "no_rung";
+}
+
+Error Decision::to_error() const {
+  return make_error(Errc::rejected, std::string(reason_name(reason)) + ": " + detail + "; retry after " +
+                                        format_duration(retry_after));
+}
+
+namespace {
+
+bool within(std::uint64_t prompt, std::uint64_t max_new, std::uint32_t max_context, std::uint32_t max_new_limit) {
+  return max_new <= max_new_limit && prompt + max_new <= max_context;
+}
+
+std::int64_t as_signed(std::uint64_t v) {
+  return v > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(v);
+}
+
+bool fits(const MemoryBreakdown& b, std::int64_t headroom) { return as_signed(b.total_bytes) <= headroom; }
+
+// Why the GPU cannot take new work at all (nullopt = it can, subject to memory).
+std::optional<Reason> gpu_blocked(const GpuView& g, bool for_delay) {
+  if (!g.present) return Reason::gpu_absent;
+  if (!g.breaker_allows) return Reason::breaker_open;
+  if (!for_delay && g.headroom.trust == ReadingTrust::expired) return Reason::reading_expired;
+  return std::nullopt;
+}
+
+// Common checks of the rungs that start a job on the GPU now (admit, reduce, offload).
+std::optional<Reason> gpu_start_blocked(const GpuView& g) {
+  if (auto r = gpu_blocked(g, false)) return r;
+  if (g.pressure == Pressure::critical) return Reason::critical_pressure;
+  if (g.jobs_ahead > 0) return Reason::queued_ahead;
+  if (!g.slot_free) return Reason::no_free_slot;
+  return std::nullopt;
+}
+
+}  // namespace
+
+Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
+  const GpuView& g = s.gpu;
+  const RequestShape& req = s.request;
+  Decision d;
+  d.headroom = g.headroom;
+  d.pressure = g.pressure;
+  d.max_new_tokens = req.max_new_tokens;
+  d.prefill_chunk = req.prefill_chunk;
+  d.route = Route{Device::gpu, s.model.layers, false, s.model.name};
+
+  std::string why;  // accumulated "rung: reason" text of skipped rungs
+  auto skip = [&](Rung rung, Reason r, std::string text = {}) {
+    d.skipped.push_back(RungNote{rung, r});
+    if (!why.empty()) why += "; ";
+    why += rung_name(rung);
+    why += ": ";
+    why += reason_name(r);
+    if (!text.empty()) why += " (" + text + ")";
+  };
+  auto reject = [&](Reason r, std::string text) {
+    d.action = Rung::reject;
+    d.reason = r;
+    d.route = Route{Device::gpu, 0, false, s.model.name};
+    Clock::duration hint = ladder_.default_retry_after;
+    if (!g.breaker_allows && g.breaker_retry_in > Clock::duration::zero()) {
+      hint = g.breaker_retry_in;
+    } else if (g.queue_wait > Clock::duration::zero()) {
+      hint = g.queue_wait;
+    }
+    d.retry_after = std::min(hint, ladder_.max_retry_after);
+    d.detail = std::move(text);
+    return d;
+  };
+
+  if (auto st = s.model.validate(); !st) return reject(Reason::invalid_request, st.error().message);
+  if (auto st = req.validate(); !st) return reject(Reason::invalid_request, st.error().message);
+
+  d.breakdown = estimator_.estimate(s.model, req, g.weights_resident);
+  const MemoryBreakdown& full = d.breakdown;
+  const std::int64_t room = g.headroom.headroom;
+  const bool gpu_limits_ok = within(req.prompt_tokens, req.max_new_tokens, g.max_context, g.max_new_tokens);
+  const std::string need = "needs " + format_bytes(full.total_bytes) + ", headroom " +
+                           (room < 0 ? "-" + format_bytes(static_cast<std::uint64_t>(-room))
+                                     : format_bytes(static_cast<std::uint64_t>(room)));
+
+  for (Rung rung : ladder_.order) {
+    switch (rung) {
+      case Rung::admit: {
+        if (auto r = gpu_start_blocked(g)) { skip(rung, *r); break; }
+        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        if (!fits(full, room)) { skip(rung, Reason::does_not_fit, need); break; }
+        d.action = Rung::admit;
+        d.reason = Reason::fits;
+        d.detail = "admit on gpu: " + need;
+        return d;
+      }
+      case Rung::delay: {
+        if (auto r = gpu_blocked(g, true)) { skip(rung, *r); break; }
+        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        if (as_signed(full.total_bytes) > g.headroom.drained_headroom) {
+          skip(rung, Reason::exceeds_device, "needs " + format_bytes(full.total_bytes) + " even on an idle device");
+          break;
+        }
+        if (g.queue_full) { skip(rung, Reason::gpu_queue_full); break; }
+        if (g.queue_wait > ladder_.max_delay) {
+          skip(rung, Reason::wait_too_long, format_duration(g.queue_wait) + " > " + format_duration(ladder_.max_delay));
+          break;
+        }
+        d.action = Rung::delay;
+        d.reason = g.headroom.trust == ReadingTrust::expired ? Reason::waiting_for_fresh_reading
+                   : g.jobs_ahead > 0                         ? Reason::queued_behind
+                   : (!fits(full, room) || g.pressure == Pressure::critical) ? Reason::waiting_for_memory
+                                                                              : Reason::waiting_for_slot;
+        d.eta = g.queue_wait;
+        d.detail = "delay in gpu queue (" + std::string(reason_name(d.reason)) + "), eta " + format_duration(d.eta);
+        return d;
+      }
+      case Rung::reduce: {
+        if (!req.allow_reduce) { skip(rung, Reason::reduce_not_allowed); break; }
+        if (auto r = gpu_start_blocked(g)) { skip(rung, *r); break; }
+        std::uint32_t limit_new = std::min(req.max_new_tokens, g.max_new_tokens);
+        if (req.prompt_tokens >= g.max_context) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        limit_new = std::min<std::uint32_t>(limit_new, g.max_context - req.prompt_tokens);
+        const std::uint32_t floor_new = std::min(ladder_.min_reduced_new_tokens, req.max_new_tokens);
+        if (limit_new < floor_new) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        RequestShape r2 = req;
+        r2.max_new_tokens = limit_new;
+        const std::uint32_t min_chunk = std::min(ladder_.min_prefill_chunk, req.prompt_tokens);
+        std::uint32_t chunk = req.prefill_chunk == 0 ? req.prompt_tokens : std::min(req.prefill_chunk, req.prompt_tokens);
+        r2.prefill_chunk = chunk;
+        MemoryBreakdown b = estimator_.estimate(s.model, r2, g.weights_resident);
+        while (!fits(b, room) && chunk > min_chunk) {
+          chunk = std::max(min_chunk, chunk / 2);
+          r2.prefill_chunk = chunk;
+          b = estimator_.estimate(s.model, r2, g.weights_resident);
+        }
+        if (!fits(b, room)) {
+          // Smallest chunk; find the largest max_new_tokens in [floor_new, limit_new] that fits (monotone).
+          std::uint32_t lo = floor_new, hi = limit_new;
+          r2.max_new_tokens = lo;
+          if (!fits(estimator_.estimate(s.model, r2, g.weights_resident), room)) {
+            skip(rung, Reason::reduce_insufficient,
+                 "even " + std::to_string(floor_new) + " tokens with chunk " + std::to_string(chunk) + " do not fit");
+            break;
+          }
+          while (lo < hi) {
+            std::uint32_t mid = lo + (hi - lo + 1) / 2;
+            r2.max_new_tokens = mid;
+            if (fits(estimator_.estimate(s.model, r2, g.weights_resident), room)) lo = mid; else hi = mid - 1;
+          }
+          r2.max_new_tokens = lo;
+          b = estimator_.estimate(s.model, r2, g.weights_resident);
+        }
+        d.action = Rung::reduce;
+        d.reason = Reason::fits_reduced;
+        d.breakdown = b;
+        d.max_new_tokens = r2.max_new_tokens;
+        d.prefill_chunk = r2.prefill_chunk == req.prompt_tokens && req.prefill_chunk == 0 ? 0 : r2.prefill_chunk;
+        d.detail = "reduce on gpu: max_new_tokens " + std::to_string(req.max_new_tokens) + " -> " +
+                   std::to_string(d.max_new_tokens) + ", prefill chunk " + std::to_string(b.prefill_chunk_tokens) +
+                   ", needs " + format_bytes(b.total_bytes);
+        return d;
+      }
+      case Rung::offload: {
+        if (!ladder_.offload_enabled) { skip(rung, Reason::offload_disabled); break; }
+        if (!g.offload_supported) { skip(rung, Reason::offload_unsupported); break; }
+        if (auto r = gpu_start_blocked(g)) { skip(rung, *r); break; }
+        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        const std::uint32_t k = estimator_.layers_that_fit(s.model, req, g.weights_resident, room);
+        if (k < ladder_.min_gpu_layers) {
+          skip(rung, Reason::offload_insufficient,
+               std::to_string(k) + " layers fit, " + std::to_string(ladder_.min_gpu_layers) + " needed");
+          break;
+        }
+        d.action = Rung::offload;
+        d.reason = Reason::fits_offloaded;
+        d.breakdown = estimator_.estimate_hybrid(s.model, req, g.weights_resident, k);
+        d.route = Route{k < s.model.layers ? Device::hybrid : Device::gpu, k, false, s.model.name};
+        d.detail = "offload: " + std::to_string(k) + " of " + std::to_string(s.model.layers) +
+                   " layers on gpu, needs " + format_bytes(d.breakdown.total_bytes);
+        return d;
+      }
+      case Rung::route_cpu: {
+        const CpuView& c = s.cpu;
+        if (!req.allow_cpu) { skip(rung, Reason::cpu_not_allowed); break; }
+        const ModelShape* target = nullptr;
+        bool fallback = false;
+        if (c.replica_present && c.fingerprint_compatible) {
+          target = &s.model;
+        } else if (c.fallback && req.allow_fallback_model) {
+          target = &*c.fallback;
+          fallback = true;
+        }
+        if (target == nullptr) {
+          skip(rung, c.replica_present || c.fallback ? Reason::cpu_incompatible : Reason::cpu_unavailable,
+               c.replica_present ? "replica fingerprint differs" : "");
+          break;
+        }
+        RequestShape r2 = req;
+        if (!within(req.prompt_tokens, req.max_new_tokens, c.max_context, c.max_new_tokens)) {
+          const std::uint32_t floor_new = std::min(ladder_.min_reduced_new_tokens, req.max_new_tokens);
+          std::uint32_t capped = 0;
+          if (req.prompt_tokens < c.max_context) {
+            capped = std::min({req.max_new_tokens, c.max_new_tokens, c.max_context - req.prompt_tokens});
+          }
+          if (!req.allow_reduce || capped < floor_new || capped == 0) {
+            skip(rung, Reason::exceeds_cpu_limits,
+                 "cpu limits: context " + std::to_string(c.max_context) + ", max_new " + std::to_string(c.max_new_tokens));
+            break;
+          }
+          r2.max_new_tokens = capped;
+        }
+        if (c.queue_full) { skip(rung, Reason::cpu_queue_full); break; }
+        if (c.host == nullptr) { skip(rung, Reason::host_guard_missing); break; }
+        HostJobEstimate he = estimate_host_job(*target, r2, estimator_.config(), host_cfg_);
+        HostCheck hc = c.host->check(he, c.host_reading);
+        if (hc.fit == HostFit::never) {
+          skip(rung, Reason::host_memory,
+               "needs " + format_bytes(hc.need_bytes) + " of host memory, budget " + format_bytes(hc.budget.bytes) +
+                   " (" + std::string(host_bound_name(hc.budget.bound)) + ")");
+          break;
+        }
+        d.action = Rung::route_cpu;
+        d.reason = fallback ? Reason::routed_fallback : Reason::routed_cpu;
+        d.route = Route{Device::cpu, 0, fallback, target->name};
+        d.max_new_tokens = r2.max_new_tokens;
+        d.host = he;
+        d.waits_for_host_memory = hc.fit == HostFit::wait;
+        d.eta = c.queue_wait;
+        d.detail = std::string(fallback ? "route to fallback model " + target->name + " on cpu" : "route to cpu replica") +
+                   (r2.max_new_tokens != req.max_new_tokens ? ", max_new_tokens " + std::to_string(r2.max_new_tokens) : "") +
+                   ", host " + format_bytes(hc.need_bytes) + (d.waits_for_host_memory ? " (waits for host memory)" : "") +
+                   ", eta " + format_duration(d.eta) + (why.empty() ? "" : "; gpu: " + why);
+        return d;
+      }
+      case Rung::reject: {
+        Reason r = d.skipped.empty() ? Reason::no_rung : d.skipped.front().reason;
+        return reject(r, why.empty() ? "rejected by the ladder order" : why);
+      }
+    }
+  }
+  Reason r = d.skipped.empty() ? Reason::no_rung : d.skipped.front().reason;
+  return reject(r, why);  // unreachable with a validated order (it ends in reject)
+}
+
+GpuView make_gpu_view(const Headroom& h, Pressure p, const CircuitBreaker& breaker, const JobQueue& q,
+                      Clock::time_point now, bool weights_resident, bool offload_supported, std::optional<JobId> self) {
+  GpuView g;
+  g.breaker_allows = breaker.allows_gpu();
+  g.breaker_retry_in = breaker.retry_in(now);
+  g.headroom = h;
+  g.pressure = p;
+  g.weights_resident = weights_resident;
+  g.offload_supported = offload_supported;
+  std::optional<std::size_t> pos = self ? q.position(*self) : std::nullopt;
+  g.jobs_ahead = pos ? *pos : q.depth();
+  g.slot_free = q.has_free_slot();
+  g.queue_full = pos ? false : q.full();
+  g.queue_wait = pos ? q.eta_start(*self).value_or(Clock::duration::zero()) : q.eta_start_for_new();
+  g.max_context = q.config().max_context;
+  g.max_new_tokens = q.config().max_new_tokens;
+  return g;
+}
+
+CpuView make_cpu_view(const JobQueue& q, const HostMemoryGuard& host, const HostReading& reading, bool replica_present,
+                      bool fingerprint_compatible, std::optional<ModelShape> fallback, std::optional<JobId> self) {
+  CpuView c;
+  c.replica_present = replica_present;
+  c.fingerprint_compatible = fingerprint_compatible;
+  c.fallback = std::move(fallback);
+  const bool queued = self && q.position(*self).has_value();
+  c.queue_full = queued ? false : q.full();
+  c.queue_wait = queued ? q.eta_start(*self).value_or(Clock::duration::zero()) : q.eta_start_for_new();
+  c.max_context = q.config().max_context;
+  c.max_new_tokens = q.config().max_new_tokens;
+  c.host = &host;
+  c.host_reading = reading;
+  return c;
+}
+
+}  // namespace tandem::policy

@@ -1,0 +1,124 @@
+// The pressure ladder: one admission decision per job, as a pure function of a snapshot. A dry-run Plan returns the
+// same Decision. Rungs are tried in the configured order; the first viable one wins; every skipped rung is noted
+// with its reason. See docs/policy.md §4.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "policy/breaker.h"
+#include "policy/config.h"
+#include "policy/estimator.h"
+#include "policy/headroom.h"
+#include "policy/host_guard.h"
+#include "policy/queue.h"
+#include "policy/types.h"
+
+namespace tandem::policy {
+
+// Machine-readable reason of a decision or of a skipped rung (stable snake_case names via reason_name()).
+enum class Reason {
+  // chosen rungs
+  fits, waiting_for_memory, waiting_for_slot, waiting_for_fresh_reading, queued_behind, fits_reduced,
+  fits_offloaded, routed_cpu, routed_fallback,
+  // why a rung was skipped (the reject's reason is the first of these)
+  invalid_request, gpu_absent, breaker_open, reading_expired, exceeds_gpu_limits, critical_pressure, does_not_fit,
+  queued_ahead, no_free_slot, exceeds_device, gpu_queue_full, wait_too_long, reduce_not_allowed,
+  reduce_insufficient, offload_disabled, offload_unsupported, offload_insufficient, cpu_not_allowed,
+  cpu_unavailable, cpu_incompatible, exceeds_cpu_limits, cpu_queue_full, host_memory, host_guard_missing,
+  no_rung,
+};
+std::string_view reason_name(Reason r) noexcept;
+
+struct GpuView {
+  bool present = true;
+  bool breaker_allows = true;            // CircuitBreaker::allows_gpu()
+  Clock::duration breaker_retry_in{};    // time until half-open while open
+  Headroom headroom;
+  Pressure pressure = Pressure::normal;
+  bool weights_resident = false;         // this model's weights are on the GPU already
+  bool offload_supported = false;        // the engine can run a layer split for this model
+  std::size_t jobs_ahead = 0;            // queued GPU jobs ahead of this one (FIFO: nothing overtakes them)
+  bool slot_free = true;                 // a GPU concurrency slot is free
+  bool queue_full = false;
+  Clock::duration queue_wait{};          // estimated wait before a queued job would start
+  std::uint32_t max_context = 0;         // GPU queue limits
+  std::uint32_t max_new_tokens = 0;
+};
+
+struct CpuView {
+  bool replica_present = false;          // a CPU replica of the requested model is loaded (or loadable)
+  bool fingerprint_compatible = false;   // its fingerprint matches the GPU replica's
+  std::optional<ModelShape> fallback;    // a smaller model the CPU can serve instead
+  bool queue_full = false;
+  Clock::duration queue_wait{};
+  std::uint32_t max_context = 0;         // CPU queue limits
+  std::uint32_t max_new_tokens = 0;
+  const HostMemoryGuard* host = nullptr; // mechanism passed in, not owned (required for route_cpu)
+  HostReading host_reading;
+};
+
+struct AdmissionSnapshot {
+  ModelShape model;
+  RequestShape request;
+  GpuView gpu;
+  CpuView cpu;
+};
+
+struct RungNote {
+  Rung rung = Rung::reject;
+  Reason reason = Reason::no_rung;
+
+  friend bool operator==(const RungNote&, const RungNote&) = default;
+};
+
+struct Decision {
+  Rung action = Rung::reject;
+  Reason reason = Reason::no_rung;
+  std::string detail;                  // one line for humans and logs
+  MemoryBreakdown breakdown;           // GPU estimate of the chosen plan (for route_cpu/reject: the unreduced one)
+  Headroom headroom;
+  Pressure pressure = Pressure::normal;
+  std::uint32_t max_new_tokens = 0;    // possibly reduced
+  std::uint32_t prefill_chunk = 0;     // possibly reduced (0 = whole prompt)
+  Route route;                         // device, GPU layers, model (fallback or not)
+  std::optional<HostJobEstimate> host; // route_cpu: host-memory estimate
+  bool waits_for_host_memory = false;  // route_cpu: queued until the host guard has room
+  Clock::duration eta{};               // delay/route_cpu: estimated wait before start
+  Clock::duration retry_after{};       // reject: when retrying may succeed
+  std::vector<RungNote> skipped;       // rungs tried before the chosen one, with why
+
+  bool accepted() const { return action != Rung::reject; }
+  // A reject as an error value (Errc::rejected, resumable) for the caller to hand back.
+  Error to_error() const;
+};
+
+class AdmissionPolicy {
+ public:
+  AdmissionPolicy(LadderConfig ladder = {}, EstimatorConfig estimator = {}, HostGuardConfig host = {})
+      : ladder_(std::move(ladder)), estimator_(estimator), host_cfg_(host) {}
+
+  Decision decide(const AdmissionSnapshot& s) const;
+
+  const MemoryEstimator& estimator() const { return estimator_; }
+  const LadderConfig& ladder() const { return ladder_; }
+
+ private:
+  LadderConfig ladder_;
+  MemoryEstimator estimator_;
+  HostGuardConfig host_cfg_;
+};
+
+// Convenience: views from the mechanism objects. `self` = the job being decided if it is already queued there.
+// `GpuView::present` stays true: set it to false yourself when the device is gone.
+GpuView make_gpu_view(const Headroom& h, Pressure p, const CircuitBreaker& breaker, const JobQueue& gpu_queue,
+                      Clock::time_point now, bool weights_resident, bool offload_supported,
+                      std::optional<JobId> self = std::nullopt);
+CpuView make_cpu_view(const JobQueue& cpu_queue, const HostMemoryGuard& host, const HostReading& reading,
+                      bool replica_present, bool fingerprint_compatible, std::optional<ModelShape> fallback,
+                      std::optional<JobId> self = std::nullopt);
+
+}  // namespace tandem::policy

@@ -1,0 +1,426 @@
+// Seeded randomized simulation of a daemon driving the policy library: thousands of submissions (with repeated
+// idempotency keys), completions, cancels, allocation failures, device resets, foreign GPU load and host-memory
+// changes. Invariants are checked after every step and at the end.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+
+#include "fixtures.h"
+
+namespace tandem::policy {
+namespace {
+
+using testing::llama7b;
+constexpr std::uint64_t G = kGiB;
+constexpr std::uint64_t kTotal = 24 * G;
+
+struct JobInfo {
+  std::string key;
+  RequestShape request;
+  std::uint32_t max_new = 0;         // in force (possibly reduced)
+  std::uint32_t delivered = 0;
+  bool on_gpu = false;               // running on the GPU (holds a ledger reservation)
+  bool on_cpu = false;               // running on the CPU (holds a host reservation)
+  std::optional<HostJobEstimate> host;
+};
+
+class Simulation {
+ public:
+  explicit Simulation(std::uint64_t seed)
+      : rng_(seed),
+        policy_(cfg_.ladder, cfg_.estimator, cfg_.host_guard),
+        breaker_(cfg_.breaker),
+        pressure_(cfg_.ladder.pressure),
+        gpu_("gpu_queue", cfg_.gpu_queue, cfg_.gpu_rates),
+        cpu_("cpu_queue", cfg_.cpu_queue, cfg_.cpu_rates),
+        host_(cfg_.host_guard),
+        service_(cfg_.service),
+        failover_(cfg_.failover) {
+    ledger_.set_resident(model_.name, MemoryEstimator::weights_bytes(model_));
+  }
+
+  static PolicyConfig make_config() {
+    PolicyConfig c;
+    c.gpu_queue = QueueConfig{32, 4, 8192, 4096};
+    c.cpu_queue = QueueConfig{16, 2, 4096, 1024};
+    c.host_guard = HostGuardConfig{24 * G, 2 * G, 4};
+    c.breaker.cooldown = 2s;
+    c.breaker.max_cooldown = 20s;
+    c.ladder.max_delay = 120s;
+    return c;
+  }
+
+  void run(int steps) {
+    for (int i = 0; i < steps; ++i) {
+      step_ = i;
+      now_ += std::chrono::milliseconds(pick(10, 400));
+      switch (pick(0, 19)) {
+        case 0: case 1: case 2: case 3: case 4: case 5: case 6: submit(); break;
+        case 7: case 8: case 9: case 10: progress(); break;
+        case 11: case 12: cancel_random(); break;
+        case 13: alloc_failure(); break;
+        case 14: if (pick(0, 4) == 0) device_reset(); break;
+        case 15: foreign_ = pick(0, 6) * G / 2; break;
+        case 16: host_available_ = pick(8, 64) * G; break;
+        case 17: stale_ = pick(0, 9) == 0; break;
+        default: break;
+      }
+      pump();
+      check_invariants();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+
+  // Let everything finish: GPU healthy, no foreign load, plenty of host memory.
+  void drain() {
+    breaker_.reset(now_);
+    foreign_ = 0;
+    stale_ = false;
+    host_available_ = 64 * G;
+    for (int i = 0; i < 200000 && live() > 0; ++i) {
+      now_ += 100ms;
+      pump();
+      progress();
+      check_invariants();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+
+  std::size_t live() const {
+    std::size_t n = 0;
+    for (const auto& [id, j] : jobs_) n += j.terminal() ? 0 : 1;
+    return n;
+  }
+
+  void check_final() {
+    EXPECT_EQ(live(), 0u);
+    EXPECT_EQ(ledger_.jobs(), 0u);
+    EXPECT_EQ(ledger_.reserved_bytes(), 0u);
+    EXPECT_EQ(host_.committed_bytes(), 0u);
+    EXPECT_EQ(gpu_.depth() + gpu_.running() + cpu_.depth() + cpu_.running(), 0u);
+    for (const auto& [id, job] : jobs_) {
+      int terminal_transitions = 0;
+      for (const auto& t : job.history()) terminal_transitions += is_terminal(t.to) ? 1 : 0;
+      EXPECT_EQ(terminal_transitions, 1) << "job " << id;
+      EXPECT_TRUE(job.terminal()) << "job " << id;
+      auto claim = keys_.find(info_.at(id).key);
+      ASSERT_TRUE(claim.has_value());
+      ASSERT_TRUE(claim->outcome.has_value()) << "job " << id;
+      EXPECT_EQ(claim->outcome->phase, job.phase());
+    }
+    for (const auto& [key, ids] : jobs_per_key_) EXPECT_EQ(ids.size(), 1u) << key;  // no key ran twice
+  }
+
+  // Figures, so the test can insist every path was exercised.
+  std::map<std::string, int> counts;
+
+ private:
+  std::uint64_t pick(std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng_); }
+
+  MemorySnapshot snapshot() const {
+    std::uint64_t ours = ledger_.resident_bytes() + ledger_.materialized_bytes() * 9 / 10;  // we over-predict a bit
+    std::uint64_t used = std::min(kTotal, ours + foreign_);
+    return MemorySnapshot{kTotal, kTotal - used, std::min(kTotal, ours), std::min(kTotal, ours),
+                          stale_ ? now_ - 7s : now_};
+  }
+  HostReading host_reading() const { return HostReading{host_available_, std::nullopt, std::nullopt}; }
+
+  AdmissionSnapshot snapshot_for(JobId id) {
+    const JobInfo& ji = info_.at(id);
+    Headroom h = compute_headroom(snapshot(), ledger_, cfg_.headroom, now_);
+    Pressure p = pressure_.update(h.fraction());
+    AdmissionSnapshot s;
+    s.model = model_;
+    s.request = ji.request;
+    s.gpu = make_gpu_view(h, p, breaker_, gpu_, now_, true, true, id);
+    s.cpu = make_cpu_view(cpu_, host_, host_reading(), true, true, std::nullopt, id);
+    return s;
+  }
+
+  RequestShape request_for_key(std::uint64_t k) {
+    std::mt19937_64 r(k * 7919 + 1);  // the same key always carries the same request
+    RequestShape q = testing::request(static_cast<std::uint32_t>(100 + r() % 6000),
+                                      static_cast<std::uint32_t>(16 + r() % 2000));
+    q.allow_reduce = r() % 2;
+    q.allow_cpu = r() % 5 != 0;
+    q.side_effects = r() % 4 == 0;
+    q.prefill_chunk = r() % 3 == 0 ? 512 : 0;
+    return q;
+  }
+
+  void submit() {
+    const std::uint64_t k = pick(0, 2999);
+    const std::string key = "key-" + std::to_string(k);
+    RequestShape req = request_for_key(k);
+    const JobId id = next_id_++;
+    auto claim = keys_.claim(key, id, k, now_);
+    ASSERT_TRUE(claim.ok()) << claim.error().message;
+    if (!claim->created) {
+      ++counts["resubmitted"];
+      EXPECT_EQ(*jobs_per_key_[key].begin(), claim->job);
+      return;
+    }
+    jobs_per_key_[key].insert(id);
+    jobs_.emplace(id, Job(id, /*seed=*/id * 31, model_.name, now_));
+    info_.emplace(id, JobInfo{key, req, req.max_new_tokens, 0, false, false, std::nullopt});
+    ++counts["accepted"];
+    act(id, policy_.decide(snapshot_for(id)), /*queued_on_gpu=*/false);
+  }
+
+  // Carries out a decision for a job that is queued (fresh, or at the head of the GPU queue).
+  void act(JobId id, const Decision& d, bool queued_on_gpu) {
+    Job& job = jobs_.at(id);
+    JobInfo& ji = info_.at(id);
+    ++counts[std::string(rung_name(d.action))];
+    switch (d.action) {
+      case Rung::admit:
+      case Rung::reduce:
+      case Rung::offload: {
+        const std::uint64_t bytes = d.breakdown.job_bytes();
+        ASSERT_TRUE(ledger_.reserve(id, bytes).ok());
+        if (queued_on_gpu) {
+          auto started = gpu_.start_next();
+          ASSERT_TRUE(started && started->id == id);
+        } else {
+          Status s = gpu_.start_direct(QueueEntry{id, ji.request.prompt_tokens, d.max_new_tokens, job.accepted_at()});
+          ASSERT_TRUE(s.ok()) << s.error().message;
+        }
+        ji.max_new = d.max_new_tokens;
+        ji.on_gpu = true;
+        ASSERT_TRUE(job.start(d.route, now_).ok());
+        break;
+      }
+      case Rung::delay:
+        if (!queued_on_gpu) {
+          Status s = gpu_.enqueue(QueueEntry{id, ji.request.prompt_tokens, ji.request.max_new_tokens, job.accepted_at()});
+          ASSERT_TRUE(s.ok()) << s.error().message;
+        }
+        break;
+      case Rung::route_cpu: {
+        if (queued_on_gpu) { ASSERT_EQ(gpu_.remove(id), Removed::queued); }
+        ji.max_new = d.max_new_tokens;
+        ji.host = d.host;
+        Status s = cpu_.enqueue(QueueEntry{id, ji.request.prompt_tokens, d.max_new_tokens, job.accepted_at()});
+        ASSERT_TRUE(s.ok()) << s.error().message;
+        if (d.waits_for_host_memory) ++counts["host_wait"];
+        break;
+      }
+      case Rung::reject:
+        if (queued_on_gpu) { ASSERT_EQ(gpu_.remove(id), Removed::queued); }
+        ASSERT_TRUE(job.fail(Errc::rejected, std::string(reason_name(d.reason)), d.retry_after, now_).ok());
+        finish(id);
+        break;
+    }
+  }
+
+  void finish(JobId id) {
+    const Job& job = jobs_.at(id);
+    ASSERT_TRUE(job.terminal());
+    const char* what = job_phase_name(job.phase()).data();
+    ++counts[what];
+    Status s = keys_.record_outcome(info_.at(id).key, StoredOutcome{job.phase(), what, now_});
+    ASSERT_TRUE(s.ok()) << s.error().message;
+  }
+
+  void release_resources(JobId id) {
+    JobInfo& ji = info_.at(id);
+    gpu_.remove(id);
+    cpu_.remove(id);
+    ledger_.release(id);
+    host_.release(id);
+    ji.on_gpu = ji.on_cpu = false;
+  }
+
+  void pump() {
+    breaker_.poll(now_);
+    if (breaker_.try_acquire_probe(now_)) {
+      breaker_.record(pick(0, 2) ? BreakerEvent::probe_succeeded : BreakerEvent::probe_failed, now_);
+      ++counts["probe"];
+    }
+    // GPU queue head: decide again (it may now fit, or must move to the CPU, or be rejected).
+    for (int guard = 0; guard < 64 && gpu_.head() != nullptr; ++guard) {
+      JobId head = gpu_.head()->id;
+      Decision d = policy_.decide(snapshot_for(head));
+      act(head, d, /*queued_on_gpu=*/true);
+      if (d.action == Rung::delay) break;
+    }
+    // CPU queue head: start when a slot is free and the host guard has room.
+    while (cpu_.head() != nullptr && cpu_.has_free_slot()) {
+      JobId head = cpu_.head()->id;
+      JobInfo& ji = info_.at(head);
+      HostCheck c = host_.check(*ji.host, host_reading());
+      if (c.fit == HostFit::wait) break;
+      if (c.fit == HostFit::never) {
+        cpu_.remove(head);
+        ASSERT_TRUE(jobs_.at(head).fail(Errc::host_memory, "host_memory", 5s, now_).ok());
+        finish(head);
+        continue;
+      }
+      auto admitted = host_.admit(head, *ji.host, host_reading());
+      ASSERT_TRUE(admitted.ok()) << admitted.error().message;
+      ASSERT_LE(host_.committed_bytes(), host_.budget(host_reading()).bytes);
+      auto started = cpu_.start_next();
+      ASSERT_TRUE(started && started->id == head);
+      ji.on_cpu = true;
+      ASSERT_TRUE(jobs_.at(head).start(Route{Device::cpu, 0, false, model_.name}, now_).ok());
+    }
+    service_.update(ServiceInputs{pressure_.level(), breaker_.state(), true, false, true, "", Limits{}}, now_);
+    for (const auto& c : service_.drain_changes()) {
+      (void)c;
+      ++counts["service_change"];
+    }
+  }
+
+  void progress() {
+    std::vector<JobId> done;
+    for (auto& [id, ji] : info_) {
+      if (!ji.on_gpu && !ji.on_cpu) continue;
+      Job& job = jobs_.at(id);
+      if (ji.on_gpu) { ASSERT_TRUE(ledger_.materialize(id).ok()); }
+      if (ji.on_cpu) { ASSERT_TRUE(host_.materialize(id).ok()); }
+      ji.delivered = std::min<std::uint32_t>(ji.max_new, ji.delivered + static_cast<std::uint32_t>(pick(0, 400)));
+      ASSERT_TRUE(job.record_tokens(ji.delivered).ok());
+      (ji.on_gpu ? gpu_ : cpu_).update_progress(id, true, ji.delivered);
+      if (ji.delivered == ji.max_new) done.push_back(id);
+    }
+    for (JobId id : done) {
+      release_resources(id);
+      ASSERT_TRUE(jobs_.at(id).complete(now_).ok());
+      finish(id);
+    }
+  }
+
+  JobId random_job(bool (*want)(const Job&, const JobInfo&)) {
+    std::vector<JobId> ids;
+    for (const auto& [id, job] : jobs_) if (want(job, info_.at(id))) ids.push_back(id);
+    return ids.empty() ? 0 : ids[pick(0, ids.size() - 1)];
+  }
+
+  void cancel_random() {
+    JobId id = random_job([](const Job& j, const JobInfo&) { return !j.terminal(); });
+    if (id == 0) return;
+    ++counts[std::string("cancel_") + std::string(job_phase_name(jobs_.at(id).phase()))];
+    release_resources(id);
+    ASSERT_TRUE(jobs_.at(id).cancel(now_).ok());
+    finish(id);
+    EXPECT_FALSE(jobs_.at(id).cancel(now_).ok());  // cancel twice is refused, state unchanged
+  }
+
+  void fail_over(JobId id) {
+    Job& job = jobs_.at(id);
+    JobInfo& ji = info_.at(id);
+    release_resources(id);
+    bool cpu_ok = ji.request.allow_cpu && !cpu_.full() && cpu_.check_limits(ji.request.prompt_tokens, ji.max_new).ok();
+    HostJobEstimate est = estimate_host_job(model_, [&] { RequestShape r = ji.request; r.max_new_tokens = ji.max_new; return r; }(),
+                                            cfg_.estimator, cfg_.host_guard);
+    if (cpu_ok) cpu_ok = host_.check(est, host_reading()).fit != HostFit::never;
+    FailoverDecision f = failover_.decide(FailoverInput{ji.delivered, true, ji.request.side_effects, cpu_ok});
+    ++counts[std::string(failover_action_name(f.action))];
+    switch (f.action) {
+      case FailoverAction::retry_on_cpu:
+        ASSERT_TRUE(job.begin_retry(f.reason, now_).ok());
+        break;
+      case FailoverAction::migrate_at_checkpoint:
+        ASSERT_TRUE(job.begin_migration(f.reason, now_).ok());
+        ASSERT_EQ(job.checkpoint()->tokens_delivered, ji.delivered);
+        ASSERT_EQ(job.checkpoint()->seed, id * 31);  // same seed
+        break;
+      case FailoverAction::fail_resumable:
+        ASSERT_TRUE(job.fail(Errc::device_lost, f.reason, 5s, now_).ok());
+        ASSERT_EQ(job.failure()->checkpoint.tokens_delivered, ji.delivered);
+        finish(id);
+        return;
+    }
+    ji.host = est;
+    Status s = cpu_.enqueue(QueueEntry{id, ji.request.prompt_tokens, ji.max_new, job.accepted_at()});
+    ASSERT_TRUE(s.ok()) << s.error().message;
+  }
+
+  void alloc_failure() {
+    JobId id = random_job([](const Job&, const JobInfo& ji) { return ji.on_gpu; });
+    if (id == 0) return;
+    breaker_.record(BreakerEvent::alloc_failure, now_);
+    fail_over(id);
+  }
+
+  void device_reset() {
+    breaker_.record(BreakerEvent::driver_reset, now_);
+    ++counts["device_reset"];
+    std::vector<JobId> on_gpu;
+    for (const auto& [id, ji] : info_) if (ji.on_gpu) on_gpu.push_back(id);
+    for (JobId id : on_gpu) fail_over(id);
+  }
+
+  void check_invariants() {
+    const std::uint64_t margin = cfg_.headroom.margin.for_total(kTotal);
+    ASSERT_LE(ledger_.predicted_bytes(), kTotal - margin) << "step " << step_;  // never over capacity − margin
+    ASSERT_LE(host_.committed_bytes(), cfg_.host_guard.budget_bytes) << "step " << step_;
+    std::size_t gpu_running = 0, cpu_running = 0;
+    for (const auto& [id, ji] : info_) {
+      gpu_running += ji.on_gpu;
+      cpu_running += ji.on_cpu;
+      ASSERT_EQ(ji.on_gpu, ledger_.find(id) != nullptr) << "job " << id;
+      if (ji.on_gpu || ji.on_cpu) { ASSERT_EQ(jobs_.at(id).phase(), JobPhase::running) << "job " << id; }
+    }
+    ASSERT_EQ(gpu_running, gpu_.running());
+    ASSERT_EQ(cpu_running, cpu_.running());
+    ASSERT_EQ(cpu_running, host_.jobs());
+    ASSERT_LE(gpu_.depth(), cfg_.gpu_queue.capacity);
+    ASSERT_LE(cpu_.depth(), cfg_.cpu_queue.capacity);
+    if (!breaker_.allows_gpu()) { ASSERT_GE(service_.current().level, ServiceLevel::degraded); }
+  }
+
+  PolicyConfig cfg_ = make_config();
+  std::mt19937_64 rng_;
+  ModelShape model_ = llama7b();
+  AdmissionPolicy policy_;
+  ReservationLedger ledger_;
+  CircuitBreaker breaker_;
+  PressureTracker pressure_;
+  JobQueue gpu_;
+  JobQueue cpu_;
+  HostMemoryGuard host_;
+  ServiceStateTracker service_;
+  FailoverPolicy failover_;
+  IdempotencyRegistry keys_;
+  std::map<JobId, Job> jobs_;
+  std::map<JobId, JobInfo> info_;
+  std::map<std::string, std::set<JobId>> jobs_per_key_;
+  Clock::time_point now_{};
+  JobId next_id_ = 1;
+  std::uint64_t foreign_ = 0;
+  std::uint64_t host_available_ = 64 * G;
+  bool stale_ = false;
+  int step_ = 0;
+};
+
+class SimulationTest : public ::testing::TestWithParam<std::uint64_t> {};
+
+TEST_P(SimulationTest, InvariantsHoldUnderRandomLoadAndFaults) {
+  Simulation sim(GetParam());
+  sim.run(10000);
+  ASSERT_FALSE(HasFatalFailure());
+  sim.drain();
+  ASSERT_FALSE(HasFatalFailure());
+  sim.check_final();
+  // Every path was taken: a simulation that never reaches a rung proves nothing about it.
+  for (const char* what : {"accepted", "resubmitted", "admit", "delay", "reduce", "offload", "route_cpu", "reject",
+                           "completed", "cancelled", "failed", "retry_on_cpu", "migrate_at_checkpoint",
+                           "fail_resumable", "device_reset", "probe", "service_change", "cancel_queued",
+                           "cancel_running"}) {
+    EXPECT_GT(sim.counts[what], 0) << what;
+  }
+  EXPECT_GT(sim.counts["accepted"], 2000);
+  std::string figures;
+  for (const auto& [what, n] : sim.counts) figures += what + "=" + std::to_string(n) + " ";
+  RecordProperty("figures", figures);
+  std::printf("seed %llu: %s\n", static_cast<unsigned long long>(GetParam()), figures.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, SimulationTest, ::testing::Values(1u, 42u, 20240601u));
+
+}  // namespace
+}  // namespace tandem::policy
