@@ -8,6 +8,10 @@
 #include <vector>
 
 #include "cli_args.h"
+#include "device/simulated.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "device/cuda.h"
+#endif
 #include "engine/generation.h"
 #include "engine/model.h"
 
@@ -25,12 +29,28 @@ const char* kUsage =
     "  --no-eos             do not stop at the model's EOS token\n"
     "  --resume IDS         comma-separated token ids generated earlier (checkpoint): continue after them\n"
     "  --threads N          intra-op threads (default 1)\n"
+    "  --device D           cpu (default) | sim[:BYTES] (simulated accelerator, default 8G) | cuda[:INDEX]\n"
+    "  --accel-layers K     with --device sim/cuda: the first K layers run there, the rest on the CPU (default all)\n"
     "  --dtype f32|bf16|f16 compute dtype (default f32)\n"
     "  --block-size N       KV cache block size in tokens (default 16)\n"
     "  --prefill-chunk N    prefill at most N tokens per forward (default: all at once)\n"
     "  --ids                print the generated token ids to stderr\n"
     "  --fingerprint        print the replica fingerprint and its components, then exit\n"
     "  --quiet              no statistics on stderr\n";
+
+std::uint64_t parse_bytes(std::string_view flag, std::string_view v) {
+  std::uint64_t mult = 1;
+  if (!v.empty()) {
+    switch (v.back()) {
+      case 'K': case 'k': mult = 1ull << 10; break;
+      case 'M': case 'm': mult = 1ull << 20; break;
+      case 'G': case 'g': mult = 1ull << 30; break;
+      default: break;
+    }
+    if (mult != 1) v.remove_suffix(1);
+  }
+  return tandem::cli::parse_number<std::uint64_t>(flag, v, 1, (1ull << 50) / mult) * mult;
+}
 
 std::vector<tandem::engine::TokenId> parse_ids(std::string_view s) {
   std::vector<tandem::engine::TokenId> out;
@@ -63,6 +83,7 @@ int main(int argc, char** argv) {
   req.max_new_tokens = 64;
   gen::SamplingParams sp;
   std::vector<engine::TokenId> resume;
+  std::string device_spec = "cpu";
   try {
     cli::Args a(argc, argv);
     while (a.next()) {
@@ -83,6 +104,8 @@ int main(int argc, char** argv) {
       else if (f == "--stop") req.stop_strings.emplace_back(a.value());
       else if (f == "--no-eos") req.stop_at_eos = false;
       else if (f == "--resume") resume = parse_ids(a.value());
+      else if (f == "--device") device_spec = a.value();
+      else if (f == "--accel-layers") lo.accel_layers = cli::parse_number<int>(f, a.value(), 0, 1 << 20);
       else if (f == "--threads") lo.threads = cli::parse_number<int>(f, a.value(), 1, 256);
       else if (f == "--dtype") {
         auto d = engine::parse_compute_dtype(a.value());
@@ -103,6 +126,41 @@ int main(int argc, char** argv) {
       std::ostringstream ss;
       ss << in.rdbuf();
       prompt = ss.str();
+    }
+  } catch (const cli::ArgError& e) {
+    std::fprintf(stderr, "tandem-generate: %s\n%s", e.message.c_str(), kUsage);
+    return 2;
+  }
+
+  try {
+    if (device_spec.rfind("sim", 0) == 0) {
+      device::SimulatedConfig sc;
+      sc.capacity_bytes = 8ull << 30;
+      if (device_spec.size() > 3) {
+        if (device_spec[3] != ':') throw cli::ArgError{"--device: expected sim or sim:BYTES, got " + device_spec};
+        sc.capacity_bytes = parse_bytes("--device", std::string_view(device_spec).substr(4));
+      }
+      lo.accelerator = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+    } else if (device_spec.rfind("cuda", 0) == 0) {
+#ifdef TANDEM_HAVE_CUDA
+      int index = 0;
+      if (device_spec.size() > 4) {
+        if (device_spec[4] != ':') throw cli::ArgError{"--device: expected cuda or cuda:INDEX, got " + device_spec};
+        index = cli::parse_number<int>("--device", std::string_view(device_spec).substr(5), 0, 1023);
+      }
+      auto d = device::CudaDevice::open(index, std::make_shared<SteadyClock>());
+      if (!d) {
+        std::fprintf(stderr, "tandem-generate: %s\n", d.error().message.c_str());
+        return 1;
+      }
+      lo.accelerator = *d;
+#else
+      throw cli::ArgError{"--device cuda: this build has no CUDA runtime (meson -Dcuda)"};
+#endif
+    } else if (device_spec != "cpu") {
+      throw cli::ArgError{"--device: '" + device_spec + "' is not cpu, sim[:BYTES] or cuda[:INDEX]"};
+    } else if (lo.accel_layers != -1) {
+      throw cli::ArgError{"--accel-layers needs --device sim or cuda"};
     }
   } catch (const cli::ArgError& e) {
     std::fprintf(stderr, "tandem-generate: %s\n%s", e.message.c_str(), kUsage);
@@ -172,7 +230,8 @@ int main(int argc, char** argv) {
                  "%d blocks of %d)\n"
                  "prompt: %lld tokens, prefill %.1f ms (%.1f tok/s)\n"
                  "generated: %lld tokens, decode %.1f ms (%.1f tok/s), finish: %s\n"
-                 "rss: %.1f MiB\n",
+                 "rss: %.1f MiB\n"
+                 "device: %s, %d of %d layers there, %.1f MiB weights + %.1f MiB KV accounted there\n",
                  model_dir.c_str(), static_cast<double>(m->files().parameter_count()) / 1e6,
                  std::string(weights::dtype_name(m->files().dtype())).c_str(),
                  std::string(engine::compute_dtype_name(lo.dtype)).c_str(), lo.threads,
@@ -182,7 +241,10 @@ int main(int argc, char** argv) {
                  static_cast<double>(ls.kv_pool_bytes) / 1048576.0, kv.total_blocks, kv.block_size,
                  static_cast<long long>(st.prompt_tokens), st.prefill_ms, st.prefill_tokens_per_s(),
                  static_cast<long long>(st.new_tokens), st.decode_ms, st.decode_tokens_per_s(),
-                 std::string(engine::finish_reason_name(g.finish_reason())).c_str(), rss_kib() / 1024.0);
+                 std::string(engine::finish_reason_name(g.finish_reason())).c_str(), rss_kib() / 1024.0,
+                 m->accelerator() ? m->accelerator()->name().c_str() : "cpu", m->accel_layers(),
+                 m->config().num_layers, static_cast<double>(ls.accel_weight_bytes) / 1048576.0,
+                 static_cast<double>(ls.accel_kv_bytes) / 1048576.0);
   }
   return 0;
 }

@@ -14,8 +14,13 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "device/simulated.h"
 #include "engine/generation.h"
 #include "engine/model.h"
+#include "engine/replica.h"
 #include "modelgen/modelgen.h"
 
 namespace {
@@ -69,6 +74,77 @@ std::vector<engine::TokenId> prompt_of(const engine::Model& m, std::size_t n) {
   out.resize(n);
   out[0] = 1;
   return out;
+}
+
+// Drops the model's files from the page cache (clean pages only), so the next load reads from storage.
+void evict(const std::string& dir) {
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// Replica creation per mode, warm page cache or cold (files evicted first): what the policy's replica-mode choice
+// is fed with.
+void BM_Replica(benchmark::State& state, std::string dir, policy::ReplicaMode mode, bool cold) {
+  engine::ReplicaTimes t;
+  for (auto _ : state) {
+    state.PauseTiming();
+    if (cold) evict(dir);
+    state.ResumeTiming();
+    engine::LoadOptions lo;
+    lo.max_context = 512;
+    auto r = engine::Replica::create(dir, lo, mode);
+    if (!r) {
+      state.SkipWithError(r.error().message.c_str());
+      return;
+    }
+    t = (*r)->times();
+  }
+  state.counters["load_ms"] = t.load_ms;
+  state.counters["page_in_ms"] = t.page_in_ms;
+  state.counters["warm_up_ms"] = t.warm_up_ms;
+}
+
+// Decode on the simulated accelerator with the first k layers there (k = layers: all; 0: none), compute dtype dt.
+// Also: bytes accounted on the device against the resident-set growth the device copies really cost.
+void BM_DecodeSim(benchmark::State& state, std::string dir, engine::ComputeDType dt, int k) {
+  const double rss0 = static_cast<double>(rss_kib()) / 1024.0;
+  device::SimulatedConfig c;
+  c.capacity_bytes = 8ull << 30;
+  auto dev = std::make_shared<device::SimulatedDevice>(c, std::make_shared<SteadyClock>());
+  engine::LoadOptions lo;
+  lo.dtype = dt;
+  lo.max_context = 512;
+  lo.accelerator = dev;
+  lo.accel_layers = k;
+  auto m = engine::Model::load(dir, lo);
+  if (!m) {
+    state.SkipWithError(m.error().message.c_str());
+    return;
+  }
+  const double rss1 = static_cast<double>(rss_kib()) / 1024.0;
+  engine::GenerateRequest req;
+  req.prompt = prompt_of(**m, 32);
+  req.max_new_tokens = 400;
+  req.stop_at_eos = false;
+  auto g = engine::Generation::create(*m, req);
+  if (!g || !(*g)->prefill().ok()) {
+    state.SkipWithError("prefill failed");
+    return;
+  }
+  for (auto _ : state) {
+    auto ev = (*g)->step();
+    if (!ev) state.SkipWithError(ev.error().message.c_str());
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["accounted_MiB"] = static_cast<double>((*m)->load_stats().accel_weight_bytes +
+                                                        (*m)->load_stats().accel_kv_bytes) / 1048576.0;
+  state.counters["weights_on_dev_MiB"] = static_cast<double>((*m)->load_stats().accel_weight_bytes) / 1048576.0;
+  state.counters["rss_growth_MiB"] = rss1 - rss0;
 }
 
 // Baseline: stream-read every weight byte once (what a decode step must read at least), 8 lanes of u64 adds.
@@ -185,6 +261,24 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("WeightStream/" + p).c_str(), BM_WeightStream, f32)->Unit(benchmark::kMillisecond)->MinTime(0.5);
     benchmark::RegisterBenchmark(("Load/" + p + "/f32").c_str(), BM_Load, f32, engine::ComputeDType::f32)->Unit(benchmark::kMillisecond)->Iterations(3);
     benchmark::RegisterBenchmark(("Load/" + p + "/bf16-from-f32").c_str(), BM_Load, f32, engine::ComputeDType::bf16)->Unit(benchmark::kMillisecond)->Iterations(3);
+    for (bool cold : {false, true})
+      for (auto mode : {policy::ReplicaMode::warm, policy::ReplicaMode::mmap, policy::ReplicaMode::on_demand})
+        benchmark::RegisterBenchmark(("Replica/" + p + "/" + std::string(policy::replica_mode_name(mode)) +
+                                      (cold ? "/cold" : "/cached")).c_str(),
+                                     BM_Replica, f32, mode, cold)
+            ->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
+    {
+      const int layers = modelgen::preset(p)->layers;
+      std::vector<int> splits;
+      for (int k = 0; k <= layers; k += (layers >= 8 ? layers / 4 : 1)) splits.push_back(k);
+      for (int k : splits)
+        benchmark::RegisterBenchmark(("DecodeSim/" + p + "/f32/k:" + std::to_string(k)).c_str(), BM_DecodeSim, f32,
+                                     engine::ComputeDType::f32, k)
+            ->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
+      benchmark::RegisterBenchmark(("DecodeSim/" + p + "/bf16/k:" + std::to_string(layers)).c_str(), BM_DecodeSim,
+                                   f32, engine::ComputeDType::bf16, layers)
+          ->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
+    }
     for (auto dt : {engine::ComputeDType::f32, engine::ComputeDType::bf16}) {
       const std::string dn(engine::compute_dtype_name(dt));
       // bf16 compute runs on a bf16 file (zero-copy), f32 on the f32 file.

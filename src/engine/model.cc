@@ -17,6 +17,11 @@
 #include <sstream>
 
 #include "core/sha256.h"
+#if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include "device/cuda.h"
+#endif
 #include "engine/worker_pool.h"
 
 namespace tandem::engine {
@@ -97,6 +102,18 @@ void single_threaded_kernels() {
 
 struct Layer {
   at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  bool on_accel = false;
+
+  std::vector<at::Tensor*> all() { return {&attn_norm, &wq, &wk, &wv, &wo, &mlp_norm, &w_gate, &w_up, &w_down}; }
+};
+
+std::uint64_t tensor_bytes(const at::Tensor& t) {
+  return static_cast<std::uint64_t>(t.numel()) * static_cast<std::uint64_t>(t.element_size());
+}
+
+// Thrown inside a forward when the accelerator reports a fault at a safe point; caught in Model::forward.
+struct DeviceFault {
+  Error error;
 };
 
 }  // namespace
@@ -139,6 +156,22 @@ struct Model::Impl {
   std::unique_ptr<WorkerPool> pool;
   std::mutex compute_mu;  // one forward at a time per model: the pool and the KV pool tensors are shared
 
+  // Accelerator placement (see LoadOptions::accelerator).
+  std::shared_ptr<device::Device> accel;
+  at::Device accel_dev{at::kCPU};
+  int accel_layers = 0;
+  bool head_on_accel = false;
+  std::vector<device::Allocation> accel_allocs;  // weights and KV pool; void after a device loss
+  device::Site current_site = device::Site::prefill;
+
+  bool device_lost() const {
+    if (!accel) return false;
+    if (accel->lost()) return true;
+    for (const auto& a : accel_allocs)
+      if (!a.valid()) return true;
+    return false;
+  }
+
   Impl(weights::ModelDir d, tok::Tokenizer t, LoadOptions o, int blocks)
       : dir(std::move(d)), tokenizer(std::move(t)), opts(std::move(o)), kv(blocks, opts.kv_block_size) {}
 
@@ -149,6 +182,7 @@ struct Model::Impl {
   // (TOOLCHAIN.md).
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const {
     const std::int64_t rows = w.size(0), n = x.size(0);
+    if (w.is_cuda()) return at::matmul(x, w.t());
     const int T = pool->size();
     if (T == 1 || rows < 256) {
       if (n == 1) return at::mv(w, x.reshape({x.size(1)})).reshape({1, rows});
@@ -193,7 +227,7 @@ struct Model::Impl {
 
   // cos/sin tables [n, head_dim] for absolute positions pos0 .. pos0+n-1 (HF "rotate_half" convention).
   std::pair<at::Tensor, at::Tensor> rope_tables(std::int64_t pos0, std::int64_t n) const {
-    const at::Tensor pos = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kFloat));
+    const at::Tensor pos = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kFloat));  // on the CPU
     const at::Tensor freqs = at::outer(pos, inv_freq);
     const at::Tensor emb = at::cat({freqs, freqs}, -1);
     return {emb.cos(), emb.sin()};
@@ -219,9 +253,10 @@ struct Model::Impl {
     at::Tensor scores = at::bmm(qh, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
     if (n > 1 || pos0 + n < L) {
       // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i
-      const at::Tensor qi = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kLong)).unsqueeze(1);
-      const at::Tensor kj = at::arange(0, L, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-      const at::Tensor mask = at::zeros({n, L}, at::TensorOptions().dtype(at::kFloat))
+      const auto on = at::TensorOptions().device(q.device());
+      const at::Tensor qi = at::arange(pos0, pos0 + n, on.dtype(at::kLong)).unsqueeze(1);
+      const at::Tensor kj = at::arange(0, L, on.dtype(at::kLong)).unsqueeze(0);
+      const at::Tensor mask = at::zeros({n, L}, on.dtype(at::kFloat))
                                   .masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
       scores = scores.view({kvh, g, n, L}).add_(mask).view({kvh, g * n, L});
     }
@@ -238,9 +273,18 @@ struct Model::Impl {
     const auto n = static_cast<std::int64_t>(ids.size());
     const at::Tensor idt = at::tensor(ids, at::TensorOptions().dtype(at::kLong));
     at::Tensor x = embed.index_select(0, idt);
-    const auto [cos, sin] = rope_tables(pos0, n);
+    const auto [cpu_cos, cpu_sin] = rope_tables(pos0, n);
+    at::Tensor acc_cos, acc_sin;
+    if (accel_dev.is_cuda()) {
+      acc_cos = cpu_cos.to(accel_dev);
+      acc_sin = cpu_sin.to(accel_dev);
+    }
     for (std::size_t li = 0; li < layers.size(); ++li) {
       const Layer& l = layers[li];
+      const at::Device dev = l.attn_norm.device();
+      if (x.device() != dev) x = x.to(dev);
+      const at::Tensor& cos = dev.is_cuda() ? acc_cos : cpu_cos;
+      const at::Tensor& sin = dev.is_cuda() ? acc_sin : cpu_sin;
       const at::Tensor h = rmsnorm(x, l.attn_norm);
       const at::Tensor q = apply_rope(linear(h, l.wq).view({n, c.num_heads, c.head_dim}), cos, sin);
       const at::Tensor k = apply_rope(linear(h, l.wk).view({n, c.num_kv_heads, c.head_dim}), cos, sin);
@@ -249,10 +293,67 @@ struct Model::Impl {
       x = x + linear(attention(q, keys, values, pos0), l.wo);
       const at::Tensor h2 = rmsnorm(x, l.mlp_norm);
       x = x + linear(at::silu(linear(h2, l.w_gate)) * linear(h2, l.w_up), l.w_down);
+      if (l.on_accel) {
+        // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
+        if (auto st = accel->check(current_site); !st) throw DeviceFault{std::move(st).error()};
+      }
     }
+    if (x.device() != final_norm.device()) x = x.to(final_norm.device());
     x = rmsnorm(x, final_norm);
     if (!all_logits) x = x.narrow(0, n - 1, 1);
-    return linear(x, lm_head).to(at::kFloat).contiguous();
+    return linear(x, lm_head).to(at::kFloat).to(at::kCPU).contiguous();
+  }
+
+  // Moves layers [0, accel_layers) (and the head when all layers go) to the accelerator, accounting every byte
+  // there first; a refusal fails the load with the device's typed error.
+  Status place_on_accelerator() {
+    const auto& c = cfg();
+    accel_dev = accel->kind() == device::Kind::cuda ? at::Device(at::kCUDA, static_cast<at::DeviceIndex>(accel->torch_index()))
+                                                   : at::Device(at::kCPU);
+    auto copy = [&](const at::Tensor& t) { return accel_dev.is_cuda() ? t.to(accel_dev) : t.clone(); };
+#if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
+    // Observed memory on CUDA includes LibTorch's caching allocator: reserved (held from the driver) and
+    // allocated (in live tensors). Not verified on a GPU yet (docs/cuda.md).
+    if (auto* cuda = dynamic_cast<device::CudaDevice*>(accel.get())) {
+      const int index = accel->torch_index();
+      cuda->set_allocator_stats([index] {
+        const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+        const auto agg = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+        return std::pair<std::uint64_t, std::uint64_t>(static_cast<std::uint64_t>(st.reserved_bytes[agg].current),
+                                                       static_cast<std::uint64_t>(st.allocated_bytes[agg].current));
+      });
+    }
+#endif
+    for (int li = 0; li < accel_layers; ++li) {
+      Layer& l = layers[static_cast<std::size_t>(li)];
+      std::uint64_t bytes = 0;
+      for (at::Tensor* t : l.all()) bytes += tensor_bytes(*t);
+      auto a = accel->allocate(bytes, device::Site::weights);
+      if (!a) {
+        Error e = std::move(a).error();
+        e.message = dir.dir() + ": weights of layer " + std::to_string(li) + " on " + accel->name() + ": " + e.message;
+        return fail(std::move(e));
+      }
+      accel_allocs.push_back(std::move(a).value());
+      for (at::Tensor* t : l.all()) *t = copy(*t);
+      l.on_accel = true;
+      stats.accel_weight_bytes += bytes;
+    }
+    if (accel_layers == c.num_layers) {
+      const std::uint64_t bytes = tensor_bytes(final_norm) + tensor_bytes(lm_head);
+      auto a = accel->allocate(bytes, device::Site::weights);
+      if (!a) {
+        Error e = std::move(a).error();
+        e.message = dir.dir() + ": LM head on " + accel->name() + ": " + e.message;
+        return fail(std::move(e));
+      }
+      accel_allocs.push_back(std::move(a).value());
+      final_norm = copy(final_norm);
+      lm_head = copy(lm_head);  // tied: a device copy of the embedding matrix; lookups still read the mapping
+      head_on_accel = true;
+      stats.accel_weight_bytes += bytes;
+    }
+    return {};
   }
 };
 
@@ -269,6 +370,9 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
     return fail(Errc::invalid_argument, "max_sequences must be in [1, 4096], got " + std::to_string(opts.max_sequences));
   if (opts.kv_blocks < 0) return fail(Errc::invalid_argument, "kv_blocks must be >= 0");
   if (opts.max_context < 0) return fail(Errc::invalid_argument, "max_context must be >= 0");
+  if (opts.accel_layers < -1) return fail(Errc::invalid_argument, "accel_layers must be >= -1");
+  if (opts.accelerator && opts.accelerator->lost())
+    return fail(Errc::device_lost, opts.accelerator->name() + ": device lost; cannot load onto it");
 
   auto dir = weights::ModelDir::open(path);
   if (!dir) return fail(std::move(dir).error());
@@ -349,13 +453,35 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
     }
     im.inv_freq = at::tensor(inv, at::TensorOptions().dtype(at::kFloat));
 
-    const std::int64_t slots = blocks * opts.kv_block_size;
-    for (int i = 0; i < cfg.num_layers; ++i) {
-      im.k_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, at::TensorOptions().dtype(im.dtype)));
-      im.v_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, at::TensorOptions().dtype(im.dtype)));
+    if (opts.accelerator) {
+      if (opts.accel_layers > cfg.num_layers)
+        return fail(Errc::invalid_argument, "accel_layers " + std::to_string(opts.accel_layers) + " > " +
+                                                std::to_string(cfg.num_layers) + " layers");
+      im.accel = opts.accelerator;
+      im.accel_layers = opts.accel_layers < 0 ? cfg.num_layers : opts.accel_layers;
+      TANDEM_TRY(im.place_on_accelerator());
     }
-    im.stats.kv_pool_bytes = static_cast<std::uint64_t>(slots) * cfg.num_kv_heads * cfg.head_dim *
-                             static_cast<std::uint64_t>(at::elementSize(im.dtype)) * 2 * cfg.num_layers;
+
+    const std::int64_t slots = blocks * opts.kv_block_size;
+    const std::uint64_t layer_kv_bytes = static_cast<std::uint64_t>(slots) * cfg.num_kv_heads * cfg.head_dim *
+                                         static_cast<std::uint64_t>(at::elementSize(im.dtype)) * 2;
+    for (int i = 0; i < cfg.num_layers; ++i) {
+      auto opt = at::TensorOptions().dtype(im.dtype);
+      if (i < im.accel_layers) {
+        auto a = im.accel->allocate(layer_kv_bytes, device::Site::kv_pool);
+        if (!a) {
+          Error e = std::move(a).error();
+          e.message = path + ": KV pool of layer " + std::to_string(i) + " on " + im.accel->name() + ": " + e.message;
+          return fail(std::move(e));
+        }
+        im.accel_allocs.push_back(std::move(a).value());
+        im.stats.accel_kv_bytes += layer_kv_bytes;
+        opt = opt.device(im.accel_dev);
+      }
+      im.k_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, opt));
+      im.v_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, opt));
+    }
+    im.stats.kv_pool_bytes = layer_kv_bytes * static_cast<std::uint64_t>(cfg.num_layers);
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     const bool oom = what.find("alloc") != std::string::npos || what.find("memory") != std::string::npos;
@@ -407,6 +533,28 @@ gen::TemplateKind Model::prompt_template() const { return impl_->templ; }
 const LoadStats& Model::load_stats() const { return impl_->stats; }
 const LoadOptions& Model::options() const { return impl_->opts; }
 int Model::max_context() const { return impl_->max_context; }
+device::Device* Model::accelerator() const { return impl_->accel.get(); }
+int Model::accel_layers() const { return impl_->accel ? impl_->accel_layers : 0; }
+bool Model::device_lost() const { return impl_->device_lost(); }
+
+// Activation workspace of one forward on the accelerator, in bytes: per new token the hidden state, its norm and
+// the residual (3·hidden), q/k/v (heads·hd + 2·kv_heads·hd), the MLP's gate/up/product (3·intermediate), in the
+// compute dtype, plus an f32 copy of the hidden state for the norms; the attention scores and probabilities
+// (2 · heads · n · context, f32); and the logits (n · vocab, f32) when the head runs there. Forwards on the
+// accelerator allocate this at Site::prefill (n > 1) or Site::decode and free it when done.
+std::uint64_t Model::workspace_bytes(std::int64_t n, std::int64_t context) const {
+  const Impl& im = *impl_;
+  if (!im.accel || im.accel_layers == 0 || n <= 0) return 0;
+  const auto& c = im.cfg();
+  const auto u = [](auto v) { return static_cast<std::uint64_t>(v); };
+  const std::uint64_t elem = u(at::elementSize(im.dtype));
+  const std::uint64_t per_token = (3 * u(c.hidden_size) + u(c.num_heads) * u(c.head_dim) +
+                                   2 * u(c.num_kv_heads) * u(c.head_dim) + 3 * u(c.intermediate_size)) * elem +
+                                  u(c.hidden_size) * 4;
+  std::uint64_t bytes = per_token * u(n) + 2 * u(c.num_heads) * u(n) * u(context) * 4;
+  if (im.head_on_accel) bytes += u(n) * u(c.vocab_size) * 4;
+  return bytes;
+}
 
 gen::SamplingParams Model::default_sampling() const {
   gen::SamplingParams p;
@@ -515,7 +663,11 @@ Error map_torch_error(const std::string& what, std::string_view where) {
   const bool oom = what.find("not enough memory") != std::string::npos ||
                    what.find("out of memory") != std::string::npos ||
                    what.find("DefaultCPUAllocator") != std::string::npos;
-  return make_error(oom ? Errc::out_of_memory : Errc::internal, std::string(where) + ": " + what);
+  // Sticky CUDA errors (illegal address, launch failure, ECC, device unavailable) leave the context unusable.
+  const bool cuda_fault = !oom && (what.find("CUDA error") != std::string::npos ||
+                                   what.find("cudaError") != std::string::npos);
+  return make_error(oom ? Errc::out_of_memory : cuda_fault ? Errc::device_lost : Errc::internal,
+                    std::string(where) + ": " + what);
 }
 
 }  // namespace
@@ -532,6 +684,14 @@ Result<std::vector<float>> Model::forward(Sequence& seq, std::span<const TokenId
     return fail(Errc::invalid_argument, "context overflow: " + std::to_string(pos0) + " cached + " +
                                             std::to_string(n) + " new tokens > max context " +
                                             std::to_string(im.max_context));
+  const device::Site site = n > 1 || pos0 == 0 ? device::Site::prefill : device::Site::decode;
+  device::Allocation workspace;
+  if (im.accel) {
+    if (im.device_lost())
+      return fail(Errc::device_lost, im.accel->name() + ": the model's device buffers were lost (driver reset); "
+                                                         "reload the replica");
+    TANDEM_TRY(im.accel->check(site));
+  }
   std::vector<std::int64_t> ctx_slots;
   {
     std::lock_guard lock(im.kv_mu);
@@ -542,21 +702,39 @@ Result<std::vector<float>> Model::forward(Sequence& seq, std::span<const TokenId
     for (std::int64_t p = 0; p < pos0 + n; ++p)
       ctx_slots[static_cast<std::size_t>(p)] = std::int64_t{table[static_cast<std::size_t>(p / bs)]} * bs + p % bs;
   }
+  if (im.accel) {
+    auto ws = im.accel->allocate(workspace_bytes(n, pos0 + n), site);
+    if (!ws) return fail(std::move(ws).error());
+    workspace = std::move(ws).value();
+  }
   try {
     std::lock_guard compute(im.compute_mu);
     c10::InferenceMode guard;
+    im.current_site = site;
     const at::Tensor all = at::tensor(ctx_slots, at::TensorOptions().dtype(at::kLong));
     const at::Tensor fresh = all.narrow(0, pos0, n);
+    at::Tensor all_acc, fresh_acc;
+    if (im.accel_dev.is_cuda()) {
+      all_acc = all.to(im.accel_dev);
+      fresh_acc = all_acc.narrow(0, pos0, n);
+    }
     at::Tensor logits = im.run(*ids, pos0, all_logits, [&](std::size_t li, const at::Tensor& k, const at::Tensor& v) {
-      im.k_pool[li].index_copy_(0, fresh, k);
-      im.v_pool[li].index_copy_(0, fresh, v);
-      return std::pair{im.k_pool[li].index_select(0, all), im.v_pool[li].index_select(0, all)};
+      const bool acc = im.k_pool[li].is_cuda();
+      const at::Tensor& a = acc ? all_acc : all;
+      const at::Tensor& f = acc ? fresh_acc : fresh;
+      im.k_pool[li].index_copy_(0, f, k);
+      im.v_pool[li].index_copy_(0, f, v);
+      return std::pair{im.k_pool[li].index_select(0, a), im.v_pool[li].index_select(0, a)};
     });
     seq.length_ = pos0 + n;
     const float* p = logits.data_ptr<float>();
     return std::vector<float>(p, p + logits.numel());
+  } catch (const DeviceFault& f) {
+    return fail(f.error);
   } catch (const c10::Error& e) {
-    return fail(map_torch_error(e.what_without_backtrace(), "forward"));
+    Error err = map_torch_error(e.what_without_backtrace(), "forward");
+    if (im.accel && err.code == Errc::internal && !im.accel->check(site).ok()) err.code = Errc::device_lost;
+    return fail(std::move(err));
   } catch (const std::bad_alloc&) {
     return fail(Errc::out_of_memory, "forward: out of host memory");
   }
@@ -566,6 +744,7 @@ Result<std::vector<float>> Model::forward_reference(std::span<const TokenId> tok
   Impl& im = *impl_;
   auto ids = check_ids(tokens, im.cfg().vocab_size);
   if (!ids) return fail(std::move(ids).error());
+  if (im.device_lost()) return fail(Errc::device_lost, im.accel->name() + ": the model's device buffers were lost");
   try {
     std::lock_guard compute(im.compute_mu);
     c10::InferenceMode guard;
@@ -574,6 +753,8 @@ Result<std::vector<float>> Model::forward_reference(std::span<const TokenId> tok
     });
     const float* p = logits.data_ptr<float>();
     return std::vector<float>(p, p + logits.numel());
+  } catch (const DeviceFault& f) {
+    return fail(f.error);
   } catch (const c10::Error& e) {
     return fail(map_torch_error(e.what_without_backtrace(), "forward_reference"));
   }

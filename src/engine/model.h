@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "device/device.h"
 #include "generation/fingerprint.h"
 #include "generation/kv_blocks.h"
 #include "generation/prompt_template.h"
@@ -34,6 +35,13 @@ struct LoadOptions {
   std::string revision;                   // optional revision label, part of the fingerprint
   std::string template_name;              // "" = from tokenizer_config.json's chat template, else raw
   bool prefault = false;                  // touch every weight page at load (replica mode "warm")
+
+  // Placement. Without an accelerator everything runs on the CPU over the mmap'd weights. With one, layers
+  // [0, accel_layers) have their weights copied to it and their KV blocks on it; layers [accel_layers, n) stay on
+  // the CPU (the hybrid split, the ladder's "offload" rung). The final norm and LM head go to the accelerator only
+  // when every layer does. Embedding lookups always read the CPU mapping. -1 = all layers.
+  std::shared_ptr<device::Device> accelerator;
+  int accel_layers = -1;
 };
 
 struct LoadStats {
@@ -44,6 +52,8 @@ struct LoadStats {
   std::uint64_t weight_bytes = 0;       // as stored in the files
   std::uint64_t resident_copy_bytes = 0; // bytes copied because of a dtype conversion or misalignment (0 = zero-copy)
   std::uint64_t kv_pool_bytes = 0;
+  std::uint64_t accel_weight_bytes = 0;  // weights copied to the accelerator (accounted there)
+  std::uint64_t accel_kv_bytes = 0;      // KV pool bytes on the accelerator (accounted there)
 };
 
 struct KvStats {
@@ -97,6 +107,15 @@ class Model : public std::enable_shared_from_this<Model> {
   const LoadOptions& options() const;
   KvStats kv_stats() const;
   int max_context() const;
+  // The accelerator this replica uses (nullptr: CPU only) and how many layers run on it.
+  device::Device* accelerator() const;
+  int accel_layers() const;
+  // True once the accelerator was lost (driver reset) after this model was loaded: its device buffers are gone
+  // and every forward fails with device_lost; load a new replica.
+  bool device_lost() const;
+  // Bytes an activation workspace needs on the accelerator for a forward of `n` new tokens over `context`
+  // positions (accounted there for the duration of the forward; 0 without an accelerator).
+  std::uint64_t workspace_bytes(std::int64_t n, std::int64_t context) const;
 
   // Tokenizes a rendered template (text segments encoded, BOS/EOS inserted as ids).
   std::vector<TokenId> encode(const std::vector<gen::Segment>& segments) const;
