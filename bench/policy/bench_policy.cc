@@ -78,7 +78,7 @@ struct Setup {
     const auto need = static_cast<std::int64_t>(policy.estimator().estimate(s.model, s.request, true).total_bytes);
     switch (target) {
       case Rung::admit: break;
-      case Rung::delay: s.gpu.headroom.headroom = need - 1; break;
+      case Rung::delay: s.gpu.headroom.headroom = need - 1; s.gpu.running = {{G, 5s}}; break;
       case Rung::reduce: s.gpu.headroom.headroom = need * 3 / 4; s.gpu.queue_full = true; s.request.allow_reduce = true; break;
       case Rung::offload: s.gpu.headroom.headroom = need / 2; s.gpu.queue_full = true; break;
       case Rung::route_cpu: s.gpu.breaker_allows = false; break;
@@ -113,7 +113,7 @@ void BM_AdmissionWithViews10kQueued(benchmark::State& state) {
   CircuitBreaker breaker;
   PressureTracker pressure;
   ReservationLedger ledger;
-  ledger.set_resident("llama-2-7b", 13 * G);
+  (void)ledger.set_resident("llama-2-7b", 13 * G);
   for (JobId id = 1; id <= 4; ++id) {
     (void)gpu.start_direct(QueueEntry{id, 1000, 500, {}});
     (void)ledger.reserve(id, G / 4);
@@ -127,7 +127,7 @@ void BM_AdmissionWithViews10kQueued(benchmark::State& state) {
     p.time([&] {
       const auto now = Clock::time_point{} + 20s;
       Headroom h = compute_headroom(snap, ledger, hc, now);
-      s.gpu = make_gpu_view(h, pressure.update(h.fraction()), breaker, gpu, now, true, true);
+      s.gpu = make_gpu_view(h, pressure.update(h.fraction()), breaker, gpu, ledger, now, true, true);
       s.cpu = make_cpu_view(cpu, setup.host, s.cpu.host_reading, true, true, std::nullopt);
       benchmark::DoNotOptimize(setup.policy.decide(s));
     });
@@ -167,7 +167,7 @@ void BM_JobLifecycle10kQueued(benchmark::State& state) {
       (void)job.record_tokens(200);
       (void)job.complete(tp(id));
       ledger.release(head);
-      (void)keys.record_outcome(key, StoredOutcome{JobPhase::completed, "", tp(id)});
+      (void)keys.record_outcome(key, id, StoredOutcome{JobPhase::completed, "", tp(id)});
       benchmark::DoNotOptimize(claim);
     });
     ++next;

@@ -1,6 +1,7 @@
 #include "policy/admission.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "policy/format.h"
 
@@ -29,6 +30,7 @@ std::string_view reason_name(Reason r) noexcept {
     case Reason::exceeds_device: return "exceeds_device";
     case Reason::gpu_queue_full: return "gpu_queue_full";
     case Reason::wait_too_long: return "wait_too_long";
+    case Reason::wait_unknown: return "wait_unknown";
     case Reason::reduce_not_allowed: return "reduce_not_allowed";
     case Reason::reduce_insufficient: return "reduce_insufficient";
     case Reason::offload_disabled: return "offload_disabled";
@@ -47,6 +49,7 @@ std::string_view reason_name(Reason r) noexcept {
 }
 
 Error Decision::to_error() const {
+  if (permanent) return make_error(Errc::invalid_argument, std::string(reason_name(reason)) + ": " + detail);
   return make_error(Errc::rejected, std::string(reason_name(reason)) + ": " + detail + "; retry after " +
                                         format_duration(retry_after));
 }
@@ -62,6 +65,32 @@ std::int64_t as_signed(std::uint64_t v) {
 }
 
 bool fits(const MemoryBreakdown& b, std::int64_t headroom) { return as_signed(b.total_bytes) <= headroom; }
+
+std::int64_t ssub(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (!__builtin_sub_overflow(a, b, &r)) return r;
+  return b > 0 ? INT64_MIN : INT64_MAX;
+}
+
+std::string signed_bytes(std::int64_t v) {
+  return v < 0 ? "-" + format_bytes(static_cast<std::uint64_t>(-(v + 1)) + 1) : format_bytes(static_cast<std::uint64_t>(v));
+}
+
+// When enough of our running GPU jobs will have finished to free `missing` bytes (soonest first); nullopt if all of
+// them together do not free that much (the memory is held by someone else: the wait cannot be estimated).
+std::optional<Clock::duration> memory_wait(const std::vector<RunningGpuJob>& running, std::int64_t missing) {
+  if (missing <= 0) return Clock::duration::zero();
+  std::vector<const RunningGpuJob*> order;
+  order.reserve(running.size());
+  for (const auto& r : running) order.push_back(&r);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->remaining < b->remaining; });
+  std::uint64_t freed = 0;
+  for (const RunningGpuJob* r : order) {
+    freed = sat_add(freed, r->bytes);
+    if (freed >= static_cast<std::uint64_t>(missing)) return std::max(r->remaining, Clock::duration::zero());
+  }
+  return std::nullopt;
+}
 
 // Why the GPU cannot take new work at all (nullopt = it can, subject to memory).
 std::optional<Reason> gpu_blocked(const GpuView& g, bool for_delay) {
@@ -93,7 +122,10 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
   d.route = Route{Device::gpu, s.model.layers, false, s.model.name};
 
   std::string why;  // accumulated "rung: reason" text of skipped rungs
-  auto skip = [&](Rung rung, Reason r, std::string text = {}) {
+  bool all_permanent = true;  // every rung so far failed for a reason resubmitting the same request cannot change
+  std::optional<Clock::duration> gpu_wait;  // the delay rung's estimate, for the retry hint
+  auto skip = [&](Rung rung, Reason r, std::string text = {}, bool permanent = false) {
+    all_permanent = all_permanent && permanent;
     d.skipped.push_back(RungNote{rung, r});
     if (!why.empty()) why += "; ";
     why += rung_name(rung);
@@ -101,37 +133,52 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
     why += reason_name(r);
     if (!text.empty()) why += " (" + text + ")";
   };
-  auto reject = [&](Reason r, std::string text) {
+  auto reject = [&](Reason r, std::string text, bool permanent) {
     d.action = Rung::reject;
     d.reason = r;
     d.route = Route{Device::gpu, 0, false, s.model.name};
+    d.permanent = permanent;
+    d.detail = std::move(text);
+    if (permanent) {
+      d.retry_after = Clock::duration::zero();  // retrying the same request cannot help
+      return d;
+    }
     Clock::duration hint = ladder_.default_retry_after;
     if (!g.breaker_allows && g.breaker_retry_in > Clock::duration::zero()) {
       hint = g.breaker_retry_in;
+    } else if (gpu_wait && *gpu_wait > Clock::duration::zero()) {
+      hint = *gpu_wait;
     } else if (g.queue_wait > Clock::duration::zero()) {
       hint = g.queue_wait;
     }
     d.retry_after = std::min(hint, ladder_.max_retry_after);
-    d.detail = std::move(text);
     return d;
   };
 
-  if (auto st = s.model.validate(); !st) return reject(Reason::invalid_request, st.error().message);
-  if (auto st = req.validate(); !st) return reject(Reason::invalid_request, st.error().message);
+  if (auto st = s.model.validate(); !st) return reject(Reason::invalid_request, st.error().message, true);
+  if (auto st = req.validate(); !st) return reject(Reason::invalid_request, st.error().message, true);
 
   d.breakdown = estimator_.estimate(s.model, req, g.weights_resident);
   const MemoryBreakdown& full = d.breakdown;
   const std::int64_t room = g.headroom.headroom;
   const bool gpu_limits_ok = within(req.prompt_tokens, req.max_new_tokens, g.max_context, g.max_new_tokens);
-  const std::string need = "needs " + format_bytes(full.total_bytes) + ", headroom " +
-                           (room < 0 ? "-" + format_bytes(static_cast<std::uint64_t>(-room))
-                                     : format_bytes(static_cast<std::uint64_t>(room)));
+  const std::string need = "needs " + format_bytes(full.total_bytes) + ", headroom " + signed_bytes(room);
+  // What this device could ever give a job of this model: everything but the margin and the model's own resident
+  // weights. A plan larger than that can never run here, whatever else finishes.
+  const std::int64_t capacity =
+      ssub(ssub(as_signed(g.headroom.total_bytes), as_signed(g.headroom.margin_bytes)),
+           g.weights_resident ? as_signed(MemoryEstimator::weights_bytes(s.model)) : 0);
+  auto never_fits = [&](const MemoryBreakdown& b) { return g.headroom.total_bytes > 0 && !fits(b, capacity); };
 
   for (Rung rung : ladder_.order) {
     switch (rung) {
       case Rung::admit: {
         if (auto r = gpu_start_blocked(g)) { skip(rung, *r); break; }
-        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits, {}, true); break; }
+        if (never_fits(full)) {
+          skip(rung, Reason::exceeds_device, need + ", device capacity " + signed_bytes(capacity), true);
+          break;
+        }
         if (!fits(full, room)) { skip(rung, Reason::does_not_fit, need); break; }
         d.action = Rung::admit;
         d.reason = Reason::fits;
@@ -140,33 +187,61 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
       }
       case Rung::delay: {
         if (auto r = gpu_blocked(g, true)) { skip(rung, *r); break; }
-        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits, {}, true); break; }
         if (as_signed(full.total_bytes) > g.headroom.drained_headroom) {
-          skip(rung, Reason::exceeds_device, "needs " + format_bytes(full.total_bytes) + " even on an idle device");
+          skip(rung, Reason::exceeds_device, "needs " + format_bytes(full.total_bytes) + " even on an idle device",
+               never_fits(full));
           break;
         }
         if (g.queue_full) { skip(rung, Reason::gpu_queue_full); break; }
-        if (g.queue_wait > ladder_.max_delay) {
-          skip(rung, Reason::wait_too_long, format_duration(g.queue_wait) + " > " + format_duration(ladder_.max_delay));
-          break;
+        // The wait is bounded in total: time already waited + the estimated wait ≤ max_delay.
+        const Clock::duration left = ladder_.max_delay - g.waited;
+        auto too_long = [&](Clock::duration wait, const char* what) {
+          skip(rung, Reason::wait_too_long,
+               "waited " + format_duration(g.waited) + " + " + what + " " + format_duration(wait) + " > " +
+                   format_duration(ladder_.max_delay));
+        };
+        if (g.waited > ladder_.max_delay || g.queue_wait > left) { too_long(g.queue_wait, "slot wait"); break; }
+        const bool expired = g.headroom.trust == ReadingTrust::expired;
+        const bool short_of_memory = !fits(full, room) || g.pressure == Pressure::critical;
+        Clock::duration eta = g.queue_wait;
+        if (short_of_memory && !expired) {
+          // Memory: enough running jobs must finish to free what is missing (and, under critical pressure, to lift
+          // the headroom above the critical exit level), at their remaining work and the service rates.
+          std::int64_t target = as_signed(full.total_bytes);
+          if (g.pressure == Pressure::critical) {
+            const double exit = std::ceil(ladder_.pressure.critical_exit_fraction * static_cast<double>(g.headroom.total_bytes));
+            target = std::max(target, as_signed(static_cast<std::uint64_t>(exit)));
+          }
+          const std::int64_t missing = ssub(target, room);
+          std::optional<Clock::duration> mw = memory_wait(g.running, missing);
+          if (!mw) {
+            skip(rung, Reason::wait_unknown,
+                 "missing " + signed_bytes(missing) + " that no running job of ours frees");
+            break;
+          }
+          eta = std::max(eta, *mw);
+          gpu_wait = eta;
+          if (eta > left) { too_long(eta, "memory wait"); break; }
         }
         d.action = Rung::delay;
-        d.reason = g.headroom.trust == ReadingTrust::expired ? Reason::waiting_for_fresh_reading
-                   : g.jobs_ahead > 0                         ? Reason::queued_behind
-                   : (!fits(full, room) || g.pressure == Pressure::critical) ? Reason::waiting_for_memory
-                                                                              : Reason::waiting_for_slot;
-        d.eta = g.queue_wait;
-        d.detail = "delay in gpu queue (" + std::string(reason_name(d.reason)) + "), eta " + format_duration(d.eta);
+        d.reason = expired               ? Reason::waiting_for_fresh_reading
+                   : g.jobs_ahead > 0    ? Reason::queued_behind
+                   : short_of_memory     ? Reason::waiting_for_memory
+                                         : Reason::waiting_for_slot;
+        d.eta = eta;
+        d.detail = "delay in gpu queue (" + std::string(reason_name(d.reason)) + "), eta " + format_duration(d.eta) +
+                   (g.waited > Clock::duration::zero() ? ", waited " + format_duration(g.waited) : "");
         return d;
       }
       case Rung::reduce: {
-        if (!req.allow_reduce) { skip(rung, Reason::reduce_not_allowed); break; }
+        if (!req.allow_reduce) { skip(rung, Reason::reduce_not_allowed, {}, true); break; }
         if (auto r = gpu_start_blocked(g)) { skip(rung, *r); break; }
         std::uint32_t limit_new = std::min(req.max_new_tokens, g.max_new_tokens);
-        if (req.prompt_tokens >= g.max_context) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        if (req.prompt_tokens >= g.max_context) { skip(rung, Reason::exceeds_gpu_limits, {}, true); break; }
         limit_new = std::min<std::uint32_t>(limit_new, g.max_context - req.prompt_tokens);
         const std::uint32_t floor_new = std::min(ladder_.min_reduced_new_tokens, req.max_new_tokens);
-        if (limit_new < floor_new) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        if (limit_new < floor_new) { skip(rung, Reason::exceeds_gpu_limits, {}, true); break; }
         RequestShape r2 = req;
         r2.max_new_tokens = limit_new;
         const std::uint32_t min_chunk = std::min(ladder_.min_prefill_chunk, req.prompt_tokens);
@@ -182,9 +257,11 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
           // Smallest chunk; find the largest max_new_tokens in [floor_new, limit_new] that fits (monotone).
           std::uint32_t lo = floor_new, hi = limit_new;
           r2.max_new_tokens = lo;
-          if (!fits(estimator_.estimate(s.model, r2, g.weights_resident), room)) {
+          const MemoryBreakdown smallest = estimator_.estimate(s.model, r2, g.weights_resident);
+          if (!fits(smallest, room)) {
             skip(rung, Reason::reduce_insufficient,
-                 "even " + std::to_string(floor_new) + " tokens with chunk " + std::to_string(chunk) + " do not fit");
+                 "even " + std::to_string(floor_new) + " tokens with chunk " + std::to_string(chunk) + " do not fit",
+                 never_fits(smallest));
             break;
           }
           while (lo < hi) {
@@ -206,27 +283,46 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
         return d;
       }
       case Rung::offload: {
-        if (!ladder_.offload_enabled) { skip(rung, Reason::offload_disabled); break; }
-        if (!g.offload_supported) { skip(rung, Reason::offload_unsupported); break; }
+        if (!ladder_.offload_enabled) { skip(rung, Reason::offload_disabled, {}, true); break; }
+        if (!g.offload_supported) { skip(rung, Reason::offload_unsupported, {}, true); break; }
         if (auto r = gpu_start_blocked(g)) { skip(rung, *r); break; }
-        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits); break; }
+        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits, {}, true); break; }
         const std::uint32_t k = estimator_.layers_that_fit(s.model, req, g.weights_resident, room);
         if (k < ladder_.min_gpu_layers) {
+          const bool never = g.headroom.total_bytes > 0 &&
+                             estimator_.layers_that_fit(s.model, req, g.weights_resident, capacity) < ladder_.min_gpu_layers;
           skip(rung, Reason::offload_insufficient,
-               std::to_string(k) + " layers fit, " + std::to_string(ladder_.min_gpu_layers) + " needed");
+               std::to_string(k) + " layers fit, " + std::to_string(ladder_.min_gpu_layers) + " needed", never);
           break;
+        }
+        // The layers left on the host (with lm_head, their KV and the activations) must pass the host guard: the
+        // job starts now, so it must fit now.
+        std::optional<HostJobEstimate> he;
+        if (k < s.model.layers) {
+          if (s.cpu.host == nullptr) { skip(rung, Reason::host_guard_missing); break; }
+          he = estimate_host_hybrid(s.model, req, k, estimator_.config(), host_cfg_);
+          HostCheck hc = s.cpu.host->check(*he, s.cpu.host_reading);
+          if (hc.fit != HostFit::fits) {
+            skip(rung, Reason::host_memory,
+                 std::to_string(s.model.layers - k) + " layers on the host need " + format_bytes(hc.need_bytes) +
+                     ", committed " + format_bytes(hc.committed_bytes) + " of " + format_bytes(hc.budget.bytes) +
+                     " (" + std::string(host_bound_name(hc.budget.bound)) + ")");
+            break;
+          }
         }
         d.action = Rung::offload;
         d.reason = Reason::fits_offloaded;
         d.breakdown = estimator_.estimate_hybrid(s.model, req, g.weights_resident, k);
         d.route = Route{k < s.model.layers ? Device::hybrid : Device::gpu, k, false, s.model.name};
+        d.host = he;
         d.detail = "offload: " + std::to_string(k) + " of " + std::to_string(s.model.layers) +
-                   " layers on gpu, needs " + format_bytes(d.breakdown.total_bytes);
+                   " layers on gpu, needs " + format_bytes(d.breakdown.total_bytes) +
+                   (he ? ", host " + format_bytes(sat_add(he->job_bytes(), he->mapped_weights_bytes)) : "");
         return d;
       }
       case Rung::route_cpu: {
         const CpuView& c = s.cpu;
-        if (!req.allow_cpu) { skip(rung, Reason::cpu_not_allowed); break; }
+        if (!req.allow_cpu) { skip(rung, Reason::cpu_not_allowed, {}, true); break; }
         const ModelShape* target = nullptr;
         bool fallback = false;
         if (c.replica_present && c.fingerprint_compatible) {
@@ -249,7 +345,8 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
           }
           if (!req.allow_reduce || capped < floor_new || capped == 0) {
             skip(rung, Reason::exceeds_cpu_limits,
-                 "cpu limits: context " + std::to_string(c.max_context) + ", max_new " + std::to_string(c.max_new_tokens));
+                 "cpu limits: context " + std::to_string(c.max_context) + ", max_new " + std::to_string(c.max_new_tokens),
+                 true);
             break;
           }
           r2.max_new_tokens = capped;
@@ -279,16 +376,17 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
       }
       case Rung::reject: {
         Reason r = d.skipped.empty() ? Reason::no_rung : d.skipped.front().reason;
-        return reject(r, why.empty() ? "rejected by the ladder order" : why);
+        return reject(r, why.empty() ? "rejected by the ladder order" : why, all_permanent && !d.skipped.empty());
       }
     }
   }
   Reason r = d.skipped.empty() ? Reason::no_rung : d.skipped.front().reason;
-  return reject(r, why);  // unreachable with a validated order (it ends in reject)
+  return reject(r, why, all_permanent && !d.skipped.empty());  // unreachable with a validated order
 }
 
 GpuView make_gpu_view(const Headroom& h, Pressure p, const CircuitBreaker& breaker, const JobQueue& q,
-                      Clock::time_point now, bool weights_resident, bool offload_supported, std::optional<JobId> self) {
+                      const ReservationLedger& ledger, Clock::time_point now, bool weights_resident,
+                      bool offload_supported, std::optional<JobId> self) {
   GpuView g;
   g.breaker_allows = breaker.allows_gpu();
   g.breaker_retry_in = breaker.retry_in(now);
@@ -301,6 +399,13 @@ GpuView make_gpu_view(const Headroom& h, Pressure p, const CircuitBreaker& break
   g.slot_free = q.has_free_slot();
   g.queue_full = pos ? false : q.full();
   g.queue_wait = pos ? q.eta_start(*self).value_or(Clock::duration::zero()) : q.eta_start_for_new();
+  for (const RunningWork& w : q.running_work()) {
+    const Reservation* r = ledger.find(w.id);
+    g.running.push_back(RunningGpuJob{r ? r->bytes : 0, w.remaining});
+  }
+  if (self) {
+    if (auto t = q.accepted_at(*self)) g.waited = now > *t ? now - *t : Clock::duration::zero();
+  }
   g.max_context = q.config().max_context;
   g.max_new_tokens = q.config().max_new_tokens;
   return g;

@@ -14,6 +14,7 @@
 #include "policy/estimator.h"
 #include "policy/headroom.h"
 #include "policy/host_guard.h"
+#include "policy/ledger.h"
 #include "policy/queue.h"
 #include "policy/types.h"
 
@@ -26,12 +27,20 @@ enum class Reason {
   fits_offloaded, routed_cpu, routed_fallback,
   // why a rung was skipped (the reject's reason is the first of these)
   invalid_request, gpu_absent, breaker_open, reading_expired, exceeds_gpu_limits, critical_pressure, does_not_fit,
-  queued_ahead, no_free_slot, exceeds_device, gpu_queue_full, wait_too_long, reduce_not_allowed,
+  queued_ahead, no_free_slot, exceeds_device, gpu_queue_full, wait_too_long, wait_unknown, reduce_not_allowed,
   reduce_insufficient, offload_disabled, offload_unsupported, offload_insufficient, cpu_not_allowed,
   cpu_unavailable, cpu_incompatible, exceeds_cpu_limits, cpu_queue_full, host_memory, host_guard_missing,
   no_rung,
 };
 std::string_view reason_name(Reason r) noexcept;
+
+// One of our running GPU jobs: the bytes its reservation frees when it ends, and when that is at the latest.
+struct RunningGpuJob {
+  std::uint64_t bytes = 0;
+  Clock::duration remaining{};
+
+  friend bool operator==(const RunningGpuJob&, const RunningGpuJob&) = default;
+};
 
 struct GpuView {
   bool present = true;
@@ -44,7 +53,9 @@ struct GpuView {
   std::size_t jobs_ahead = 0;            // queued GPU jobs ahead of this one (FIFO: nothing overtakes them)
   bool slot_free = true;                 // a GPU concurrency slot is free
   bool queue_full = false;
-  Clock::duration queue_wait{};          // estimated wait before a queued job would start
+  Clock::duration queue_wait{};          // estimated wait for a concurrency slot (slots only, not memory)
+  std::vector<RunningGpuJob> running;    // our running GPU jobs (for the memory wait of `delay`)
+  Clock::duration waited{};              // how long this job has waited since acceptance (0 for a new one)
   std::uint32_t max_context = 0;         // GPU queue limits
   std::uint32_t max_new_tokens = 0;
 };
@@ -85,14 +96,16 @@ struct Decision {
   std::uint32_t max_new_tokens = 0;    // possibly reduced
   std::uint32_t prefill_chunk = 0;     // possibly reduced (0 = whole prompt)
   Route route;                         // device, GPU layers, model (fallback or not)
-  std::optional<HostJobEstimate> host; // route_cpu: host-memory estimate
+  std::optional<HostJobEstimate> host; // route_cpu: host-memory estimate; offload: the host part of the split
   bool waits_for_host_memory = false;  // route_cpu: queued until the host guard has room
-  Clock::duration eta{};               // delay/route_cpu: estimated wait before start
-  Clock::duration retry_after{};       // reject: when retrying may succeed
+  Clock::duration eta{};               // delay: max(slot wait, memory wait); route_cpu: CPU queue wait
+  Clock::duration retry_after{};       // reject: when retrying may succeed (0 when permanent)
+  bool permanent = false;              // reject: resubmitting the same request cannot succeed (see to_error)
   std::vector<RungNote> skipped;       // rungs tried before the chosen one, with why
 
   bool accepted() const { return action != Rung::reject; }
-  // A reject as an error value (Errc::rejected, resumable) for the caller to hand back.
+  // A reject as an error value for the caller to hand back: Errc::rejected (resumable, "retry after ...") or, when
+  // `permanent`, Errc::invalid_argument without a retry hint.
   Error to_error() const;
 };
 
@@ -113,10 +126,11 @@ class AdmissionPolicy {
 };
 
 // Convenience: views from the mechanism objects. `self` = the job being decided if it is already queued there.
-// `GpuView::present` stays true: set it to false yourself when the device is gone.
+// `GpuView::present` stays true: set it to false yourself when the device is gone. `ledger` gives the bytes of the
+// running GPU jobs (GpuView::running).
 GpuView make_gpu_view(const Headroom& h, Pressure p, const CircuitBreaker& breaker, const JobQueue& gpu_queue,
-                      Clock::time_point now, bool weights_resident, bool offload_supported,
-                      std::optional<JobId> self = std::nullopt);
+                      const ReservationLedger& ledger, Clock::time_point now, bool weights_resident,
+                      bool offload_supported, std::optional<JobId> self = std::nullopt);
 CpuView make_cpu_view(const JobQueue& cpu_queue, const HostMemoryGuard& host, const HostReading& reading,
                       bool replica_present, bool fingerprint_compatible, std::optional<ModelShape> fallback,
                       std::optional<JobId> self = std::nullopt);

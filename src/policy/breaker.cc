@@ -52,15 +52,27 @@ void CircuitBreaker::open(std::string reason, Clock::time_point now, bool backof
                     : std::chrono::duration_cast<Clock::duration>(next);
   }
   opened_at_ = now;
-  probe_in_flight_ = false;
+  probe_.reset();
   alloc_failures_.clear();
   probe_failures_.clear();
   go(BreakerState::open, std::move(reason) + "; cooldown " + format_duration(cooldown_), now);
 }
 
-BreakerState CircuitBreaker::record(BreakerEvent e, Clock::time_point now) {
+BreakerState CircuitBreaker::record(BreakerEvent e, Clock::time_point now, ProbeId probe) {
   poll(now);
   prune(now);
+  if (e == BreakerEvent::probe_failed || e == BreakerEvent::probe_succeeded) {
+    // Half-open: only THE probe's result counts. Closed: a stale half-open probe's result is ignored (routine
+    // health checks carry kNoProbe). Open: probe results carry no information the cooldown does not already hold.
+    const bool the_probe = probe_ && probe == *probe_;
+    const bool counts = state_ == BreakerState::half_open ? the_probe
+                        : state_ == BreakerState::closed  ? probe == kNoProbe
+                                                          : false;
+    if (!counts) {
+      if (probe != kNoProbe || state_ == BreakerState::half_open) ++ignored_probe_results_;
+      return state_;
+    }
+  }
   switch (e) {
     case BreakerEvent::driver_reset:
       if (state_ == BreakerState::open) {
@@ -93,7 +105,7 @@ BreakerState CircuitBreaker::record(BreakerEvent e, Clock::time_point now) {
       break;
     case BreakerEvent::probe_succeeded:
       if (state_ == BreakerState::half_open) {
-        probe_in_flight_ = false;
+        probe_.reset();
         cooldown_ = cfg_.cooldown;
         go(BreakerState::closed, "probe_succeeded", now);
       }
@@ -106,24 +118,24 @@ BreakerState CircuitBreaker::record(BreakerEvent e, Clock::time_point now) {
 
 BreakerState CircuitBreaker::poll(Clock::time_point now) {
   if (state_ == BreakerState::open && now - opened_at_ >= cooldown_) {
-    probe_in_flight_ = false;
+    probe_.reset();
     go(BreakerState::half_open, "cooldown_elapsed", now);
   }
   return state_;
 }
 
-bool CircuitBreaker::try_acquire_probe(Clock::time_point now) {
+std::optional<ProbeId> CircuitBreaker::try_acquire_probe(Clock::time_point now) {
   poll(now);
-  if (state_ != BreakerState::half_open || probe_in_flight_) return false;
-  probe_in_flight_ = true;
-  return true;
+  if (state_ != BreakerState::half_open || probe_) return std::nullopt;
+  probe_ = ++last_probe_;
+  return probe_;
 }
 
 void CircuitBreaker::reset(Clock::time_point now, std::string reason) {
   alloc_failures_.clear();
   probe_failures_.clear();
   cooldown_ = cfg_.cooldown;
-  probe_in_flight_ = false;
+  probe_.reset();
   if (state_ != BreakerState::closed) go(BreakerState::closed, std::move(reason), now);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,15 @@ std::string_view breaker_state_name(BreakerState s) noexcept;
 enum class BreakerEvent {
   alloc_failure,    // a device allocation was refused (counted in the window)
   driver_reset,     // the device was reset / lost: trips immediately
-  probe_failed,     // a health probe failed (counted in the window; in half-open: reopen)
-  probe_succeeded,  // a health probe passed (in half-open: close)
+  probe_failed,     // a health probe failed (closed: counted in the window; half-open: reopen, if it is THE probe)
+  probe_succeeded,  // a health probe passed (half-open: close, if it is THE probe)
   job_succeeded,    // informational; does not close an open breaker
 };
+
+// Identifies the half-open probe handed out by try_acquire_probe (a generation counter, never 0). Probe results
+// carry it; kNoProbe marks a routine health check while closed.
+using ProbeId = std::uint64_t;
+inline constexpr ProbeId kNoProbe = 0;
 std::string_view breaker_event_name(BreakerEvent e) noexcept;
 
 struct BreakerTransition {
@@ -37,18 +43,24 @@ class CircuitBreaker {
  public:
   explicit CircuitBreaker(BreakerConfig cfg = {}) : cfg_(cfg), cooldown_(cfg.cooldown) {}
 
-  // Feed an event observed at `now`. Returns the state after it.
-  BreakerState record(BreakerEvent e, Clock::time_point now);
+  // Feed an event observed at `now`. Returns the state after it. In half-open, probe_succeeded / probe_failed count
+  // only when `probe` is the id of the probe in flight; any other result (unsolicited, kNoProbe, or a stale probe
+  // of an earlier half-open period) is ignored. While closed, a probe_failed with kNoProbe (routine health check)
+  // counts in the window and one with a stale id is ignored.
+  BreakerState record(BreakerEvent e, Clock::time_point now, ProbeId probe = kNoProbe);
   // Advance time: open → half-open once the cooldown has elapsed. Returns the state.
   BreakerState poll(Clock::time_point now);
-  // In half-open, hands out the single probe slot (true once); the probe's result comes back via record().
-  bool try_acquire_probe(Clock::time_point now);
+  // In half-open, hands out the single probe slot: its id once, then nullopt until the breaker leaves half-open.
+  // The probe's result comes back via record(..., id).
+  std::optional<ProbeId> try_acquire_probe(Clock::time_point now);
   // Operator override: back to closed, window and backoff cleared.
   void reset(Clock::time_point now, std::string reason = "manual_reset");
 
   BreakerState state() const { return state_; }
   bool allows_gpu() const { return state_ == BreakerState::closed; }
-  bool probe_in_flight() const { return probe_in_flight_; }
+  bool probe_in_flight() const { return probe_.has_value(); }
+  std::optional<ProbeId> probe() const { return probe_; }
+  std::uint64_t ignored_probe_results() const { return ignored_probe_results_; }  // stale / unsolicited results
   // Time until half-open (0 unless open).
   Clock::duration retry_in(Clock::time_point now) const;
   Clock::duration current_cooldown() const { return cooldown_; }
@@ -69,7 +81,9 @@ class CircuitBreaker {
   BreakerState state_ = BreakerState::closed;
   Clock::duration cooldown_;
   Clock::time_point opened_at_{};
-  bool probe_in_flight_ = false;
+  std::optional<ProbeId> probe_;     // the probe in flight (half-open only)
+  ProbeId last_probe_ = kNoProbe;    // generation counter
+  std::uint64_t ignored_probe_results_ = 0;
   std::deque<Clock::time_point> alloc_failures_;
   std::deque<Clock::time_point> probe_failures_;
   static constexpr std::size_t kHistoryLimit = 256;

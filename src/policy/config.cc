@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <utility>
 
 #include "policy/format.h"
 
@@ -60,11 +61,14 @@ std::string_view rung_name(Rung r) noexcept {
 }
 
 std::uint64_t MarginConfig::for_total(std::uint64_t total_bytes) const {
-  auto frac = static_cast<std::uint64_t>(std::ceil(fraction * static_cast<double>(total_bytes)));
+  const double f = std::ceil(fraction * static_cast<double>(total_bytes));
+  // Unvalidated fractions (NaN, negative, > 1) must not make the cast undefined.
+  const std::uint64_t frac = !(f > 0.0) ? 0 : f >= 1.8e19 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(f);
   return std::max(bytes, frac);
 }
 
 Status MarginConfig::validate(const std::string& path) const {
+  TANDEM_TRY(check_between(path + ".bytes", bytes, 0, kPiB));
   return check_range(path + ".fraction", fraction, 0.0, false, 0.5, false);
 }
 
@@ -170,7 +174,11 @@ Status RateConfig::validate(const std::string& path) const {
 }
 
 Status HostGuardConfig::validate(const std::string& path) const {
-  TANDEM_TRY(check_min(path + ".budget_bytes", budget_bytes, 64 * kMiB));
+  if (budget_bytes != 0 && budget_bytes < 64 * kMiB) {
+    return bad(path + ".budget_bytes", ("0 (no configured cap) or >= " + std::to_string(64 * kMiB)).c_str(),
+               std::to_string(budget_bytes));
+  }
+  TANDEM_TRY(check_min(path + ".mem_available_reserve", mem_available_reserve, 1));
   if (cpu_act_elem_bytes != 2 && cpu_act_elem_bytes != 4) {
     return bad(path + ".cpu_act_elem_bytes", "2 or 4", std::to_string(cpu_act_elem_bytes));
   }
@@ -202,6 +210,14 @@ Status PolicyConfig::validate() const {
   TANDEM_TRY(cpu_queue.validate("cpu_queue"));
   TANDEM_TRY(gpu_rates.validate("gpu_rates"));
   TANDEM_TRY(cpu_rates.validate("cpu_rates"));
+  // Cross-field: reduce must be able to reach its floor within each queue's limits.
+  for (const auto& [name, q] : {std::pair<const char*, const QueueConfig*>{"gpu_queue", &gpu_queue}, {"cpu_queue", &cpu_queue}}) {
+    if (ladder.min_reduced_new_tokens > q->max_new_tokens) {
+      return bad("ladder.min_reduced_new_tokens",
+                 ("<= " + std::string(name) + ".max_new_tokens (" + std::to_string(q->max_new_tokens) + ")").c_str(),
+                 std::to_string(ladder.min_reduced_new_tokens));
+    }
+  }
   TANDEM_TRY(host_guard.validate());
   TANDEM_TRY(service.validate());
   TANDEM_TRY(replica.validate());

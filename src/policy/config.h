@@ -16,10 +16,11 @@ using namespace std::chrono_literals;
 
 inline constexpr std::uint64_t kMiB = 1024ull * 1024ull;
 inline constexpr std::uint64_t kGiB = 1024ull * kMiB;
+inline constexpr std::uint64_t kPiB = 1024ull * 1024ull * kGiB;
 
 // Safety margin kept free on the device: max(bytes, fraction × total).
 struct MarginConfig {
-  std::uint64_t bytes = 512 * kMiB;
+  std::uint64_t bytes = 512 * kMiB;  // [0, 1 PiB]
   double fraction = 0.05;  // [0, 0.5]
 
   std::uint64_t for_total(std::uint64_t total_bytes) const;
@@ -60,8 +61,8 @@ std::string_view rung_name(Rung r) noexcept;
 struct LadderConfig {
   std::vector<Rung> order{Rung::admit, Rung::delay, Rung::reduce, Rung::offload, Rung::route_cpu, Rung::reject};
   PressureConfig pressure;
-  Clock::duration max_delay = 30s;           // delay only if the estimated wait is at most this
-  std::uint32_t min_reduced_new_tokens = 64; // reduce never caps max_new_tokens below this
+  Clock::duration max_delay = 30s;           // delay only while time waited + estimated wait is at most this
+  std::uint32_t min_reduced_new_tokens = 64; // reduce never caps max_new_tokens below this; <= both queues' max_new
   std::uint32_t min_prefill_chunk = 128;     // reduce never chunks the prefill below this
   bool offload_enabled = true;
   std::uint32_t min_gpu_layers = 1;          // offload needs at least this many layers on the GPU
@@ -101,8 +102,10 @@ struct RateConfig {
 };
 
 struct HostGuardConfig {
-  std::uint64_t budget_bytes = 8 * kGiB;           // configured ceiling for CPU-route memory
-  std::uint64_t mem_available_reserve = 1 * kGiB;  // MemAvailable kept for the rest of the system
+  // Configured ceiling for CPU-route memory; 0 = no configured cap (the cgroup and MemAvailable terms decide).
+  // Otherwise >= 64 MiB.
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t mem_available_reserve = 1 * kGiB;  // MemAvailable kept for the rest of the system, > 0
   std::uint32_t cpu_act_elem_bytes = 4;            // activations on the CPU are f32
 
   Status validate(const std::string& path = "host_guard") const;

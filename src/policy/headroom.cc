@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "policy/estimator.h"
+
 namespace tandem::policy {
 
 namespace {
@@ -14,6 +16,16 @@ std::int64_t to_signed(std::uint64_t v) {
 }
 
 std::uint64_t sub_sat(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; }
+
+// Saturating int64 arithmetic: with unvalidated inputs (a margin of UINT64_MAX, huge ledger totals) the headroom
+// becomes very negative, never wraps to a large positive value.
+std::int64_t ssub(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (!__builtin_sub_overflow(a, b, &r)) return r;
+  return b > 0 ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();
+}
+
+std::int64_t ssub(std::int64_t a, std::int64_t b, std::int64_t c) { return ssub(ssub(a, b), c); }
 
 }  // namespace
 
@@ -53,11 +65,11 @@ Headroom compute_headroom(const MemorySnapshot& snap, const ReservationLedger& l
   const std::int64_t total = to_signed(snap.total_bytes), margin = to_signed(h.margin_bytes);
 
   h.predicted_used_bytes = ledger.predicted_bytes();
-  h.predicted_headroom = total - margin - to_signed(h.predicted_used_bytes);
+  h.predicted_headroom = ssub(total, margin, to_signed(h.predicted_used_bytes));
 
   const std::uint64_t reserved = std::min(snap.reserved_bytes, snap.total_bytes);
   const std::uint64_t cached = sub_sat(reserved, snap.allocated_bytes);
-  std::uint64_t free_for_us = std::min(snap.total_bytes, snap.free_bytes + cached);
+  std::uint64_t free_for_us = std::min(snap.total_bytes, sat_add(snap.free_bytes, cached));
   if (h.trust == ReadingTrust::stale) {
     auto discount = static_cast<std::uint64_t>(std::ceil(cfg.stale_discount_fraction * static_cast<double>(snap.total_bytes)));
     free_for_us = sub_sat(free_for_us, discount);
@@ -66,7 +78,7 @@ Headroom compute_headroom(const MemorySnapshot& snap, const ReservationLedger& l
   }
   h.observed_free_bytes = free_for_us;
   h.unmaterialized_bytes = ledger.unmaterialized_bytes();
-  h.observed_headroom = to_signed(free_for_us) - margin - to_signed(h.unmaterialized_bytes);
+  h.observed_headroom = ssub(to_signed(free_for_us), margin, to_signed(h.unmaterialized_bytes));
 
   h.observed_binding = h.observed_headroom < h.predicted_headroom;
   h.headroom = std::min(h.predicted_headroom, h.observed_headroom);
@@ -74,8 +86,9 @@ Headroom compute_headroom(const MemorySnapshot& snap, const ReservationLedger& l
   h.observed_used_bytes = reserved;
   h.foreign_used_bytes = sub_sat(sub_sat(snap.total_bytes, snap.free_bytes), reserved);
   h.prediction_error_bytes =
-      to_signed(reserved) - to_signed(ledger.resident_bytes() + ledger.materialized_bytes());
-  h.drained_headroom = total - margin - to_signed(ledger.resident_bytes()) - to_signed(h.foreign_used_bytes);
+      ssub(to_signed(reserved), to_signed(sat_add(ledger.resident_bytes(), ledger.materialized_bytes())));
+  h.drained_headroom =
+      ssub(ssub(total, margin), to_signed(ledger.resident_bytes()), to_signed(h.foreign_used_bytes));
   return h;
 }
 

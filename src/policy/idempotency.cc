@@ -30,7 +30,7 @@ Result<Claim> IdempotencyRegistry::claim(const std::string& key, JobId new_job, 
   return Claim{new_job, true, std::nullopt};
 }
 
-Status IdempotencyRegistry::record_outcome(const std::string& key, StoredOutcome outcome) {
+Status IdempotencyRegistry::record_outcome(const std::string& key, JobId job, StoredOutcome outcome) {
   if (!is_terminal(outcome.phase)) {
     return fail(Errc::invalid_argument,
                 "outcome phase must be terminal, got " + std::string(job_phase_name(outcome.phase)));
@@ -38,6 +38,10 @@ Status IdempotencyRegistry::record_outcome(const std::string& key, StoredOutcome
   auto it = keys_.find(key);
   if (it == keys_.end()) return fail(Errc::not_found, "no idempotency key '" + key + "'");
   Entry& e = it->second;
+  if (e.job != job) {
+    return fail(Errc::illegal_transition, "idempotency key '" + key + "' belongs to job " + std::to_string(e.job) +
+                                              ", not job " + std::to_string(job) + " (outcome ignored)");
+  }
   if (e.outcome) {
     if (e.outcome->phase == outcome.phase && e.outcome->summary == outcome.summary) return {};
     return fail(Errc::illegal_transition, "idempotency key '" + key + "' already has outcome " +

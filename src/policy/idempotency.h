@@ -36,9 +36,10 @@ class IdempotencyRegistry {
   // checkpoint: only then is a failed key handed to a new job (a completed or cancelled key never is).
   Result<Claim> claim(const std::string& key, JobId new_job, std::uint64_t request_digest, Clock::time_point now,
                       bool resume = false);
-  // Stores the terminal outcome of the key's job. The first outcome wins; repeating it is a no-op, a different one
-  // is Errc::illegal_transition.
-  Status record_outcome(const std::string& key, StoredOutcome outcome);
+  // Stores the terminal outcome of `job`, which must be the key's current job: an outcome from any other job (e.g. a
+  // late one from the job a resume claim replaced) is Errc::illegal_transition and changes nothing. The first
+  // outcome wins; repeating it is a no-op, a different one is Errc::illegal_transition.
+  Status record_outcome(const std::string& key, JobId job, StoredOutcome outcome);
   // Drops keys whose outcome is older than the retention; keys of live jobs never expire. Returns how many.
   std::size_t expire(Clock::time_point now);
 

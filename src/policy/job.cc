@@ -47,6 +47,10 @@ Status Job::start(Route route, Clock::time_point now) {
       !std::holds_alternative<Migrating>(state_)) {
     return illegal("start");
   }
+  if (std::holds_alternative<Retrying>(state_) && route.device != Device::cpu) {
+    return tandem::fail(Errc::illegal_transition, "job " + std::to_string(id_) + ": a retry runs on the cpu, not on " +
+                                                      std::string(device_name(route.device)));
+  }
   std::string reason = std::string(device_name(route.device));
   ++attempts_;
   move_to(Running{std::move(route)}, std::move(reason), now);

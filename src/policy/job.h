@@ -50,7 +50,8 @@ class Job {
  public:
   Job(JobId id, std::uint64_t seed, std::string model, Clock::time_point accepted_at);
 
-  // queued | retrying | migrating → running(route).
+  // queued | retrying | migrating → running(route). From retrying (the GPU run broke before any token) the route
+  // must be the CPU (Device::cpu); otherwise Errc::illegal_transition and the job stays retrying.
   Status start(Route route, Clock::time_point now);
   // Tokens handed to the client so far (running only; monotone).
   Status record_tokens(std::uint32_t delivered_total);
@@ -104,7 +105,9 @@ class Job {
 // The failover rule (DESIGN §2.6), applied when a job's GPU run breaks.
 struct FailoverInput {
   std::uint32_t tokens_delivered = 0;
-  bool sampling_reproducible = true;  // counter-based RNG keyed by (seed, step) and same fingerprint on the CPU
+  // Counter-based RNG keyed by (seed, step) and the same fingerprint on the CPU. Fails closed: false unless the
+  // caller has established it.
+  bool sampling_reproducible = false;
   bool side_effects = false;
   bool cpu_route_available = false;   // allowed by the request, compatible replica, queue and host memory fit
 };

@@ -1,5 +1,6 @@
 // The predicted view of device memory: resident model weights plus the reservations of admitted jobs.
-// Every operation is idempotent and no total can go negative (unsigned, and only ever reduced by what was added).
+// Every operation is idempotent and no total can go negative (unsigned, and only ever reduced by what was added) or
+// wrap: an operation that would overflow a total is refused with Errc::invalid_argument and changes nothing.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,8 @@ class ReservationLedger {
   bool release(JobId job);
 
   // Weights of a model resident on this device, counted once per model. 0 bytes = not resident.
-  void set_resident(const std::string& model, std::uint64_t bytes);
+  // Errc::invalid_argument (nothing changed) if the resident total would overflow.
+  Status set_resident(const std::string& model, std::uint64_t bytes);
   bool is_resident(const std::string& model) const { return resident_.count(model) != 0; }
 
   const Reservation* find(JobId job) const;
@@ -40,7 +42,7 @@ class ReservationLedger {
   std::uint64_t unmaterialized_bytes() const { return reserved_ - materialized_; }
   std::uint64_t materialized_bytes() const { return materialized_; }
   std::uint64_t resident_bytes() const { return resident_total_; }      // model weights
-  std::uint64_t predicted_bytes() const { return resident_total_ + reserved_; }
+  std::uint64_t predicted_bytes() const;                                // resident + reserved, saturating
 
  private:
   std::unordered_map<JobId, Reservation> jobs_;

@@ -166,4 +166,22 @@ std::optional<Clock::duration> JobQueue::eta_start(JobId id) const {
   return divide(rates_.service_time(prompt, fresh));
 }
 
+std::vector<RunningWork> JobQueue::running_work() const {
+  std::vector<RunningWork> out;
+  out.reserve(running_.size());
+  for (const auto& [id, r] : running_) {
+    out.push_back(RunningWork{id, rates_.service_time(r.prefill_done ? 0 : r.prompt_tokens, r.max_new_tokens - r.generated)});
+  }
+  std::sort(out.begin(), out.end(), [](const RunningWork& a, const RunningWork& b) {
+    return a.remaining != b.remaining ? a.remaining < b.remaining : a.id < b.id;
+  });
+  return out;
+}
+
+std::optional<Clock::time_point> JobQueue::accepted_at(JobId id) const {
+  auto it = index_.find(id);
+  if (it == index_.end()) return std::nullopt;
+  return it->second.first;
+}
+
 }  // namespace tandem::policy

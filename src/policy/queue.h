@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/result.h"
@@ -46,6 +47,14 @@ struct QueueEntry {
 
 enum class Removed { none, queued, running };
 
+// A running job and its remaining service time at the route's rates (prompt until its prefill is done, then
+// max_new − generated). A running job holds one slot, so this is when it finishes at the latest (max_new is an
+// upper bound: EOS ends it sooner).
+struct RunningWork {
+  JobId id = 0;
+  Clock::duration remaining{};
+};
+
 class JobQueue {
  public:
   JobQueue(std::string name, QueueConfig cfg, RateConfig rates = {});
@@ -75,8 +84,13 @@ class JobQueue {
   // Time until a job appended now would start, and until it would finish.
   Clock::duration eta_start_for_new() const;
   Clock::duration eta_done_for_new(std::uint32_t prompt_tokens, std::uint32_t max_new_tokens) const;
-  // Time until a queued job starts (work ahead of it / concurrency). nullopt if not queued.
+  // Time until a queued job starts (work ahead of it / concurrency). nullopt if not queued. Slots only: whether the
+  // device has memory for it is the admission policy's part (GpuView::running, docs/policy.md §4).
   std::optional<Clock::duration> eta_start(JobId id) const;
+  // Every running job with its remaining service time, soonest first. O(running · log running).
+  std::vector<RunningWork> running_work() const;
+  // Acceptance time of a queued job; nullopt if it is not queued.
+  std::optional<Clock::time_point> accepted_at(JobId id) const;
 
   ServiceRates& rates() { return rates_; }
   const ServiceRates& rates() const { return rates_; }

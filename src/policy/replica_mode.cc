@@ -45,15 +45,17 @@ ReplicaModeDecision ReplicaModePolicy::decide(const ReplicaMeasurements& m, std:
                      : std::string("unmeasured: warm until load and warm-up times are known"),
             Clock::duration::zero(), true};
   }
-  // Warm does not fit in host memory: take the fastest measured alternative and say the budget is not met.
-  if (recovery[1]) {
-    return {ReplicaMode::mmap, "budget_unreachable: warm exceeds host budget; mmap recovers in " + format_duration(*recovery[1]),
-            *recovery[1], false};
-  }
-  if (recovery[0]) {
-    return {ReplicaMode::on_demand,
-            "budget_unreachable: warm exceeds host budget; on-demand recovers in " + format_duration(*recovery[0]),
-            *recovery[0], false};
+  // Warm does not fit in host memory: take the fastest measured alternative (mmap on a tie: it keeps the pages
+  // mapped) and say the budget is not met.
+  std::optional<ReplicaMode> fastest;
+  if (recovery[1]) fastest = ReplicaMode::mmap;
+  if (recovery[0] && (!recovery[1] || *recovery[0] < *recovery[1])) fastest = ReplicaMode::on_demand;
+  if (fastest) {
+    const Clock::duration r = *recovery[static_cast<int>(*fastest)];
+    return {*fastest,
+            "budget_unreachable: warm exceeds host budget; " + std::string(replica_mode_name(*fastest)) +
+                " recovers in " + format_duration(r),
+            r, false};
   }
   return {ReplicaMode::mmap, "budget_unreachable: warm exceeds host budget and nothing is measured yet",
           Clock::duration::zero(), false};

@@ -32,6 +32,12 @@ ServiceStatus ServiceStateTracker::derive(const ServiceInputs& in) {
   } else if (!in.fallback_model.empty()) {
     s.level = ServiceLevel::degraded;
     s.reason = "fallback-model";
+  } else if (in.reading == ReadingTrust::expired ||
+             (in.reading == ReadingTrust::stale && in.pressure != Pressure::normal)) {
+    // An expired reading counts as no free memory and a stale one is discounted: the pressure it yields says more
+    // about the reading than about memory, so it is announced as such, not as memory-critical.
+    s.level = ServiceLevel::pressure;
+    s.reason = "memory-reading-stale";
   } else if (in.pressure == Pressure::critical) {
     s.level = ServiceLevel::pressure;
     s.reason = "memory-critical";

@@ -35,6 +35,7 @@ struct ServiceInputs {
   bool cpu_available = true;      // a CPU replica or fallback model can serve
   std::string fallback_model;     // "" = none in use
   Limits limits;
+  ReadingTrust reading = ReadingTrust::fresh;  // trust of the device reading `pressure` was derived from
 };
 
 struct ServiceStatus {

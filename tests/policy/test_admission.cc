@@ -58,8 +58,12 @@ TEST_F(AdmissionTest, LadderTable) {
   using R = Reason;
   const std::vector<Row> rows = {
       {"fits", [](auto&, auto&) {}, Rung::admit, R::fits, {}},
-      {"does not fit, waits for memory",
-       [](auto& t, auto& s) { t.no_fit(s); }, Rung::delay, R::waiting_for_memory, {R::does_not_fit}},
+      {"does not fit, waits for memory a running job frees",
+       [](auto& t, auto& s) { t.no_fit(s); s.gpu.running = {{G, 5s}}; }, Rung::delay, R::waiting_for_memory,
+       {R::does_not_fit}},
+      {"does not fit and nothing of ours frees memory -> offload",
+       [](auto& t, auto& s) { t.no_fit(s); }, Rung::offload, R::fits_offloaded,
+       {R::does_not_fit, R::wait_unknown, R::reduce_not_allowed}},
       {"queue full, reduce not allowed -> offload",
        [](auto& t, auto& s) { t.no_fit(s); s.gpu.queue_full = true; }, Rung::offload, R::fits_offloaded,
        {R::does_not_fit, R::gpu_queue_full, R::reduce_not_allowed}},
@@ -129,6 +133,14 @@ TEST_F(AdmissionTest, LadderTable) {
        Rung::reject, R::breaker_open,
        {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::host_guard_missing}},
       {"invalid request", [](auto&, auto& s) { s.request.prompt_tokens = 0; }, Rung::reject, R::invalid_request, {}},
+      {"larger than the device itself, cpu not allowed",
+       [](auto&, auto& s) {
+         s.request = request(4000, 4000);
+         s.request.batch = 8;
+         s.request.allow_cpu = false;
+       },
+       Rung::reject, R::exceeds_device,
+       {R::exceeds_device, R::exceeds_device, R::reduce_not_allowed, R::offload_insufficient, R::cpu_not_allowed}},
       {"invalid model", [](auto&, auto& s) { s.model.layers = 0; }, Rung::reject, R::invalid_request, {}},
       {"over gpu limits, reduce caps to the limit",
        [](auto&, auto& s) { s.request = request(8000, 1000); s.request.allow_reduce = true; }, Rung::reduce,
@@ -153,7 +165,7 @@ TEST_F(AdmissionTest, LadderTable) {
     for (const auto& n : d.skipped) skipped.push_back(n.reason);
     EXPECT_EQ(skipped, row.skipped) << row.what << ": " << d.detail;
     EXPECT_FALSE(d.detail.empty()) << row.what;
-    if (d.action == Rung::reject) {
+    if (d.action == Rung::reject && !d.permanent) {
       EXPECT_GT(d.retry_after, Clock::duration::zero()) << row.what;
       EXPECT_EQ(d.to_error().code, Errc::rejected);
     }
@@ -229,6 +241,200 @@ TEST_F(AdmissionTest, OffloadReportsHowManyLayersFit) {
   EXPECT_LT(d.route.gpu_layers, 16u);
   EXPECT_LE(d.breakdown.total_bytes, 6 * G);
   EXPECT_EQ(d.breakdown.layers, d.route.gpu_layers);
+}
+
+// Review #1: delay's wait is bounded and its ETA honest when memory, not a slot, is what the job waits for. The
+// wait for memory is when enough running jobs (soonest first) will have freed the missing bytes; it counts against
+// max_delay together with the time already waited; if nothing of ours frees enough, the wait is unknown and the
+// ladder moves on.
+TEST_F(AdmissionTest, DelayWaitIsBoundedAndHonest) {
+  struct DelayRow {
+    const char* what;
+    std::function<void(const AdmissionTest&, AdmissionSnapshot&)> mutate;
+    Rung action;
+    Reason reason;
+    Clock::duration eta;  // delay only
+    std::vector<Reason> skipped;
+  };
+  using R = Reason;
+  // Short of half a GiB; the running jobs' reservations are in quarters of a GiB.
+  auto short_by_half_g = [](const AdmissionTest& t, AdmissionSnapshot& s) {
+    s.gpu.headroom.headroom = t.need(s) - static_cast<std::int64_t>(G / 2);
+  };
+  constexpr std::uint64_t Q = G / 4;
+  const std::vector<DelayRow> rows = {
+      {"one running job frees enough in 10 s",
+       [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 10s}}; }, Rung::delay,
+       R::waiting_for_memory, 10s, {R::does_not_fit}},
+      {"two must finish: the later one's time",
+       [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{10 * G, 50s}, {Q, 12s}, {Q, 5s}}; },
+       Rung::delay, R::waiting_for_memory, 12s, {R::does_not_fit}},
+      {"slot wait longer than the memory wait",
+       [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 10s}}; s.gpu.queue_wait = 20s; },
+       Rung::delay, R::waiting_for_memory, 20s, {R::does_not_fit}},
+      {"memory wait beyond max_delay",
+       [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 31s}}; }, Rung::offload,
+       R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::reduce_not_allowed}},
+      {"already waited max_delay",
+       [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 1s}}; s.gpu.waited = 31s; },
+       Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::reduce_not_allowed}},
+      {"waited + memory wait over max_delay",
+       [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 6s}}; s.gpu.waited = 25s; },
+       Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::reduce_not_allowed}},
+      {"waited + memory wait within max_delay",
+       [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 5s}}; s.gpu.waited = 25s; },
+       Rung::delay, R::waiting_for_memory, 5s, {R::does_not_fit}},
+      {"nothing of ours frees enough (foreign memory)",
+       [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{Q / 2, 1s}, {Q, 2s}}; }, Rung::offload,
+       R::fits_offloaded, 0s, {R::does_not_fit, R::wait_unknown, R::reduce_not_allowed}},
+      {"critical pressure: waits until the headroom leaves critical",
+       [](auto&, auto& s) {
+         s.gpu.pressure = Pressure::critical;
+         s.gpu.headroom.headroom = static_cast<std::int64_t>(G / 2);  // exit level: 8 % of 24 GiB = 1.92 GiB
+         s.gpu.running = {{1 * G, 3s}, {2 * G, 8s}};
+       },
+       Rung::delay, R::waiting_for_memory, 8s, {R::critical_pressure}},
+      {"slot wait only: memory is there", [](auto&, auto& s) { s.gpu.slot_free = false; s.gpu.queue_wait = 7s; },
+       Rung::delay, R::waiting_for_slot, 7s, {R::no_free_slot}},
+  };
+  for (const auto& row : rows) {
+    AdmissionSnapshot s = base();
+    row.mutate(*this, s);
+    Decision d = policy_.decide(s);
+    EXPECT_EQ(d.action, row.action) << row.what << ": " << d.detail;
+    EXPECT_EQ(d.reason, row.reason) << row.what << ": " << d.detail;
+    std::vector<Reason> skipped;
+    for (const auto& n : d.skipped) skipped.push_back(n.reason);
+    EXPECT_EQ(skipped, row.skipped) << row.what << ": " << d.detail;
+    if (d.action == Rung::delay) { EXPECT_EQ(d.eta, row.eta) << row.what << ": " << d.detail; }
+  }
+}
+
+// The review's demonstration, end to end through the mechanisms: one 4000+4000-token job running (~102 s left at the
+// GPU's prior rates), 1.9 GB of headroom, a second such request (7.08 GB) that allows reduce and the CPU. It used to
+// be delayed "waiting_for_memory, eta 0s" forever; now the memory wait (102 s) exceeds max_delay and the ladder goes
+// on to the CPU.
+TEST_F(AdmissionTest, MemoryBlockedDelayMovesOnToTheCpu) {
+  PolicyConfig cfg;
+  JobQueue gpu("gpu_queue", cfg.gpu_queue, cfg.gpu_rates);
+  CircuitBreaker breaker;
+  ReservationLedger ledger;
+  const RequestShape big = request(4000, 4000);
+  const std::uint64_t job_bytes = policy_.estimator().estimate(llama7b(), big, true).job_bytes();
+  ASSERT_GT(job_bytes, 7'000'000'000u);
+  ASSERT_TRUE(gpu.start_direct(QueueEntry{1, 4000, 4000, {}}).ok());
+  ASSERT_TRUE(ledger.reserve(1, job_bytes).ok());
+  Headroom h;
+  h.total_bytes = 24 * G;
+  h.headroom = h.drained_headroom = 1'900'000'000;
+  h.drained_headroom = static_cast<std::int64_t>(job_bytes) + h.headroom;
+  AdmissionSnapshot s = base();
+  s.request = big;
+  s.request.allow_reduce = true;
+  s.gpu = make_gpu_view(h, Pressure::normal, breaker, gpu, ledger, testing::at(1s), true, false);
+  ASSERT_EQ(s.gpu.running.size(), 1u);
+  EXPECT_EQ(s.gpu.running[0].remaining, 102s);  // 4000 / 2000 + 4000 / 40
+  Decision d = policy_.decide(s);
+  EXPECT_EQ(d.action, Rung::route_cpu) << d.detail;
+  ASSERT_GE(d.skipped.size(), 2u);
+  EXPECT_EQ(d.skipped[1], (RungNote{Rung::delay, Reason::wait_too_long})) << d.detail;
+
+  // Once the running job is nearly done, waiting is the honest answer, with its ETA.
+  gpu.update_progress(1, true, 3800);  // 200 tokens left: 5 s
+  s.gpu = make_gpu_view(h, Pressure::normal, breaker, gpu, ledger, testing::at(1s), true, false);
+  d = policy_.decide(s);
+  EXPECT_EQ(d.action, Rung::delay) << d.detail;
+  EXPECT_EQ(d.reason, Reason::waiting_for_memory);
+  EXPECT_EQ(d.eta, 5s);
+}
+
+// Review #4: the offload rung puts layers k..L (with lm_head, their KV and the activations) on the host, so it must
+// pass the host-memory guard like the CPU route does.
+TEST_F(AdmissionTest, OffloadRespectsTheHostGuard) {
+  struct OffloadRow {
+    const char* what;
+    std::optional<std::uint64_t> mem_available;
+    bool host_wired;
+    Rung action;
+    std::vector<Reason> skipped;
+  };
+  using R = Reason;
+  const OffloadRow rows[] = {
+      {"plenty of host memory", 64 * G, true, Rung::offload, {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed}},
+      {"MemAvailable 0", 0, true, Rung::reject,
+       {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed, R::host_memory, R::host_memory}},
+      {"MemAvailable below the host part", 5 * G, true, Rung::reject,
+       {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed, R::host_memory, R::host_memory}},
+      {"no host guard wired", 64 * G, false, Rung::reject,
+       {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed, R::host_guard_missing, R::host_guard_missing}},
+  };
+  for (const auto& row : rows) {
+    AdmissionSnapshot s = base();
+    s.gpu.weights_resident = false;
+    s.gpu.queue_full = true;
+    s.gpu.headroom.headroom = static_cast<std::int64_t>(6 * G);
+    s.cpu.host_reading.mem_available = row.mem_available;
+    if (!row.host_wired) s.cpu.host = nullptr;
+    Decision d = policy_.decide(s);
+    EXPECT_EQ(d.action, row.action) << row.what << ": " << d.detail;
+    std::vector<Reason> skipped;
+    for (const auto& n : d.skipped) skipped.push_back(n.reason);
+    EXPECT_EQ(skipped, row.skipped) << row.what << ": " << d.detail;
+    if (d.action == Rung::offload) {
+      ASSERT_TRUE(d.host.has_value()) << row.what;
+      const std::uint32_t k = d.route.gpu_layers;
+      EXPECT_EQ(*d.host, estimate_host_hybrid(s.model, s.request, k, EstimatorConfig{}, HostGuardConfig{32 * G, 1 * G, 4}));
+      EXPECT_EQ(d.host->kv_bytes, 2000ull * (32 - k) * 16 * 1024);  // 16 KiB of fp16 KV per layer and token
+      EXPECT_GT(d.host->mapped_weights_bytes, (32 - k) * MemoryEstimator::layer_weights_bytes(s.model));
+      EXPECT_EQ(host_.check(*d.host, s.cpu.host_reading).fit, HostFit::fits);
+    }
+  }
+}
+
+// Review #11: what resubmitting cannot fix is not a resumable rejection: Errc::invalid_argument, no retry hint.
+TEST_F(AdmissionTest, PermanentRejectsCarryNoRetryHint) {
+  struct PermRow {
+    const char* what;
+    std::function<void(AdmissionSnapshot&)> mutate;
+    Reason reason;
+    bool permanent;
+  };
+  auto huge = [](AdmissionSnapshot& s) {
+    s.request = request(4000, 4000);
+    s.request.batch = 8;  // 32 GiB of KV on a 24 GiB device
+  };
+  const PermRow rows[] = {
+      {"prompt_tokens = 0", [](auto& s) { s.request.prompt_tokens = 0; }, Reason::invalid_request, true},
+      {"invalid model", [](auto& s) { s.model.layers = 0; }, Reason::invalid_request, true},
+      {"larger than the device, cpu not allowed", [&](auto& s) { huge(s); s.request.allow_cpu = false; },
+       Reason::exceeds_device, true},
+      {"larger than the device, over the cpu limits", [&](auto& s) { huge(s); }, Reason::exceeds_device, true},
+      {"over both queues' limits", [](auto& s) { s.request = request(8000, 1000); }, Reason::exceeds_gpu_limits, true},
+      {"larger than the device, cpu queue full (transient)",
+       [](auto& s) { s.request.batch = 32; s.cpu.queue_full = true; },  // 32 GiB of KV
+       Reason::exceeds_device, false},
+      {"breaker open (transient)",
+       [](auto& s) { s.gpu.breaker_allows = false; s.gpu.breaker_retry_in = 9s; s.request.allow_cpu = false; },
+       Reason::breaker_open, false},
+  };
+  for (const auto& row : rows) {
+    AdmissionSnapshot s = base();
+    row.mutate(s);
+    Decision d = policy_.decide(s);
+    ASSERT_EQ(d.action, Rung::reject) << row.what << ": " << d.detail;
+    EXPECT_EQ(d.reason, row.reason) << row.what << ": " << d.detail;
+    EXPECT_EQ(d.permanent, row.permanent) << row.what << ": " << d.detail;
+    Error e = d.to_error();
+    if (row.permanent) {
+      EXPECT_EQ(e.code, Errc::invalid_argument) << row.what;
+      EXPECT_EQ(d.retry_after, Clock::duration::zero()) << row.what;
+      EXPECT_EQ(e.message.find("retry after"), std::string::npos) << e.message;
+    } else {
+      EXPECT_EQ(e.code, Errc::rejected) << row.what;
+      EXPECT_GT(d.retry_after, Clock::duration::zero()) << row.what;
+      EXPECT_NE(e.message.find("retry after"), std::string::npos) << e.message;
+    }
+  }
 }
 
 TEST_F(AdmissionTest, RetryHintFollowsTheBlockingCause) {
@@ -313,6 +519,8 @@ TEST_F(AdmissionTest, RandomSnapshotsNeverOvercommit) {
     s.gpu.breaker_allows = pick(0, 5) != 0;
     s.gpu.queue_full = pick(0, 3) == 0;
     s.gpu.pressure = static_cast<Pressure>(pick(0, 2));
+    if (pick(0, 1)) s.gpu.running = {{pick(0, 8 * G), std::chrono::seconds(pick(0, 60))}};
+    s.gpu.waited = std::chrono::seconds(pick(0, 40));
     s.cpu.fingerprint_compatible = pick(0, 1);
     s.cpu.host_reading.mem_available = pick(0, 64 * G);
     Decision d = policy_.decide(s);
@@ -338,9 +546,17 @@ TEST_F(AdmissionTest, RandomSnapshotsNeverOvercommit) {
       case Rung::delay:
         EXPECT_FALSE(s.gpu.queue_full);
         EXPECT_LE(static_cast<std::int64_t>(d.breakdown.total_bytes), s.gpu.headroom.drained_headroom);
+        EXPECT_LE(s.gpu.waited + d.eta, policy_.ladder().max_delay) << i << " " << d.detail;  // bounded in total
+        EXPECT_GE(d.eta, s.gpu.queue_wait);
         break;
       case Rung::reject:
-        EXPECT_GT(d.retry_after, Clock::duration::zero());
+        if (d.permanent) {
+          EXPECT_EQ(d.retry_after, Clock::duration::zero());
+          EXPECT_EQ(d.to_error().code, Errc::invalid_argument);
+        } else {
+          EXPECT_GT(d.retry_after, Clock::duration::zero());
+          EXPECT_EQ(d.to_error().code, Errc::rejected);
+        }
         break;
     }
   }
@@ -354,16 +570,22 @@ TEST(AdmissionViews, BuiltFromMechanisms) {
   ASSERT_TRUE(gpu.enqueue(QueueEntry{2, 100, 100, testing::at(1s)}).ok());
   ASSERT_TRUE(gpu.enqueue(QueueEntry{3, 100, 100, testing::at(2s)}).ok());
   Headroom h;
-  GpuView v = make_gpu_view(h, Pressure::normal, breaker, gpu, testing::at(3s), true, false);
+  ReservationLedger ledger;
+  ASSERT_TRUE(ledger.reserve(1, 3 * G).ok());
+  GpuView v = make_gpu_view(h, Pressure::normal, breaker, gpu, ledger, testing::at(3s), true, false);
   EXPECT_EQ(v.jobs_ahead, 2u);
   EXPECT_TRUE(v.queue_full);
   EXPECT_FALSE(v.slot_free);
   EXPECT_GT(v.queue_wait, Clock::duration::zero());
-  GpuView self = make_gpu_view(h, Pressure::normal, breaker, gpu, testing::at(3s), true, false, JobId{3});
+  EXPECT_EQ(v.waited, 0s);  // a new job has not waited
+  // Job 1 runs: 100 prompt tokens at 1000/s + 100 new tokens at 10/s.
+  EXPECT_EQ(v.running, (std::vector<RunningGpuJob>{{3 * G, 10100ms}}));
+  GpuView self = make_gpu_view(h, Pressure::normal, breaker, gpu, ledger, testing::at(3s), true, false, JobId{3});
   EXPECT_EQ(self.jobs_ahead, 1u);
   EXPECT_FALSE(self.queue_full);  // it is already in
+  EXPECT_EQ(self.waited, 1s);     // accepted at 2 s
   breaker.record(BreakerEvent::driver_reset, testing::at(3s));
-  EXPECT_FALSE(make_gpu_view(h, Pressure::normal, breaker, gpu, testing::at(4s), true, false).breaker_allows);
+  EXPECT_FALSE(make_gpu_view(h, Pressure::normal, breaker, gpu, ledger, testing::at(4s), true, false).breaker_allows);
 
   JobQueue cpu("cpu_queue", QueueConfig{1, 1, 4096, 1024});
   HostMemoryGuard guard;

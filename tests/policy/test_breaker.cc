@@ -18,7 +18,9 @@ BreakerConfig cfg() {
   return c;
 }
 
-enum class Do { event, poll, probe, reset };
+// event: a result without a probe id (routine health check); probe_result: carries the id of the last probe handed
+// out; stale_result: carries the id of the probe handed out before that one.
+enum class Do { event, poll, probe, reset, probe_result, stale_result };
 
 struct Step {
   Clock::duration t;
@@ -34,16 +36,27 @@ using S = BreakerState;
 void run(const std::vector<Step>& steps, CircuitBreaker& b) {
   int i = 0;
   ManualClock clock;
+  ProbeId last = kNoProbe, previous = kNoProbe;
   for (const auto& s : steps) {
     ASSERT_GE(at(s.t), clock.now()) << "table steps must move forward in time";
     clock.set(at(s.t));
     switch (s.what) {
       case Do::event: EXPECT_EQ(b.record(s.event, clock.now()), s.expect) << "step " << i; break;
+      case Do::probe_result: EXPECT_EQ(b.record(s.event, clock.now(), last), s.expect) << "step " << i; break;
+      case Do::stale_result: EXPECT_EQ(b.record(s.event, clock.now(), previous), s.expect) << "step " << i; break;
       case Do::poll: EXPECT_EQ(b.poll(clock.now()), s.expect) << "step " << i; break;
-      case Do::probe:
-        EXPECT_EQ(b.try_acquire_probe(clock.now()), s.probe_granted) << "step " << i;
+      case Do::probe: {
+        std::optional<ProbeId> id = b.try_acquire_probe(clock.now());
+        EXPECT_EQ(id.has_value(), s.probe_granted) << "step " << i;
+        if (id) {
+          EXPECT_NE(*id, kNoProbe);
+          EXPECT_NE(*id, last) << "step " << i << ": every probe gets a new id";
+          previous = last;
+          last = *id;
+        }
         EXPECT_EQ(b.state(), s.expect) << "step " << i;
         break;
+      }
       case Do::reset:
         b.reset(clock.now());
         EXPECT_EQ(b.state(), s.expect) << "step " << i;
@@ -66,7 +79,7 @@ TEST(Breaker, AllocFailuresInWindowTripAndOldOnesExpire) {
           {80s, Do::poll, E::alloc_failure, S::half_open, false},
           {80s, Do::probe, E::alloc_failure, S::half_open, true},
           {81s, Do::probe, E::alloc_failure, S::half_open, false},  // only one probe
-          {82s, Do::event, E::probe_succeeded, S::closed, false},
+          {82s, Do::probe_result, E::probe_succeeded, S::closed, false},
       },
       b);
   ASSERT_EQ(b.history().size(), 3u);
@@ -83,7 +96,7 @@ TEST(Breaker, DriverResetTripsImmediatelyAndFailedProbesBackOff) {
   run({
           {0s, Do::event, E::driver_reset, S::open, false},
           {10s, Do::probe, E::alloc_failure, S::half_open, true},
-          {11s, Do::event, E::probe_failed, S::open, false},      // cooldown 20s now
+          {11s, Do::probe_result, E::probe_failed, S::open, false},  // cooldown 20s now
           {30s, Do::poll, E::alloc_failure, S::open, false},
           {31s, Do::poll, E::alloc_failure, S::half_open, false},
           {31s, Do::probe, E::alloc_failure, S::half_open, true},
@@ -91,9 +104,9 @@ TEST(Breaker, DriverResetTripsImmediatelyAndFailedProbesBackOff) {
           {66s, Do::poll, E::alloc_failure, S::open, false},
           {67s, Do::poll, E::alloc_failure, S::half_open, false},
           {67s, Do::probe, E::alloc_failure, S::half_open, true},
-          {68s, Do::event, E::probe_failed, S::open, false},      // stays at the 35s cap
+          {68s, Do::probe_result, E::probe_failed, S::open, false},  // stays at the 35s cap
           {103s, Do::probe, E::alloc_failure, S::half_open, true},
-          {104s, Do::event, E::probe_succeeded, S::closed, false},
+          {104s, Do::probe_result, E::probe_succeeded, S::closed, false},
       },
       b);
   EXPECT_EQ(b.current_cooldown(), 10s);  // a success resets the backoff
@@ -131,13 +144,43 @@ TEST(Breaker, ManualResetClearsWindowAndBackoff) {
           {3s, Do::event, E::alloc_failure, S::closed, false},   // would have been the 3rd
           {4s, Do::event, E::driver_reset, S::open, false},
           {14s, Do::probe, E::alloc_failure, S::half_open, true},
-          {15s, Do::event, E::probe_failed, S::open, false},
+          {15s, Do::probe_result, E::probe_failed, S::open, false},
           {16s, Do::reset, E::alloc_failure, S::closed, false},
       },
       b);
   EXPECT_EQ(b.current_cooldown(), 10s);
   EXPECT_EQ(b.history().back().reason, "manual_reset");
   EXPECT_EQ(b.alloc_failures_in_window(), 0u);
+}
+
+// Review #2: exactly one probe. In half-open only the result of the probe in flight (by id) closes or reopens the
+// breaker; an unsolicited result or a stale probe from an earlier half-open period is ignored, and a stale result
+// arriving once closed is not counted as a health-check failure either.
+TEST(Breaker, OnlyTheProbeInFlightCounts) {
+  CircuitBreaker b(cfg());
+  run({
+          {0s, Do::event, E::driver_reset, S::open, false},
+          {10s, Do::poll, E::alloc_failure, S::half_open, false},
+          {10s, Do::event, E::probe_succeeded, S::half_open, false},        // unsolicited: ignored
+          {10s, Do::probe, E::alloc_failure, S::half_open, true},           // probe #1
+          {11s, Do::event, E::probe_succeeded, S::half_open, false},        // no id: ignored
+          {11s, Do::probe, E::alloc_failure, S::half_open, false},          // still one probe only
+          {12s, Do::probe_result, E::probe_failed, S::open, false},         // #1 failed: reopen, cooldown 20s
+          {32s, Do::poll, E::alloc_failure, S::half_open, false},
+          {32s, Do::probe, E::alloc_failure, S::half_open, true},           // probe #2
+          {33s, Do::stale_result, E::probe_succeeded, S::half_open, false}, // late #1: ignored
+          {33s, Do::stale_result, E::probe_failed, S::half_open, false},    // late #1: ignored
+          {34s, Do::probe_result, E::probe_succeeded, S::closed, false},    // #2 passed
+          {34s, Do::probe_result, E::probe_failed, S::closed, false},       // #2 again, after closing: ignored
+          {35s, Do::stale_result, E::probe_failed, S::closed, false},       // late #1 while closed: ignored
+          {36s, Do::event, E::probe_failed, S::closed, false},              // a routine health check counts: 1 of 2
+      },
+      b);
+  EXPECT_EQ(b.probe_failures_in_window(), 1u);
+  EXPECT_EQ(b.ignored_probe_results(), 6u);
+  EXPECT_FALSE(b.probe_in_flight());
+  ASSERT_EQ(b.history().size(), 5u);  // open, half-open, open, half-open, closed
+  EXPECT_EQ(b.history().back().reason, "probe_succeeded");
 }
 
 TEST(Breaker, RetryInAndAllowsGpu) {
@@ -161,7 +204,9 @@ TEST(Breaker, DrainReturnsEachTransitionOnce) {
   EXPECT_EQ(first[0].from, S::closed);
   EXPECT_EQ(first[1].to, S::half_open);
   EXPECT_TRUE(b.drain_transitions().empty());
-  b.record(E::probe_succeeded, at(11s));
+  std::optional<ProbeId> probe = b.try_acquire_probe(at(11s));
+  ASSERT_TRUE(probe.has_value());
+  b.record(E::probe_succeeded, at(11s), *probe);
   EXPECT_EQ(b.drain_transitions().size(), 1u);
 }
 

@@ -70,7 +70,16 @@ TEST(Config, EveryBoundHasAPreciseMessage) {
       {[](auto& c) { c.gpu_rates.ewma_alpha = 0; }, "gpu_rates.ewma_alpha must be in (0,1], got 0"},
       {[](auto& c) { c.cpu_rates.prior_prefill_tps = 0; }, "cpu_rates.prior_prefill_tps must be in (0,1e+09], got 0"},
       {[](auto& c) { c.cpu_rates.prior_decode_tps = -3; }, "cpu_rates.prior_decode_tps must be in (0,1e+09], got -3"},
-      {[](auto& c) { c.host_guard.budget_bytes = 1024; }, "host_guard.budget_bytes must be >= 67108864, got 1024"},
+      {[](auto& c) { c.host_guard.budget_bytes = 1024; },
+       "host_guard.budget_bytes must be 0 (no configured cap) or >= 67108864, got 1024"},
+      // Review #7: every bound, including the ones that used to be missing.
+      {[](auto& c) { c.headroom.margin.bytes = ~0ull; },
+       "headroom.margin.bytes must be in [0,1125899906842624], got 18446744073709551615"},
+      {[](auto& c) { c.host_guard.mem_available_reserve = 0; }, "host_guard.mem_available_reserve must be >= 1, got 0"},
+      {[](auto& c) { c.ladder.min_reduced_new_tokens = 5000; },
+       "ladder.min_reduced_new_tokens must be <= gpu_queue.max_new_tokens (4096), got 5000"},
+      {[](auto& c) { c.ladder.min_reduced_new_tokens = 2000; },
+       "ladder.min_reduced_new_tokens must be <= cpu_queue.max_new_tokens (1024), got 2000"},
       {[](auto& c) { c.host_guard.cpu_act_elem_bytes = 8; }, "host_guard.cpu_act_elem_bytes must be 2 or 4, got 8"},
       {[](auto& c) { c.service.recover_after = -5s; }, "service.recover_after must be >= 0, got -5s"},
       {[](auto& c) { c.replica.recovery_budget = 0s; }, "replica.recovery_budget must be > 0, got 0s"},
@@ -86,6 +95,16 @@ TEST(Config, EveryBoundHasAPreciseMessage) {
     EXPECT_EQ(s.error().code, Errc::invalid_argument);
     EXPECT_EQ(s.error().message, r.message);
   }
+}
+
+TEST(Config, BoundaryValuesAreAccepted) {
+  PolicyConfig c;
+  c.headroom.margin.bytes = 1ull << 50;  // 1 PiB: the largest margin
+  c.host_guard.budget_bytes = 0;         // no configured cap (the default)
+  c.host_guard.mem_available_reserve = 1;
+  c.ladder.min_reduced_new_tokens = 1024;  // == cpu_queue.max_new_tokens
+  Status s = c.validate();
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
 }
 
 TEST(Config, NamesAndFormatting) {

@@ -58,7 +58,7 @@ TEST(Headroom, WorseOfPredictedAndObserved) {
   for (const auto& r : rows) {
     MemorySnapshot s{24 * G, r.free, r.reserved, r.allocated, at(10s)};
     ReservationLedger l;
-    if (r.resident) l.set_resident("m", r.resident);
+    if (r.resident) { ASSERT_TRUE(l.set_resident("m", r.resident).ok()); }
     if (r.reserved_jobs) {
       ASSERT_TRUE(l.reserve(1, r.reserved_jobs).ok());
     }
@@ -75,9 +75,39 @@ TEST(Headroom, WorseOfPredictedAndObserved) {
   }
 }
 
+// Review #7: no term of the headroom may wrap, whatever the (unvalidated) inputs: a huge margin or huge ledger totals
+// give a very negative headroom, never a large positive one (UBSan checks the arithmetic itself).
+TEST(Headroom, ExtremeInputsSaturateInsteadOfWrapping) {
+  struct Row {
+    const char* what;
+    std::uint64_t margin, resident, reserved;
+  };
+  const Row rows[] = {
+      {"margin UINT64_MAX", ~0ull, 0, 0},
+      {"margin 2^63", 1ull << 63, 0, 0},
+      {"huge resident weights", 0, ~0ull / 2, 0},
+      {"huge reservation", 0, 0, 1ull << 62},
+      {"everything huge", ~0ull, 1ull << 62, 1ull << 62},
+  };
+  for (const auto& r : rows) {
+    HeadroomConfig c = cfg();
+    c.margin = MarginConfig{r.margin, 0.0};
+    ReservationLedger l;
+    if (r.resident) { ASSERT_TRUE(l.set_resident("m", r.resident).ok()); }
+    if (r.reserved) { ASSERT_TRUE(l.reserve(1, r.reserved).ok()); }
+    MemorySnapshot s{24 * G, 24 * G, 0, 0, at(0s)};
+    Headroom h = compute_headroom(s, l, c, at(0s));
+    EXPECT_LT(h.headroom, 0) << r.what;
+    EXPECT_LT(h.predicted_headroom, 0) << r.what;
+    EXPECT_LE(h.observed_headroom, static_cast<std::int64_t>(24 * G)) << r.what;
+    EXPECT_LE(h.drained_headroom, static_cast<std::int64_t>(24 * G)) << r.what;
+    EXPECT_LT(h.fraction(), 0.0) << r.what;
+  }
+}
+
 TEST(Headroom, PredictionErrorAndForeignUse) {
   ReservationLedger l;
-  l.set_resident("m", 10 * G);
+  ASSERT_TRUE(l.set_resident("m", 10 * G).ok());
   ASSERT_TRUE(l.reserve(1, 2 * G).ok());
   ASSERT_TRUE(l.materialize(1).ok());
   ASSERT_TRUE(l.reserve(2, 1 * G).ok());  // not yet allocated: not part of the error

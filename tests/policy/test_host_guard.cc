@@ -10,25 +10,32 @@ constexpr std::uint64_t G = kGiB;
 struct BudgetRow {
   const char* what;
   HostReading reading;
-  std::uint64_t materialized;  // of our jobs, before the reading
+  std::uint64_t materialized;         // of our jobs (KV + activations: anonymous memory), before the reading
   std::uint64_t budget;
   HostBound bound;
+  std::uint64_t materialized_mapped;  // their model's mmap'd weights (clean file pages)
 };
 
 TEST(HostGuard, BudgetIsTheSmallestTerm) {
   const BudgetRow rows[] = {
-      {"config only", {}, 0, 16 * G, HostBound::configured},
-      {"MemAvailable − reserve binds", {10 * G, std::nullopt, std::nullopt}, 0, 9 * G, HostBound::mem_available},
-      {"MemAvailable below reserve", {G / 2, std::nullopt, std::nullopt}, 0, 0, HostBound::mem_available},
-      {"cgroup max − current binds", {64 * G, 12 * G, 8 * G}, 0, 4 * G, HostBound::cgroup},
-      {"cgroup over its max", {64 * G, 12 * G, 13 * G}, 0, 0, HostBound::cgroup},
-      {"cgroup max = 'max' is no limit", {64 * G, std::nullopt, 8 * G}, 0, 16 * G, HostBound::configured},
-      {"our materialized jobs are added back", {10 * G, 12 * G, 10 * G}, 3 * G, 5 * G, HostBound::cgroup},
+      {"config only", {}, 0, 16 * G, HostBound::configured, 0},
+      {"MemAvailable − reserve binds", {10 * G, std::nullopt, std::nullopt}, 0, 9 * G, HostBound::mem_available, 0},
+      {"MemAvailable below reserve", {G / 2, std::nullopt, std::nullopt}, 0, 0, HostBound::mem_available, 0},
+      {"cgroup max − current binds", {64 * G, 12 * G, 8 * G}, 0, 4 * G, HostBound::cgroup, 0},
+      {"cgroup over its max", {64 * G, 12 * G, 13 * G}, 0, 0, HostBound::cgroup, 0},
+      {"cgroup max = 'max' is no limit", {64 * G, std::nullopt, 8 * G}, 0, 16 * G, HostBound::configured, 0},
+      {"our materialized jobs are added back", {10 * G, 12 * G, 10 * G}, 3 * G, 5 * G, HostBound::cgroup, 0},
+      // Review #9: clean mmap'd pages are already inside MemAvailable (reclaimable page cache), so only anonymous
+      // bytes are added back there; memory.current charges the page cache, so the cgroup term adds back both.
+      {"MemAvailable adds back anonymous bytes only", {10 * G, std::nullopt, std::nullopt}, 3 * G, 12 * G,
+       HostBound::mem_available, 4 * G},
+      {"cgroup adds back the mapping too", {64 * G, 12 * G, 10 * G}, 3 * G, 9 * G, HostBound::cgroup, 4 * G},
   };
   for (const auto& r : rows) {
     HostMemoryGuard g(HostGuardConfig{16 * G, 1 * G, 4});
     if (r.materialized) {
-      ASSERT_TRUE(g.admit(1, HostJobEstimate{"m", 0, r.materialized, 0}, HostReading{}).ok()) << r.what;
+      ASSERT_TRUE(g.admit(1, HostJobEstimate{"m", r.materialized_mapped, r.materialized, 0}, HostReading{}).ok())
+          << r.what;
       ASSERT_TRUE(g.materialize(1).ok());
     }
     HostBudget b = g.budget(r.reading);
@@ -101,6 +108,38 @@ TEST(HostGuard, MaterializeAndRelease) {
   g.release(2);
   EXPECT_EQ(g.materialized_bytes(), 0u);
   EXPECT_EQ(g.jobs(), 0u);
+}
+
+// Review #10: the default configuration (budget_bytes = 0: no configured cap) serves the fixtures' own 7B fp16 model
+// on the CPU when the host has the memory; with no reading at all there is no budget (fail closed).
+TEST(HostGuard, DefaultBudgetServesThe7bFixtureOnCpu) {
+  HostGuardConfig cfg;
+  EXPECT_EQ(cfg.budget_bytes, 0u);
+  HostMemoryGuard g(cfg);
+  HostJobEstimate e = estimate_host_job(testing::llama7b(), testing::request(1000, 1000), EstimatorConfig{}, cfg);
+  ASSERT_GT(e.mapped_weights_bytes, 12 * G);
+  HostReading plenty{64 * G, std::nullopt, std::nullopt};
+  EXPECT_EQ(g.check(e, plenty).fit, HostFit::fits);
+  EXPECT_EQ(g.budget(plenty).bound, HostBound::mem_available);
+  EXPECT_EQ(g.budget(plenty).bytes, 63 * G);
+  HostReading cgroup{64 * G, 20 * G, 2 * G};
+  EXPECT_EQ(g.budget(cgroup).bytes, 18 * G);
+  EXPECT_EQ(g.check(e, HostReading{}).fit, HostFit::never);
+  EXPECT_EQ(g.budget(HostReading{}).bytes, 0u);
+  EXPECT_EQ(g.budget(HostReading{}).bound, HostBound::no_reading);
+}
+
+// Review #8: host byte totals never wrap.
+TEST(HostGuard, ByteTotalsSaturateOrRefuse) {
+  EXPECT_EQ((HostJobEstimate{"m", 0, ~0ull, 5}.job_bytes()), ~0ull);
+  HostMemoryGuard g(HostGuardConfig{0, 1, 4});
+  HostReading huge{~0ull, std::nullopt, std::nullopt};
+  ASSERT_TRUE(g.admit(1, HostJobEstimate{"m", 0, 1ull << 63, 0}, huge).ok());
+  ASSERT_TRUE(g.materialize(1).ok());  // budget = MemAvailable − 1 + 2^63: saturates at UINT64_MAX
+  auto second = g.admit(2, HostJobEstimate{"m", 0, 1ull << 63, 0}, huge);
+  EXPECT_FALSE(second.ok());
+  EXPECT_EQ(g.committed_bytes(), 1ull << 63);
+  EXPECT_EQ(g.jobs(), 1u);
 }
 
 TEST(HostGuard, EstimateUsesF32ActivationsAndHostKv) {

@@ -18,7 +18,7 @@ TEST(Idempotency, SameKeyReturnsTheSameJobAndItsOutcome) {
   EXPECT_FALSE(b->created);
   EXPECT_EQ(b->job, 10u);
   EXPECT_FALSE(b->outcome.has_value());
-  ASSERT_TRUE(r.record_outcome("k1", StoredOutcome{JobPhase::completed, "sha:1", at(2s)}).ok());
+  ASSERT_TRUE(r.record_outcome("k1", 10, StoredOutcome{JobPhase::completed, "sha:1", at(2s)}).ok());
   auto c = r.claim("k1", 12, 0xabc, at(3s));
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->created);
@@ -37,11 +37,11 @@ TEST(Idempotency, ErrorsAndOutcomeRules) {
   EXPECT_EQ(r.claim(std::string(257, 'x'), 1, 0, at(0s)).error().code, Errc::invalid_argument);
   ASSERT_TRUE(r.claim("k", 1, 7, at(0s)).ok());
   EXPECT_EQ(r.claim("k", 2, 8, at(0s)).error().code, Errc::duplicate);  // different request, same key
-  EXPECT_EQ(r.record_outcome("nope", StoredOutcome{JobPhase::completed, "", at(0s)}).error().code, Errc::not_found);
-  EXPECT_EQ(r.record_outcome("k", StoredOutcome{JobPhase::running, "", at(0s)}).error().code, Errc::invalid_argument);
-  ASSERT_TRUE(r.record_outcome("k", StoredOutcome{JobPhase::cancelled, "", at(0s)}).ok());
-  EXPECT_TRUE(r.record_outcome("k", StoredOutcome{JobPhase::cancelled, "", at(1s)}).ok());  // same again
-  EXPECT_EQ(r.record_outcome("k", StoredOutcome{JobPhase::completed, "", at(1s)}).error().code,
+  EXPECT_EQ(r.record_outcome("nope", 1, StoredOutcome{JobPhase::completed, "", at(0s)}).error().code, Errc::not_found);
+  EXPECT_EQ(r.record_outcome("k", 1, StoredOutcome{JobPhase::running, "", at(0s)}).error().code, Errc::invalid_argument);
+  ASSERT_TRUE(r.record_outcome("k", 1, StoredOutcome{JobPhase::cancelled, "", at(0s)}).ok());
+  EXPECT_TRUE(r.record_outcome("k", 1, StoredOutcome{JobPhase::cancelled, "", at(1s)}).ok());  // same again
+  EXPECT_EQ(r.record_outcome("k", 1, StoredOutcome{JobPhase::completed, "", at(1s)}).error().code,
             Errc::illegal_transition);
   EXPECT_FALSE(r.claim("k", 3, 7, at(2s), true)->created);  // cancelled is final
 }
@@ -49,7 +49,7 @@ TEST(Idempotency, ErrorsAndOutcomeRules) {
 TEST(Idempotency, ResumeAfterResumableFailureStartsANewJob) {
   IdempotencyRegistry r;
   ASSERT_TRUE(r.claim("k", 1, 7, at(0s)).ok());
-  ASSERT_TRUE(r.record_outcome("k", StoredOutcome{JobPhase::failed, "side_effects", at(1s)}).ok());
+  ASSERT_TRUE(r.record_outcome("k", 1, StoredOutcome{JobPhase::failed, "side_effects", at(1s)}).ok());
   auto plain = r.claim("k", 2, 7, at(2s));
   EXPECT_FALSE(plain->created);
   EXPECT_EQ(plain->outcome->phase, JobPhase::failed);
@@ -61,11 +61,44 @@ TEST(Idempotency, ResumeAfterResumableFailureStartsANewJob) {
   EXPECT_EQ(again->job, 3u);
 }
 
+// Review #3: an outcome belongs to a job. After a resume claim hands the key to job 3, a late outcome from job 1 is
+// refused and does not become job 3's; job 3's own outcome is stored.
+TEST(Idempotency, OutcomeMustComeFromTheKeysCurrentJob) {
+  struct Step {
+    JobId job;
+    JobPhase phase;
+    bool ok;
+    std::optional<JobPhase> stored;  // the key's outcome afterwards
+  };
+  IdempotencyRegistry r;
+  ASSERT_TRUE(r.claim("k", 1, 7, at(0s)).ok());
+  ASSERT_TRUE(r.record_outcome("k", 1, StoredOutcome{JobPhase::failed, "device_lost", at(1s)}).ok());
+  ASSERT_TRUE(r.claim("k", 3, 7, at(2s), /*resume=*/true)->created);
+  const Step steps[] = {
+      {1, JobPhase::failed, false, std::nullopt},      // job 1's duplicate/late outcome
+      {1, JobPhase::completed, false, std::nullopt},
+      {2, JobPhase::completed, false, std::nullopt},   // a job that never held the key
+      {3, JobPhase::completed, true, JobPhase::completed},
+      {1, JobPhase::failed, false, JobPhase::completed},
+  };
+  int i = 0;
+  for (const auto& s : steps) {
+    Status st = r.record_outcome("k", s.job, StoredOutcome{s.phase, "", at(3s)});
+    EXPECT_EQ(st.ok(), s.ok) << "step " << i;
+    if (!st.ok()) { EXPECT_EQ(st.error().code, Errc::illegal_transition) << "step " << i; }
+    auto found = r.find("k");
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(found->job, 3u) << "step " << i;
+    EXPECT_EQ(found->outcome ? std::optional<JobPhase>(found->outcome->phase) : std::nullopt, s.stored) << "step " << i;
+    ++i;
+  }
+}
+
 TEST(Idempotency, ExpiryKeepsLiveKeysAndBoundsTheTable) {
   IdempotencyRegistry r(IdempotencyConfig{10s, 3});
   ASSERT_TRUE(r.claim("live", 1, 0, at(0s)).ok());
   ASSERT_TRUE(r.claim("done", 2, 0, at(0s)).ok());
-  ASSERT_TRUE(r.record_outcome("done", StoredOutcome{JobPhase::completed, "", at(1s)}).ok());
+  ASSERT_TRUE(r.record_outcome("done", 2, StoredOutcome{JobPhase::completed, "", at(1s)}).ok());
   ASSERT_TRUE(r.claim("x", 3, 0, at(0s)).ok());
   EXPECT_EQ(r.claim("y", 4, 0, at(5s)).error().code, Errc::rejected);  // full, nothing old enough
   auto y = r.claim("y", 4, 0, at(11s));                                   // "done" expired

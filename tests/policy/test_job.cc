@@ -16,7 +16,7 @@ constexpr T kAll[] = {T::start, T::tokens, T::complete, T::retry, T::migrate, T:
 
 Status apply(Job& j, T t, std::uint32_t tokens = 0) {
   switch (t) {
-    case T::start: return j.start(kGpu, at(1s));
+    case T::start: return j.start(j.phase() == JobPhase::retrying ? kCpu : kGpu, at(1s));  // a retry runs on the cpu
     case T::tokens: return j.record_tokens(tokens);
     case T::complete: return j.complete(at(2s));
     case T::retry: return j.begin_retry("device_lost", at(2s));
@@ -125,6 +125,44 @@ TEST(Job, CheckpointCarriesWhatWasDelivered) {
   EXPECT_EQ(j.failure()->checkpoint, (Checkpoint{99, 5, "m"}));
   EXPECT_EQ(j.failure()->retry_after, 3s);
   EXPECT_EQ(j.failure()->code, Errc::device_lost);
+}
+
+// Review gap: a retry after a GPU failure runs on the CPU (the failover rule); any other route is refused
+// and leaves the job retrying.
+TEST(Job, RetryStartsOnlyOnTheCpu) {
+  struct Row {
+    Route route;
+    bool ok;
+  };
+  const Row rows[] = {
+      {kGpu, false},
+      {Route{Device::hybrid, 16, false, "m"}, false},
+      {kCpu, true},
+      {Route{Device::cpu, 0, true, "small"}, true},  // a fallback model on the CPU is still the CPU route
+  };
+  for (const auto& r : rows) {
+    Job j = job_in(JobPhase::retrying, 0);
+    Status s = j.start(r.route, at(3s));
+    EXPECT_EQ(s.ok(), r.ok) << device_name(r.route.device);
+    if (!s.ok()) {
+      EXPECT_EQ(s.error().code, Errc::illegal_transition);
+      EXPECT_EQ(j.phase(), JobPhase::retrying);
+      EXPECT_EQ(j.attempts(), 1u);
+    } else {
+      EXPECT_EQ(j.phase(), JobPhase::running);
+    }
+  }
+}
+
+// Review #6: reproducibility is something the caller must establish; an input that does not say so fails closed.
+TEST(Failover, ReproducibilityDefaultsToFalse) {
+  FailoverInput in;
+  EXPECT_FALSE(in.sampling_reproducible);
+  in.tokens_delivered = 5;
+  in.cpu_route_available = true;
+  FailoverDecision d = FailoverPolicy{}.decide(in);
+  EXPECT_EQ(d.action, FailoverAction::fail_resumable);
+  EXPECT_EQ(d.reason, "sampling_not_reproducible");
 }
 
 // Failover rule table (DESIGN §2.6).

@@ -128,8 +128,28 @@ TEST(Queue, EtaFromRatesAndWorkAhead) {
   EXPECT_EQ(q.eta_start(3), std::chrono::milliseconds(875));  // (1s prefill + 15 tokens at 20/s) / 2
   EXPECT_EQ(q.finish(1), Removed::running);
   EXPECT_EQ(q.finish(2), Removed::running);
-  EXPECT_EQ(q.eta_start(3), 0s);                            // head with a free slot starts now
+  EXPECT_EQ(q.eta_start(3), 0s);  // head with a free slot: no slot wait (memory is the ladder's memory wait)
   EXPECT_EQ(q.eta_start(42), std::nullopt);
+}
+
+// The running jobs' remaining work, soonest first, and queued jobs' acceptance times: the inputs of the ladder's
+// memory wait and of its bound on the time waited (review #1).
+TEST(Queue, RunningWorkAndAcceptance) {
+  JobQueue q("gpu_queue", QueueConfig{10, 3, 10000, 5000}, RateConfig{1.0, 100.0, 10.0});
+  ASSERT_TRUE(q.start_direct(entry(1, 100, 100, 0s)).ok());  // 1 s + 10 s
+  ASSERT_TRUE(q.start_direct(entry(2, 200, 20, 0s)).ok());   // 2 s + 2 s
+  ASSERT_TRUE(q.enqueue(entry(3, 10, 10, 5s)).ok());
+  q.update_progress(1, true, 50);                              // 5 s left
+  const std::vector<RunningWork> expect = {{2, 4s}, {1, 5s}};
+  const auto got = q.running_work();
+  ASSERT_EQ(got.size(), expect.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].id, expect[i].id) << i;
+    EXPECT_EQ(got[i].remaining, expect[i].remaining) << i;
+  }
+  EXPECT_EQ(q.accepted_at(3), at(5s));
+  EXPECT_EQ(q.accepted_at(1), std::nullopt);  // running, not queued
+  EXPECT_EQ(q.accepted_at(42), std::nullopt);
 }
 
 TEST(Queue, TenThousandQueuedKeepsSumsExact) {

@@ -34,6 +34,11 @@ TEST(ReplicaMode, DecisionTable) {
       {"warm exceeds host budget -> mmap, says so", meas(30s, 12s, 2s, 20 * G), std::nullopt, M::mmap, false, 14s},
       {"warm exceeds host budget, only load measured", meas(30s, std::nullopt, 2s, 20 * G), std::nullopt,
        M::on_demand, false, 32s},
+      // Review #5: the fastest measured alternative, not mmap by default.
+      {"warm exceeds host budget, both over budget, on-demand faster", meas(20s, 30s, 2s, 20 * G), std::nullopt,
+       M::on_demand, false, 22s},
+      {"warm exceeds host budget, both over budget, mmap faster", meas(30s, 20s, 2s, 20 * G), std::nullopt, M::mmap,
+       false, 22s},
       {"warm exceeds host budget, nothing measured", meas(std::nullopt, std::nullopt, std::nullopt, 20 * G),
        std::nullopt, M::mmap, false, 0s},
   };

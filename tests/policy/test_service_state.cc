@@ -29,8 +29,20 @@ TEST(ServiceState, DeriveTable) {
   absent.gpu_present = false;
   ServiceInputs held = in();
   held.gpu_held = true;
+  // Review gap: a reading too old to trust yields worst-case pressure; it is announced as a stale reading, not as
+  // memory-critical.
+  auto reading = [](Pressure p, ReadingTrust t) {
+    ServiceInputs i = in(p);
+    i.reading = t;
+    return i;
+  };
   const Row rows[] = {
       {in(), L::normal, ""},
+      {reading(Pressure::critical, ReadingTrust::expired), L::pressure, "memory-reading-stale"},
+      {reading(Pressure::normal, ReadingTrust::expired), L::pressure, "memory-reading-stale"},
+      {reading(Pressure::critical, ReadingTrust::stale), L::pressure, "memory-reading-stale"},
+      {reading(Pressure::normal, ReadingTrust::stale), L::normal, ""},
+      {reading(Pressure::critical, ReadingTrust::fresh), L::pressure, "memory-critical"},
       {in(Pressure::elevated), L::pressure, "memory-pressure"},
       {in(Pressure::critical), L::pressure, "memory-critical"},
       {in(Pressure::normal, BreakerState::open), L::degraded, "gpu-breaker-open"},

@@ -1,6 +1,7 @@
 // Seeded randomized simulation of a daemon driving the policy library: thousands of submissions (with repeated
-// idempotency keys), completions, cancels, allocation failures, device resets, foreign GPU load and host-memory
-// changes. Invariants are checked after every step and at the end.
+// idempotency keys and resumes), completions, cancels, allocation failures, device resets, late probe results,
+// foreign GPU load, weights evicted and reloaded, allocator caching, and host memory that drops as our CPU jobs
+// allocate (by more or less than estimated). Invariants are checked after every step and at the end.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -24,7 +25,11 @@ struct JobInfo {
   std::uint32_t delivered = 0;
   bool on_gpu = false;               // running on the GPU (holds a ledger reservation)
   bool on_cpu = false;               // running on the CPU (holds a host reservation)
+  bool on_hybrid = false;            // running offloaded: on the GPU (ledger) and on the host (host reservation)
   std::optional<HostJobEstimate> host;
+  bool reproducible = false;         // sampling reproducible on the CPU (FailoverInput)
+  bool host_materialized = false;    // its host memory is allocated (inside MemAvailable)
+  std::uint64_t host_actual = 0;     // what it really allocated on the host (≠ the estimate)
 };
 
 class Simulation {
@@ -39,7 +44,8 @@ class Simulation {
         host_(cfg_.host_guard),
         service_(cfg_.service),
         failover_(cfg_.failover) {
-    ledger_.set_resident(model_.name, MemoryEstimator::weights_bytes(model_));
+    EXPECT_TRUE(ledger_.set_resident(model_.name, MemoryEstimator::weights_bytes(model_)).ok());
+    resident_layers_ = model_.layers;
   }
 
   static PolicyConfig make_config() {
@@ -63,9 +69,10 @@ class Simulation {
         case 11: case 12: cancel_random(); break;
         case 13: alloc_failure(); break;
         case 14: if (pick(0, 4) == 0) device_reset(); break;
-        case 15: foreign_ = pick(0, 6) * G / 2; break;
+        case 15: foreign_ = pick(0, 6) * G / 2; cache_ = pick(0, 4) * G / 4; break;
         case 16: host_available_ = pick(8, 64) * G; break;
         case 17: stale_ = pick(0, 9) == 0; break;
+        case 18: maybe_evict_weights(); break;
         default: break;
       }
       pump();
@@ -77,6 +84,7 @@ class Simulation {
   // Let everything finish: GPU healthy, no foreign load, plenty of host memory.
   void drain() {
     breaker_.reset(now_);
+    pending_probes_.clear();
     foreign_ = 0;
     stale_ = false;
     host_available_ = 64 * G;
@@ -106,12 +114,25 @@ class Simulation {
       for (const auto& t : job.history()) terminal_transitions += is_terminal(t.to) ? 1 : 0;
       EXPECT_EQ(terminal_transitions, 1) << "job " << id;
       EXPECT_TRUE(job.terminal()) << "job " << id;
-      auto claim = keys_.find(info_.at(id).key);
+      const std::string& key = info_.at(id).key;
+      auto claim = keys_.find(key);
       ASSERT_TRUE(claim.has_value());
+      if (claim->job != id) {
+        // Replaced by a resume: only a failed (resumable) job's key is ever handed on.
+        EXPECT_EQ(job.phase(), JobPhase::failed) << "job " << id;
+        continue;
+      }
       ASSERT_TRUE(claim->outcome.has_value()) << "job " << id;
       EXPECT_EQ(claim->outcome->phase, job.phase());
     }
-    for (const auto& [key, ids] : jobs_per_key_) EXPECT_EQ(ids.size(), 1u) << key;  // no key ran twice
+    // No key ran twice: one job per key, or a chain where each one failed before the next (a resume) was created.
+    for (const auto& [key, ids] : jobs_per_key_) {
+      ASSERT_FALSE(ids.empty());
+      EXPECT_EQ(keys_.find(key)->job, ids.back()) << key;
+      for (std::size_t i = 0; i + 1 < ids.size(); ++i) {
+        EXPECT_EQ(jobs_.at(ids[i]).phase(), JobPhase::failed) << key;
+      }
+    }
   }
 
   // Figures, so the test can insist every path was exercised.
@@ -120,13 +141,44 @@ class Simulation {
  private:
   std::uint64_t pick(std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng_); }
 
+  // Our allocator holds `cache_` bytes beyond the live tensors (reserved ≠ allocated).
   MemorySnapshot snapshot() const {
-    std::uint64_t ours = ledger_.resident_bytes() + ledger_.materialized_bytes() * 9 / 10;  // we over-predict a bit
-    std::uint64_t used = std::min(kTotal, ours + foreign_);
-    return MemorySnapshot{kTotal, kTotal - used, std::min(kTotal, ours), std::min(kTotal, ours),
-                          stale_ ? now_ - 7s : now_};
+    std::uint64_t ours = std::min(kTotal, ledger_.resident_bytes() + ledger_.materialized_bytes() * 9 / 10);  // we over-predict a bit
+    std::uint64_t reserved = std::min(kTotal, ours + cache_);
+    std::uint64_t used = std::min(kTotal, reserved + foreign_);
+    return MemorySnapshot{kTotal, kTotal - used, reserved, ours, stale_ ? now_ - 7s : now_};
   }
-  HostReading host_reading() const { return HostReading{host_available_, std::nullopt, std::nullopt}; }
+  // MemAvailable drops with what our jobs really allocated on the host (anonymous memory); the mmap'd weights are
+  // clean page cache and stay inside MemAvailable.
+  HostReading host_reading() const {
+    return HostReading{host_available_ > host_anon_ ? host_available_ - host_anon_ : 0, std::nullopt, std::nullopt};
+  }
+
+  // At every host admission: what we have committed but not yet allocated fits in MemAvailable − reserve. (The
+  // guard adds back the estimate of what is materialized; here it is computed from the simulation's own records.)
+  void check_host_admission() {
+    std::uint64_t materialized_estimate = 0;
+    for (const auto& [id, ji] : info_) {
+      if (ji.host_materialized) materialized_estimate += ji.host->job_bytes();
+    }
+    const std::uint64_t avail = *host_reading().mem_available;
+    const std::uint64_t room = avail > cfg_.host_guard.mem_available_reserve ? avail - cfg_.host_guard.mem_available_reserve : 0;
+    ASSERT_GE(host_.committed_bytes(), materialized_estimate);
+    ASSERT_LE(host_.committed_bytes() - materialized_estimate, room) << "step " << step_;
+    ASSERT_LE(host_.committed_bytes(), cfg_.host_guard.budget_bytes) << "step " << step_;
+    ++counts["host_admission_checked"];
+  }
+
+  bool weights_resident() const { return resident_layers_ == model_.layers; }
+
+  // The GPU drops the model's weights when nothing runs there (memory for a co-tenant); the next GPU start loads
+  // them again, and decisions meanwhile count the weights in the plan.
+  void maybe_evict_weights() {
+    if (ledger_.jobs() != 0 || resident_layers_ == 0) return;
+    ASSERT_TRUE(ledger_.set_resident(model_.name, 0).ok());
+    resident_layers_ = 0;
+    ++counts["weights_evicted"];
+  }
 
   AdmissionSnapshot snapshot_for(JobId id) {
     const JobInfo& ji = info_.at(id);
@@ -135,7 +187,7 @@ class Simulation {
     AdmissionSnapshot s;
     s.model = model_;
     s.request = ji.request;
-    s.gpu = make_gpu_view(h, p, breaker_, gpu_, now_, true, true, id);
+    s.gpu = make_gpu_view(h, p, breaker_, gpu_, ledger_, now_, weights_resident(), true, id);
     s.cpu = make_cpu_view(cpu_, host_, host_reading(), true, true, std::nullopt, id);
     return s;
   }
@@ -150,22 +202,41 @@ class Simulation {
     q.prefill_chunk = r() % 3 == 0 ? 512 : 0;
     return q;
   }
+  static bool reproducible_for_key(std::uint64_t k) { return k % 3 != 0; }
 
   void submit() {
     const std::uint64_t k = pick(0, 2999);
     const std::string key = "key-" + std::to_string(k);
     RequestShape req = request_for_key(k);
     const JobId id = next_id_++;
-    auto claim = keys_.claim(key, id, k, now_);
+    const bool resume = pick(0, 2) == 0;  // the client resubmits with its checkpoint
+    auto claim = keys_.claim(key, id, k, now_, resume);
     ASSERT_TRUE(claim.ok()) << claim.error().message;
+    std::vector<JobId>& chain = jobs_per_key_[key];
     if (!claim->created) {
       ++counts["resubmitted"];
-      EXPECT_EQ(*jobs_per_key_[key].begin(), claim->job);
+      EXPECT_EQ(chain.back(), claim->job);
       return;
     }
-    jobs_per_key_[key].insert(id);
+    if (!chain.empty()) {
+      // A resume: the key's previous job failed (resumable); it must not run twice, and a late outcome from it
+      // must not be stored as the new job's.
+      const JobId previous = chain.back();
+      ASSERT_EQ(jobs_.at(previous).phase(), JobPhase::failed);
+      Status late = keys_.record_outcome(key, previous, StoredOutcome{JobPhase::failed, "late", now_});
+      ASSERT_FALSE(late.ok());
+      EXPECT_EQ(late.error().code, Errc::illegal_transition);
+      ASSERT_FALSE(keys_.find(key)->outcome.has_value());
+      ++counts["resumed"];
+    }
+    chain.push_back(id);
     jobs_.emplace(id, Job(id, /*seed=*/id * 31, model_.name, now_));
-    info_.emplace(id, JobInfo{key, req, req.max_new_tokens, 0, false, false, std::nullopt});
+    JobInfo ji;
+    ji.key = key;
+    ji.request = req;
+    ji.max_new = req.max_new_tokens;
+    ji.reproducible = reproducible_for_key(k);
+    info_.emplace(id, std::move(ji));
     ++counts["accepted"];
     act(id, policy_.decide(snapshot_for(id)), /*queued_on_gpu=*/false);
   }
@@ -181,6 +252,23 @@ class Simulation {
       case Rung::offload: {
         const std::uint64_t bytes = d.breakdown.job_bytes();
         ASSERT_TRUE(ledger_.reserve(id, bytes).ok());
+        if (d.breakdown.weights_bytes > 0) {
+          // Weights were not (fully) resident: they are loaded for this job, counted once per model.
+          const std::uint64_t w = std::max(ledger_.resident_bytes(), d.breakdown.weights_bytes);
+          ASSERT_TRUE(ledger_.set_resident(model_.name, w).ok());
+          resident_layers_ = std::max(resident_layers_, d.route.gpu_layers);
+          ++counts["weights_loaded"];
+        }
+        if (d.host) {  // offload: the host part of the split
+          ASSERT_EQ(d.action, Rung::offload);
+          auto admitted = host_.admit(id, *d.host, host_reading());
+          ASSERT_TRUE(admitted.ok()) << admitted.error().message;
+          ji.host = d.host;
+          ji.on_hybrid = true;
+          check_host_admission();
+          if (::testing::Test::HasFatalFailure()) return;
+          ++counts["hybrid"];
+        }
         if (queued_on_gpu) {
           auto started = gpu_.start_next();
           ASSERT_TRUE(started && started->id == id);
@@ -221,7 +309,7 @@ class Simulation {
     ASSERT_TRUE(job.terminal());
     const char* what = job_phase_name(job.phase()).data();
     ++counts[what];
-    Status s = keys_.record_outcome(info_.at(id).key, StoredOutcome{job.phase(), what, now_});
+    Status s = keys_.record_outcome(info_.at(id).key, id, StoredOutcome{job.phase(), what, now_});
     ASSERT_TRUE(s.ok()) << s.error().message;
   }
 
@@ -231,14 +319,38 @@ class Simulation {
     cpu_.remove(id);
     ledger_.release(id);
     host_.release(id);
-    ji.on_gpu = ji.on_cpu = false;
+    if (ji.host_materialized) host_anon_ -= ji.host_actual;
+    ji.host_materialized = false;
+    ji.host_actual = 0;
+    ji.on_gpu = ji.on_cpu = ji.on_hybrid = false;
   }
 
   void pump() {
     breaker_.poll(now_);
-    if (breaker_.try_acquire_probe(now_)) {
-      breaker_.record(pick(0, 2) ? BreakerEvent::probe_succeeded : BreakerEvent::probe_failed, now_);
-      ++counts["probe"];
+    // Probe results arrive late sometimes; one from an earlier half-open period must change nothing.
+    if (!pending_probes_.empty() && pick(0, 2) == 0) {
+      const std::size_t i = pick(0, pending_probes_.size() - 1);
+      const ProbeId id = pending_probes_[i];
+      pending_probes_.erase(pending_probes_.begin() + static_cast<std::ptrdiff_t>(i));
+      const bool current = breaker_.probe() == id;
+      const BreakerState before = breaker_.state();
+      const auto transitions = breaker_.history().size();
+      breaker_.record(pick(0, 2) ? BreakerEvent::probe_succeeded : BreakerEvent::probe_failed, now_, id);
+      if (!current) {
+        ASSERT_EQ(breaker_.state(), before);
+        ASSERT_EQ(breaker_.history().size(), transitions);
+        ++counts["stale_probe_ignored"];
+      } else {
+        ++counts["probe"];
+      }
+    }
+    if (auto probe = breaker_.try_acquire_probe(now_)) {
+      if (pick(0, 3) == 0) {
+        pending_probes_.push_back(*probe);
+      } else {
+        breaker_.record(pick(0, 2) ? BreakerEvent::probe_succeeded : BreakerEvent::probe_failed, now_, *probe);
+        ++counts["probe"];
+      }
     }
     // GPU queue head: decide again (it may now fit, or must move to the CPU, or be rejected).
     for (int guard = 0; guard < 64 && gpu_.head() != nullptr; ++guard) {
@@ -262,15 +374,20 @@ class Simulation {
       auto admitted = host_.admit(head, *ji.host, host_reading());
       ASSERT_TRUE(admitted.ok()) << admitted.error().message;
       ASSERT_LE(host_.committed_bytes(), host_.budget(host_reading()).bytes);
+      check_host_admission();
+      if (::testing::Test::HasFatalFailure()) return;
       auto started = cpu_.start_next();
       ASSERT_TRUE(started && started->id == head);
       ji.on_cpu = true;
       ASSERT_TRUE(jobs_.at(head).start(Route{Device::cpu, 0, false, model_.name}, now_).ok());
     }
-    service_.update(ServiceInputs{pressure_.level(), breaker_.state(), true, false, true, "", Limits{}}, now_);
+    const ReadingTrust trust = compute_headroom(snapshot(), ledger_, cfg_.headroom, now_).trust;
+    service_.update(ServiceInputs{pressure_.level(), breaker_.state(), true, false, true, "", Limits{}, trust}, now_);
     for (const auto& c : service_.drain_changes()) {
-      (void)c;
       ++counts["service_change"];
+      if (c.to.reason == "memory-reading-stale") ++counts["reading_stale_announced"];
+      // An expired reading is never announced as memory-critical.
+      if (trust == ReadingTrust::expired) { ASSERT_NE(c.to.reason, "memory-critical"); }
     }
   }
 
@@ -280,7 +397,13 @@ class Simulation {
       if (!ji.on_gpu && !ji.on_cpu) continue;
       Job& job = jobs_.at(id);
       if (ji.on_gpu) { ASSERT_TRUE(ledger_.materialize(id).ok()); }
-      if (ji.on_cpu) { ASSERT_TRUE(host_.materialize(id).ok()); }
+      if ((ji.on_cpu || ji.on_hybrid) && !ji.host_materialized) {
+        ASSERT_TRUE(host_.materialize(id).ok());
+        // The real allocation differs from the estimate: 60 % to 110 % of it.
+        ji.host_actual = ji.host->job_bytes() / 100 * pick(60, 110);
+        ji.host_materialized = true;
+        host_anon_ += ji.host_actual;
+      }
       ji.delivered = std::min<std::uint32_t>(ji.max_new, ji.delivered + static_cast<std::uint32_t>(pick(0, 400)));
       ASSERT_TRUE(job.record_tokens(ji.delivered).ok());
       (ji.on_gpu ? gpu_ : cpu_).update_progress(id, true, ji.delivered);
@@ -317,8 +440,9 @@ class Simulation {
     HostJobEstimate est = estimate_host_job(model_, [&] { RequestShape r = ji.request; r.max_new_tokens = ji.max_new; return r; }(),
                                             cfg_.estimator, cfg_.host_guard);
     if (cpu_ok) cpu_ok = host_.check(est, host_reading()).fit != HostFit::never;
-    FailoverDecision f = failover_.decide(FailoverInput{ji.delivered, true, ji.request.side_effects, cpu_ok});
+    FailoverDecision f = failover_.decide(FailoverInput{ji.delivered, ji.reproducible, ji.request.side_effects, cpu_ok});
     ++counts[std::string(failover_action_name(f.action))];
+    ++counts["failover_" + f.reason];
     switch (f.action) {
       case FailoverAction::retry_on_cpu:
         ASSERT_TRUE(job.begin_retry(f.reason, now_).ok());
@@ -365,9 +489,11 @@ class Simulation {
       ASSERT_EQ(ji.on_gpu, ledger_.find(id) != nullptr) << "job " << id;
       if (ji.on_gpu || ji.on_cpu) { ASSERT_EQ(jobs_.at(id).phase(), JobPhase::running) << "job " << id; }
     }
+    std::size_t hybrid_running = 0;
+    for (const auto& [id, ji] : info_) hybrid_running += ji.on_hybrid;
     ASSERT_EQ(gpu_running, gpu_.running());
     ASSERT_EQ(cpu_running, cpu_.running());
-    ASSERT_EQ(cpu_running, host_.jobs());
+    ASSERT_EQ(cpu_running + hybrid_running, host_.jobs());
     ASSERT_LE(gpu_.depth(), cfg_.gpu_queue.capacity);
     ASSERT_LE(cpu_.depth(), cfg_.cpu_queue.capacity);
     if (!breaker_.allows_gpu()) { ASSERT_GE(service_.current().level, ServiceLevel::degraded); }
@@ -388,7 +514,11 @@ class Simulation {
   IdempotencyRegistry keys_;
   std::map<JobId, Job> jobs_;
   std::map<JobId, JobInfo> info_;
-  std::map<std::string, std::set<JobId>> jobs_per_key_;
+  std::map<std::string, std::vector<JobId>> jobs_per_key_;  // in claim order (resumes append)
+  std::vector<ProbeId> pending_probes_;                      // probe results not delivered yet
+  std::uint32_t resident_layers_ = 0;                        // model layers whose weights are on the GPU
+  std::uint64_t cache_ = 0;                                  // allocator cache (reserved − allocated)
+  std::uint64_t host_anon_ = 0;                              // what our jobs really allocated on the host
   Clock::time_point now_{};
   JobId next_id_ = 1;
   std::uint64_t foreign_ = 0;
@@ -410,7 +540,9 @@ TEST_P(SimulationTest, InvariantsHoldUnderRandomLoadAndFaults) {
   for (const char* what : {"accepted", "resubmitted", "admit", "delay", "reduce", "offload", "route_cpu", "reject",
                            "completed", "cancelled", "failed", "retry_on_cpu", "migrate_at_checkpoint",
                            "fail_resumable", "device_reset", "probe", "service_change", "cancel_queued",
-                           "cancel_running"}) {
+                           "cancel_running", "resumed", "hybrid", "weights_evicted", "weights_loaded",
+                           "stale_probe_ignored", "host_admission_checked", "failover_sampling_not_reproducible",
+                           "reading_stale_announced"}) {
     EXPECT_GT(sim.counts[what], 0) << what;
   }
   EXPECT_GT(sim.counts["accepted"], 2000);
