@@ -164,7 +164,8 @@ std::vector<std::pair<CorpusFile, std::string>> load_corpus(const std::vector<st
   std::map<std::string, std::string> seen;  // sha256 -> first path
   for (const auto& p : paths) {
     std::string text = read_file(p);
-    if (text.find('\0') != std::string::npos) throw TrainError{"--corpus: " + p.string() + " is not a text file (NUL bytes)"};
+    if (text.find('\0') != std::string::npos)
+      throw TrainError{"--corpus: " + p.string() + " is not a text file (NUL bytes)"};
     CorpusFile cf;
     cf.path = p.string();
     cf.bytes = text.size();
@@ -385,8 +386,8 @@ int main(int argc, char** argv) {
     auto tok = tok::Tokenizer::load_file(c.tokenizer);
     if (!tok) throw TrainError{tok.error().message};
     if (tok->vocab_size() != shape.vocab)
-      throw TrainError{c.tokenizer + ": vocabulary of " + std::to_string(tok->vocab_size()) + " tokens, the model has " +
-                       std::to_string(shape.vocab)};
+      throw TrainError{c.tokenizer + ": vocabulary of " + std::to_string(tok->vocab_size()) +
+                       " tokens, the model has " + std::to_string(shape.vocab)};
     const std::int64_t bos = tok->bos_id();
     if (bos < 0) throw TrainError{c.tokenizer + ": the tokenizer has no BOS token"};
 
@@ -414,7 +415,8 @@ int main(int argc, char** argv) {
     std::sort(used.begin(), used.end());
     used.erase(std::unique(used.begin(), used.end()), used.end());
     std::vector<std::int64_t> local(static_cast<std::size_t>(shape.vocab), -1);
-    for (std::size_t i = 0; i < used.size(); ++i) local[static_cast<std::size_t>(used[i])] = static_cast<std::int64_t>(i);
+    for (std::size_t i = 0; i < used.size(); ++i)
+      local[static_cast<std::size_t>(used[i])] = static_cast<std::int64_t>(i);
     std::vector<std::int64_t> lstream(stream.size());
     for (std::size_t i = 0; i < stream.size(); ++i) lstream[i] = local[static_cast<std::size_t>(stream[i])];
     const std::int64_t lbos = local[static_cast<std::size_t>(bos)];
@@ -487,14 +489,24 @@ int main(int argc, char** argv) {
       if (!full_vocab) return e;
       torch::Tensor full = p.embed_full.clone();
       full.index_copy_(0, used_t, p.embed);
-      const torch::Tensor h = forward(p, d, full, eval_full.input, mask).reshape({-1, d.hidden});
-      const torch::Tensor logits = torch::matmul(h, full.t());
-      e.loss_full = torch::nn::functional::cross_entropy(
-                        logits, eval_full.target.reshape({-1}),
-                        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100))
-                        .item<double>();
+      // In slices of 4 windows: the full-vocabulary logits of all held-out tokens would take ~0.4 GB.
       const torch::Tensor is_used = torch::zeros({shape.vocab}, torch::kBool).index_fill_(0, used_t, true);
-      e.unused_wins = 1.0 - is_used.index_select(0, logits.argmax(-1)).to(torch::kDouble).mean().item<double>();
+      double loss_sum = 0, unused = 0;
+      const std::int64_t W = eval_full.input.size(0);
+      for (std::int64_t w0 = 0; w0 < W; w0 += 4) {
+        const std::int64_t n = std::min<std::int64_t>(4, W - w0);
+        const torch::Tensor h =
+            forward(p, d, full, eval_full.input.narrow(0, w0, n), mask).reshape({-1, d.hidden});
+        const torch::Tensor logits = torch::matmul(h, full.t());
+        const torch::Tensor tg = eval_full.target.narrow(0, w0, n).reshape({-1});
+        namespace F = torch::nn::functional;
+        loss_sum += F::cross_entropy(logits, tg, F::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum))
+                        .item<double>();
+        unused += static_cast<double>(
+            is_used.index_select(0, logits.argmax(-1)).logical_not().sum().item<std::int64_t>());
+      }
+      e.loss_full = loss_sum / static_cast<double>(std::max<std::int64_t>(1, e.tokens));
+      e.unused_wins = unused / static_cast<double>(eval_full.target.numel());
       return e;
     };
     const Eval before = evaluate(false);
@@ -505,10 +517,11 @@ int main(int argc, char** argv) {
     using torch::optim::AdamW;
     using torch::optim::AdamWOptions;
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, std::make_unique<AdamWOptions>(
-                                   AdamWOptions(c.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(c.weight_decay)));
-    groups.emplace_back(no_decay,
-                        std::make_unique<AdamWOptions>(AdamWOptions(c.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0)));
+    auto adamw = [&](double wd) {
+      return std::make_unique<AdamWOptions>(AdamWOptions(c.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(wd));
+    };
+    groups.emplace_back(decay, adamw(c.weight_decay));
+    groups.emplace_back(no_decay, adamw(0));
     AdamW opt(std::move(groups), AdamWOptions(c.lr));
 
     int steps = c.steps;
@@ -548,9 +561,8 @@ int main(int argc, char** argv) {
           const torch::Tensor h = forward(r, d, r.embed, in, mask);
           const torch::Tensor logits = torch::matmul(h.reshape({-1, d.hidden}), r.embed.t());
           namespace F = torch::nn::functional;
-          const torch::Tensor loss =
-              F::cross_entropy(logits, tg.reshape({-1}), F::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum)) /
-              scored;
+          const auto opts = F::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum);
+          const torch::Tensor loss = F::cross_entropy(logits, tg.reshape({-1}), opts) / scored;
           loss.backward();
           part_loss[static_cast<std::size_t>(w)] = loss.item<double>();
         } catch (...) {
