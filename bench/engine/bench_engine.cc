@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -147,22 +148,36 @@ void BM_DecodeSim(benchmark::State& state, std::string dir, engine::ComputeDType
   state.counters["rss_growth_MiB"] = rss1 - rss0;
 }
 
-// Baseline: stream-read every weight byte once (what a decode step must read at least), 8 lanes of u64 adds.
-void BM_WeightStream(benchmark::State& state, std::string dir) {
+// Baseline: stream-read every weight byte once (what a decode step must read at least), with 8 independent
+// 16-byte vector accumulators so the loop is bound by memory, not by the adds.
+void BM_WeightStream(benchmark::State& state, std::string dir, int threads) {
   auto m = load(dir, engine::ComputeDType::f32, 1);
+  for (const auto& shard : m->files().shards()) shard.file().prefault();  // page tables populated, as in decode
   std::uint64_t bytes = 0;
-  for (auto _ : state) {
-    std::uint64_t acc[8] = {};
-    bytes = 0;
+  for (const auto& t : m->files().tensors()) bytes += t.data.size();
+  // Each thread reads its share of every tensor (as the row split does).
+  auto part = [&](int id) {
+    typedef std::uint32_t v4 __attribute__((vector_size(16)));
+    v4 acc[8] = {};
     for (const auto& t : m->files().tensors()) {
-      const auto* p = reinterpret_cast<const std::uint64_t*>(t.data.data());
-      const std::size_t n = t.data.size() / 8;
-      std::size_t i = 0;
-      for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; ++k) acc[k] += p[i + static_cast<std::size_t>(k)];
-      bytes += t.data.size();
+      const std::size_t blocks = t.data.size() / 128;
+      const std::size_t b = blocks * static_cast<std::size_t>(id) / static_cast<std::size_t>(threads);
+      const std::size_t e = blocks * static_cast<std::size_t>(id + 1) / static_cast<std::size_t>(threads);
+      const std::byte* p = t.data.data();
+      for (std::size_t i = b; i < e; ++i)
+        for (int k = 0; k < 8; ++k) {
+          v4 v;
+          std::memcpy(&v, p + i * 128 + static_cast<std::size_t>(k) * 16, 16);
+          acc[k] += v;
+        }
     }
     benchmark::DoNotOptimize(acc);
+  };
+  for (auto _ : state) {
+    std::vector<std::thread> ts;
+    for (int i = 1; i < threads; ++i) ts.emplace_back(part, i);
+    part(0);
+    for (auto& t : ts) t.join();
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
@@ -223,12 +238,14 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
   void Finalize() override {
     ConsoleReporter::Finalize();
-    std::printf("\nDecode against the memory-bandwidth bound (same process):\n");
+    std::printf("\nDecode against the memory-bandwidth bound (same process; bound = streaming read of one token's\n"
+                "weight bytes with the same number of threads):\n");
     std::printf("%-44s %10s %12s %8s\n", "benchmark", "tok/s", "bound tok/s", "ratio");
     for (const auto& [name, c] : values_) {
       if (name.rfind("Decode/", 0) != 0) continue;
       const std::string model = name.substr(7, name.find('/', 7) - 7);
-      const auto base = values_.find("WeightStream/" + model);
+      const std::string threads = name.substr(name.rfind('/') + 1);  // "threads:N"
+      const auto base = values_.find("WeightStream/" + model + "/" + threads);
       if (base == values_.end()) continue;
       const double gbs = base->second.at("GB/s"), mib = base->second.at("weight_MiB");
       // bf16 compute reads half the bytes of the f32 file when the file is f32 and was converted
@@ -258,7 +275,9 @@ int main(int argc, char** argv) {
                                                    : std::vector<std::string>{"tiny", "134m"};
   for (const auto& p : presets) {
     const std::string f32 = model_dir(p, weights::DType::f32);
-    benchmark::RegisterBenchmark(("WeightStream/" + p).c_str(), BM_WeightStream, f32)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+    for (int t : {1, 2})
+      benchmark::RegisterBenchmark(("WeightStream/" + p + "/threads:" + std::to_string(t)).c_str(), BM_WeightStream,
+                                   f32, t)->Unit(benchmark::kMillisecond)->MinTime(0.5)->UseRealTime();
     benchmark::RegisterBenchmark(("Load/" + p + "/f32").c_str(), BM_Load, f32, engine::ComputeDType::f32)->Unit(benchmark::kMillisecond)->Iterations(3);
     benchmark::RegisterBenchmark(("Load/" + p + "/bf16-from-f32").c_str(), BM_Load, f32, engine::ComputeDType::bf16)->Unit(benchmark::kMillisecond)->Iterations(3);
     for (bool cold : {false, true})

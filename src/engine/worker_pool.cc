@@ -1,9 +1,15 @@
 #include "engine/worker_pool.h"
 
+#include <chrono>
+
 namespace tandem::engine {
 
 namespace {
-constexpr int kSpin = 4000;  // ~ a few microseconds of polling before sleeping
+// Polling before sleeping. The caller waits briefly for the last chunk; workers poll for the next job for up to
+// kWorkerSpin, which covers the gaps between the matrix products of one decode step (elementwise work, tens of
+// microseconds) so they are not put to sleep and woken ~85 times per token. Between tokens they sleep.
+constexpr int kSpin = 4000;
+constexpr auto kWorkerSpin = std::chrono::microseconds(300);
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -54,7 +60,11 @@ void WorkerPool::run(const std::function<void(int)>& fn) {
 void WorkerPool::loop(int index) {
   std::uint64_t seen = 0;
   for (;;) {
-    for (int i = 0; i < kSpin && published_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+    const auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
+    for (int i = 0; published_.load(std::memory_order_acquire) == seen; ++i) {
+      cpu_relax();
+      if ((i & 63) == 0 && std::chrono::steady_clock::now() > spin_until) break;
+    }
     const std::function<void(int)>* job = nullptr;
     {
       std::unique_lock lock(mu_);
