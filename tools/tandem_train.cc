@@ -359,7 +359,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-train: %s\n", shape_r.error().message.c_str());
     return 2;
   }
-  const modelgen::Shape shape = *shape_r;
+  modelgen::Shape shape = *shape_r;
+  shape.tied = true;  // the trainer's forward uses the embedding matrix as LM head (see above)
   if (c.seq_len > shape.max_positions) {
     std::fprintf(stderr, "tandem-train: --seq-len: %d is more than the model's %d positions\n", c.seq_len,
                  shape.max_positions);
