@@ -22,6 +22,7 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
   fi
 fi
 
+echo "demo: prompt: $PROMPT"
 echo "demo: greedy"
 "$BUILD/tools/tandem-generate" --model "$MODEL" --prompt "$PROMPT" --max-tokens 48
 echo

@@ -209,6 +209,7 @@ int main(int argc, char** argv) {
     return true;
   });
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   if (!result) {
     std::fprintf(stderr, "tandem-generate: generation failed: %s: %s\n",
                  std::string(errc_name(result.error().code)).c_str(), result.error().message.c_str());

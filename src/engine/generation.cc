@@ -25,7 +25,7 @@ std::string_view finish_reason_name(FinishReason r) {
 }
 
 Generation::Generation(std::shared_ptr<Model> m, GenerateRequest r, std::unique_ptr<Sequence> s)
-    : model_(std::move(m)), req_(std::move(r)), seq_(std::move(s)), decoder_(model_->tokenizer()),
+    : model_(std::move(m)), req_(std::move(r)), seq_(std::move(s)), decoder_(model_->tokenizer(), /*at_text_start=*/false),
       stops_(req_.stop_strings) {
   if (req_.stop_at_eos) eos_ = model_->eos_ids();
 }

@@ -61,7 +61,8 @@ class Generation {
   FinishReason finish_reason() const { return reason_; }
   // All generated tokens, resumed ones included: a checkpoint to resume from.
   const std::vector<TokenId>& tokens() const { return generated_; }
-  const std::string& text() const { return text_; }  // text emitted by this run
+  // Text emitted by this run. It continues the prompt's text: a first token "▁word" keeps its space.
+  const std::string& text() const { return text_; }
   const GenerationStats& stats() const { return stats_; }
   const GenerateRequest& request() const { return req_; }
 

@@ -770,7 +770,7 @@ const std::string& Tokenizer::model_bytes() const { return impl_->model_bytes; }
 
 // ---------------------------------------------------------------------------------------------------------------
 
-StreamDecoder::StreamDecoder(const Tokenizer& tok) : tok_(&tok) {}
+StreamDecoder::StreamDecoder(const Tokenizer& tok, bool at_text_start) : tok_(&tok), at_start_(at_text_start) {}
 
 std::string StreamDecoder::push(TokenId id) {
   std::string out;

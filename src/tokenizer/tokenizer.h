@@ -69,7 +69,9 @@ class Tokenizer {
 // push() results plus flush() equals Tokenizer::decode() of the whole sequence.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok);
+  // `at_text_start`: the first token begins the text, so the dummy-prefix space is dropped as decode() does. Pass
+  // false when the tokens continue text shown earlier (a generation after its prompt) to keep that space.
+  explicit StreamDecoder(const Tokenizer& tok, bool at_text_start = true);
   std::string push(TokenId id);
   std::string flush();  // emits any incomplete tail as U+FFFD
   void reset();

@@ -88,7 +88,10 @@ TEST(Generation, StreamedTextEqualsFullDecode) {
   std::string streamed;
   for (const auto& ev : r.events) streamed += ev.text;
   EXPECT_EQ(streamed, r.text);
-  EXPECT_EQ(r.text, m->tokenizer().decode(r.tokens));
+  // The generated text continues the prompt's: decode(prompt + tokens) = decode(prompt) + text.
+  std::vector<engine::TokenId> all = req.prompt;
+  all.insert(all.end(), r.tokens.begin(), r.tokens.end());
+  EXPECT_EQ(m->tokenizer().decode(req.prompt) + r.text, m->tokenizer().decode(all));
 }
 
 TEST(Generation, StopStringAcrossTokensIsNeverEmitted) {
