@@ -25,6 +25,7 @@
 
 #include "cli_args.h"
 #include "core/sha256.h"
+#include "core/text.h"
 #include "modelgen/modelgen.h"
 #include "tokenizer/tokenizer.h"
 
@@ -86,26 +87,6 @@ struct TrainError {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string json_escape(std::string_view s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(c));
-          o += b;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o;
-}
 
 std::string fmt_double(double v) {
   char b[64];

@@ -5,15 +5,12 @@
 #include <cstdio>
 #include <thread>
 
+#include "core/text.h"
+
 namespace tandem::device {
 
 namespace {
 
-std::string mib(std::uint64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / 1048576.0);
-  return buf;
-}
 
 // Restores the calling thread's current device on scope exit, so the device never changes a thread's CUDA state
 // behind the engine's back.
@@ -253,9 +250,9 @@ Status CudaDevice::admit_allocation(std::uint64_t bytes, Site site) {
   const std::uint64_t usable = static_cast<std::uint64_t>(free) + cached;
   if (bytes > usable)
     return fail(Errc::out_of_memory, name_ + ": out of memory at " + std::string(site_name(site)) + ": asked " +
-                                         mib(bytes) + ", " + mib(free) + " free of " + mib(total) +
-                                         (cached ? " + " + mib(cached) + " cached by the allocator" : std::string()) +
-                                         " (" + mib(accounted_) + " accounted to this process)");
+                                         format_mib(bytes) + ", " + format_mib(free) + " free of " + format_mib(total) +
+                                         (cached ? " + " + format_mib(cached) + " cached by the allocator" : std::string()) +
+                                         " (" + format_mib(accounted_) + " accounted to this process)");
   return {};
 }
 

@@ -1,14 +1,8 @@
 #include "device/simulated.h"
 
-namespace tandem::device {
+#include "core/text.h"
 
-namespace {
-std::string mib(std::uint64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / 1048576.0);
-  return buf;
-}
-}  // namespace
+namespace tandem::device {
 
 SimulatedDevice::SimulatedDevice(SimulatedConfig cfg, std::shared_ptr<const Clock> clock)
     : cfg_(std::move(cfg)), clock_(std::move(clock)) {
@@ -51,14 +45,14 @@ Status SimulatedDevice::admit_allocation(std::uint64_t bytes, Site site) {
     else --at_site;
     ++counters_.refused_injected;
     return fail(Errc::out_of_memory, cfg_.name + ": injected allocation failure at " + std::string(site_name(site)) +
-                                         " (" + mib(bytes) + ")");
+                                         " (" + format_mib(bytes) + ")");
   }
   const std::uint64_t free = true_free_locked();
   if (bytes > free) {
     ++counters_.refused_capacity;
     return fail(Errc::out_of_memory, cfg_.name + ": out of memory at " + std::string(site_name(site)) + ": asked " +
-                                         mib(bytes) + ", " + mib(free) + " free of " + mib(cfg_.capacity_bytes) +
-                                         " (" + mib(accounted_) + " ours, " + mib(foreign_) + " foreign)");
+                                         format_mib(bytes) + ", " + format_mib(free) + " free of " + format_mib(cfg_.capacity_bytes) +
+                                         " (" + format_mib(accounted_) + " ours, " + format_mib(foreign_) + " foreign)");
   }
   ++counters_.allocations;
   return {};

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/text.h"
 #include "generation/rng.h"
 #include "weights/model_dir.h"
 
@@ -91,26 +92,6 @@ Status check(const Options& o) {
   return {};
 }
 
-std::string json_escape(std::string_view s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          o += b;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o;
-}
 
 Status write_text(const fs::path& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
