@@ -108,6 +108,28 @@ Status expect_wire(Reader& r, int field, int wire, int expected) {
   return {};
 }
 
+// Typed readers for one field of a message: check the wire type, then read.
+Status read_int32(Reader& r, int field, int wire, std::int32_t& dst) {
+  TANDEM_TRY(expect_wire(r, field, wire, kWireVarint));
+  TOK_READ(v, r.varint());
+  dst = static_cast<std::int32_t>(static_cast<std::uint32_t>(v));  // int32 truncation, as protobuf does
+  return {};
+}
+
+Status read_bool(Reader& r, int field, int wire, bool& dst) {
+  TANDEM_TRY(expect_wire(r, field, wire, kWireVarint));
+  TOK_READ(v, r.varint());
+  dst = v != 0;
+  return {};
+}
+
+Status read_string(Reader& r, int field, int wire, std::string& dst) {
+  TANDEM_TRY(expect_wire(r, field, wire, kWireLen));
+  TOK_READ(s, r.len_delimited());
+  dst.assign(s);
+  return {};
+}
+
 Status parse_piece(std::string_view bytes, ProtoPiece& p) {
   Reader r(bytes, "ModelProto.pieces");
   while (!r.done()) {
@@ -146,37 +168,19 @@ Status parse_trainer(std::string_view bytes, ProtoTrainerSpec& t) {
     TOK_READ(k, r.key());
     const int field = k.first;
     const int wire = k.second;
-    auto read_int = [&](std::int32_t& dst) -> Status {
-      TANDEM_TRY(expect_wire(r, field, wire, kWireVarint));
-      TOK_READ(v, r.varint());
-      dst = static_cast<std::int32_t>(static_cast<std::uint32_t>(v));  // int32 truncation, as protobuf does
-      return {};
-    };
-    auto read_bool = [&](bool& dst) -> Status {
-      TANDEM_TRY(expect_wire(r, field, wire, kWireVarint));
-      TOK_READ(v, r.varint());
-      dst = v != 0;
-      return {};
-    };
-    auto read_str = [&](std::string& dst) -> Status {
-      TANDEM_TRY(expect_wire(r, field, wire, kWireLen));
-      TOK_READ(s, r.len_delimited());
-      dst.assign(s);
-      return {};
-    };
     switch (field) {
-      case 3: TANDEM_TRY(read_int(t.model_type)); break;
-      case 24: TANDEM_TRY(read_bool(t.treat_whitespace_as_suffix)); break;
-      case 35: TANDEM_TRY(read_bool(t.byte_fallback)); break;
-      case 40: TANDEM_TRY(read_int(t.unk_id)); break;
-      case 41: TANDEM_TRY(read_int(t.bos_id)); break;
-      case 42: TANDEM_TRY(read_int(t.eos_id)); break;
-      case 43: TANDEM_TRY(read_int(t.pad_id)); break;
-      case 44: TANDEM_TRY(read_str(t.unk_surface)); break;
-      case 45: TANDEM_TRY(read_str(t.unk_piece)); break;
-      case 46: TANDEM_TRY(read_str(t.bos_piece)); break;
-      case 47: TANDEM_TRY(read_str(t.eos_piece)); break;
-      case 48: TANDEM_TRY(read_str(t.pad_piece)); break;
+      case 3: TANDEM_TRY(read_int32(r, field, wire, t.model_type)); break;
+      case 24: TANDEM_TRY(read_bool(r, field, wire, t.treat_whitespace_as_suffix)); break;
+      case 35: TANDEM_TRY(read_bool(r, field, wire, t.byte_fallback)); break;
+      case 40: TANDEM_TRY(read_int32(r, field, wire, t.unk_id)); break;
+      case 41: TANDEM_TRY(read_int32(r, field, wire, t.bos_id)); break;
+      case 42: TANDEM_TRY(read_int32(r, field, wire, t.eos_id)); break;
+      case 43: TANDEM_TRY(read_int32(r, field, wire, t.pad_id)); break;
+      case 44: TANDEM_TRY(read_string(r, field, wire, t.unk_surface)); break;
+      case 45: TANDEM_TRY(read_string(r, field, wire, t.unk_piece)); break;
+      case 46: TANDEM_TRY(read_string(r, field, wire, t.bos_piece)); break;
+      case 47: TANDEM_TRY(read_string(r, field, wire, t.eos_piece)); break;
+      case 48: TANDEM_TRY(read_string(r, field, wire, t.pad_piece)); break;
       default: TANDEM_TRY(r.skip(wire));
     }
   }
@@ -189,24 +193,12 @@ Status parse_normalizer(std::string_view bytes, ProtoNormalizerSpec& n, const ch
     TOK_READ(k, r.key());
     const int field = k.first;
     const int wire = k.second;
-    auto read_bool = [&](bool& dst) -> Status {
-      TANDEM_TRY(expect_wire(r, field, wire, kWireVarint));
-      TOK_READ(v, r.varint());
-      dst = v != 0;
-      return {};
-    };
-    auto read_str = [&](std::string& dst) -> Status {
-      TANDEM_TRY(expect_wire(r, field, wire, kWireLen));
-      TOK_READ(s, r.len_delimited());
-      dst.assign(s);
-      return {};
-    };
     switch (field) {
-      case 1: TANDEM_TRY(read_str(n.name)); break;
-      case 2: TANDEM_TRY(read_str(n.precompiled_charsmap)); break;
-      case 3: TANDEM_TRY(read_bool(n.add_dummy_prefix)); break;
-      case 4: TANDEM_TRY(read_bool(n.remove_extra_whitespaces)); break;
-      case 5: TANDEM_TRY(read_bool(n.escape_whitespaces)); break;
+      case 1: TANDEM_TRY(read_string(r, field, wire, n.name)); break;
+      case 2: TANDEM_TRY(read_string(r, field, wire, n.precompiled_charsmap)); break;
+      case 3: TANDEM_TRY(read_bool(r, field, wire, n.add_dummy_prefix)); break;
+      case 4: TANDEM_TRY(read_bool(r, field, wire, n.remove_extra_whitespaces)); break;
+      case 5: TANDEM_TRY(read_bool(r, field, wire, n.escape_whitespaces)); break;
       default: TANDEM_TRY(r.skip(wire));
     }
   }
