@@ -43,10 +43,15 @@ Result<std::unique_ptr<Generation>> Generation::create(std::shared_ptr<Model> mo
     if (s.size() > 256) return fail(Errc::invalid_argument, "a stop string is longer than 256 bytes");
   if (static_cast<int>(req.resume_tokens.size()) > req.max_new_tokens)
     return fail(Errc::invalid_argument, "checkpoint holds more tokens than max_new_tokens");
-  if (static_cast<std::int64_t>(req.prompt.size() + req.resume_tokens.size()) >= ctx)
+  if (static_cast<std::int64_t>(req.prompt.size()) >= ctx)
+    return fail(Errc::invalid_argument, "prompt (" + std::to_string(req.prompt.size()) +
+                                            " tokens) leaves no room in the context of " + std::to_string(ctx));
+  // A run ends with context_full once prompt + generated = ctx + 1 (the last token is sampled, not cached), so a
+  // checkpoint may be that long.
+  if (static_cast<std::int64_t>(req.prompt.size() + req.resume_tokens.size()) > ctx + 1)
     return fail(Errc::invalid_argument, "prompt (" + std::to_string(req.prompt.size()) + " tokens) + checkpoint (" +
                                             std::to_string(req.resume_tokens.size()) +
-                                            ") leave no room in the context of " + std::to_string(ctx));
+                                            ") exceed the context of " + std::to_string(ctx) + " by more than one");
   const int vocab = model->config().vocab_size;
   for (auto t : req.resume_tokens)
     if (t < 0 || t >= vocab) return fail(Errc::invalid_argument, "checkpoint token outside the vocabulary");
@@ -76,30 +81,57 @@ std::string Generation::emit_text(TokenId id) {
 Status Generation::prefill() {
   if (prefilled_ || finished()) return fail(Errc::illegal_transition, "prefill: already prefilled or finished");
   const auto t0 = Clock::now();
-  std::vector<TokenId> all = req_.prompt;
-  all.insert(all.end(), req_.resume_tokens.begin(), req_.resume_tokens.end());
-  const std::size_t chunk = req_.prefill_chunk > 0 ? static_cast<std::size_t>(req_.prefill_chunk) : all.size();
-  for (std::size_t off = 0; off < all.size(); off += chunk) {
-    const std::size_t n = std::min(chunk, all.size() - off);
-    auto logits = model_->forward(*seq_, std::span(all).subspan(off, n));
+  auto feed = [&](std::span<const TokenId> toks) -> Status {
+    auto logits = model_->forward(*seq_, toks);
     if (!logits) {
       finish(FinishReason::error);
       return fail(std::move(logits).error());
     }
-    if (off + n == all.size()) logits_ = std::move(logits).value();
+    logits_ = std::move(logits).value();
+    return {};
+  };
+  // The prompt, in the request's chunks.
+  const std::span<const TokenId> prompt(req_.prompt);
+  const std::size_t chunk = req_.prefill_chunk > 0 ? static_cast<std::size_t>(req_.prefill_chunk) : prompt.size();
+  for (std::size_t off = 0; off < prompt.size(); off += chunk) TANDEM_TRY(feed(prompt.subspan(off, std::min(chunk, prompt.size() - off))));
+  // The checkpoint. Exact resume feeds it one token at a time — the kernels of the original decode steps — so the
+  // logits, and with them every later draw, are bit-identical on the same build and thread count. A batched
+  // re-prefill is faster but its rounding differs, which can flip a near-tie in sampling.
+  const std::span<const TokenId> resume(req_.resume_tokens);
+  const std::int64_t room = model_->max_context() - static_cast<std::int64_t>(prompt.size());
+  // The original run may have sampled one token past the cache (context_full): that one is not fed.
+  const std::size_t feed_n = std::min<std::size_t>(resume.size(), static_cast<std::size_t>(std::max<std::int64_t>(room, 0)));
+  if (req_.exact_resume) {
+    for (std::size_t i = 0; i < feed_n; ++i) TANDEM_TRY(feed(resume.subspan(i, 1)));
+  } else if (feed_n > 0) {
+    TANDEM_TRY(feed(resume.first(feed_n)));
   }
-  history_ = std::move(all);
+  history_ = req_.prompt;
   // Replay the checkpoint's tokens through the decoder and stop matcher without emitting: the client already has
   // that text, and this way held-back bytes and stop-string prefixes are in the same state as in the first run.
   for (TokenId t : req_.resume_tokens) {
     generated_.push_back(t);
+    history_.push_back(t);
     if (std::find(eos_.begin(), eos_.end(), t) == eos_.end()) (void)emit_text(t);
   }
   prefilled_ = true;
   stats_.prompt_tokens = static_cast<std::int64_t>(history_.size());
   stats_.prefill_ms = ms_since(t0);
-  if (static_cast<int>(generated_.size()) >= req_.max_new_tokens) finish(FinishReason::max_tokens);
+  if (!generated_.empty() && std::find(eos_.begin(), eos_.end(), generated_.back()) != eos_.end())
+    finish(FinishReason::eos);
+  else if (stops_.stopped())
+    finish(FinishReason::stop_string);
+  else if (static_cast<int>(generated_.size()) >= req_.max_new_tokens)
+    finish(FinishReason::max_tokens);
+  else if (feed_n < resume.size())
+    finish(FinishReason::context_full);
   return {};
+}
+
+std::string Generation::take_text() {
+  std::string out = text_.substr(delivered_);
+  delivered_ = text_.size();
+  return out;
 }
 
 Result<TokenEvent> Generation::step() {
@@ -114,32 +146,27 @@ Result<TokenEvent> Generation::step() {
   ++stats_.new_tokens;
 
   if (std::find(eos_.begin(), eos_.end(), ev.token) != eos_.end()) {
-    finish(FinishReason::eos);
-    stats_.decode_ms += ms_since(t0);
-    return ev;
-  }
-  ev.text = emit_text(ev.token);
-  text_ += ev.text;
-  if (stops_.stopped()) {
-    finish(FinishReason::stop_string);
-  } else if (static_cast<int>(generated_.size()) >= req_.max_new_tokens) {
-    const std::size_t before = text_.size();
-    finish(FinishReason::max_tokens);
-    ev.text += text_.substr(before);
-  } else if (seq_->length() + 1 > model_->max_context()) {
-    const std::size_t before = text_.size();
-    finish(FinishReason::context_full);
-    ev.text += text_.substr(before);
+    finish(FinishReason::eos);  // releases any text held back for a possible stop string
   } else {
-    const TokenId t = ev.token;
-    auto logits = model_->forward(*seq_, std::span(&t, 1));
-    if (!logits) {
-      finish(FinishReason::error);
-      stats_.decode_ms += ms_since(t0);
-      return fail(std::move(logits).error());
+    text_ += emit_text(ev.token);
+    if (stops_.stopped()) {
+      finish(FinishReason::stop_string);
+    } else if (static_cast<int>(generated_.size()) >= req_.max_new_tokens) {
+      finish(FinishReason::max_tokens);
+    } else if (seq_->length() + 1 > model_->max_context()) {
+      finish(FinishReason::context_full);
+    } else {
+      const TokenId t = ev.token;
+      auto logits = model_->forward(*seq_, std::span(&t, 1));
+      if (!logits) {
+        finish(FinishReason::error);
+        stats_.decode_ms += ms_since(t0);
+        return fail(std::move(logits).error());
+      }
+      logits_ = std::move(logits).value();
     }
-    logits_ = std::move(logits).value();
   }
+  ev.text = take_text();
   stats_.decode_ms += ms_since(t0);
   return ev;
 }
@@ -153,6 +180,14 @@ Result<std::unique_ptr<Generation>> generate(std::shared_ptr<Model> model, Gener
     auto ev = (*g)->step();
     if (!ev) return fail(std::move(ev).error());
     if (on_token && !on_token(*ev)) (*g)->cancel();
+  }
+  // A generation that ended in prefill (a checkpoint already complete) still releases its held-back text.
+  if (std::string tail = (*g)->take_text(); !tail.empty() && on_token) {
+    TokenEvent ev;
+    ev.token = -1;
+    ev.step = (*g)->tokens().size();
+    ev.text = std::move(tail);
+    on_token(ev);
   }
   return g;
 }

@@ -23,13 +23,17 @@ struct GenerateRequest {
   bool stop_at_eos = true;                 // the model's EOS ids end the generation (the EOS is not emitted)
   std::vector<TokenId> resume_tokens;      // checkpoint: tokens already generated (and delivered) earlier
   int prefill_chunk = 0;                   // 0 = the whole prompt in one forward; else at most this many tokens
+  // Resume reproduces the interrupted run exactly (same build, same thread count, same prefill_chunk) by feeding
+  // the checkpoint one token at a time, as the original decode did. false: one batched forward — faster, but its
+  // rounding differs and a near-tie in sampling can then go the other way.
+  bool exact_resume = true;
 };
 
 enum class FinishReason { running, eos, stop_string, max_tokens, context_full, cancelled, error };
 std::string_view finish_reason_name(FinishReason r);
 
 struct TokenEvent {
-  TokenId token = 0;
+  TokenId token = 0;       // -1 for a final text-only event (see generate())
   std::uint64_t step = 0;  // 0-based index of this token among the generated tokens
   std::string text;        // text that became safe to show with this token (may be empty)
 };
@@ -63,6 +67,9 @@ class Generation {
   const std::vector<TokenId>& tokens() const { return generated_; }
   // Text emitted by this run. It continues the prompt's text: a first token "▁word" keeps its space.
   const std::string& text() const { return text_; }
+  // Text of text() not yet handed out in a TokenEvent (step() hands out everything up to its token, including the
+  // tail released when the generation finishes).
+  std::string take_text();
   const GenerationStats& stats() const { return stats_; }
   const GenerateRequest& request() const { return req_; }
 
@@ -81,12 +88,14 @@ class Generation {
   std::vector<TokenId> generated_;
   std::vector<float> logits_;
   std::string text_;
+  std::size_t delivered_ = 0;
   bool prefilled_ = false;
   FinishReason reason_ = FinishReason::running;
   GenerationStats stats_;
 };
 
-// Runs a whole generation; `on_token` may return false to cancel. Returns the finished Generation.
+// Runs a whole generation; `on_token` may return false to cancel. Returns the finished Generation. If text is
+// left when the generation ends without a new token (a complete checkpoint), it comes as a last event with token -1.
 Result<std::unique_ptr<Generation>> generate(std::shared_ptr<Model> model, GenerateRequest req,
                                              const std::function<bool(const TokenEvent&)>& on_token = {});
 

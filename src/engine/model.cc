@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <exception>
+#include <system_error>
 #include <cmath>
 #include <cstring>
 #include <algorithm>
@@ -387,6 +388,10 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
   int max_context = opts.max_context > 0 ? opts.max_context : cfg.max_position_embeddings;
   if (max_context > cfg.max_position_embeddings) max_context = cfg.max_position_embeddings;
+  // Mistral-style sliding-window attention is not implemented: within the window it equals full attention, so
+  // the context is capped at the window instead of silently diverging beyond it.
+  if (cfg.sliding_window && *cfg.sliding_window > 0 && max_context > *cfg.sliding_window)
+    max_context = *cfg.sliding_window;
   const std::int64_t blocks_per_seq = (max_context + opts.kv_block_size - 1) / opts.kv_block_size;
   std::int64_t blocks = opts.kv_blocks > 0 ? opts.kv_blocks : blocks_per_seq * opts.max_sequences;
   if (blocks > (std::int64_t{1} << 30)) return fail(Errc::invalid_argument, "kv_blocks too large");
@@ -411,10 +416,10 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
   }
 
   single_threaded_kernels();
-  im.pool = std::make_unique<WorkerPool>(opts.threads, [] { single_threaded_kernels(); });
 
   const auto t1 = Clock::now();
   try {
+    im.pool = std::make_unique<WorkerPool>(opts.threads, [] { single_threaded_kernels(); });
     c10::InferenceMode guard;
     std::uint64_t copied = 0;
     auto w = [&](const std::string& name) { return weight_tensor(*im.dir.tensor(name), im.dtype, copied); };
@@ -488,6 +493,8 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
     return fail(oom ? Errc::out_of_memory : Errc::internal, path + ": loading weights failed: " + what);
   } catch (const std::bad_alloc&) {
     return fail(Errc::out_of_memory, path + ": out of host memory while loading weights / KV pool");
+  } catch (const std::system_error& e) {
+    return fail(Errc::internal, path + ": cannot start worker threads: " + e.what());
   }
   im.stats.weights_ms = ms_since(t1);
   if (opts.prefault) {
@@ -499,12 +506,14 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
   // Fingerprint: everything that decides which tokens come out for a given request.
   {
     std::ostringstream arch;
+    arch.precision(17);
     arch << cfg.architecture << ";hidden=" << cfg.hidden_size << ";inter=" << cfg.intermediate_size
          << ";layers=" << cfg.num_layers << ";heads=" << cfg.num_heads << ";kv_heads=" << cfg.num_kv_heads
          << ";head_dim=" << cfg.head_dim << ";eps=" << cfg.rms_norm_eps << ";theta=" << cfg.rope_theta
          << ";rope_scaling=" << static_cast<int>(cfg.rope_scaling) << ":" << cfg.rope_factor << ":"
          << cfg.rope_low_freq_factor << ":" << cfg.rope_high_freq_factor << ":" << cfg.rope_original_max_positions
-         << ";vocab=" << cfg.vocab_size << ";tied=" << cfg.tie_word_embeddings;
+         << ";vocab=" << cfg.vocab_size << ";tied=" << cfg.tie_word_embeddings
+         << ";max_positions=" << cfg.max_position_embeddings;  // not the context in force: a limit, announced apart
     std::ostringstream stops;
     for (auto id : m->eos_ids()) stops << "eos:" << id << ";";
     for (const auto& s : gen::template_stops(im.templ)) stops << "str:" << s.size() << ":" << s << ";";
@@ -540,7 +549,8 @@ bool Model::device_lost() const { return impl_->device_lost(); }
 // Activation workspace of one forward on the accelerator, in bytes: per new token the hidden state, its norm and
 // the residual (3·hidden), q/k/v (heads·hd + 2·kv_heads·hd), the MLP's gate/up/product (3·intermediate), in the
 // compute dtype, plus an f32 copy of the hidden state for the norms; the attention scores and probabilities
-// (2 · heads · n · context, f32); and the logits (n · vocab, f32) when the head runs there. Forwards on the
+// (2 · heads · n · context, f32); one layer's K and V gathered over the context (2 · context · kv_heads · hd, in
+// the compute dtype and in f32); and the logits (n · vocab, f32) when the head runs there. Forwards on the
 // accelerator allocate this at Site::prefill (n > 1) or Site::decode and free it when done.
 std::uint64_t Model::workspace_bytes(std::int64_t n, std::int64_t context) const {
   const Impl& im = *impl_;
@@ -551,7 +561,9 @@ std::uint64_t Model::workspace_bytes(std::int64_t n, std::int64_t context) const
   const std::uint64_t per_token = (3 * u(c.hidden_size) + u(c.num_heads) * u(c.head_dim) +
                                    2 * u(c.num_kv_heads) * u(c.head_dim) + 3 * u(c.intermediate_size)) * elem +
                                   u(c.hidden_size) * 4;
-  std::uint64_t bytes = per_token * u(n) + 2 * u(c.num_heads) * u(n) * u(context) * 4;
+  // Plus one layer's K/V gathered over the whole context through the block table, and their f32 copies.
+  std::uint64_t bytes = per_token * u(n) + 2 * u(c.num_heads) * u(n) * u(context) * 4 +
+                        2 * u(context) * u(c.num_kv_heads) * u(c.head_dim) * (elem + 4);
   if (im.head_on_accel) bytes += u(n) * u(c.vocab_size) * 4;
   return bytes;
 }
@@ -633,19 +645,20 @@ Result<std::unique_ptr<Sequence>> Model::new_sequence() {
   return std::unique_ptr<Sequence>(new Sequence(shared_from_this(), id));
 }
 
-void Model::release_sequence(gen::SeqId id) {
+// Waits for a forward in progress (compute_mu), so blocks are never handed to another sequence while a forward
+// still writes into them; then marks the sequence released and returns its blocks. Safe from any thread.
+void Model::release_sequence(Sequence& s) {
+  std::lock_guard compute(impl_->compute_mu);
+  if (s.released_) return;
+  s.released_ = true;
+  s.length_ = 0;
   std::lock_guard lock(impl_->kv_mu);
-  impl_->kv.release(id);
+  impl_->kv.release(s.id_);
 }
 
 Sequence::~Sequence() { release(); }
 
-void Sequence::release() {
-  if (released_) return;
-  released_ = true;
-  model_->release_sequence(id_);
-  length_ = 0;
-}
+void Sequence::release() { model_->release_sequence(*this); }
 
 namespace {
 
@@ -674,8 +687,11 @@ Error map_torch_error(const std::string& what, std::string_view where) {
 
 Result<std::vector<float>> Model::forward(Sequence& seq, std::span<const TokenId> tokens, bool all_logits) {
   Impl& im = *impl_;
-  if (seq.model_.get() != this || seq.released_)
-    return fail(Errc::invalid_argument, "forward: sequence does not belong to this model or was released");
+  if (seq.model_.get() != this) return fail(Errc::invalid_argument, "forward: sequence belongs to another model");
+  // One forward at a time per model; held from the block reservation to the last K/V write, so a release from
+  // another thread (which takes this lock) cannot free blocks under a running forward.
+  std::lock_guard compute(im.compute_mu);
+  if (seq.released_) return fail(Errc::invalid_argument, "forward: the sequence was released");
   auto ids = check_ids(tokens, im.cfg().vocab_size);
   if (!ids) return fail(std::move(ids).error());
   const std::int64_t pos0 = seq.length_;
@@ -708,7 +724,6 @@ Result<std::vector<float>> Model::forward(Sequence& seq, std::span<const TokenId
     workspace = std::move(ws).value();
   }
   try {
-    std::lock_guard compute(im.compute_mu);
     c10::InferenceMode guard;
     im.current_site = site;
     const at::Tensor all = at::tensor(ctx_slots, at::TensorOptions().dtype(at::kLong));

@@ -67,7 +67,8 @@ struct KvStats {
 
 class Model;
 
-// One sequence's slot in the KV cache. Releases its blocks when destroyed (or on release()).
+// One sequence's slot in the KV cache. Releases its blocks when destroyed (or on release()). release() is safe from
+// any thread (it waits for a forward in progress); forward() and length() are for the thread that owns it.
 class Sequence {
  public:
   ~Sequence();
@@ -139,7 +140,7 @@ class Model : public std::enable_shared_from_this<Model> {
   friend class Sequence;
   struct Impl;
   Model();
-  void release_sequence(gen::SeqId id);
+  void release_sequence(Sequence& s);
   std::unique_ptr<Impl> impl_;
 };
 

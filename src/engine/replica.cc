@@ -33,6 +33,12 @@ Status Replica::load_locked(bool prefault) {
     const auto t0 = Clock::now();
     auto m = Model::load(dir_, opts_);
     if (!m) return fail(std::move(m).error());
+    // A reload must give the same replica: files replaced underneath would change the fingerprint.
+    if (!fingerprint_.digest.empty() && (*m)->fingerprint().digest != fingerprint_.digest) {
+      std::string what;
+      for (const auto& d : (*m)->fingerprint().diff(fingerprint_)) what += (what.empty() ? "" : ", ") + d;
+      return fail(Errc::incompatible, dir_ + ": files changed since the replica was created (" + what + ")");
+    }
     times_.load_ms = ms_since(t0);
     model_ = std::move(m).value();
     prefaulted_ = false;
@@ -59,17 +65,7 @@ Status Replica::warm_up_locked() {
 
 Result<std::shared_ptr<Model>> Replica::get() {
   std::lock_guard lock(mu_);
-  if (!model_) {
-    TANDEM_TRY(load_locked(false));
-    // A reload must give the same replica: files replaced underneath would change the fingerprint.
-    if (model_->fingerprint().digest != fingerprint_.digest) {
-      const auto diff = model_->fingerprint().diff(fingerprint_);
-      std::string what;
-      for (const auto& d : diff) what += (what.empty() ? "" : ", ") + d;
-      model_.reset();
-      return fail(Errc::incompatible, dir_ + ": files changed since the replica was created (" + what + ")");
-    }
-  }
+  if (!model_) TANDEM_TRY(load_locked(false));
   return model_;
 }
 

@@ -18,11 +18,25 @@ inline void cpu_relax() {
 }  // namespace
 
 WorkerPool::WorkerPool(int threads, std::function<void()> init) {
-  for (int i = 1; i < threads; ++i)
-    workers_.emplace_back([this, i, init] {
-      if (init) init();
-      loop(i);
-    });
+  try {
+    for (int i = 1; i < threads; ++i)
+      workers_.emplace_back([this, i, init] {
+        if (init) init();
+        loop(i);
+      });
+  } catch (...) {
+    // A thread could not be started: stop and join the ones that were, then report (never destroy a joinable
+    // std::thread).
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      ++generation_;
+      published_.store(generation_, std::memory_order_release);
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+    throw;
+  }
 }
 
 WorkerPool::~WorkerPool() {

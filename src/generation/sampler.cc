@@ -1,6 +1,7 @@
 #include "generation/sampler.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <numeric>
 #include <sstream>
@@ -59,6 +60,8 @@ void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> 
 TokenId sample(std::span<float> logits, std::span<const TokenId> history, const SamplingParams& p,
                std::uint64_t step) {
   if (logits.empty()) return 0;
+  for (float& l : logits)
+    if (std::isnan(l)) l = -std::numeric_limits<float>::infinity();
   apply_repetition_penalty(logits, history, p);
   if (p.greedy()) return argmax(logits);
 

@@ -22,15 +22,16 @@ struct SamplingParams {
   int repetition_window = 0;        // how many most recent history tokens it looks at; 0 = whole history
   std::uint64_t seed = 0;
 
-  bool greedy() const { return temperature <= 0.0 || top_k == 1; }
+  // Temperatures below 1e-5 are greedy: 1/T would overflow (and at that point only ties could differ anyway).
+  bool greedy() const { return temperature < 1e-5 || top_k == 1; }
   // Ranges: temperature in [0, 100], top_k in [0, 1e6], top_p in (0, 1], repetition_penalty in (0, 10],
   // repetition_window >= 0.
   Status validate() const;
   std::string describe() const;  // canonical text (for fingerprints)
 };
 
-// Picks the token for generation step `step` (0 = the first new token). `logits` is modified in place (penalty,
-// temperature). `history` is prompt + tokens generated so far.
+// Picks the token for generation step `step` (0 = the first new token). `logits` is modified in place (penalty;
+// NaN becomes -inf so the ordering stays a strict weak order). `history` is prompt + tokens generated so far.
 TokenId sample(std::span<float> logits, std::span<const TokenId> history, const SamplingParams& p,
                std::uint64_t step);
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "device/simulated.h"
 #include "engine/generation.h"
@@ -299,4 +300,23 @@ TEST(SimulatedEngine, ProbesFailAsScriptedAndDeviceLossFailsThem) {
   d->recover();
   EXPECT_TRUE(d->health_probe(std::chrono::milliseconds(100)).ok());
   EXPECT_EQ(d->counters().probes_failed, 3u);
+}
+
+TEST(SimulatedEngine, ReplicaRefusesFilesChangedUnderneath) {
+  const std::string dir = temp_root() + "/replica-swap";
+  modelgen::Options o;
+  o.shape = *modelgen::preset("test");
+  o.tokenizer_model = tokenizer_path();
+  o.seed = 1;
+  ASSERT_TRUE(modelgen::write_model(dir, o).ok());
+  engine::LoadOptions lo;
+  lo.max_context = 64;
+  auto r = engine::Replica::create(dir, lo, policy::ReplicaMode::on_demand);
+  ASSERT_TRUE(r.ok());
+  o.seed = 2;  // same shapes, other weights
+  std::filesystem::remove(dir + "/model.safetensors");
+  ASSERT_TRUE(modelgen::write_model(dir, o).ok());
+  EXPECT_EQ((*r)->set_mode(policy::ReplicaMode::warm).error().code, Errc::incompatible);
+  EXPECT_EQ((*r)->get().error().code, Errc::incompatible);
+  EXPECT_FALSE((*r)->loaded());
 }

@@ -139,3 +139,18 @@ TEST(Sampler, ValidateNamesTheBadField) {
   }
   EXPECT_TRUE(SamplingParams{}.validate().ok());
 }
+
+TEST(Sampler, TinyTemperatureIsGreedyAndNanLogitsNeverWin) {
+  SamplingParams p;
+  p.temperature = 1e-310;  // 1/T overflows: must not turn into "pick the worst"
+  std::vector<float> l{0.0f, 5.0f, 1.0f, 2.0f};
+  EXPECT_EQ(sample(l, {}, p, 0), 1);
+  p.temperature = 1.0;
+  for (std::uint64_t s = 0; s < 200; ++s) {
+    std::vector<float> n{std::nanf(""), 3.0f, std::nanf(""), 2.5f};
+    const auto t = sample(n, {}, p, s);
+    EXPECT_TRUE(t == 1 || t == 3) << t;
+  }
+  std::vector<float> g{std::nanf(""), 1.0f};
+  EXPECT_EQ(sample(g, {}, SamplingParams{}, 0), 1);
+}
