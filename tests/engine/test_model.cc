@@ -2,6 +2,8 @@
 // KV cache against the cache-free forward.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -334,5 +336,51 @@ TEST(Model, ConcurrentSequencesOnOneModelMatchSequentialRuns) {
   for (int s = 0; s < 4; ++s) threads.emplace_back([&, s] { par_results[static_cast<std::size_t>(s)] = run_seq(s); });
   for (auto& t : threads) t.join();
   for (int s = 0; s < 4; ++s) EXPECT_EQ(par_results[static_cast<std::size_t>(s)], seq_results[static_cast<std::size_t>(s)]);
+  EXPECT_EQ(m->kv_stats().used_blocks, 0);
+}
+
+// Cancel from another thread: releasing a sequence while forwards run on it must never let its blocks be written
+// after they went to another sequence. Sequence B's logits must equal a run on a model nobody else touches.
+TEST(Model, ReleaseFromAnotherThreadNeverCorruptsAnotherSequence) {
+  const std::string dir = make_model("f32");
+  engine::LoadOptions lo;
+  lo.kv_block_size = 4;
+  lo.kv_blocks = 12;  // tight: freed blocks are reused at once
+  lo.max_context = 64;
+  auto quiet = load(dir, lo);
+  std::vector<engine::TokenId> toks_b;
+  for (int i = 0; i < 24; ++i) toks_b.push_back(static_cast<engine::TokenId>(500 + 11 * i));
+  std::vector<float> want;
+  {
+    auto s = quiet->new_sequence();
+    for (auto t : toks_b) want = *quiet->forward(**s, std::span(&t, 1));
+  }
+  auto m = load(dir, lo);
+  for (int round = 0; round < 20; ++round) {
+    auto a = m->new_sequence();
+    ASSERT_TRUE(a.ok());
+    engine::Sequence* seq_a = a->get();
+    std::atomic<bool> stop{false};
+    std::thread writer([&] {
+      std::vector<engine::TokenId> t(4, 77);
+      while (!stop.load()) {
+        auto r = m->forward(*seq_a, t);
+        if (!r.ok()) break;  // released (invalid_argument) or full
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (round % 5)));
+    seq_a->release();  // from this thread, while the writer may be mid-forward
+    auto b = m->new_sequence();
+    ASSERT_TRUE(b.ok());
+    std::vector<float> got;
+    for (auto t : toks_b) {
+      auto r = m->forward(**b, std::span(&t, 1));
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      got = std::move(r).value();
+    }
+    stop = true;
+    writer.join();
+    EXPECT_EQ(got, want) << "round " << round;
+  }
   EXPECT_EQ(m->kv_stats().used_blocks, 0);
 }
