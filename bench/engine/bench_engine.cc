@@ -77,6 +77,25 @@ std::vector<engine::TokenId> prompt_of(const engine::Model& m, std::size_t n) {
   return out;
 }
 
+// Prefills a 32-token prompt, then times one decode step per benchmark iteration; sets the tok/s counter.
+bool time_decode(benchmark::State& state, const std::shared_ptr<engine::Model>& m) {
+  engine::GenerateRequest req;
+  req.prompt = prompt_of(*m, 32);
+  req.max_new_tokens = 400;
+  req.stop_at_eos = false;
+  auto g = engine::Generation::create(m, req);
+  if (!g || !(*g)->prefill().ok()) {
+    state.SkipWithError("prefill failed");
+    return false;
+  }
+  for (auto _ : state) {
+    auto ev = (*g)->step();
+    if (!ev) state.SkipWithError(ev.error().message.c_str());
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  return true;
+}
+
 // Drops the model's files from the page cache (clean pages only), so the next load reads from storage.
 void evict(const std::string& dir) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -128,20 +147,7 @@ void BM_DecodeSim(benchmark::State& state, std::string dir, engine::ComputeDType
     return;
   }
   const double rss1 = static_cast<double>(rss_kib()) / 1024.0;
-  engine::GenerateRequest req;
-  req.prompt = prompt_of(**m, 32);
-  req.max_new_tokens = 400;
-  req.stop_at_eos = false;
-  auto g = engine::Generation::create(*m, req);
-  if (!g || !(*g)->prefill().ok()) {
-    state.SkipWithError("prefill failed");
-    return;
-  }
-  for (auto _ : state) {
-    auto ev = (*g)->step();
-    if (!ev) state.SkipWithError(ev.error().message.c_str());
-  }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  if (!time_decode(state, *m)) return;
   state.counters["accounted_MiB"] = static_cast<double>((*m)->load_stats().accel_weight_bytes +
                                                         (*m)->load_stats().accel_kv_bytes) / 1048576.0;
   state.counters["weights_on_dev_MiB"] = static_cast<double>((*m)->load_stats().accel_weight_bytes) / 1048576.0;
@@ -208,20 +214,7 @@ void BM_Prefill(benchmark::State& state, std::string dir, engine::ComputeDType d
 
 void BM_Decode(benchmark::State& state, std::string dir, engine::ComputeDType dt, int threads) {
   auto m = load(dir, dt, threads);
-  engine::GenerateRequest req;
-  req.prompt = prompt_of(*m, 32);
-  req.max_new_tokens = 400;
-  req.stop_at_eos = false;
-  auto g = engine::Generation::create(m, req);
-  if (!g || !(*g)->prefill().ok()) {
-    state.SkipWithError("prefill failed");
-    return;
-  }
-  for (auto _ : state) {
-    auto ev = (*g)->step();
-    if (!ev) state.SkipWithError(ev.error().message.c_str());
-  }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  if (!time_decode(state, m)) return;
   state.counters["rss_MiB"] = static_cast<double>(rss_kib()) / 1024.0;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fixtures.h"
 #include "policy/policy.h"
 
 namespace tandem::policy {
@@ -14,18 +15,7 @@ namespace {
 
 constexpr std::uint64_t G = kGiB;
 
-ModelShape llama7b() {
-  ModelShape m;
-  m.name = "llama-2-7b";
-  m.layers = 32;
-  m.hidden = 4096;
-  m.intermediate = 11008;
-  m.heads = 32;
-  m.kv_heads = 32;
-  m.head_dim = 128;
-  m.vocab = 32000;
-  return m;
-}
+using testing::llama7b;  // the same Llama-2-7B shape the tests use (tests/policy/fixtures.h)
 
 // Records one sample per iteration and reports p50/p99 (ns) as counters.
 class Percentiles {

@@ -137,12 +137,7 @@ Status parse_piece(std::string_view bytes, ProtoPiece& p) {
     const int field = k.first;
     const int wire = k.second;
     switch (field) {
-      case 1: {
-        TANDEM_TRY(expect_wire(r, field, wire, kWireLen));
-        TOK_READ(s, r.len_delimited());
-        p.piece.assign(s);
-        break;
-      }
+      case 1: TANDEM_TRY(read_string(r, field, wire, p.piece)); break;
       case 2: {
         TANDEM_TRY(expect_wire(r, field, wire, kWireFixed32));
         TOK_READ(bits, r.fixed32());
@@ -150,9 +145,9 @@ Status parse_piece(std::string_view bytes, ProtoPiece& p) {
         break;
       }
       case 3: {
-        TANDEM_TRY(expect_wire(r, field, wire, kWireVarint));
-        TOK_READ(v, r.varint());
-        p.type = static_cast<int>(static_cast<std::int32_t>(v));
+        std::int32_t type = 0;
+        TANDEM_TRY(read_int32(r, field, wire, type));
+        p.type = type;
         break;
       }
       default:
