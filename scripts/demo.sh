@@ -1,31 +1,116 @@
 #!/usr/bin/env bash
-# The main job on an embedded default: installs packages (as root), builds, makes the bundled default model
-# (a small Llama-architecture model trained for a few minutes on the license texts every Debian machine ships,
-# with the real Llama 2 tokenizer) and generates text from it with the engine CLI.
+# The main job on an embedded default: installs packages (as root), builds, makes the bundled default model (a
+# small Llama-architecture model trained once on the license texts every Debian machine ships, with the real
+# Llama 2 tokenizer), then starts tandemd on a PRIVATE D-Bus bus with a simulated GPU (no CUDA needed) and walks
+# through normal → memory pressure → GPU fault (degraded) → recovered with tandemctl.
 #   bash scripts/demo.sh ["your prompt"]
+# TANDEM_DEMO_KEEP=1 leaves the daemon running at the end (its bus address is printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${TANDEM_BUILD:-build}
-MODEL=${TANDEM_MODEL:-$BUILD/models/default}
+MODEL=${TANDEM_MODEL:-$PWD/$BUILD/models/default}
 PROMPT=${1:-"This program is free software; you can"}
 
 if [ "$(id -u)" = 0 ]; then bash scripts/setup.sh; fi
 bash scripts/build.sh
 
 if [ ! -f "$MODEL/model.safetensors" ]; then
-  if [ -x "$BUILD/tools/tandem-train" ]; then
-    echo "demo: training the default model into $MODEL (a few minutes, once)"
-    "$BUILD/tools/tandem-train" --out "$MODEL"
-  else
-    echo "demo: tandem-train not built; writing an untrained default model (its output is noise)"
-    "$BUILD/tools/tandem-mkmodel" --out "$MODEL" --preset tiny
-  fi
+  echo "demo: training the default model into $MODEL (a few minutes, once)"
+  "$BUILD/tools/tandem-train" --out "$MODEL"
 fi
 
-echo "demo: prompt: $PROMPT"
-echo "demo: greedy"
-"$BUILD/tools/tandem-generate" --model "$MODEL" --prompt "$PROMPT" --max-tokens 48
+DIR=$(mktemp -d /tmp/tandem-demo.XXXXXX)
+SOCK="$DIR/bus.sock"
+export TANDEM_BUS="address=unix:path=$SOCK"
+CTL="$BUILD/src/client/tandemctl"
+BUS_PID=""; DAEMON_PID=""
+cleanup() {
+  if [ "${TANDEM_DEMO_KEEP:-0}" = 1 ]; then echo "demo: left running: TANDEM_BUS=$TANDEM_BUS (pids $BUS_PID $DAEMON_PID)"; return; fi
+  [ -n "$DAEMON_PID" ] && kill -TERM "$DAEMON_PID" 2>/dev/null && wait "$DAEMON_PID" 2>/dev/null || true
+  [ -n "$BUS_PID" ] && kill "$BUS_PID" 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+cat > "$DIR/bus.conf" <<CONF
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path=$SOCK</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+</busconfig>
+CONF
+BUS_PID=$(dbus-daemon --config-file="$DIR/bus.conf" --fork --print-pid=1)
+
+# The embedded default: a simulated 2 GiB GPU, the default model on it and mmap'd for the CPU route.
+cat > "$DIR/tandemd.toml" <<CONF
+[bus]
+kind = "address"
+address = "unix:path=$SOCK"
+[auth]
+allow_any_local_user = true
+[device]
+kind = "simulated"
+sim_capacity = "2GiB"
+poll_interval_ms = 100
+probe_interval_ms = 1000
+[[model]]
+name = "default"
+dir = "$MODEL"
+replica_mode = "mmap"
+[model.sampling]
+max_new_tokens = 40
+[breaker]
+cooldown_ms = 2000
+[service]
+recover_after_ms = 1000
+[journal]
+dir = "$DIR/state"
+CONF
+
+echo "demo: starting tandemd (simulated GPU, private bus $SOCK)"
+"$BUILD/src/daemon/tandemd" --config "$DIR/tandemd.toml" --testing --log-stderr 2> "$DIR/tandemd.log" &
+DAEMON_PID=$!
+for _ in $(seq 1 300); do
+  "$CTL" status >/dev/null 2>&1 && break
+  kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$DIR/tandemd.log"; exit 1; }
+  sleep 0.1
+done
+
+step() { printf '\n\033[1m=== %s\033[0m\n' "$*"; }
+wait_state() {  # wait_state STATE [seconds]
+  for _ in $(seq 1 $(( ${2:-20} * 10 ))); do
+    [ "$("$CTL" --json status | jq -r .state)" = "$1" ] && return 0
+    sleep 0.1
+  done
+  echo "demo: state did not become $1" >&2
+}
+
+step "1. normal: the job runs on the (simulated) GPU"
+"$CTL" status
+"$CTL" run --seed 1 "$PROMPT"
+
+step "2. memory pressure: another program takes 1.9 GiB of the GPU"
+"$CTL" testing foreign-load 1.9GiB
+"$CTL" plan "$PROMPT"
+"$CTL" run --seed 1 "$PROMPT"
+
+step "3. GPU fault: the driver resets; the breaker opens and tandemd serves on the CPU (degraded)"
+"$CTL" testing foreign-load 0
+"$CTL" testing lose-device
+wait_state degraded 10
+"$CTL" status
+"$CTL" run --seed 1 "$PROMPT"
+
+step "4. recovered: the device is back; the half-open probe closes the breaker; back on the GPU"
+"$CTL" testing recover-device
+wait_state normal 30
+"$CTL" status
+"$CTL" run --seed 1 "$PROMPT"
+
+step "5. the daemon's log (degraded-mode lines)"
+grep -E "degraded|breaker|routed|accelerator" "$DIR/tandemd.log" | sed 's/^/  /' | head -20
 echo
-echo "demo: sampled (temperature 0.8, top-k 40, repetition penalty 1.1, seed 7), 2 threads"
-"$BUILD/tools/tandem-generate" --model "$MODEL" --prompt "$PROMPT" --max-tokens 48 \
-  --temperature 0.8 --top-k 40 --repeat-penalty 1.1 --seed 7 --threads 2
+echo "demo: done (SIGTERM drains and exits 0)"

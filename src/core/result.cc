@@ -21,6 +21,9 @@ std::string_view errc_name(Errc code) noexcept {
     case Errc::duplicate: return "Duplicate";
     case Errc::rejected: return "Rejected";
     case Errc::timeout: return "Timeout";
+    case Errc::permission_denied: return "NotAuthorized";
+    case Errc::unavailable: return "Unavailable";
+    case Errc::resumable: return "Resumable";
     case Errc::internal: return "Internal";
   }
   return "Internal";

@@ -29,6 +29,9 @@ enum class Errc {
   duplicate,           // idempotency key / id already used
   rejected,            // admission rejected (resumable, with retry hint)
   timeout,             // deadline passed
+  permission_denied,   // the caller may not do this (D-Bus: NotAuthorized)
+  unavailable,         // the service cannot take work now (draining, no route at all)
+  resumable,           // the job ended failed-resumable: resume from its checkpoint
   internal,            // a bug: an invariant did not hold
 };
 

@@ -1,0 +1,1143 @@
+#include "client/client.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "io_tandem_Tandem1_Testing_proxy.h"
+#include "io_tandem_Tandem1_proxy.h"
+
+namespace tandem::client {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Variant readers. Each returns nullopt when the variant holds another type (or an integer out of range).
+
+template <class T>
+std::optional<T> exact(const sdbus::Variant& v) {
+  if (!v.containsValueOfType<T>()) return std::nullopt;
+  return v.get<T>();
+}
+
+template <class T, class S>
+std::optional<T> narrow(S s) {
+  if (!std::in_range<T>(s)) return std::nullopt;
+  return static_cast<T>(s);
+}
+
+template <class T>
+std::optional<T> as_int(const sdbus::Variant& v) {
+  const std::string sig = v.peekValueType();
+  if (sig == "t") return narrow<T>(v.get<std::uint64_t>());
+  if (sig == "u") return narrow<T>(v.get<std::uint32_t>());
+  if (sig == "q") return narrow<T>(v.get<std::uint16_t>());
+  if (sig == "y") return narrow<T>(v.get<std::uint8_t>());
+  if (sig == "x") return narrow<T>(v.get<std::int64_t>());
+  if (sig == "i") return narrow<T>(v.get<std::int32_t>());
+  if (sig == "n") return narrow<T>(v.get<std::int16_t>());
+  return std::nullopt;
+}
+
+std::optional<double> as_double(const sdbus::Variant& v) {
+  if (v.peekValueType() == "d") return v.get<double>();
+  if (auto i = as_int<std::int64_t>(v)) return static_cast<double>(*i);
+  if (auto u = as_int<std::uint64_t>(v)) return static_cast<double>(*u);
+  return std::nullopt;
+}
+
+std::optional<std::string> as_string(const sdbus::Variant& v) {
+  const std::string sig = v.peekValueType();
+  if (sig == "s") return v.get<std::string>();
+  if (sig == "o") return std::string(v.get<sdbus::ObjectPath>());
+  if (sig == "g") return std::string(v.get<sdbus::Signature>());
+  return std::nullopt;
+}
+
+std::optional<bool> as_bool(const sdbus::Variant& v) { return exact<bool>(v); }
+std::optional<std::vector<std::string>> as_strings(const sdbus::Variant& v) { return exact<std::vector<std::string>>(v); }
+
+template <class T, class S>
+std::optional<std::vector<T>> narrow_list(const std::vector<S>& in) {
+  std::vector<T> out;
+  out.reserve(in.size());
+  for (S s : in) {
+    auto x = narrow<T>(s);
+    if (!x) return std::nullopt;
+    out.push_back(*x);
+  }
+  return out;
+}
+
+template <class T>
+std::optional<std::vector<T>> as_int_list(const sdbus::Variant& v) {
+  const std::string sig = v.peekValueType();
+  if (sig == "ai") return narrow_list<T>(v.get<std::vector<std::int32_t>>());
+  if (sig == "au") return narrow_list<T>(v.get<std::vector<std::uint32_t>>());
+  if (sig == "ax") return narrow_list<T>(v.get<std::vector<std::int64_t>>());
+  if (sig == "at") return narrow_list<T>(v.get<std::vector<std::uint64_t>>());
+  return std::nullopt;
+}
+
+template <class T, class S>
+std::optional<std::map<std::string, T>> narrow_map(const std::map<std::string, S>& in) {
+  std::map<std::string, T> out;
+  for (const auto& [k, s] : in) {
+    auto x = narrow<T>(s);
+    if (!x) return std::nullopt;
+    out.emplace(k, *x);
+  }
+  return out;
+}
+
+template <class T>
+std::optional<std::map<std::string, T>> as_int_map(const sdbus::Variant& v) {
+  const std::string sig = v.peekValueType();
+  if (sig == "a{su}") return narrow_map<T>(v.get<std::map<std::string, std::uint32_t>>());
+  if (sig == "a{st}") return narrow_map<T>(v.get<std::map<std::string, std::uint64_t>>());
+  if (sig == "a{si}") return narrow_map<T>(v.get<std::map<std::string, std::int32_t>>());
+  if (sig == "a{sx}") return narrow_map<T>(v.get<std::map<std::string, std::int64_t>>());
+  return std::nullopt;
+}
+
+// Reads the keys of one a{sv}; keys never asked for, or of another type, end up in `unparsed`.
+class Reader {
+ public:
+  Reader(const VariantMap& m, Unparsed& unparsed) : m_(m), unparsed_(unparsed) {}
+  Reader(const Reader&) = delete;
+  ~Reader() {
+    for (const auto& [k, v] : m_)
+      if (!seen_.count(k)) unparsed_[k] = "unknown key (" + v.peekValueType() + ")";
+  }
+
+  template <class T, class Conv>
+  void read(const char* key, std::optional<T>& out, Conv conv, const char* expected) {
+    auto it = m_.find(key);
+    if (it == m_.end()) return;
+    seen_.insert(key);
+    auto v = conv(it->second);
+    if (v) out = std::move(*v);
+    else unparsed_[key] = "unexpected type " + it->second.peekValueType() + ", expected " + expected;
+  }
+  void s(const char* key, std::optional<std::string>& out) { read(key, out, as_string, "s"); }
+  void b(const char* key, std::optional<bool>& out) { read(key, out, as_bool, "b"); }
+  void u(const char* key, std::optional<std::uint32_t>& out) { read(key, out, as_int<std::uint32_t>, "u"); }
+  void t(const char* key, std::optional<std::uint64_t>& out) { read(key, out, as_int<std::uint64_t>, "t"); }
+  void x(const char* key, std::optional<std::int64_t>& out) { read(key, out, as_int<std::int64_t>, "x"); }
+  void d(const char* key, std::optional<double>& out) { read(key, out, as_double, "d"); }
+  void as(const char* key, std::optional<std::vector<std::string>>& out) { read(key, out, as_strings, "as"); }
+  void ai(const char* key, std::optional<std::vector<std::int32_t>>& out) { read(key, out, as_int_list<std::int32_t>, "ai"); }
+  void su(const char* key, std::optional<std::map<std::string, std::uint32_t>>& out) {
+    read(key, out, as_int_map<std::uint32_t>, "a{su}");
+  }
+  void st(const char* key, std::optional<std::map<std::string, std::uint64_t>>& out) {
+    read(key, out, as_int_map<std::uint64_t>, "a{st}");
+  }
+  void sx(const char* key, std::optional<std::map<std::string, std::int64_t>>& out) {
+    read(key, out, as_int_map<std::int64_t>, "a{sx}");
+  }
+
+ private:
+  const VariantMap& m_;
+  Unparsed& unparsed_;
+  std::set<std::string> seen_;
+};
+
+using Pair = sdbus::Struct<std::string, std::string>;
+using HistoryTuple = sdbus::Struct<std::string, std::string, std::string, std::int64_t>;
+using QueueTuple = sdbus::Struct<std::string, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, std::uint64_t>;
+
+std::optional<std::vector<SkippedRung>> as_skipped(const sdbus::Variant& v) {
+  auto raw = exact<std::vector<Pair>>(v);
+  if (!raw) return std::nullopt;
+  std::vector<SkippedRung> out;
+  for (const auto& p : *raw) out.push_back({p.get<0>(), p.get<1>()});
+  return out;
+}
+
+std::optional<std::vector<HistoryEntry>> as_history(const sdbus::Variant& v) {
+  auto raw = exact<std::vector<HistoryTuple>>(v);
+  if (!raw) return std::nullopt;
+  std::vector<HistoryEntry> out;
+  for (const auto& h : *raw) out.push_back({h.get<0>(), h.get<1>(), h.get<2>(), h.get<3>()});
+  return out;
+}
+
+std::optional<Checkpoint> as_checkpoint(const sdbus::Variant& v) {
+  auto raw = exact<VariantMap>(v);
+  if (!raw) return std::nullopt;
+  Checkpoint c;
+  Reader r(*raw, c.unparsed);
+  r.t("seed", c.seed);
+  r.u("tokens_delivered", c.tokens_delivered);
+  r.s("model", c.model);
+  return c;
+}
+
+std::optional<std::vector<QueueInfo>> as_queues(const sdbus::Variant& v) {
+  auto raw = exact<std::vector<QueueTuple>>(v);
+  if (!raw) return std::nullopt;
+  std::vector<QueueInfo> out;
+  for (const auto& q : *raw) out.push_back({q.get<0>(), q.get<1>(), q.get<2>(), q.get<3>(), q.get<4>(), q.get<5>()});
+  return out;
+}
+
+std::optional<std::vector<HoldInfo>> as_holds(const sdbus::Variant& v) {
+  auto raw = exact<std::vector<HistoryTuple>>(v);
+  if (!raw) return std::nullopt;
+  std::vector<HoldInfo> out;
+  for (const auto& h : *raw) out.push_back({h.get<0>(), h.get<1>(), h.get<2>(), h.get<3>()});
+  return out;
+}
+
+template <class T, class F>
+std::optional<T> as_dict(const sdbus::Variant& v, F from) {
+  auto raw = exact<VariantMap>(v);
+  if (!raw) return std::nullopt;
+  return from(*raw);
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
+  return s;
+}
+
+bool is_fact_key(std::string_view k) {
+  if (k.empty()) return false;
+  for (char c : k)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return !std::isdigit(static_cast<unsigned char>(k.front()));
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  std::uint64_t v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || r.ec != std::errc{} || r.ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// "Failed to open bus (No medium found)" -> "Failed to open bus: No medium found"
+std::string unparen(std::string_view m) {
+  auto open = m.rfind(" (");
+  if (open != std::string_view::npos && !m.empty() && m.back() == ')')
+    return std::string(m.substr(0, open)) + ": " + std::string(m.substr(open + 2, m.size() - open - 3));
+  return std::string(m);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Interrupt pipe
+
+int g_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_sigints = 0;
+int g_second_exit = -1;
+
+extern "C" void on_interrupt(int sig) {
+  int saved = errno;
+  if (sig == SIGINT) {
+    g_sigints = g_sigints + 1;
+    if (g_sigints >= 2 && g_second_exit >= 0) {
+      static const char msg[] = "\ninterrupted again: exiting now\n";
+      ssize_t w = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+      (void)w;
+      _exit(g_second_exit);
+    }
+  }
+  unsigned char b = static_cast<unsigned char>(sig);
+  if (g_pipe[1] >= 0) {
+    ssize_t r = ::write(g_pipe[1], &b, 1);
+    (void)r;
+  }
+  errno = saved;
+}
+
+std::uint64_t monotonic_usec() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000u + static_cast<std::uint64_t>(ts.tv_nsec) / 1000u;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The generated proxies, for method calls only: registerProxy() is never called, so their signal handlers (which
+// would throw through sd-bus on a malformed signal) are never installed; Client::subscribe() has its own.
+
+class MethodProxy final : public sdbus::ProxyInterfaces<io::tandem::Tandem1_proxy, io::tandem::Tandem1::Testing_proxy,
+                                                        sdbus::Properties_proxy> {
+ public:
+  MethodProxy(sdbus::IConnection& connection, std::string service)
+      : ProxyInterfaces(connection, std::move(service), kObjectPath) {}
+  ~MethodProxy() { unregisterProxy(); }
+
+ private:
+  void onJobUpdate(const uint64_t&, const std::string&, const std::map<std::string, sdbus::Variant>&) override {}
+  void onDegradedModeChanged(const bool&, const std::string&, const std::map<std::string, sdbus::Variant>&) override {}
+  void onPropertiesChanged(const std::string&, const std::map<std::string, sdbus::Variant>&,
+                           const std::vector<std::string>&) override {}
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bus selection
+
+std::string BusSpec::describe() const {
+  switch (kind) {
+    case BusKind::system: return "the system bus";
+    case BusKind::session: return "the session bus";
+    case BusKind::address: return "the bus at " + address;
+  }
+  return "the bus";
+}
+
+std::string BusSpec::flag() const {
+  switch (kind) {
+    case BusKind::system: return "--system";
+    case BusKind::session: return "--session";
+    case BusKind::address: {
+      std::string q = "'";
+      for (char c : address) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+      return "--address " + q + "'";
+    }
+  }
+  return "";
+}
+
+Result<BusSpec> parse_bus_spec(std::string_view text) {
+  if (text == "system") return BusSpec{BusKind::system, ""};
+  if (text == "session") return BusSpec{BusKind::session, ""};
+  constexpr std::string_view prefix = "address=";
+  if (text.starts_with(prefix)) {
+    std::string_view addr = text.substr(prefix.size());
+    if (addr.empty()) return fail(Errc::invalid_argument, "bus 'address=' needs a D-Bus address, e.g. address=unix:path=/run/bus");
+    if (addr.find(':') == std::string_view::npos)
+      return fail(Errc::invalid_argument, "bus address '" + std::string(addr) +
+                                              "' is not a D-Bus address (transport:key=value, e.g. unix:path=/run/bus)");
+    return BusSpec{BusKind::address, std::string(addr)};
+  }
+  return fail(Errc::invalid_argument,
+              "bus '" + std::string(text) + "' is not one of system, session, address=<dbus address>");
+}
+
+Result<BusSpec> bus_spec_from_env() {
+  const char* env = std::getenv("TANDEM_BUS");
+  if (env == nullptr || *env == '\0') return BusSpec{};
+  auto r = parse_bus_spec(env);
+  if (!r.ok()) return fail(Errc::invalid_argument, "TANDEM_BUS: " + r.error().message);
+  return r;
+}
+
+std::string connect_error_message(const BusSpec& bus, std::string_view error_name, std::string_view error_message) {
+  std::string what = unparen(error_message);
+  const bool plain = error_name.starts_with("System.Error.") || error_name == "org.freedesktop.DBus.Error.FileNotFound" ||
+                     error_name == "org.freedesktop.DBus.Error.NoServer";
+  if (!plain && !error_name.empty()) what = std::string(error_name) + ": " + what;
+  std::string hint;
+  switch (bus.kind) {
+    case BusKind::system: hint = "is dbus running? use --session or --address"; break;
+    case BusKind::session:
+      hint = "is a session bus running (DBUS_SESSION_BUS_ADDRESS)? use --system or --address";
+      break;
+    case BusKind::address: hint = "is the address right and the bus running? use --system or --session"; break;
+  }
+  return "cannot connect to " + bus.describe() + " (" + what + "): " + hint;
+}
+
+Result<std::unique_ptr<sdbus::IConnection>> connect_bus(const BusSpec& bus) {
+  try {
+    switch (bus.kind) {
+      case BusKind::system: return sdbus::createSystemBusConnection();
+      case BusKind::session: return sdbus::createSessionBusConnection();
+      case BusKind::address: return sdbus::createSessionBusConnectionWithAddress(bus.address);
+    }
+  } catch (const sdbus::Error& e) {
+    return fail(Errc::io_error, connect_error_message(bus, e.getName(), e.getMessage()));
+  } catch (const std::exception& e) {
+    return fail(Errc::io_error, connect_error_message(bus, "", e.what()));
+  }
+  return fail(Errc::internal, "unknown bus kind");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Errors
+
+std::string RemoteError::short_name() const {
+  if (is_tandem()) return name.substr(std::strlen(kErrorPrefix));
+  return name;
+}
+
+bool RemoteError::is_tandem() const { return name.starts_with(kErrorPrefix); }
+
+bool RemoteError::daemon_missing() const {
+  return name == "org.freedesktop.DBus.Error.ServiceUnknown" || name == "org.freedesktop.DBus.Error.NameHasNoOwner" ||
+         name == "org.freedesktop.DBus.Error.Disconnected" || name == "org.freedesktop.DBus.Error.NoServer" ||
+         name == "System.Error.ECONNRESET" || name == "System.Error.ENOTCONN";
+}
+
+std::string RemoteError::describe() const {
+  std::string t = short_name();
+  if (!message.empty()) t += ": " + message;
+  if (retry_after_ms) t += " (retry after " + format_duration_ms(*retry_after_ms) + ")";
+  return t;
+}
+
+RemoteError parse_remote_error(std::string_view name, std::string_view message) {
+  RemoteError e;
+  e.name = std::string(name);
+  std::string_view rest = message;
+  // Peel "; key=value" pairs off the end.
+  while (true) {
+    auto semi = rest.rfind(';');
+    if (semi == std::string_view::npos) {
+      // The whole message may be facts only ("retry_after_ms=5").
+      std::string_view seg = trim(rest);
+      auto eq = seg.find('=');
+      if (eq != std::string_view::npos && is_fact_key(seg.substr(0, eq)) && seg.find(' ') == std::string_view::npos) {
+        e.facts.emplace(std::string(seg.substr(0, eq)), std::string(seg.substr(eq + 1)));
+        rest = {};
+      }
+      break;
+    }
+    std::string_view seg = trim(rest.substr(semi + 1));
+    auto eq = seg.find('=');
+    if (eq == std::string_view::npos || !is_fact_key(seg.substr(0, eq))) break;
+    e.facts.emplace(std::string(seg.substr(0, eq)), std::string(trim(seg.substr(eq + 1))));
+    rest = rest.substr(0, semi);
+  }
+  e.message = std::string(trim(rest));
+  auto num = [&](const char* key) -> std::optional<std::uint64_t> {
+    auto it = e.facts.find(key);
+    if (it == e.facts.end()) return std::nullopt;
+    return parse_u64(it->second);
+  };
+  e.retry_after_ms = num("retry_after_ms");
+  e.job = num("job");
+  e.tokens = num("tokens");
+  return e;
+}
+
+Errc errc_for_error_name(std::string_view name) {
+  static const std::map<std::string_view, Errc> tandem = {
+      {"InvalidArgument", Errc::invalid_argument}, {"NotAuthorized", Errc::rejected},
+      {"UnknownJob", Errc::not_found},             {"UnknownModel", Errc::not_found},
+      {"Busy", Errc::rejected},                    {"QueueFull", Errc::queue_full},
+      {"HostMemory", Errc::host_memory},           {"Resumable", Errc::rejected},
+      {"Incompatible", Errc::incompatible},        {"Duplicate", Errc::duplicate},
+      {"IllegalState", Errc::illegal_transition},  {"Unavailable", Errc::rejected},
+      {"NotSupported", Errc::unsupported},         {"Timeout", Errc::timeout},
+      {"Internal", Errc::internal},
+  };
+  static const std::map<std::string_view, Errc> bus = {
+      {"org.freedesktop.DBus.Error.ServiceUnknown", Errc::io_error},
+      {"org.freedesktop.DBus.Error.NameHasNoOwner", Errc::io_error},
+      {"org.freedesktop.DBus.Error.Disconnected", Errc::io_error},
+      {"org.freedesktop.DBus.Error.NoServer", Errc::io_error},
+      {"org.freedesktop.DBus.Error.FileNotFound", Errc::io_error},
+      {"org.freedesktop.DBus.Error.NoReply", Errc::timeout},
+      {"org.freedesktop.DBus.Error.Timeout", Errc::timeout},
+      {"org.freedesktop.DBus.Error.TimedOut", Errc::timeout},
+      {"org.freedesktop.DBus.Error.AccessDenied", Errc::rejected},
+      {"org.freedesktop.DBus.Error.AuthFailed", Errc::rejected},
+      {"org.freedesktop.DBus.Error.InteractiveAuthorizationRequired", Errc::rejected},
+      {"org.freedesktop.DBus.Error.InvalidArgs", Errc::invalid_argument},
+      {"org.freedesktop.DBus.Error.UnknownMethod", Errc::unsupported},
+      {"org.freedesktop.DBus.Error.UnknownInterface", Errc::unsupported},
+      {"org.freedesktop.DBus.Error.UnknownObject", Errc::unsupported},
+      {"org.freedesktop.DBus.Error.UnknownProperty", Errc::unsupported},
+      {"org.freedesktop.DBus.Error.PropertyReadOnly", Errc::unsupported},
+      {"org.freedesktop.DBus.Error.NotSupported", Errc::unsupported},
+      {"org.freedesktop.DBus.Error.NoMemory", Errc::out_of_memory},
+      {"org.freedesktop.DBus.Error.LimitsExceeded", Errc::rejected},
+  };
+  if (name.starts_with(kErrorPrefix)) {
+    auto it = tandem.find(name.substr(std::strlen(kErrorPrefix)));
+    return it == tandem.end() ? Errc::internal : it->second;
+  }
+  auto it = bus.find(name);
+  if (it != bus.end()) return it->second;
+  if (name.starts_with("System.Error.")) return Errc::io_error;
+  return Errc::internal;
+}
+
+Error to_error(const RemoteError& e) { return Error{errc_for_error_name(e.name), e.describe()}; }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Requests
+
+VariantMap to_dbus(const SubmitOptions& o) {
+  VariantMap m;
+  if (o.max_tokens) m["max_tokens"] = sdbus::Variant(static_cast<std::uint32_t>(*o.max_tokens));
+  if (o.temperature) m["temperature"] = sdbus::Variant(static_cast<double>(*o.temperature));
+  if (o.top_k) m["top_k"] = sdbus::Variant(static_cast<std::uint32_t>(*o.top_k));
+  if (o.top_p) m["top_p"] = sdbus::Variant(static_cast<double>(*o.top_p));
+  if (o.repetition_penalty) m["repetition_penalty"] = sdbus::Variant(static_cast<double>(*o.repetition_penalty));
+  if (o.seed) m["seed"] = sdbus::Variant(static_cast<std::uint64_t>(*o.seed));
+  if (o.stop) m["stop"] = sdbus::Variant(*o.stop);
+  if (o.idempotency_key) m["idempotency_key"] = sdbus::Variant(*o.idempotency_key);
+  if (o.side_effects) m["side_effects"] = sdbus::Variant(*o.side_effects);
+  if (o.allow_cpu) m["allow_cpu"] = sdbus::Variant(*o.allow_cpu);
+  if (o.allow_reduce) m["allow_reduce"] = sdbus::Variant(*o.allow_reduce);
+  if (o.allow_fallback_model) m["allow_fallback_model"] = sdbus::Variant(*o.allow_fallback_model);
+  if (o.deadline_ms) m["deadline_ms"] = sdbus::Variant(static_cast<std::uint64_t>(*o.deadline_ms));
+  if (o.prefill_chunk) m["prefill_chunk"] = sdbus::Variant(static_cast<std::uint32_t>(*o.prefill_chunk));
+  if (o.resume_tokens) m["resume_tokens"] = sdbus::Variant(*o.resume_tokens);
+  if (o.stream) m["stream"] = sdbus::Variant(*o.stream);
+  return m;
+}
+
+sdbus::Variant to_dbus(const PolicyValue& v) {
+  return std::visit([](const auto& x) { return sdbus::Variant(x); }, v);
+}
+
+VariantMap to_dbus(const std::map<std::string, PolicyValue>& policy) {
+  VariantMap m;
+  for (const auto& [k, v] : policy) m[k] = to_dbus(v);
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Replies
+
+Placement placement_from_dbus(const VariantMap& m) {
+  Placement p;
+  Reader r(m, p.unparsed);
+  r.s("state", p.state);
+  r.s("action", p.action);
+  r.s("reason", p.reason);
+  r.s("detail", p.detail);
+  r.s("route", p.route);
+  r.s("queue", p.queue);
+  r.u("queue_position", p.queue_position);
+  r.t("eta_ms", p.eta_ms);
+  r.s("model", p.model);
+  r.b("fallback_model", p.fallback_model);
+  r.s("fingerprint", p.fingerprint);
+  r.u("max_new_tokens", p.max_new_tokens);
+  r.u("prefill_chunk", p.prefill_chunk);
+  r.u("gpu_layers", p.gpu_layers);
+  r.b("degraded", p.degraded);
+  r.b("existing", p.existing);
+  return p;
+}
+
+PlanDecision plan_from_dbus(const VariantMap& m) {
+  PlanDecision d;
+  Reader r(m, d.unparsed);
+  r.s("action", d.action);
+  r.s("reason", d.reason);
+  r.s("detail", d.detail);
+  r.s("route", d.route);
+  r.s("model", d.model);
+  r.b("fallback_model", d.fallback_model);
+  r.u("max_new_tokens", d.max_new_tokens);
+  r.u("prefill_chunk", d.prefill_chunk);
+  r.u("gpu_layers", d.gpu_layers);
+  r.t("eta_ms", d.eta_ms);
+  r.t("retry_after_ms", d.retry_after_ms);
+  r.b("permanent", d.permanent);
+  r.s("pressure", d.pressure);
+  r.u("prompt_tokens", d.prompt_tokens);
+  r.read("skipped", d.skipped, as_skipped, "a(ss)");
+  r.st("breakdown", d.breakdown);
+  r.sx("headroom", d.headroom);
+  return d;
+}
+
+JobInfo job_from_dbus(const VariantMap& m) {
+  JobInfo j;
+  Reader r(m, j.unparsed);
+  r.t("id", j.id);
+  r.s("state", j.state);
+  r.s("model", j.model);
+  r.s("route", j.route);
+  r.s("reason", j.reason);
+  r.u("attempts", j.attempts);
+  r.x("accepted_unix_ms", j.accepted_unix_ms);
+  r.x("finished_unix_ms", j.finished_unix_ms);
+  r.ai("tokens", j.tokens);
+  r.s("text", j.text);
+  r.s("finish_reason", j.finish_reason);
+  r.s("queue", j.queue);
+  r.u("queue_position", j.queue_position);
+  r.t("eta_ms", j.eta_ms);
+  r.read("history", j.history, as_history, "a(sssx)");
+  r.as("routes", j.routes);
+  r.s("error_code", j.error_code);
+  r.s("error_message", j.error_message);
+  r.t("retry_after_ms", j.retry_after_ms);
+  r.read("checkpoint", j.checkpoint, as_checkpoint, "a{sv}");
+  r.s("idempotency_key", j.idempotency_key);
+  r.b("side_effects", j.side_effects);
+  r.b("degraded", j.degraded);
+  return j;
+}
+
+ModelInfo model_from_dbus(const VariantMap& m) {
+  ModelInfo i;
+  Reader r(m, i.unparsed);
+  r.s("name", i.name);
+  r.s("path", i.path);
+  r.b("default", i.is_default);
+  r.s("fingerprint", i.fingerprint);
+  r.s("revision", i.revision);
+  r.s("placement", i.placement);
+  r.s("fallback", i.fallback);
+  r.u("max_context", i.max_context);
+  return i;
+}
+
+JobUpdate job_update_from_dbus(std::uint64_t job_id, const std::string& kind, const VariantMap& data) {
+  JobUpdate u;
+  u.job_id = job_id;
+  u.kind = kind;
+  Reader r(data, u.unparsed);
+  r.s("route", u.route);
+  r.s("reason", u.reason);
+  r.s("model", u.model);
+  r.b("fallback_model", u.fallback_model);
+  r.b("degraded", u.degraded);
+  r.s("queue", u.queue);
+  r.u("queue_position", u.queue_position);
+  r.t("eta_ms", u.eta_ms);
+  r.u("attempt", u.attempt);
+  r.s("text", u.text);
+  r.ai("tokens", u.tokens);
+  r.u("step", u.step);
+  r.s("from", u.from);
+  r.s("to", u.to);
+  r.u("tokens_delivered", u.tokens_delivered);
+  r.s("state", u.state);
+  r.s("finish_reason", u.finish_reason);
+  r.s("error_code", u.error_code);
+  r.s("error_message", u.error_message);
+  r.t("retry_after_ms", u.retry_after_ms);
+  r.u("tokens_total", u.tokens_total);
+  return u;
+}
+
+DegradedChange degraded_from_dbus(bool degraded, const std::string& reason, const VariantMap& details) {
+  DegradedChange d;
+  d.degraded = degraded;
+  d.reason = reason;
+  Reader r(details, d.unparsed);
+  r.s("level", d.level);
+  r.s("fallback_model", d.fallback_model);
+  r.su("limits", d.limits);
+  r.d("expected_slowdown", d.expected_slowdown);
+  r.x("since_unix_ms", d.since_unix_ms);
+  return d;
+}
+
+PolicySettings policy_from_dbus(const VariantMap& m) {
+  PolicySettings p;
+  Reader r(m, p.unparsed);
+  r.t("margin_bytes", p.margin_bytes);
+  r.d("margin_fraction", p.margin_fraction);
+  r.as("ladder_order", p.ladder_order);
+  r.t("max_delay_ms", p.max_delay_ms);
+  r.b("offload_enabled", p.offload_enabled);
+  r.b("allow_migration", p.allow_migration);
+  r.u("gpu_concurrency", p.gpu_concurrency);
+  r.u("cpu_concurrency", p.cpu_concurrency);
+  r.t("host_budget_bytes", p.host_budget_bytes);
+  r.t("breaker_cooldown_ms", p.breaker_cooldown_ms);
+  return p;
+}
+
+MemoryInfo memory_from_dbus(const VariantMap& m) {
+  MemoryInfo i;
+  Reader r(m, i.unparsed);
+  r.s("device", i.device);
+  r.b("present", i.present);
+  r.t("total", i.total);
+  r.t("free", i.free);
+  r.t("observed_used", i.observed_used);
+  r.t("predicted_used", i.predicted_used);
+  r.t("margin", i.margin);
+  r.t("foreign", i.foreign);
+  r.t("unmaterialized", i.unmaterialized);
+  r.x("headroom", i.headroom);
+  r.x("prediction_error", i.prediction_error);
+  r.t("reading_age_ms", i.reading_age_ms);
+  r.s("trust", i.trust);
+  r.s("pressure", i.pressure);
+  return i;
+}
+
+HostMemoryInfo host_memory_from_dbus(const VariantMap& m) {
+  HostMemoryInfo h;
+  Reader r(m, h.unparsed);
+  r.t("budget", h.budget);
+  r.t("configured_budget", h.configured_budget);
+  r.t("cgroup_max", h.cgroup_max);
+  r.t("mem_available", h.mem_available);
+  r.t("used", h.used);
+  r.t("daemon_rss", h.daemon_rss);
+  return h;
+}
+
+ServiceStatus status_from_dbus(const VariantMap& properties) {
+  ServiceStatus s;
+  Reader r(properties, s.unparsed);
+  r.s("State", s.state);
+  r.s("DegradedReason", s.degraded_reason);
+  r.s("GpuBreaker", s.gpu_breaker);
+  r.read("Policy", s.policy, [](const sdbus::Variant& v) { return as_dict<PolicySettings>(v, policy_from_dbus); }, "a{sv}");
+  r.read("Memory", s.memory, [](const sdbus::Variant& v) { return as_dict<MemoryInfo>(v, memory_from_dbus); }, "a{sv}");
+  r.read("HostMemory", s.host_memory,
+         [](const sdbus::Variant& v) { return as_dict<HostMemoryInfo>(v, host_memory_from_dbus); }, "a{sv}");
+  r.read("Queues", s.queues, as_queues, "a(suuuut)");
+  r.su("Limits", s.limits);
+  r.read("Holds", s.holds, as_holds, "a(sssx)");
+  r.s("FallbackModel", s.fallback_model);
+  r.s("Version", s.version);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Interrupts
+
+Result<void> install_interrupt_handler(int second_sigint_exit_code) {
+  g_second_exit = second_sigint_exit_code;
+  if (g_pipe[0] < 0) {
+    if (::pipe2(g_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
+      return fail(Errc::io_error, std::string("pipe2 for signal handling: ") + std::strerror(errno));
+  }
+  struct sigaction sa{};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR, then sees the pipe
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    if (::sigaction(sig, &sa, nullptr) != 0)
+      return fail(Errc::io_error, std::string("sigaction: ") + std::strerror(errno));
+  }
+  // A closed stdout pipe (tandemctl run | head) must not kill us with SIGPIPE: writes fail with EPIPE instead.
+  ::signal(SIGPIPE, SIG_IGN);
+  return {};
+}
+
+int interrupt_fd() { return g_pipe[0]; }
+
+std::vector<int> take_interrupts() {
+  std::vector<int> out;
+  if (g_pipe[0] < 0) return out;
+  unsigned char buf[64];
+  while (true) {
+    ssize_t n = ::read(g_pipe[0], buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; ++i) out.push_back(buf[i]);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Client
+
+struct Client::Impl {
+  std::unique_ptr<sdbus::IConnection> conn;  // declared first: destroyed last
+  std::string service;
+  std::string bus_description = "the bus";
+  std::unique_ptr<MethodProxy> methods;
+  std::unique_ptr<sdbus::IProxy> signals;
+  std::optional<RemoteError> last_error;
+
+  std::map<std::uint64_t, std::deque<JobUpdate>> updates;
+  std::map<std::uint64_t, std::uint64_t> dropped;
+  std::function<void(const JobUpdate&)> job_cb;
+  std::function<void(const DegradedChange&)> degraded_cb;
+  std::function<void(const PropertiesChange&)> props_cb;
+  std::optional<DegradedChange> last_degraded;
+  std::uint64_t malformed = 0;
+  std::string last_malformed;
+
+  // Runs one D-Bus call; sdbus::Error becomes a tandem::Error (and last_error).
+  template <class T, class F>
+  Result<T> guarded(std::string_view what, F&& f) {
+    last_error.reset();
+    try {
+      if constexpr (std::is_void_v<T>) {
+        f();
+        return Result<void>{};
+      } else {
+        return Result<T>(f());
+      }
+    } catch (const sdbus::Error& e) {
+      RemoteError re = parse_remote_error(e.getName(), e.getMessage());
+      last_error = re;
+      Error err = to_error(re);
+      if (re.daemon_missing()) {
+        err.message = "tandemd (" + service + ") is not running on " + bus_description + " (" + re.name + ": " +
+                      re.message + ")";
+      } else if (what.starts_with("Testing.") &&
+                 (re.name == "org.freedesktop.DBus.Error.UnknownMethod" ||
+                  re.name == "org.freedesktop.DBus.Error.UnknownInterface" ||
+                  re.name == "org.freedesktop.DBus.Error.UnknownObject")) {
+        err.message = std::string(kTestingInterface) + " is not available: tandemd runs without testing enabled (" +
+                      re.name + ")";
+      } else if (re.name == "org.freedesktop.DBus.Error.AccessDenied") {
+        err.message = "the bus policy does not allow this call: " + re.message;
+      } else if (!re.is_tandem()) {
+        err.message = re.name + ": " + re.message;
+      }
+      err.message = std::string(what) + ": " + err.message;
+      return fail(std::move(err));
+    } catch (const std::exception& e) {
+      return fail(Errc::internal, std::string(what) + ": " + e.what());
+    }
+  }
+
+  void note_malformed(const std::string& what) {
+    ++malformed;
+    last_malformed = what;
+  }
+
+  void deliver(JobUpdate u) {
+    if (job_cb) job_cb(u);
+    const std::uint64_t job = u.job_id;
+    auto& q = updates[job];
+    q.push_back(std::move(u));
+    while (q.size() > kMaxBufferedUpdates) {
+      q.pop_front();
+      ++dropped[job];
+    }
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() {
+  if (!impl_) return;
+  // Proxies before the connection they reference.
+  impl_->signals.reset();
+  impl_->methods.reset();
+}
+
+Result<std::unique_ptr<Client>> Client::connect(const BusSpec& bus, std::string service) {
+  auto conn = connect_bus(bus);
+  if (!conn.ok()) return fail(conn.error());
+  auto c = create(std::move(conn).value(), std::move(service));
+  if (c.ok()) c.value()->impl_->bus_description = bus.describe();
+  return c;
+}
+
+Result<std::unique_ptr<Client>> Client::create(std::unique_ptr<sdbus::IConnection> connection, std::string service) {
+  if (!connection) return fail(Errc::invalid_argument, "Client::create: no connection");
+  auto impl = std::make_unique<Impl>();
+  impl->conn = std::move(connection);
+  impl->service = std::move(service);
+  try {
+    impl->methods = std::make_unique<MethodProxy>(*impl->conn, impl->service);
+  } catch (const sdbus::Error& e) {
+    return fail(Errc::internal, "creating the D-Bus proxy: " + e.getName() + ": " + e.getMessage());
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+const std::string& Client::service() const { return impl_->service; }
+
+std::string Client::unique_name() const {
+  try {
+    return impl_->conn->getUniqueName();
+  } catch (const sdbus::Error&) {
+    return "";
+  }
+}
+
+sdbus::IConnection& Client::connection() { return *impl_->conn; }
+
+namespace {
+
+std::vector<Pair> to_pairs(const std::vector<ChatMessage>& msgs) {
+  std::vector<Pair> out;
+  out.reserve(msgs.size());
+  for (const auto& m : msgs) out.emplace_back(m.role, m.content);
+  return out;
+}
+
+}  // namespace
+
+Result<SubmitResult> Client::submit(const Request& r) {
+  return impl_->guarded<SubmitResult>("Submit", [&] {
+    auto [id, placement] = impl_->methods->Submit(r.model, r.prompt, to_pairs(r.messages), to_dbus(r.options));
+    return SubmitResult{id, placement_from_dbus(placement)};
+  });
+}
+
+Result<PlanDecision> Client::plan(const Request& r) {
+  return impl_->guarded<PlanDecision>("Plan", [&] {
+    return plan_from_dbus(impl_->methods->Plan(r.model, r.prompt, to_pairs(r.messages), to_dbus(r.options)));
+  });
+}
+
+Result<std::string> Client::cancel(std::uint64_t job_id) {
+  return impl_->guarded<std::string>("Cancel", [&] { return impl_->methods->Cancel(job_id); });
+}
+
+Result<JobInfo> Client::get_job(std::uint64_t job_id) {
+  return impl_->guarded<JobInfo>("GetJob", [&] { return job_from_dbus(impl_->methods->GetJob(job_id)); });
+}
+
+Result<SubmitResult> Client::resume(std::uint64_t job_id, const SubmitOptions& overrides) {
+  return impl_->guarded<SubmitResult>("Resume", [&] {
+    auto [id, placement] = impl_->methods->Resume(job_id, to_dbus(overrides));
+    return SubmitResult{id, placement_from_dbus(placement)};
+  });
+}
+
+Result<std::string> Client::hold_gpu(const std::string& reason, const std::string& app_id) {
+  return impl_->guarded<std::string>("HoldGpu", [&] { return impl_->methods->HoldGpu(reason, app_id); });
+}
+
+Result<void> Client::release_gpu(const std::string& cookie) {
+  return impl_->guarded<void>("ReleaseGpu", [&] { impl_->methods->ReleaseGpu(cookie); });
+}
+
+Result<std::vector<ModelInfo>> Client::list_models() {
+  return impl_->guarded<std::vector<ModelInfo>>("ListModels", [&] {
+    std::vector<ModelInfo> out;
+    for (const auto& m : impl_->methods->ListModels()) out.push_back(model_from_dbus(m));
+    return out;
+  });
+}
+
+Result<ServiceStatus> Client::status() {
+  return impl_->guarded<ServiceStatus>("GetAll", [&] { return status_from_dbus(impl_->methods->GetAll(kInterface)); });
+}
+
+Result<PolicySettings> Client::policy() {
+  return impl_->guarded<PolicySettings>("Get Policy", [&] {
+    sdbus::Variant v = impl_->methods->Get(kInterface, "Policy");
+    auto m = exact<VariantMap>(v);
+    if (!m) throw sdbus::Error("org.freedesktop.DBus.Error.InvalidSignature",
+                               "Policy has type " + v.peekValueType() + ", expected a{sv}");
+    return policy_from_dbus(*m);
+  });
+}
+
+Result<void> Client::set_policy(const std::map<std::string, PolicyValue>& values) {
+  return impl_->guarded<void>("Set Policy", [&] { impl_->methods->Set(kInterface, "Policy", sdbus::Variant(to_dbus(values))); });
+}
+
+Result<std::string> Client::version() {
+  return impl_->guarded<std::string>("Get Version", [&] {
+    sdbus::Variant v = impl_->methods->Get(kInterface, "Version");
+    auto s = as_string(v);
+    if (!s) throw sdbus::Error("org.freedesktop.DBus.Error.InvalidSignature", "Version is not a string");
+    return *s;
+  });
+}
+
+Result<void> Client::set_foreign_load(std::uint64_t bytes) {
+  return impl_->guarded<void>("Testing.SetForeignLoad", [&] { impl_->methods->SetForeignLoad(bytes); });
+}
+Result<void> Client::fail_allocations(std::uint32_t n, const std::string& site) {
+  return impl_->guarded<void>("Testing.FailAllocations", [&] { impl_->methods->FailAllocations(n, site); });
+}
+Result<void> Client::fail_probes(std::uint32_t n) {
+  return impl_->guarded<void>("Testing.FailProbes", [&] { impl_->methods->FailProbes(n); });
+}
+Result<void> Client::set_reading_lag(std::uint64_t ms) {
+  return impl_->guarded<void>("Testing.SetReadingLag", [&] { impl_->methods->SetReadingLag(ms); });
+}
+Result<void> Client::lose_device() {
+  return impl_->guarded<void>("Testing.LoseDevice", [&] { impl_->methods->LoseDevice(); });
+}
+Result<void> Client::recover_device() {
+  return impl_->guarded<void>("Testing.RecoverDevice", [&] { impl_->methods->RecoverDevice(); });
+}
+Result<Counters> Client::counters() {
+  return impl_->guarded<Counters>("Testing.GetCounters", [&] { return impl_->methods->GetCounters(); });
+}
+
+Result<void> Client::subscribe() {
+  if (impl_->signals) return {};
+  Impl* impl = impl_.get();
+  return impl_->guarded<void>("subscribe", [&] {
+    auto proxy = sdbus::createProxy(*impl->conn, impl->service, kObjectPath);
+    proxy->registerSignalHandler(kInterface, "JobUpdate", [impl](sdbus::Signal& sig) {
+      std::uint64_t id = 0;
+      std::string kind;
+      VariantMap data;
+      try {
+        sig >> id >> kind >> data;
+      } catch (const std::exception& e) {
+        impl->note_malformed(std::string("JobUpdate: ") + e.what());
+        return;
+      }
+      try {
+        impl->deliver(job_update_from_dbus(id, kind, data));
+      } catch (...) {
+        impl->note_malformed("JobUpdate: the callback threw");
+      }
+    });
+    proxy->registerSignalHandler(kInterface, "DegradedModeChanged", [impl](sdbus::Signal& sig) {
+      bool degraded = false;
+      std::string reason;
+      VariantMap details;
+      try {
+        sig >> degraded >> reason >> details;
+      } catch (const std::exception& e) {
+        impl->note_malformed(std::string("DegradedModeChanged: ") + e.what());
+        return;
+      }
+      DegradedChange d = degraded_from_dbus(degraded, reason, details);
+      impl->last_degraded = d;
+      try {
+        if (impl->degraded_cb) impl->degraded_cb(d);
+      } catch (...) {
+        impl->note_malformed("DegradedModeChanged: the callback threw");
+      }
+    });
+    proxy->registerSignalHandler("org.freedesktop.DBus.Properties", "PropertiesChanged", [impl](sdbus::Signal& sig) {
+      std::string iface;
+      VariantMap changed;
+      std::vector<std::string> invalidated;
+      try {
+        sig >> iface >> changed >> invalidated;
+      } catch (const std::exception& e) {
+        impl->note_malformed(std::string("PropertiesChanged: ") + e.what());
+        return;
+      }
+      if (iface != kInterface) return;
+      PropertiesChange c;
+      c.values = status_from_dbus(changed);
+      for (const auto& [k, v] : changed) c.changed.push_back(k);
+      c.invalidated = std::move(invalidated);
+      try {
+        if (impl->props_cb) impl->props_cb(c);
+      } catch (...) {
+        impl->note_malformed("PropertiesChanged: the callback threw");
+      }
+    });
+    proxy->finishRegistration();
+    impl->signals = std::move(proxy);
+  });
+}
+
+std::vector<JobUpdate> Client::take_job_updates(std::uint64_t job_id) {
+  std::vector<JobUpdate> out;
+  auto it = impl_->updates.find(job_id);
+  if (it == impl_->updates.end()) return out;
+  out.assign(std::make_move_iterator(it->second.begin()), std::make_move_iterator(it->second.end()));
+  impl_->updates.erase(it);
+  return out;
+}
+
+void Client::forget_job_updates(std::uint64_t job_id) {
+  impl_->updates.erase(job_id);
+  impl_->dropped.erase(job_id);
+}
+
+std::uint64_t Client::dropped_job_updates(std::uint64_t job_id) const {
+  auto it = impl_->dropped.find(job_id);
+  return it == impl_->dropped.end() ? 0 : it->second;
+}
+
+void Client::on_job_update(std::function<void(const JobUpdate&)> callback) { impl_->job_cb = std::move(callback); }
+void Client::on_degraded_change(std::function<void(const DegradedChange&)> callback) {
+  impl_->degraded_cb = std::move(callback);
+}
+void Client::on_properties_change(std::function<void(const PropertiesChange&)> callback) {
+  impl_->props_cb = std::move(callback);
+}
+
+Result<void> Client::fill_invalidated(PropertiesChange& change) {
+  if (change.invalidated.empty()) return {};
+  auto all = impl_->guarded<VariantMap>("GetAll", [&] { return impl_->methods->GetAll(kInterface); });
+  if (!all.ok()) return fail(all.error());
+  VariantMap picked;
+  for (const auto& name : change.invalidated) {
+    auto it = all->find(name);
+    if (it != all->end()) picked.emplace(name, it->second);
+  }
+  ServiceStatus fresh = status_from_dbus(picked);
+  ServiceStatus& s = change.values;
+  for (const auto& [name, v] : picked) {
+    if (name == "State") s.state = fresh.state;
+    else if (name == "DegradedReason") s.degraded_reason = fresh.degraded_reason;
+    else if (name == "GpuBreaker") s.gpu_breaker = fresh.gpu_breaker;
+    else if (name == "Policy") s.policy = fresh.policy;
+    else if (name == "Memory") s.memory = fresh.memory;
+    else if (name == "HostMemory") s.host_memory = fresh.host_memory;
+    else if (name == "Queues") s.queues = fresh.queues;
+    else if (name == "Limits") s.limits = fresh.limits;
+    else if (name == "Holds") s.holds = fresh.holds;
+    else if (name == "FallbackModel") s.fallback_model = fresh.fallback_model;
+    else if (name == "Version") s.version = fresh.version;
+    change.changed.push_back(name);
+  }
+  std::vector<std::string> still;
+  for (const auto& name : change.invalidated)
+    if (!picked.count(name)) still.push_back(name);
+  change.invalidated = std::move(still);
+  return {};
+}
+
+std::optional<DegradedChange> Client::last_degraded_change() const { return impl_->last_degraded; }
+std::uint64_t Client::malformed_signals() const { return impl_->malformed; }
+std::string Client::last_malformed_signal() const { return impl_->last_malformed; }
+const std::optional<RemoteError>& Client::last_error() const { return impl_->last_error; }
+
+Result<Wake> Client::process(std::chrono::milliseconds max_wait, int extra_fd) {
+  const std::uint64_t deadline = monotonic_usec() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, max_wait.count())) * 1000u;
+  auto lost = [&](const std::string& what) {
+    return fail(Errc::io_error, "lost the connection to " + impl_->bus_description + ": " + what);
+  };
+  auto drain = [&]() -> Result<bool> {
+    bool any = false;
+    try {
+      while (impl_->conn->processPendingRequest()) any = true;
+    } catch (const sdbus::Error& e) {
+      return lost(e.getName() + ": " + unparen(e.getMessage()));
+    }
+    return any;
+  };
+  while (true) {
+    auto any = drain();
+    if (!any.ok()) return fail(any.error());
+    if (*any) return Wake::dispatched;
+
+    sdbus::IConnection::PollData pd{};
+    try {
+      pd = impl_->conn->getEventLoopPollData();
+    } catch (const sdbus::Error& e) {
+      return lost(e.getName() + ": " + unparen(e.getMessage()));
+    }
+    const std::uint64_t now = monotonic_usec();
+    std::uint64_t until = deadline;
+    if (pd.timeout_usec != std::numeric_limits<std::uint64_t>::max()) until = std::min(until, pd.timeout_usec);
+    int timeout_ms = until <= now ? 0 : static_cast<int>(std::min<std::uint64_t>((until - now + 999) / 1000, 1u << 30));
+
+    pollfd fds[2] = {{pd.fd, pd.events, 0}, {extra_fd, POLLIN, 0}};
+    const nfds_t n = extra_fd >= 0 ? 2 : 1;
+    int r = ::poll(fds, n, timeout_ms);
+    if (r < 0 && errno != EINTR) return fail(Errc::io_error, std::string("poll: ") + std::strerror(errno));
+    if (n == 2) {
+      pollfd check{extra_fd, POLLIN, 0};
+      if (::poll(&check, 1, 0) > 0 && (check.revents & (POLLIN | POLLHUP | POLLERR))) return Wake::interrupted;
+    }
+    if (r > 0 && (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) && !(fds[0].revents & POLLIN)) {
+      auto d = drain();
+      if (!d.ok()) return fail(d.error());
+      if (*d) return Wake::dispatched;
+      return lost("the bus closed the connection");
+    }
+    if (monotonic_usec() >= deadline) {
+      auto d = drain();
+      if (!d.ok()) return fail(d.error());
+      return *d ? Wake::dispatched : Wake::timed_out;
+    }
+  }
+}
+
+}  // namespace tandem::client

@@ -1,0 +1,1122 @@
+#include "client/format.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace tandem::client {
+
+namespace {
+
+using nlohmann::json;
+
+std::string lower(std::string_view s) {
+  std::string o(s);
+  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return o;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Splits "1.5GiB" into a non-negative decimal number and a unit; the number keeps its text for exact integers.
+struct NumberAndUnit {
+  std::string_view number;
+  std::string unit;  // lower-case, spaces removed
+};
+
+Result<NumberAndUnit> split_number(std::string_view what, std::string_view text) {
+  std::string_view t = trim(text);
+  std::size_t i = 0;
+  bool dot = false;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || (t[i] == '.' && !dot))) {
+    if (t[i] == '.') dot = true;
+    ++i;
+  }
+  NumberAndUnit r{t.substr(0, i), lower(trim(t.substr(i)))};
+  if (r.number.empty() || r.number == ".")
+    return fail(Errc::invalid_argument, std::string(what) + ": '" + std::string(text) + "' is not a number");
+  return r;
+}
+
+// number × multiplier with overflow and fraction checks.
+Result<std::uint64_t> scale(std::string_view what, std::string_view text, std::string_view number,
+                            std::uint64_t mult, bool allow_fraction) {
+  auto dot = number.find('.');
+  std::string_view int_part = number.substr(0, dot);
+  std::uint64_t whole = 0;
+  if (!int_part.empty()) {
+    auto r = std::from_chars(int_part.data(), int_part.data() + int_part.size(), whole);
+    if (r.ec != std::errc{} || r.ptr != int_part.data() + int_part.size())
+      return fail(Errc::invalid_argument, std::string(what) + ": '" + std::string(text) + "' is out of range");
+  }
+  std::uint64_t result = 0;
+  if (__builtin_mul_overflow(whole, mult, &result))
+    return fail(Errc::invalid_argument, std::string(what) + ": '" + std::string(text) + "' is out of range");
+  if (dot != std::string_view::npos) {
+    std::string_view frac = number.substr(dot + 1);
+    if (!allow_fraction && !frac.empty())
+      return fail(Errc::invalid_argument,
+                  std::string(what) + ": '" + std::string(text) + "' needs a unit for a fractional value");
+    long double f = 0, scale_f = 0.1L;
+    for (char c : frac) {
+      f += (c - '0') * scale_f;
+      scale_f /= 10;
+    }
+    long double add = std::round(f * static_cast<long double>(mult));
+    std::uint64_t add_u = static_cast<std::uint64_t>(add);
+    if (__builtin_add_overflow(result, add_u, &result))
+      return fail(Errc::invalid_argument, std::string(what) + ": '" + std::string(text) + "' is out of range");
+  }
+  return result;
+}
+
+template <class T>
+void put(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+void put_unparsed(json& j, const Unparsed& u) {
+  if (!u.empty()) j["_unparsed"] = u;
+}
+
+template <class T>
+std::string opt_str(const std::optional<T>& v, std::string_view none = "?") {
+  if (!v) return std::string(none);
+  if constexpr (std::is_same_v<T, std::string>) {
+    return *v;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return *v ? "yes" : "no";
+  } else {
+    return std::to_string(*v);
+  }
+}
+
+std::string opt_bytes(const std::optional<std::uint64_t>& v) { return v ? format_bytes(*v) : "?"; }
+std::string opt_sbytes(const std::optional<std::int64_t>& v) {
+  if (!v) return "?";
+  if (*v < 0) return "-" + format_bytes(static_cast<std::uint64_t>(-(*v + 1)) + 1);
+  return format_bytes(static_cast<std::uint64_t>(*v));
+}
+
+std::string mib(std::uint64_t bytes) { return fmt("%.1f MiB", static_cast<double>(bytes) / 1048576.0); }
+
+constexpr std::size_t kLabel = 14;
+void line(std::string& out, std::string_view label, std::string_view text, std::size_t width = kLabel) {
+  std::string l(label);
+  if (l.size() < width) l.resize(width, ' ');
+  else l += ' ';
+  out += l;
+  out += text;
+  out += '\n';
+}
+void cont(std::string& out, std::string_view text) {
+  out += std::string(kLabel, ' ');
+  out += text;
+  out += '\n';
+}
+
+std::string join(const std::vector<std::string>& v, std::string_view sep) {
+  std::string o;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) o += sep;
+    o += v[i];
+  }
+  return o;
+}
+
+std::string ago(std::int64_t then_unix_ms, std::int64_t now_unix_ms) {
+  if (then_unix_ms <= 0) return "?";
+  std::int64_t d = now_unix_ms - then_unix_ms;
+  if (d < 0) return "in " + format_duration_ms(static_cast<std::uint64_t>(-d));
+  return format_duration_ms(static_cast<std::uint64_t>(d)) + " ago";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+
+bool ServiceStatus::degraded() const {
+  return state && (*state == "degraded" || *state == "unavailable");
+}
+
+bool is_terminal_state(std::string_view state) {
+  return state == "completed" || state == "failed" || state == "cancelled";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parsing
+
+Result<std::uint64_t> parse_size(std::string_view text) {
+  auto nu = split_number("size", text);
+  if (!nu.ok()) return fail(nu.error());
+  static const std::vector<std::pair<std::string_view, std::uint64_t>> units = {
+      {"", 1ull},
+      {"b", 1ull},
+      {"k", 1ull << 10},
+      {"ki", 1ull << 10},
+      {"kib", 1ull << 10},
+      {"kb", 1000ull},
+      {"m", 1ull << 20},
+      {"mi", 1ull << 20},
+      {"mib", 1ull << 20},
+      {"mb", 1000ull * 1000},
+      {"g", 1ull << 30},
+      {"gi", 1ull << 30},
+      {"gib", 1ull << 30},
+      {"gb", 1000ull * 1000 * 1000},
+      {"t", 1ull << 40},
+      {"ti", 1ull << 40},
+      {"tib", 1ull << 40},
+      {"tb", 1000ull * 1000 * 1000 * 1000},
+      {"p", 1ull << 50},
+      {"pi", 1ull << 50},
+      {"pib", 1ull << 50},
+      {"pb", 1000ull * 1000 * 1000 * 1000 * 1000},
+  };
+  for (const auto& [name, mult] : units) {
+    if (nu->unit == name) return scale("size", text, nu->number, mult, !name.empty() && name != "b");
+  }
+  return fail(Errc::invalid_argument, "size: unknown unit '" + nu->unit + "' in '" + std::string(text) +
+                                          "' (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)");
+}
+
+Result<std::uint64_t> parse_duration_ms(std::string_view text) {
+  auto nu = split_number("duration", text);
+  if (!nu.ok()) return fail(nu.error());
+  static const std::vector<std::pair<std::string_view, std::uint64_t>> units = {
+      {"", 1},      {"ms", 1},       {"s", 1000},        {"sec", 1000}, {"m", 60000},
+      {"min", 60000}, {"h", 3600000}, {"hour", 3600000},
+  };
+  for (const auto& [name, mult] : units) {
+    if (nu->unit == name) return scale("duration", text, nu->number, mult, mult > 1);
+  }
+  return fail(Errc::invalid_argument, "duration: unknown unit '" + nu->unit + "' in '" + std::string(text) +
+                                          "' (use ms, s, min, h)");
+}
+
+Result<bool> parse_bool(std::string_view text) {
+  std::string t = lower(trim(text));
+  if (t == "true" || t == "yes" || t == "on" || t == "1") return true;
+  if (t == "false" || t == "no" || t == "off" || t == "0") return false;
+  return fail(Errc::invalid_argument, "'" + std::string(text) + "' is not a boolean (true/false, yes/no, on/off, 1/0)");
+}
+
+const std::vector<std::pair<std::string, std::string>>& policy_keys() {
+  static const std::vector<std::pair<std::string, std::string>> keys = {
+      {"margin_bytes", "t"},      {"margin_fraction", "d"},   {"ladder_order", "as"},
+      {"max_delay_ms", "t"},      {"offload_enabled", "b"},   {"allow_migration", "b"},
+      {"gpu_concurrency", "u"},   {"cpu_concurrency", "u"},   {"host_budget_bytes", "t"},
+      {"breaker_cooldown_ms", "t"},
+  };
+  return keys;
+}
+
+Result<std::pair<std::string, PolicyValue>> parse_policy_setting(std::string_view assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string_view::npos)
+    return fail(Errc::invalid_argument, "policy setting '" + std::string(assignment) + "' is not KEY=VALUE");
+  std::string key(trim(assignment.substr(0, eq)));
+  std::string_view value = trim(assignment.substr(eq + 1));
+  const auto& keys = policy_keys();
+  auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; });
+  if (it == keys.end()) {
+    std::string names;
+    for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k.first;
+    return fail(Errc::invalid_argument, "unknown policy key '" + key + "' (known: " + names + ")");
+  }
+  auto bad = [&](const Error& e) {
+    return fail(Errc::invalid_argument, "policy " + key + ": " + e.message);
+  };
+  const std::string& sig = it->second;
+  if (sig == "b") {
+    auto b = parse_bool(value);
+    if (!b.ok()) return bad(b.error());
+    return std::pair<std::string, PolicyValue>{key, PolicyValue{*b}};
+  }
+  if (sig == "d") {
+    std::string v(value);
+    char* end = nullptr;
+    errno = 0;
+    double d = v.empty() ? NAN : std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || errno != 0 || !std::isfinite(d))
+      return fail(Errc::invalid_argument, "policy " + key + ": '" + v + "' is not a number");
+    if (d < 0) return fail(Errc::invalid_argument, "policy " + key + ": " + v + " must not be negative");
+    return std::pair<std::string, PolicyValue>{key, PolicyValue{d}};
+  }
+  if (sig == "as") {
+    std::vector<std::string> items;
+    std::string_view rest = value;
+    while (true) {
+      auto comma = rest.find(',');
+      std::string_view item = trim(rest.substr(0, comma));
+      if (item.empty()) return fail(Errc::invalid_argument, "policy " + key + ": empty item in '" + std::string(value) + "'");
+      items.emplace_back(item);
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    return std::pair<std::string, PolicyValue>{key, PolicyValue{std::move(items)}};
+  }
+  if (sig == "u") {
+    std::uint32_t u = 0;
+    auto r = std::from_chars(value.data(), value.data() + value.size(), u);
+    if (value.empty() || r.ec != std::errc{} || r.ptr != value.data() + value.size())
+      return fail(Errc::invalid_argument,
+                  "policy " + key + ": '" + std::string(value) + "' is not an integer in [0, 4294967295]");
+    return std::pair<std::string, PolicyValue>{key, PolicyValue{u}};
+  }
+  // "t": bytes or milliseconds by the key's suffix
+  Result<std::uint64_t> t = key.ends_with("_ms") ? parse_duration_ms(value) : parse_size(value);
+  if (!t.ok()) return bad(t.error());
+  return std::pair<std::string, PolicyValue>{key, PolicyValue{*t}};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Text
+
+std::string format_bytes(std::uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  if (bytes < (1ull << 20)) return fmt("%.1f KiB", b / 1024.0);
+  if (bytes < (1ull << 30)) return fmt("%.1f MiB", b / 1048576.0);
+  if (bytes < (1ull << 40)) return fmt("%.2f GiB", b / 1073741824.0);
+  return fmt("%.2f TiB", b / 1099511627776.0);
+}
+
+std::string format_signed_bytes(std::int64_t bytes) {
+  if (bytes < 0) return "-" + format_bytes(static_cast<std::uint64_t>(-(bytes + 1)) + 1);
+  return "+" + format_bytes(static_cast<std::uint64_t>(bytes));
+}
+
+std::string format_duration_ms(std::uint64_t ms) {
+  if (ms < 1000) return std::to_string(ms) + " ms";
+  if (ms < 60000) return fmt("%.1f s", static_cast<double>(ms) / 1000.0);
+  if (ms < 3600000) {
+    std::uint64_t s = ms / 1000;
+    return std::to_string(s / 60) + " min " + std::to_string(s % 60) + " s";
+  }
+  std::uint64_t m = ms / 60000;
+  if (m < 48 * 60) return std::to_string(m / 60) + " h " + std::to_string(m % 60) + " min";
+  return std::to_string(m / (60 * 24)) + " d " + std::to_string((m / 60) % 24) + " h";
+}
+
+std::string format_count(double v) {
+  if (std::isfinite(v) && std::fabs(v - std::round(v)) < 1e-9 && std::fabs(v) < 1e15)
+    return std::to_string(static_cast<long long>(std::llround(v)));
+  if (std::fabs(v) >= 10) return fmt("%.0f", v);
+  return fmt("%.1f", v);
+}
+
+std::string describe_reason(std::string_view reason) {
+  static const std::map<std::string_view, std::string_view> phrases = {
+      {"gpu-breaker-open", "the GPU circuit breaker is open after GPU failures"},
+      {"gpu-breaker-half-open", "the GPU is being probed after failures (circuit breaker half-open)"},
+      {"gpu-held", "an application holds the GPU"},
+      {"gpu-absent", "no GPU is available"},
+      {"fallback-model", "a fallback model is in use"},
+      {"memory-pressure", "GPU memory is under pressure"},
+      {"memory-critical", "GPU memory is critically low"},
+      {"memory-reading-stale", "the GPU memory reading is stale"},
+      {"breaker_open", "the GPU circuit breaker is open"},
+      {"gpu_absent", "no GPU is available"},
+      {"does_not_fit", "the request does not fit in GPU memory now"},
+      {"critical_pressure", "GPU memory is critically low"},
+      {"reading_expired", "the GPU memory reading expired"},
+      {"exceeds_gpu_limits", "the request exceeds the GPU limits"},
+      {"held", "an application holds the GPU"},
+      {"device_lost", "the GPU was lost (driver reset)"},
+      {"device-lost", "the GPU was lost (driver reset)"},
+      {"out_of_memory", "the GPU ran out of memory"},
+      {"kv_exhausted", "the GPU's KV cache is full"},
+      {"gpu_held", "an application holds the GPU"},
+  };
+  auto it = phrases.find(reason);
+  if (it != phrases.end()) return std::string(it->second);
+  return std::string(reason);
+}
+
+std::string format_status(const ServiceStatus& s, std::int64_t now_unix_ms) {
+  std::string out;
+  const std::string state = s.state.value_or("?");
+  const std::string reason = s.degraded_reason.value_or("");
+  if (state == "degraded") {
+    std::string l = "!!! DEGRADED: " + (reason.empty() ? std::string("reason unknown") : describe_reason(reason)) +
+                    " — new work runs on the CPU";
+    if (s.fallback_model && !s.fallback_model->empty()) l += " with fallback model " + *s.fallback_model;
+    l += ", expect it to be slower !!!";
+    out += l + "\n";
+  } else if (state == "unavailable") {
+    out += "!!! UNAVAILABLE: " + (reason.empty() ? std::string("reason unknown") : describe_reason(reason)) +
+           " — no route can take new jobs !!!\n";
+  }
+  if (s.version) line(out, "Version", "tandemd " + *s.version);
+  std::string st = state;
+  if (!reason.empty()) st += " (" + reason + ")";
+  line(out, "State", st);
+  line(out, "GPU breaker", opt_str(s.gpu_breaker));
+
+  if (s.memory) {
+    const MemoryInfo& m = *s.memory;
+    std::string dev = m.device.value_or("accelerator");
+    if (m.present && !*m.present) {
+      line(out, "GPU memory", dev + ": not present");
+    } else {
+      line(out, "GPU memory", dev + ": total " + opt_bytes(m.total) + ", free " + opt_bytes(m.free) + " (driver)");
+      std::string us = "used by us " + opt_bytes(m.observed_used) + ", predicted " + opt_bytes(m.predicted_used);
+      if (m.prediction_error) us += " (error " + format_signed_bytes(*m.prediction_error) + ")";
+      cont(out, us);
+      cont(out, "foreign " + opt_bytes(m.foreign) + ", margin " + opt_bytes(m.margin) + ", unmaterialized " +
+                    opt_bytes(m.unmaterialized));
+      cont(out, "headroom " + opt_sbytes(m.headroom) + ", pressure " + opt_str(m.pressure));
+      std::string age = m.reading_age_ms ? format_duration_ms(*m.reading_age_ms) + " old" : std::string("age ?");
+      std::string trust = m.trust.value_or("?");
+      if (trust != "fresh" && trust != "?") trust = trust + " — NOT TRUSTED AS IS";
+      cont(out, "reading " + age + " (" + trust + ")");
+    }
+  }
+  if (s.host_memory) {
+    const HostMemoryInfo& h = *s.host_memory;
+    std::string t = "budget " + opt_bytes(h.budget) + ", used " + opt_bytes(h.used);
+    if (h.budget && h.used && *h.budget > 0)
+      t += fmt(" (%.0f%%)", 100.0 * static_cast<double>(*h.used) / static_cast<double>(*h.budget));
+    line(out, "Host memory", t);
+    std::vector<std::string> more;
+    if (h.configured_budget) more.push_back("configured " + format_bytes(*h.configured_budget));
+    if (h.cgroup_max) more.push_back("cgroup max " + format_bytes(*h.cgroup_max));
+    if (h.mem_available) more.push_back("available " + format_bytes(*h.mem_available));
+    if (h.daemon_rss) more.push_back("tandemd RSS " + format_bytes(*h.daemon_rss));
+    if (!more.empty()) cont(out, join(more, ", "));
+  }
+  if (s.queues) {
+    bool first = true;
+    for (const QueueInfo& q : *s.queues) {
+      std::string name = q.name;
+      if (name.size() < 5) name.resize(5, ' ');
+      std::string t = name + std::to_string(q.depth) + "/" + std::to_string(q.capacity) + " queued, " +
+                      std::to_string(q.running) + "/" + std::to_string(q.concurrency) + " running";
+      if (q.depth > 0 || q.oldest_age_ms > 0) t += ", oldest " + format_duration_ms(q.oldest_age_ms);
+      if (q.capacity > 0 && q.depth >= q.capacity) t += " (FULL)";
+      if (first) line(out, "Queues", t);
+      else cont(out, t);
+      first = false;
+    }
+    if (first) line(out, "Queues", "none");
+  }
+  if (s.limits) {
+    std::vector<std::string> parts;
+    std::set<std::string> done;
+    for (const char* dev : {"gpu", "cpu"}) {
+      std::string c = std::string(dev) + "_max_context", n = std::string(dev) + "_max_new_tokens";
+      auto ic = s.limits->find(c), in = s.limits->find(n);
+      if (ic == s.limits->end() && in == s.limits->end()) continue;
+      std::string p = std::string(dev) + ": context " +
+                      (ic != s.limits->end() ? std::to_string(ic->second) : std::string("?")) + ", new tokens " +
+                      (in != s.limits->end() ? std::to_string(in->second) : std::string("?"));
+      parts.push_back(p);
+      done.insert(c);
+      done.insert(n);
+    }
+    for (const auto& [k, v] : *s.limits)
+      if (!done.count(k)) parts.push_back(k + " " + std::to_string(v));
+    line(out, "Limits", parts.empty() ? "none" : join(parts, "; "));
+  }
+  if (s.holds) {
+    if (s.holds->empty()) line(out, "GPU holds", "none");
+    bool first = true;
+    for (const HoldInfo& h : *s.holds) {
+      std::string t = (h.app_id.empty() ? std::string("(no app id)") : h.app_id) + ": " + h.reason + " (cookie " +
+                      h.cookie + ", since " + ago(h.since_unix_ms, now_unix_ms) + ")";
+      if (first) line(out, "GPU holds", t);
+      else cont(out, t);
+      first = false;
+    }
+  }
+  if (s.fallback_model)
+    line(out, "Fallback", s.fallback_model->empty() ? std::string("none") : *s.fallback_model + " (in use)");
+  return out;
+}
+
+namespace {
+
+std::string queue_summary(const std::vector<QueueInfo>& qs) {
+  std::vector<std::string> parts;
+  for (const auto& q : qs)
+    parts.push_back(q.name + " " + std::to_string(q.depth) + "/" + std::to_string(q.capacity) + " run " +
+                    std::to_string(q.running) + "/" + std::to_string(q.concurrency));
+  return join(parts, ", ");
+}
+
+std::string policy_inline(const PolicySettings& p) {
+  std::vector<std::string> parts;
+  if (p.margin_bytes) parts.push_back("margin_bytes=" + format_bytes(*p.margin_bytes));
+  if (p.margin_fraction) parts.push_back("margin_fraction=" + fmt("%g", *p.margin_fraction));
+  if (p.ladder_order) parts.push_back("ladder_order=" + join(*p.ladder_order, ","));
+  if (p.max_delay_ms) parts.push_back("max_delay_ms=" + std::to_string(*p.max_delay_ms));
+  if (p.offload_enabled) parts.push_back(std::string("offload_enabled=") + (*p.offload_enabled ? "true" : "false"));
+  if (p.allow_migration) parts.push_back(std::string("allow_migration=") + (*p.allow_migration ? "true" : "false"));
+  if (p.gpu_concurrency) parts.push_back("gpu_concurrency=" + std::to_string(*p.gpu_concurrency));
+  if (p.cpu_concurrency) parts.push_back("cpu_concurrency=" + std::to_string(*p.cpu_concurrency));
+  if (p.host_budget_bytes) parts.push_back("host_budget_bytes=" + format_bytes(*p.host_budget_bytes));
+  if (p.breaker_cooldown_ms) parts.push_back("breaker_cooldown_ms=" + std::to_string(*p.breaker_cooldown_ms));
+  return join(parts, " ");
+}
+
+}  // namespace
+
+std::string format_properties_change(const PropertiesChange& c) {
+  const ServiceStatus& s = c.values;
+  std::vector<std::string> parts;
+  static const std::vector<std::string> order = {"State", "DegradedReason", "GpuBreaker", "FallbackModel", "Memory",
+                                                 "HostMemory", "Queues", "Limits", "Holds", "Policy", "Version"};
+  std::vector<std::string> names = c.changed;
+  auto rank = [&](const std::string& n) {
+    auto it = std::find(order.begin(), order.end(), n);
+    return it - order.begin();
+  };
+  std::stable_sort(names.begin(), names.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  for (const std::string& name : names) {
+    if (name == "State" && s.state) parts.push_back("State=" + *s.state);
+    else if (name == "DegradedReason" && s.degraded_reason)
+      parts.push_back("DegradedReason=" + (s.degraded_reason->empty() ? std::string("\"\"") : *s.degraded_reason));
+    else if (name == "GpuBreaker" && s.gpu_breaker) parts.push_back("GpuBreaker=" + *s.gpu_breaker);
+    else if (name == "FallbackModel" && s.fallback_model)
+      parts.push_back("FallbackModel=" + (s.fallback_model->empty() ? std::string("\"\"") : *s.fallback_model));
+    else if (name == "Version" && s.version) parts.push_back("Version=" + *s.version);
+    else if (name == "Memory" && s.memory) {
+      const MemoryInfo& m = *s.memory;
+      parts.push_back("Memory{headroom " + opt_sbytes(m.headroom) + ", ours " + opt_bytes(m.observed_used) +
+                      ", foreign " + opt_bytes(m.foreign) + ", pressure " + opt_str(m.pressure) + ", trust " +
+                      opt_str(m.trust) + "}");
+    } else if (name == "HostMemory" && s.host_memory) {
+      parts.push_back("HostMemory{used " + opt_bytes(s.host_memory->used) + " of " + opt_bytes(s.host_memory->budget) +
+                      "}");
+    } else if (name == "Queues" && s.queues) {
+      parts.push_back("Queues{" + queue_summary(*s.queues) + "}");
+    } else if (name == "Limits" && s.limits) {
+      std::vector<std::string> l;
+      for (const auto& [k, v] : *s.limits) l.push_back(k + "=" + std::to_string(v));
+      parts.push_back("Limits{" + join(l, " ") + "}");
+    } else if (name == "Holds" && s.holds) {
+      std::vector<std::string> h;
+      for (const auto& x : *s.holds) h.push_back(x.app_id.empty() ? x.cookie : x.app_id);
+      parts.push_back("Holds{" + (h.empty() ? std::string("none") : join(h, ", ")) + "}");
+    } else if (name == "Policy" && s.policy) {
+      parts.push_back("Policy{" + policy_inline(*s.policy) + "}");
+    } else {
+      parts.push_back(name + "=?");
+    }
+  }
+  for (const std::string& name : c.invalidated) parts.push_back(name + " (invalidated)");
+  return "properties: " + join(parts, " ");
+}
+
+std::string format_degraded_change(const DegradedChange& d) {
+  std::string t;
+  if (d.degraded) {
+    t = "DEGRADED: " + describe_reason(d.reason);
+    if (d.reason != describe_reason(d.reason)) t += " [" + d.reason + "]";
+    if (d.level) t += ", level " + *d.level;
+    if (d.fallback_model && !d.fallback_model->empty()) t += ", fallback model " + *d.fallback_model;
+    if (d.expected_slowdown) t += ", expect ~" + format_count(*d.expected_slowdown) + "x slower";
+    if (d.limits && !d.limits->empty()) {
+      std::vector<std::string> l;
+      for (const auto& [k, v] : *d.limits) l.push_back(k + "=" + std::to_string(v));
+      t += ", limits " + join(l, " ");
+    }
+  } else {
+    t = "degraded mode ended";
+    if (!d.reason.empty()) t += " (" + d.reason + ")";
+    if (d.level) t += ", level " + *d.level;
+  }
+  return t;
+}
+
+std::string format_policy(const PolicySettings& p) {
+  std::string out;
+  auto line = [&out](std::string_view label, std::string_view text) { ::tandem::client::line(out, label, text, 21); };
+  if (p.margin_bytes) line("margin_bytes", std::to_string(*p.margin_bytes) + " (" + format_bytes(*p.margin_bytes) + ")");
+  if (p.margin_fraction) line("margin_fraction", fmt("%g", *p.margin_fraction));
+  if (p.ladder_order) line("ladder_order", join(*p.ladder_order, ","));
+  if (p.max_delay_ms) line("max_delay_ms", std::to_string(*p.max_delay_ms) + " (" + format_duration_ms(*p.max_delay_ms) + ")");
+  if (p.offload_enabled) line("offload_enabled", *p.offload_enabled ? "true" : "false");
+  if (p.allow_migration) line("allow_migration", *p.allow_migration ? "true" : "false");
+  if (p.gpu_concurrency) line("gpu_concurrency", std::to_string(*p.gpu_concurrency));
+  if (p.cpu_concurrency) line("cpu_concurrency", std::to_string(*p.cpu_concurrency));
+  if (p.host_budget_bytes)
+    line("host_budget_bytes", std::to_string(*p.host_budget_bytes) + " (" + format_bytes(*p.host_budget_bytes) + ")");
+  if (p.breaker_cooldown_ms)
+    line("breaker_cooldown_ms", std::to_string(*p.breaker_cooldown_ms) + " (" + format_duration_ms(*p.breaker_cooldown_ms) + ")");
+  for (const auto& [k, sig] : p.unparsed) line(k, "(unexpected type " + sig + ")");
+  if (out.empty()) out = "(no policy keys reported)\n";
+  return out;
+}
+
+namespace {
+
+std::string route_phrase(std::string_view route) {
+  if (route == "cpu") return "on the CPU";
+  if (route == "hybrid") return "partly on the CPU (hybrid GPU+CPU)";
+  if (route == "gpu") return "on the GPU";
+  return "on route " + std::string(route);
+}
+
+}  // namespace
+
+std::string degraded_banner(const Placement& p, std::optional<double> expected_slowdown,
+                            std::string_view degraded_reason) {
+  const bool degraded = p.degraded.value_or(false);
+  const bool fallback = p.fallback_model.value_or(false);
+  if (!degraded && !fallback) return "";
+  std::string why(degraded_reason);
+  if (why.empty()) why = p.reason.value_or("");
+  std::string t = "DEGRADED: running " + route_phrase(p.route.value_or("cpu"));
+  if (fallback) t += " with fallback model " + p.model.value_or("?");
+  t += " because " + (why.empty() ? std::string("the GPU is not usable") : describe_reason(why));
+  if (expected_slowdown && *expected_slowdown > 1.0)
+    t += " — expect ~" + format_count(*expected_slowdown) + "x slower";
+  else
+    t += " — expect it to be slower";
+  t += "; Ctrl-C cancels";
+  return t;
+}
+
+std::string format_placement(std::uint64_t job_id, const Placement& p, std::optional<double> expected_slowdown) {
+  std::string out;
+  if (p.existing.value_or(false))
+    out += "job " + std::to_string(job_id) +
+           " already exists for this idempotency key: attaching to it (nothing runs again)\n";
+  std::string t = "job " + std::to_string(job_id) + ": " + p.action.value_or("?");
+  std::vector<std::string> parts;
+  if (p.route) parts.push_back("route " + *p.route);
+  if (p.model) parts.push_back("model " + *p.model + (p.fallback_model.value_or(false) ? " (fallback)" : ""));
+  if (p.queue) {
+    std::string q = "queue " + *p.queue;
+    if (p.queue_position) q += " #" + std::to_string(*p.queue_position);
+    parts.push_back(q);
+  }
+  if (p.eta_ms) parts.push_back("ETA " + format_duration_ms(*p.eta_ms));
+  if (p.gpu_layers && p.route && *p.route == "hybrid") parts.push_back(std::to_string(*p.gpu_layers) + " layers on the GPU");
+  if (p.max_new_tokens) parts.push_back("max new tokens " + std::to_string(*p.max_new_tokens));
+  if (p.prefill_chunk && *p.prefill_chunk > 0) parts.push_back("prefill chunk " + std::to_string(*p.prefill_chunk));
+  if (!parts.empty()) t += " → " + join(parts, ", ");
+  if (p.reason && !p.reason->empty()) t += " (" + *p.reason + ")";
+  out += t + "\n";
+  if (p.detail && !p.detail->empty()) out += "  " + *p.detail + "\n";
+  std::string banner = degraded_banner(p, expected_slowdown, "");
+  if (!banner.empty()) out += banner + "\n";
+  return out;
+}
+
+std::string format_plan(const PlanDecision& d) {
+  std::string out;
+  std::string action = d.action.value_or("?");
+  if (d.reason && !d.reason->empty()) action += " (" + *d.reason + ")";
+  line(out, "Decision", action);
+  std::vector<std::string> route;
+  if (d.route) route.push_back(*d.route);
+  if (d.model) route.push_back("model " + *d.model + (d.fallback_model.value_or(false) ? " (fallback)" : ""));
+  if (d.gpu_layers) route.push_back(std::to_string(*d.gpu_layers) + " GPU layers");
+  if (!route.empty()) line(out, "Route", join(route, ", "));
+  std::vector<std::string> lim;
+  if (d.max_new_tokens) lim.push_back("max new tokens " + std::to_string(*d.max_new_tokens));
+  if (d.prefill_chunk) lim.push_back("prefill chunk " + std::to_string(*d.prefill_chunk));
+  if (d.prompt_tokens) lim.push_back("prompt " + std::to_string(*d.prompt_tokens) + " tokens");
+  if (!lim.empty()) line(out, "Request", join(lim, ", "));
+  if (d.eta_ms) line(out, "ETA", format_duration_ms(*d.eta_ms));
+  if (d.retry_after_ms && *d.retry_after_ms > 0) line(out, "Retry after", format_duration_ms(*d.retry_after_ms));
+  if (d.permanent && *d.permanent) line(out, "Permanent", "yes: retrying the same request will not help");
+  if (d.pressure) line(out, "Pressure", *d.pressure);
+  if (d.breakdown) {
+    std::vector<std::string> parts;
+    std::set<std::string> done;
+    for (const char* k : {"weights", "kv_cache", "activations", "fragmentation", "total"}) {
+      auto it = d.breakdown->find(k);
+      if (it == d.breakdown->end()) continue;
+      parts.push_back(std::string(k) + " " + mib(it->second));
+      done.insert(k);
+    }
+    for (const auto& [k, v] : *d.breakdown)
+      if (!done.count(k)) parts.push_back(k + " " + mib(v));
+    line(out, "Estimate", join(parts, ", "));
+  }
+  if (d.headroom) {
+    std::vector<std::string> parts;
+    std::set<std::string> done;
+    for (const char* k : {"total", "margin", "predicted_headroom", "observed_headroom", "headroom", "unmaterialized"}) {
+      auto it = d.headroom->find(k);
+      if (it == d.headroom->end()) continue;
+      parts.push_back(std::string(k) + " " + opt_sbytes(it->second));
+      done.insert(k);
+    }
+    for (const auto& [k, v] : *d.headroom)
+      if (!done.count(k)) parts.push_back(k + " " + opt_sbytes(v));
+    line(out, "Headroom", join(std::vector<std::string>(parts.begin(), parts.begin() + std::min<std::size_t>(3, parts.size())), ", "));
+    if (parts.size() > 3) cont(out, join(std::vector<std::string>(parts.begin() + 3, parts.end()), ", "));
+  }
+  if (d.skipped) {
+    if (d.skipped->empty()) line(out, "Skipped", "none");
+    bool first = true;
+    for (const auto& s : *d.skipped) {
+      std::string t = s.rung + ": " + s.why;
+      if (first) line(out, "Skipped", t);
+      else cont(out, t);
+      first = false;
+    }
+  }
+  if (d.detail && !d.detail->empty()) line(out, "Detail", *d.detail);
+  return out;
+}
+
+std::string format_job(const JobInfo& j, std::int64_t now_unix_ms) {
+  std::string out;
+  std::string st = j.state.value_or("?");
+  if (j.finish_reason && !j.finish_reason->empty()) st += " (" + *j.finish_reason + ")";
+  if (j.degraded.value_or(false)) st += ", degraded";
+  line(out, "Job", opt_str(j.id) + ": " + st);
+  if (j.model) line(out, "Model", *j.model);
+  std::string route = j.route.value_or("?");
+  if (j.routes && !j.routes->empty()) route += " (routes " + join(*j.routes, " → ") + ")";
+  if (j.reason && !j.reason->empty()) route += "; " + *j.reason;
+  line(out, "Route", route);
+  if (j.attempts) line(out, "Attempts", std::to_string(*j.attempts));
+  if (j.accepted_unix_ms) {
+    std::string t = "accepted " + ago(*j.accepted_unix_ms, now_unix_ms);
+    if (j.finished_unix_ms && *j.finished_unix_ms > 0) {
+      t += ", finished " + ago(*j.finished_unix_ms, now_unix_ms);
+      if (*j.finished_unix_ms >= *j.accepted_unix_ms)
+        t += " (took " + format_duration_ms(static_cast<std::uint64_t>(*j.finished_unix_ms - *j.accepted_unix_ms)) + ")";
+    }
+    line(out, "Time", t);
+  }
+  if (j.state && !is_terminal_state(*j.state) && (j.queue || j.eta_ms)) {
+    std::string q = j.queue.value_or("?");
+    if (j.queue_position) q += " #" + std::to_string(*j.queue_position);
+    if (j.eta_ms) q += ", ETA " + format_duration_ms(*j.eta_ms);
+    line(out, "Queue", q);
+  }
+  if (j.idempotency_key && !j.idempotency_key->empty()) line(out, "Idempotency", "key '" + *j.idempotency_key + "'");
+  if (j.side_effects) line(out, "Side effects", *j.side_effects ? "yes (never migrated or retried after output)" : "no");
+  if (j.history && !j.history->empty()) {
+    bool first = true;
+    const std::int64_t base = j.accepted_unix_ms.value_or(j.history->front().at_unix_ms);
+    for (const auto& h : *j.history) {
+      std::string when = h.at_unix_ms >= base ? "+" + format_duration_ms(static_cast<std::uint64_t>(h.at_unix_ms - base))
+                                              : ago(h.at_unix_ms, now_unix_ms);
+      std::string t = when + "  " + (h.from.empty() ? std::string("(new)") : h.from) + " → " + h.to;
+      if (!h.reason.empty()) t += " (" + h.reason + ")";
+      if (first) line(out, "History", t);
+      else cont(out, t);
+      first = false;
+    }
+  }
+  if ((j.error_code && !j.error_code->empty()) || (j.error_message && !j.error_message->empty())) {
+    std::string e = j.error_code.value_or("");
+    if (j.error_message && !j.error_message->empty()) e += (e.empty() ? "" : ": ") + *j.error_message;
+    if (j.retry_after_ms && *j.retry_after_ms > 0) e += " (retry after " + format_duration_ms(*j.retry_after_ms) + ")";
+    line(out, "Error", e);
+  }
+  if (j.checkpoint) {
+    const Checkpoint& c = *j.checkpoint;
+    line(out, "Checkpoint", "seed " + opt_str(c.seed) + ", " + opt_str(c.tokens_delivered) + " tokens delivered, model " +
+                                opt_str(c.model) + " (resumable: tandemctl resume " + opt_str(j.id) + ")");
+  }
+  if (j.tokens) line(out, "Tokens", std::to_string(j.tokens->size()));
+  if (j.text) {
+    out += "Text:\n";
+    out += *j.text;
+    if (j.text->empty() || j.text->back() != '\n') out += "\n";
+  }
+  return out;
+}
+
+std::string format_models(const std::vector<ModelInfo>& models) {
+  if (models.empty()) return "no models configured\n";
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"NAME", "DEFAULT", "PLACEMENT", "FALLBACK", "MAX_CONTEXT", "REVISION", "FINGERPRINT"});
+  for (const auto& m : models) {
+    std::string fp = m.fingerprint.value_or("");
+    if (fp.size() > 12) fp = fp.substr(0, 12);
+    rows.push_back({m.name.value_or("?"), m.is_default.value_or(false) ? "*" : "", m.placement.value_or(""),
+                    m.fallback.value_or(""), m.max_context ? std::to_string(*m.max_context) : "", m.revision.value_or(""),
+                    fp});
+  }
+  std::vector<std::size_t> w(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (std::size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  std::string out;
+  for (const auto& r : rows) {
+    std::string l;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      std::string c = r[i];
+      if (i + 1 < r.size()) c.resize(w[i] + 2, ' ');
+      l += c;
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    out += l + "\n";
+  }
+  return out;
+}
+
+std::string format_counters(const Counters& c) {
+  std::string out;
+  std::size_t w = 0;
+  for (const auto& [k, v] : c) w = std::max(w, k.size());
+  for (const auto& [k, v] : c) {
+    std::string key = k;
+    key.resize(w + 2, ' ');
+    out += key + std::to_string(v) + "\n";
+  }
+  if (out.empty()) out = "(no counters)\n";
+  return out;
+}
+
+std::string format_job_update(const JobUpdate& u) {
+  std::string t;
+  if (u.kind == "accepted") {
+    t = "accepted";
+  } else if (u.kind == "routed") {
+    t = "routed to " + u.route.value_or("?");
+    if (u.reason && !u.reason->empty()) t += " (" + *u.reason + ")";
+    if (u.model) t += ", model " + *u.model + (u.fallback_model.value_or(false) ? " (fallback)" : "");
+    if (u.queue) {
+      t += ", queue " + *u.queue;
+      if (u.queue_position) t += " #" + std::to_string(*u.queue_position);
+    }
+    if (u.eta_ms) t += ", ETA " + format_duration_ms(*u.eta_ms);
+    if (u.degraded.value_or(false)) t += ", DEGRADED";
+  } else if (u.kind == "started") {
+    t = "started on " + u.route.value_or("?");
+    if (u.attempt) t += " (attempt " + std::to_string(*u.attempt) + ")";
+  } else if (u.kind == "migrated") {
+    t = "migrated " + u.from.value_or("?") + " → " + u.to.value_or("?");
+    if (u.reason && !u.reason->empty()) t += " (" + *u.reason + ")";
+    if (u.tokens_delivered) t += " after " + std::to_string(*u.tokens_delivered) + " tokens";
+  } else if (u.kind == "finished") {
+    t = "finished: " + u.state.value_or("?");
+    if (u.finish_reason && !u.finish_reason->empty()) t += " (" + *u.finish_reason + ")";
+    if (u.error_code && !u.error_code->empty()) t += "; " + *u.error_code;
+    if (u.error_message && !u.error_message->empty()) t += ": " + *u.error_message;
+    if (u.retry_after_ms && *u.retry_after_ms > 0) t += " (retry after " + format_duration_ms(*u.retry_after_ms) + ")";
+    if (u.tokens_total) t += ", " + std::to_string(*u.tokens_total) + " tokens";
+  } else if (u.kind == "tokens") {
+    t = "tokens";
+    if (u.tokens) t += " +" + std::to_string(u.tokens->size());
+    if (u.step) t += " (step " + std::to_string(*u.step) + ")";
+  } else {
+    t = u.kind;
+  }
+  return "job " + std::to_string(u.job_id) + ": " + t;
+}
+
+std::string format_run_summary(const RunSummary& s) {
+  std::string t = "job " + std::to_string(s.job_id) + " " + (s.state.empty() ? std::string("?") : s.state);
+  if (!s.finish_reason.empty()) t += " (" + s.finish_reason + ")";
+  t += ": " + std::to_string(s.tokens) + " tokens in " + format_duration_ms(s.elapsed_ms);
+  std::uint64_t gen = s.generate_ms > 0 ? s.generate_ms : s.elapsed_ms;
+  if (gen > 0 && s.tokens > 0)
+    t += ", " + fmt("%.1f", static_cast<double>(s.tokens) * 1000.0 / static_cast<double>(gen)) + " tok/s";
+  if (!s.routes.empty()) t += ", route " + join(s.routes, " → ");
+  if (!s.error_code.empty() || !s.error_message.empty()) {
+    t += "; error " + s.error_code;
+    if (!s.error_message.empty()) t += (s.error_code.empty() ? "" : ": ") + s.error_message;
+  }
+  return t;
+}
+
+std::string format_resume_hint(std::uint64_t job_id, const JobInfo& j, std::string_view ctl_prefix) {
+  std::string t = "job " + std::to_string(job_id) + " failed but can be resumed from its checkpoint";
+  if (j.checkpoint) {
+    const Checkpoint& c = *j.checkpoint;
+    t += ": seed " + opt_str(c.seed) + ", " + opt_str(c.tokens_delivered) + " tokens delivered, model " + opt_str(c.model);
+  }
+  t += "\n  resume with: " + std::string(ctl_prefix) + " resume " + std::to_string(job_id);
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// JSON
+
+nlohmann::json policy_value_to_json(const PolicyValue& v) {
+  return std::visit([](const auto& x) { return json(x); }, v);
+}
+
+json to_json(const PolicySettings& p) {
+  json j = json::object();
+  put(j, "margin_bytes", p.margin_bytes);
+  put(j, "margin_fraction", p.margin_fraction);
+  put(j, "ladder_order", p.ladder_order);
+  put(j, "max_delay_ms", p.max_delay_ms);
+  put(j, "offload_enabled", p.offload_enabled);
+  put(j, "allow_migration", p.allow_migration);
+  put(j, "gpu_concurrency", p.gpu_concurrency);
+  put(j, "cpu_concurrency", p.cpu_concurrency);
+  put(j, "host_budget_bytes", p.host_budget_bytes);
+  put(j, "breaker_cooldown_ms", p.breaker_cooldown_ms);
+  put_unparsed(j, p.unparsed);
+  return j;
+}
+
+json to_json(const MemoryInfo& m) {
+  json j = json::object();
+  put(j, "device", m.device);
+  put(j, "present", m.present);
+  put(j, "total", m.total);
+  put(j, "free", m.free);
+  put(j, "observed_used", m.observed_used);
+  put(j, "predicted_used", m.predicted_used);
+  put(j, "margin", m.margin);
+  put(j, "foreign", m.foreign);
+  put(j, "unmaterialized", m.unmaterialized);
+  put(j, "headroom", m.headroom);
+  put(j, "prediction_error", m.prediction_error);
+  put(j, "reading_age_ms", m.reading_age_ms);
+  put(j, "trust", m.trust);
+  put(j, "pressure", m.pressure);
+  put_unparsed(j, m.unparsed);
+  return j;
+}
+
+json to_json(const HostMemoryInfo& h) {
+  json j = json::object();
+  put(j, "budget", h.budget);
+  put(j, "configured_budget", h.configured_budget);
+  put(j, "cgroup_max", h.cgroup_max);
+  put(j, "mem_available", h.mem_available);
+  put(j, "used", h.used);
+  put(j, "daemon_rss", h.daemon_rss);
+  put_unparsed(j, h.unparsed);
+  return j;
+}
+
+json to_json(const ServiceStatus& s) {
+  json j = json::object();
+  put(j, "state", s.state);
+  put(j, "degraded_reason", s.degraded_reason);
+  put(j, "gpu_breaker", s.gpu_breaker);
+  if (s.policy) j["policy"] = to_json(*s.policy);
+  if (s.memory) j["memory"] = to_json(*s.memory);
+  if (s.host_memory) j["host_memory"] = to_json(*s.host_memory);
+  if (s.queues) {
+    json q = json::array();
+    for (const auto& x : *s.queues)
+      q.push_back({{"name", x.name},
+                   {"depth", x.depth},
+                   {"capacity", x.capacity},
+                   {"running", x.running},
+                   {"concurrency", x.concurrency},
+                   {"oldest_age_ms", x.oldest_age_ms}});
+    j["queues"] = q;
+  }
+  if (s.limits) j["limits"] = *s.limits;
+  if (s.holds) {
+    json h = json::array();
+    for (const auto& x : *s.holds)
+      h.push_back({{"cookie", x.cookie}, {"app_id", x.app_id}, {"reason", x.reason}, {"since_unix_ms", x.since_unix_ms}});
+    j["holds"] = h;
+  }
+  put(j, "fallback_model", s.fallback_model);
+  put(j, "version", s.version);
+  j["degraded"] = s.degraded();
+  put_unparsed(j, s.unparsed);
+  return j;
+}
+
+std::string property_json_key(std::string_view dbus_name) {
+  std::string o;
+  for (std::size_t i = 0; i < dbus_name.size(); ++i) {
+    char c = dbus_name[i];
+    if (std::isupper(static_cast<unsigned char>(c))) {
+      if (i > 0) o += '_';
+      o += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      o += c;
+    }
+  }
+  return o;
+}
+
+json to_json(const PropertiesChange& c) {
+  json all = to_json(c.values);
+  json changed = json::object();
+  for (const auto& name : c.changed) {
+    std::string key = property_json_key(name);
+    if (all.contains(key)) changed[key] = all[key];
+  }
+  json j = {{"changed", changed}, {"invalidated", c.invalidated}};
+  if (all.contains("_unparsed")) j["_unparsed"] = all["_unparsed"];
+  return j;
+}
+
+json to_json(const DegradedChange& d) {
+  json j = {{"degraded", d.degraded}, {"reason", d.reason}};
+  put(j, "level", d.level);
+  put(j, "fallback_model", d.fallback_model);
+  put(j, "limits", d.limits);
+  put(j, "expected_slowdown", d.expected_slowdown);
+  put(j, "since_unix_ms", d.since_unix_ms);
+  put_unparsed(j, d.unparsed);
+  return j;
+}
+
+json to_json(const Placement& p) {
+  json j = json::object();
+  put(j, "state", p.state);
+  put(j, "action", p.action);
+  put(j, "reason", p.reason);
+  put(j, "detail", p.detail);
+  put(j, "route", p.route);
+  put(j, "queue", p.queue);
+  put(j, "queue_position", p.queue_position);
+  put(j, "eta_ms", p.eta_ms);
+  put(j, "model", p.model);
+  put(j, "fallback_model", p.fallback_model);
+  put(j, "fingerprint", p.fingerprint);
+  put(j, "max_new_tokens", p.max_new_tokens);
+  put(j, "prefill_chunk", p.prefill_chunk);
+  put(j, "gpu_layers", p.gpu_layers);
+  put(j, "degraded", p.degraded);
+  put(j, "existing", p.existing);
+  put_unparsed(j, p.unparsed);
+  return j;
+}
+
+json to_json(const PlanDecision& d) {
+  json j = json::object();
+  put(j, "action", d.action);
+  put(j, "reason", d.reason);
+  put(j, "detail", d.detail);
+  put(j, "route", d.route);
+  put(j, "model", d.model);
+  put(j, "fallback_model", d.fallback_model);
+  put(j, "max_new_tokens", d.max_new_tokens);
+  put(j, "prefill_chunk", d.prefill_chunk);
+  put(j, "gpu_layers", d.gpu_layers);
+  put(j, "eta_ms", d.eta_ms);
+  put(j, "retry_after_ms", d.retry_after_ms);
+  put(j, "permanent", d.permanent);
+  put(j, "pressure", d.pressure);
+  put(j, "prompt_tokens", d.prompt_tokens);
+  if (d.skipped) {
+    json s = json::array();
+    for (const auto& x : *d.skipped) s.push_back({{"rung", x.rung}, {"why", x.why}});
+    j["skipped"] = s;
+  }
+  put(j, "breakdown", d.breakdown);
+  put(j, "headroom", d.headroom);
+  put_unparsed(j, d.unparsed);
+  return j;
+}
+
+json to_json(const JobInfo& i) {
+  json j = json::object();
+  put(j, "id", i.id);
+  put(j, "state", i.state);
+  put(j, "model", i.model);
+  put(j, "route", i.route);
+  put(j, "reason", i.reason);
+  put(j, "attempts", i.attempts);
+  put(j, "accepted_unix_ms", i.accepted_unix_ms);
+  put(j, "finished_unix_ms", i.finished_unix_ms);
+  put(j, "tokens", i.tokens);
+  put(j, "text", i.text);
+  put(j, "finish_reason", i.finish_reason);
+  put(j, "queue", i.queue);
+  put(j, "queue_position", i.queue_position);
+  put(j, "eta_ms", i.eta_ms);
+  if (i.history) {
+    json h = json::array();
+    for (const auto& x : *i.history)
+      h.push_back({{"from", x.from}, {"to", x.to}, {"reason", x.reason}, {"at_unix_ms", x.at_unix_ms}});
+    j["history"] = h;
+  }
+  put(j, "routes", i.routes);
+  put(j, "error_code", i.error_code);
+  put(j, "error_message", i.error_message);
+  put(j, "retry_after_ms", i.retry_after_ms);
+  if (i.checkpoint) {
+    json c = json::object();
+    put(c, "seed", i.checkpoint->seed);
+    put(c, "tokens_delivered", i.checkpoint->tokens_delivered);
+    put(c, "model", i.checkpoint->model);
+    put_unparsed(c, i.checkpoint->unparsed);
+    j["checkpoint"] = c;
+  }
+  put(j, "idempotency_key", i.idempotency_key);
+  put(j, "side_effects", i.side_effects);
+  put(j, "degraded", i.degraded);
+  j["resumable"] = i.state.value_or("") == "failed" && i.checkpoint.has_value();
+  put_unparsed(j, i.unparsed);
+  return j;
+}
+
+json to_json(const ModelInfo& m) {
+  json j = json::object();
+  put(j, "name", m.name);
+  put(j, "path", m.path);
+  put(j, "default", m.is_default);
+  put(j, "fingerprint", m.fingerprint);
+  put(j, "revision", m.revision);
+  put(j, "placement", m.placement);
+  put(j, "fallback", m.fallback);
+  put(j, "max_context", m.max_context);
+  put_unparsed(j, m.unparsed);
+  return j;
+}
+
+json to_json(const JobUpdate& u) {
+  json j = {{"job", u.job_id}, {"kind", u.kind}};
+  put(j, "route", u.route);
+  put(j, "reason", u.reason);
+  put(j, "model", u.model);
+  put(j, "fallback_model", u.fallback_model);
+  put(j, "degraded", u.degraded);
+  put(j, "queue", u.queue);
+  put(j, "queue_position", u.queue_position);
+  put(j, "eta_ms", u.eta_ms);
+  put(j, "attempt", u.attempt);
+  put(j, "text", u.text);
+  put(j, "tokens", u.tokens);
+  put(j, "step", u.step);
+  put(j, "from", u.from);
+  put(j, "to", u.to);
+  put(j, "tokens_delivered", u.tokens_delivered);
+  put(j, "state", u.state);
+  put(j, "finish_reason", u.finish_reason);
+  put(j, "error_code", u.error_code);
+  put(j, "error_message", u.error_message);
+  put(j, "retry_after_ms", u.retry_after_ms);
+  put(j, "tokens_total", u.tokens_total);
+  put_unparsed(j, u.unparsed);
+  return j;
+}
+
+json to_json(const RunSummary& s) {
+  json j = {{"job", s.job_id},
+            {"state", s.state},
+            {"finish_reason", s.finish_reason},
+            {"tokens", s.tokens},
+            {"elapsed_ms", s.elapsed_ms},
+            {"generate_ms", s.generate_ms},
+            {"routes", s.routes}};
+  if (!s.error_code.empty()) j["error_code"] = s.error_code;
+  if (!s.error_message.empty()) j["error_message"] = s.error_message;
+  return j;
+}
+
+}  // namespace tandem::client

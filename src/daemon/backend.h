@@ -1,0 +1,105 @@
+// What the service needs from the inference engine, as a torch-free interface: the configured models with their
+// shapes and fingerprints, tokenization, and a synchronous run of one job on one route (called on a route worker
+// thread). The LibTorch implementation is EngineBackend (engine_backend.h); tests use a scripted fake, so the
+// service's admission, queueing and failover logic builds and tests without LibTorch, D-Bus or a GPU.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/result.h"
+#include "daemon/config.h"
+#include "device/device.h"
+#include "generation/prompt_template.h"
+#include "generation/sampler.h"
+#include "policy/types.h"
+
+namespace tandem::daemon {
+
+using TokenId = std::int32_t;
+
+struct ModelInfo {
+  std::string name;
+  policy::ModelShape shape;         // for the estimator (element sizes from the compute dtype)
+  std::string revision;
+  std::string dtype;
+  std::string template_name;
+  std::string fallback;             // configured fallback model ("" = none)
+  std::uint32_t max_context = 0;    // in force for this model (config or the model's own)
+  std::uint64_t weight_bytes = 0;   // as stored in the files
+  bool gpu_configured = false;      // a replica on the accelerator is wanted (and there is an accelerator)
+  std::uint32_t gpu_layers = 0;     // layers placed on the accelerator by the GPU replica
+  std::string fingerprint;          // of the CPU replica (same files and settings → same on the GPU)
+  gen::SamplingParams default_sampling;    // config over generation_config.json
+  std::uint32_t default_max_new_tokens = 256;
+  std::vector<std::string> default_stop;   // config stops (every request)
+  std::vector<std::string> chat_stop;      // the template's stop strings (requests with messages)
+};
+
+struct ReplicaInfo {
+  std::string device;        // gpu | hybrid | cpu
+  std::string state;         // loaded | unloaded | lost | loading | failed
+  std::string mode;          // CPU: warm | mmap | on_demand; GPU: resident
+  std::uint32_t layers = 0;  // on the accelerator
+  std::uint64_t accel_bytes = 0;  // weights + KV pool on the accelerator
+  std::uint64_t host_bytes = 0;   // resident on the host (prefaulted / converted)
+  std::string fingerprint;
+  std::string error;         // last load error
+};
+
+struct RunSpec {
+  policy::JobId job = 0;
+  policy::Route route;                   // device + model that serves it
+  std::vector<TokenId> prompt;           // tokenized for route.model
+  gen::SamplingParams sampling;
+  std::uint32_t max_new_tokens = 1;      // counts resumed tokens
+  std::vector<std::string> stop;
+  std::vector<TokenId> resume_tokens;    // checkpoint to continue from
+  std::uint32_t prefill_chunk = 0;
+};
+
+// Called on the worker thread while the run progresses.
+class RunSink {
+ public:
+  virtual ~RunSink() = default;
+  virtual void prefilled(std::uint32_t tokens, Clock::duration took) = 0;
+  virtual void token(TokenId id, const std::string& text) = 0;  // id -1: trailing text without a token
+};
+
+struct RunResult {
+  Status status;                      // ok: finished normally (or cancelled, see finish_reason)
+  std::string finish_reason;          // eos | stop_string | max_tokens | context_full | cancelled | error
+  bool accelerator_fault = false;     // the error came from the accelerator (allocation refused, device lost)
+  std::uint32_t new_tokens = 0;
+  Clock::duration decode_time{};
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // The configured models (stable after construction).
+  virtual const std::vector<ModelInfo>& models() const = 0;
+  // Tokenizes for `model`: messages rendered with its template, else [BOS] + prompt. Loop thread.
+  virtual Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
+                                              const std::vector<gen::Message>& messages) = 0;
+  // Runs one job to the end on spec.route (worker thread; thread-safe). `cancel` is polled between tokens.
+  virtual RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) = 0;
+  virtual std::vector<ReplicaInfo> replicas(const std::string& model) const = 0;
+  // The accelerator (nullptr: none). Its memory() feeds the policy; its health_probe() the breaker.
+  virtual std::shared_ptr<device::Device> accelerator() const = 0;
+  // Bytes the GPU replica of `model` holds on the accelerator (weights + KV pool; 0 = not loaded / lost).
+  virtual std::uint64_t gpu_resident_bytes(const std::string& model) const = 0;
+  // True when `model`'s GPU replica is loaded and usable.
+  virtual bool gpu_ready(const std::string& model) const = 0;
+  // True when the CPU can serve `model` (replica loaded or loadable on demand).
+  virtual bool cpu_ready(const std::string& model) const = 0;
+  // After a device loss and recovery: (re)load the GPU replicas. Slow; worker thread.
+  virtual Status reload_gpu() = 0;
+};
+
+}  // namespace tandem::daemon

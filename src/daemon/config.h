@@ -1,0 +1,119 @@
+// tandemd's configuration: /etc/tandem/tandemd.toml plus drop-ins (tandemd.d/*.toml next to it, read in name order,
+// later files override earlier ones key by key; [[model]] entries are merged by `name`). Every key is validated;
+// an unknown key or a bad value is an error naming the file, the dotted key and the allowed range. Torch-free and
+// D-Bus-free: the daemon, `tandemd --check-config` and the tests share this. Keys: docs/config.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "policy/config.h"
+#include "policy/replica_mode.h"
+
+namespace tandem::daemon {
+
+enum class BusKind { system, session, address };
+std::string_view bus_kind_name(BusKind k) noexcept;
+
+struct BusConfig {
+  BusKind kind = BusKind::system;
+  std::string address;                   // required for kind = address ("unix:path=..."), empty otherwise
+  std::string name = "io.tandem.Tandem1";  // well-known name to own
+};
+
+struct AuthConfig {
+  std::string submit_group = "tandem";       // members may Submit/Plan/Cancel their jobs/OpenSession
+  bool allow_any_local_user = false;         // true: any local uid may submit
+  std::string admin_group = "tandem-admin";  // members (and uid 0) may set Policy, hold the GPU, use Testing
+};
+
+enum class AccelKind { none, simulated, cuda, auto_detect };  // auto_detect: cuda if a GPU answers, else none
+std::string_view accel_kind_name(AccelKind k) noexcept;
+
+struct DeviceConfig {
+  AccelKind kind = AccelKind::auto_detect;
+  int cuda_index = 0;                                      // [0, 63]
+  std::uint64_t sim_capacity_bytes = 8ull << 30;           // [64 MiB, 1 PiB]
+  std::chrono::milliseconds sim_reading_lag{0};            // [0, 60 s]
+  std::chrono::milliseconds poll_interval{250};            // memory readings, [10 ms, 60 s]
+  std::chrono::milliseconds probe_interval{30000};         // routine health probe while closed, [100 ms, 1 h]
+  std::chrono::milliseconds probe_timeout{2000};           // deadline of one probe, [10 ms, 60 s]
+};
+
+struct SamplingDefaults {
+  double temperature = 0.0;          // [0, 100]
+  int top_k = 0;                     // [0, 1000000]
+  double top_p = 1.0;                // (0, 1]
+  double repetition_penalty = 1.0;   // (0, 10]
+  std::uint32_t max_new_tokens = 256;  // [1, 1048576]
+  std::vector<std::string> stop;     // at most 16, each 1..256 bytes
+};
+
+struct ModelConfig {
+  std::string name;                  // [A-Za-z0-9_.-]{1,64}, unique; also the D-Bus object path element (escaped)
+  std::string dir;                   // model directory (HF layout); absolute, or relative to the config file's dir
+  std::string revision;              // label, part of the fingerprint; <= 128 bytes
+  std::string dtype = "f32";         // f32 | bf16 | f16 (compute dtype)
+  std::string template_name;         // "" = from tokenizer_config.json; raw | llama2 | chatml | zephyr
+  SamplingDefaults sampling;
+  // CPU replica mode: warm | mmap | on_demand, or auto (ReplicaModePolicy from measured times).
+  std::optional<policy::ReplicaMode> replica_mode;  // nullopt = auto
+  bool gpu = true;                   // also load a replica on the accelerator (when there is one)
+  int gpu_layers = -1;               // -1 = all layers on the accelerator; else [0, layers]
+  std::string fallback;              // name of another [[model]] the CPU may serve instead ("" = none)
+  int cpu_threads = 1;               // [1, 256] intra-op threads of the CPU replica
+  int gpu_threads = 1;               // [1, 256] (simulated accelerator computes on the CPU)
+  std::uint32_t max_context = 0;     // 0 = the model's; else [16, 1048576]
+  std::uint32_t max_sequences = 0;   // KV pool sized for this many sequences; 0 = the queue's concurrency
+};
+
+struct JournalConfig {
+  std::string dir = "/var/lib/tandem";  // the state directory; the journal is <dir>/journal
+  std::uint64_t max_bytes = 64ull << 20;  // compact when the file grows past this, [1 MiB, 64 GiB]
+  std::chrono::seconds retention{86400};  // terminal jobs kept this long, [0, 365 d]
+  std::uint32_t max_jobs = 10000;         // terminal jobs kept at most, [1, 10000000]
+  bool fsync = true;                      // fsync before acknowledging (false only for tests)
+};
+
+struct RuntimeConfig {
+  std::chrono::milliseconds drain_timeout{30000};      // SIGTERM: finish/checkpoint in-flight jobs, [0, 1 h]
+  std::chrono::milliseconds status_interval{1000};     // sd_notify STATUS refresh, [100 ms, 1 h]
+  std::uint32_t max_prompt_bytes = 1u << 20;           // [1, 64 MiB]
+  std::uint32_t max_messages = 256;                    // chat messages per request, [1, 65536]
+  std::uint32_t max_jobs_per_client = 64;              // non-terminal jobs per bus name, [1, 1000000]
+  std::chrono::milliseconds token_flush_interval{20};  // coalesce token signals, [0, 10 s]
+};
+
+struct DaemonConfig {
+  BusConfig bus;
+  AuthConfig auth;
+  DeviceConfig device;
+  std::vector<ModelConfig> models;   // at least one
+  std::string default_model;         // "" = the first [[model]]
+  policy::PolicyConfig policy;
+  JournalConfig journal;
+  RuntimeConfig runtime;
+  std::vector<std::string> sources;  // files read, in order (main file, then drop-ins)
+
+  const ModelConfig* find_model(std::string_view name) const;
+  // Cross-field checks (unique names, fallback refers to another model, default_model exists, policy.validate()).
+  Status validate() const;
+};
+
+// Reads `path` and then every `*.toml` in `dropin_dir` (sorted by file name). dropin_dir "" = <dir of path>/tandemd.d;
+// a missing drop-in directory is fine, a missing main file is not_found. Errors: parse_error / invalid_argument,
+// message "<file>: <dotted.key>: <what is allowed>, got <value>" (parse errors with line:column).
+Result<DaemonConfig> load_config(const std::string& path, const std::string& dropin_dir = "");
+// Parses one TOML document (for tests and the embedded demo config); `origin` names it in errors.
+Result<DaemonConfig> parse_config(std::string_view toml_text, const std::string& origin = "<string>");
+// The effective configuration as TOML that load_config() reads back to an equal configuration.
+std::string render_config(const DaemonConfig& cfg);
+
+// Parses "8GiB", "512 MiB", "1024" (bytes), "1.5GiB" (units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB).
+Result<std::uint64_t> parse_size(std::string_view text);
+
+}  // namespace tandem::daemon

@@ -1,0 +1,318 @@
+#include "daemon/engine_backend.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "daemon/log.h"
+#include "engine/generation.h"
+#include "engine/model.h"
+#include "engine/replica.h"
+#include "policy/replica_mode.h"
+
+namespace tandem::daemon {
+
+using SteadyTime = std::chrono::steady_clock;
+
+struct EngineBackend::Entry {
+  ModelConfig cfg;
+  engine::LoadOptions cpu_opts;
+  engine::LoadOptions gpu_opts;
+  std::unique_ptr<engine::Replica> cpu;
+  mutable std::mutex gpu_mu;
+  std::shared_ptr<engine::Model> gpu;  // guarded by gpu_mu
+  std::string gpu_error;               // guarded by gpu_mu
+  bool gpu_wanted = false;
+  std::string chat_template;
+};
+
+namespace {
+
+std::uint32_t dtype_bytes(engine::ComputeDType d) { return d == engine::ComputeDType::f32 ? 4 : 2; }
+
+policy::ModelShape shape_of(const std::string& name, const weights::ModelConfig& c, engine::ComputeDType d) {
+  policy::ModelShape s;
+  s.name = name;
+  s.layers = static_cast<std::uint32_t>(c.num_layers);
+  s.hidden = static_cast<std::uint32_t>(c.hidden_size);
+  s.intermediate = static_cast<std::uint32_t>(c.intermediate_size);
+  s.heads = static_cast<std::uint32_t>(c.num_heads);
+  s.kv_heads = static_cast<std::uint32_t>(c.num_kv_heads);
+  s.head_dim = static_cast<std::uint32_t>(c.head_dim);
+  s.vocab = static_cast<std::uint32_t>(c.vocab_size);
+  s.weight_bits = dtype_bytes(d) * 8;
+  s.kv_elem_bytes = dtype_bytes(d);
+  s.act_elem_bytes = dtype_bytes(d);
+  s.tied_embeddings = c.tie_word_embeddings;
+  return s;
+}
+
+bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_lost || c == Errc::kv_exhausted; }
+
+}  // namespace
+
+EngineBackend::~EngineBackend() = default;
+
+Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig& cfg,
+                                                             std::shared_ptr<device::Device> accelerator,
+                                                             std::function<void(const std::string&)> progress) {
+  std::shared_ptr<EngineBackend> b(new EngineBackend());
+  b->accel_ = std::move(accelerator);
+  for (const auto& mc : cfg.models) {
+    auto e = std::make_unique<Entry>();
+    e->cfg = mc;
+    auto dt = engine::parse_compute_dtype(mc.dtype);
+    if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
+    engine::LoadOptions o;
+    o.dtype = *dt;
+    o.kv_block_size = static_cast<int>(cfg.policy.estimator.kv_block_tokens);
+    o.max_context = static_cast<int>(mc.max_context);
+    o.revision = mc.revision;
+    o.template_name = mc.template_name;
+    e->cpu_opts = o;
+    e->cpu_opts.threads = mc.cpu_threads;
+    e->cpu_opts.max_sequences =
+        static_cast<int>(mc.max_sequences ? mc.max_sequences : cfg.policy.cpu_queue.concurrency);
+    e->gpu_opts = o;
+    e->gpu_opts.threads = mc.gpu_threads;
+    e->gpu_opts.max_sequences =
+        static_cast<int>(mc.max_sequences ? mc.max_sequences : cfg.policy.gpu_queue.concurrency);
+    e->gpu_opts.accelerator = b->accel_;
+    e->gpu_opts.accel_layers = mc.gpu_layers;
+    e->gpu_wanted = mc.gpu && b->accel_ != nullptr;
+
+    if (progress) progress("loading model " + mc.name + " (CPU replica)");
+    const auto t0 = SteadyTime::now();
+    // The CPU replica: created measured; "auto" picks the cheapest mode meeting the recovery budget.
+    policy::ReplicaMode mode = mc.replica_mode.value_or(policy::ReplicaMode::mmap);
+    auto rep = engine::Replica::create(mc.dir, e->cpu_opts, mode);
+    if (!rep) return fail(rep.error().code, "model " + mc.name + ": " + rep.error().message);
+    e->cpu = std::move(rep).value();
+    if (!mc.replica_mode) {
+      policy::ReplicaModePolicy rp(cfg.policy.replica);
+      const auto budget = cfg.policy.host_guard.budget_bytes;
+      const auto d = rp.decide(e->cpu->measurements(budget), e->cpu->mode());
+      if (d.mode != e->cpu->mode()) TANDEM_TRY(e->cpu->set_mode(d.mode));
+      log::info("model {}: CPU replica mode {} ({}; expected recovery {} ms)", mc.name,
+                policy::replica_mode_name(d.mode), d.reason,
+                std::chrono::duration_cast<std::chrono::milliseconds>(d.expected_recovery).count());
+    } else if (mode == policy::ReplicaMode::warm) {
+      TANDEM_TRY(e->cpu->set_mode(policy::ReplicaMode::warm));
+    }
+    auto m = e->cpu->get();
+    if (!m) return fail(m.error().code, "model " + mc.name + ": " + m.error().message);
+    const auto& model = *m;
+    ModelInfo info;
+    info.name = mc.name;
+    info.shape = shape_of(mc.name, model->config(), *dt);
+    info.revision = mc.revision;
+    info.dtype = std::string(engine::compute_dtype_name(*dt));
+    info.template_name = std::string(gen::template_name(model->prompt_template()));
+    info.fallback = mc.fallback;
+    info.max_context = static_cast<std::uint32_t>(model->max_context());
+    info.weight_bytes = model->load_stats().weight_bytes;
+    info.gpu_configured = e->gpu_wanted;
+    info.fingerprint = e->cpu->fingerprint().digest;
+    info.default_sampling.temperature = mc.sampling.temperature;
+    info.default_sampling.top_k = mc.sampling.top_k;
+    info.default_sampling.top_p = mc.sampling.top_p;
+    info.default_sampling.repetition_penalty = mc.sampling.repetition_penalty;
+    info.default_max_new_tokens = mc.sampling.max_new_tokens;
+    info.default_stop = mc.sampling.stop;
+    info.chat_stop = gen::template_stops(model->prompt_template());
+    const int layers = model->config().num_layers;
+    info.gpu_layers = static_cast<std::uint32_t>(mc.gpu_layers < 0 ? layers : std::min(mc.gpu_layers, layers));
+    if (mc.replica_mode == policy::ReplicaMode::on_demand) {
+      // Created measured, then dropped: the first CPU job loads it.
+    }
+    log::info("model {}: CPU replica ready in {} ms (fingerprint {})", mc.name,
+              std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(), info.fingerprint);
+    if (e->gpu_wanted) {
+      if (progress) progress("loading model " + mc.name + " (GPU replica)");
+      if (auto st = b->load_gpu(*e); !st)
+        log::warn("model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
+    }
+    b->infos_.push_back(std::move(info));
+    b->entries_.push_back(std::move(e));
+  }
+  return b;
+}
+
+Status EngineBackend::load_gpu(Entry& e) {
+  const auto t0 = SteadyTime::now();
+  auto m = engine::Model::load(e.cfg.dir, e.gpu_opts);
+  std::lock_guard lock(e.gpu_mu);
+  if (!m) {
+    e.gpu.reset();
+    e.gpu_error = m.error().message;
+    return fail(std::move(m).error());
+  }
+  if ((*m)->fingerprint().digest != e.cpu->fingerprint().digest) {
+    e.gpu_error = "GPU replica fingerprint differs from the CPU replica's";
+    return fail(Errc::incompatible, e.gpu_error);
+  }
+  e.gpu = std::move(m).value();
+  e.gpu_error.clear();
+  const auto& ls = e.gpu->load_stats();
+  log::info("model {}: GPU replica ready in {} ms ({} layers, {} MiB weights + {} MiB KV on {})", e.cfg.name,
+            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
+            e.gpu->accel_layers(), ls.accel_weight_bytes >> 20, ls.accel_kv_bytes >> 20,
+            accel_ ? accel_->name() : "none");
+  return {};
+}
+
+EngineBackend::Entry* EngineBackend::entry(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e->cfg.name == name) return e.get();
+  return nullptr;
+}
+
+Result<std::vector<TokenId>> EngineBackend::encode(const std::string& model, const std::string& prompt,
+                                                   const std::vector<gen::Message>& messages) {
+  Entry* e = entry(model);
+  if (!e) return fail(Errc::not_found, "unknown model '" + model + "'");
+  std::shared_ptr<engine::Model> m;
+  {
+    std::lock_guard lock(e->gpu_mu);
+    m = e->gpu;
+  }
+  if (!m) {
+    auto r = e->cpu->get();
+    if (!r) return fail(std::move(r).error());
+    m = *r;
+  }
+  if (messages.empty()) return m->encode_text(prompt);
+  return m->encode_chat(messages);
+}
+
+RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) {
+  RunResult out;
+  Entry* e = entry(spec.route.model);
+  if (!e) {
+    out.status = fail(Errc::not_found, "unknown model '" + spec.route.model + "'");
+    out.finish_reason = "error";
+    return out;
+  }
+  const bool on_gpu = spec.route.device != policy::Device::cpu;
+  std::shared_ptr<engine::Model> m;
+  if (on_gpu) {
+    std::lock_guard lock(e->gpu_mu);
+    m = e->gpu;
+    if (!m || m->device_lost()) {
+      out.status = fail(Errc::device_lost, "the GPU replica of " + spec.route.model + " is not available");
+      out.accelerator_fault = true;
+      out.finish_reason = "error";
+      return out;
+    }
+  } else {
+    auto r = e->cpu->get();
+    if (!r) {
+      out.status = fail(std::move(r).error());
+      out.finish_reason = "error";
+      return out;
+    }
+    m = *r;
+  }
+  engine::GenerateRequest req;
+  req.prompt = spec.prompt;
+  req.sampling = spec.sampling;
+  req.max_new_tokens = static_cast<int>(spec.max_new_tokens);
+  req.stop_strings = spec.stop;
+  req.resume_tokens = spec.resume_tokens;
+  req.prefill_chunk = static_cast<int>(spec.prefill_chunk);
+  auto fail_with = [&](Error err) {
+    out.accelerator_fault = on_gpu && (accel_fault(err.code) || m->device_lost());
+    out.status = fail(std::move(err));
+    out.finish_reason = "error";
+    return out;
+  };
+  auto g = engine::Generation::create(m, req);
+  if (!g) return fail_with(std::move(g).error());
+  auto& gen = **g;
+  const auto t0 = SteadyTime::now();
+  if (auto st = gen.prefill(); !st) return fail_with(std::move(st).error());
+  sink.prefilled(static_cast<std::uint32_t>(spec.prompt.size() + spec.resume_tokens.size()),
+                 SteadyTime::now() - t0);
+  const auto t1 = SteadyTime::now();
+  while (!gen.finished()) {
+    if (cancel.load(std::memory_order_relaxed)) {
+      gen.cancel();
+      break;
+    }
+    auto ev = gen.step();
+    if (!ev) return fail_with(std::move(ev).error());
+    ++out.new_tokens;
+    sink.token(ev->token, ev->text);
+  }
+  if (auto tail = gen.take_text(); !tail.empty()) sink.token(-1, tail);
+  out.decode_time = SteadyTime::now() - t1;
+  out.finish_reason = std::string(engine::finish_reason_name(gen.finish_reason()));
+  return out;
+}
+
+std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const {
+  std::vector<ReplicaInfo> out;
+  Entry* e = entry(model);
+  if (!e) return out;
+  if (e->gpu_wanted) {
+    ReplicaInfo r;
+    std::lock_guard lock(e->gpu_mu);
+    const int layers = static_cast<int>(e->cpu->fingerprint().digest.empty() ? 0 : 0);
+    (void)layers;
+    if (e->gpu) {
+      const bool all = e->gpu->accel_layers() >= e->gpu->config().num_layers;
+      r.device = all ? "gpu" : "hybrid";
+      r.state = e->gpu->device_lost() ? "lost" : "loaded";
+      r.layers = static_cast<std::uint32_t>(e->gpu->accel_layers());
+      r.accel_bytes = e->gpu->device_lost() ? 0 : e->gpu->load_stats().accel_weight_bytes + e->gpu->load_stats().accel_kv_bytes;
+      r.fingerprint = e->gpu->fingerprint().digest;
+    } else {
+      r.device = "gpu";
+      r.state = "failed";
+      r.error = e->gpu_error;
+    }
+    r.mode = "resident";
+    out.push_back(r);
+  }
+  ReplicaInfo c;
+  c.device = "cpu";
+  c.state = e->cpu->loaded() ? "loaded" : "unloaded";
+  c.mode = std::string(policy::replica_mode_name(e->cpu->mode()));
+  c.fingerprint = e->cpu->fingerprint().digest;
+  if (e->cpu->mode() == policy::ReplicaMode::warm) c.host_bytes = e->cpu->measurements(0).model_bytes;
+  out.push_back(c);
+  return out;
+}
+
+std::uint64_t EngineBackend::gpu_resident_bytes(const std::string& model) const {
+  Entry* e = entry(model);
+  if (!e) return 0;
+  std::lock_guard lock(e->gpu_mu);
+  if (!e->gpu || e->gpu->device_lost()) return 0;
+  return e->gpu->load_stats().accel_weight_bytes + e->gpu->load_stats().accel_kv_bytes;
+}
+
+bool EngineBackend::gpu_ready(const std::string& model) const {
+  Entry* e = entry(model);
+  if (!e) return false;
+  std::lock_guard lock(e->gpu_mu);
+  return e->gpu && !e->gpu->device_lost();
+}
+
+bool EngineBackend::cpu_ready(const std::string& model) const { return entry(model) != nullptr; }
+
+Status EngineBackend::reload_gpu() {
+  if (!accel_ || accel_->lost()) return fail(Errc::device_lost, "the accelerator is not back");
+  Status first;
+  for (auto& e : entries_) {
+    if (!e->gpu_wanted) continue;
+    {
+      std::lock_guard lock(e->gpu_mu);
+      if (e->gpu && !e->gpu->device_lost()) continue;
+      e->gpu.reset();  // frees nothing on the device (void since the loss); the tensors go with the last run
+    }
+    if (auto st = load_gpu(*e); !st && first) first = st;
+  }
+  return first;
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,48 @@
+// The Backend on the real engine (LibTorch): per configured model a CPU replica (warm / mmap / on-demand, chosen by
+// config or by the ReplicaModePolicy from measured load times) over the mmap'd files, and — when there is an
+// accelerator and the model wants it — a GPU replica with `gpu_layers` layers (weights + KV pool) on it. Only this
+// file's .cc links the engine; the header is torch-free.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "daemon/backend.h"
+#include "daemon/config.h"
+
+namespace tandem::daemon {
+
+class EngineBackend final : public Backend {
+ public:
+  // Loads every model (EXTEND_TIMEOUT callback `progress` is called before each load with a time estimate).
+  // A model whose GPU replica cannot be loaded still serves on the CPU (logged); a model whose CPU replica cannot be
+  // loaded is an error.
+  static Result<std::shared_ptr<EngineBackend>> create(const DaemonConfig& cfg,
+                                                       std::shared_ptr<device::Device> accelerator,
+                                                       std::function<void(const std::string&)> progress = {});
+  ~EngineBackend() override;
+
+  const std::vector<ModelInfo>& models() const override { return infos_; }
+  Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
+                                      const std::vector<gen::Message>& messages) override;
+  RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) override;
+  std::vector<ReplicaInfo> replicas(const std::string& model) const override;
+  std::shared_ptr<device::Device> accelerator() const override { return accel_; }
+  std::uint64_t gpu_resident_bytes(const std::string& model) const override;
+  bool gpu_ready(const std::string& model) const override;
+  bool cpu_ready(const std::string& model) const override;
+  Status reload_gpu() override;
+
+ private:
+  struct Entry;
+  EngineBackend() = default;
+  Entry* entry(const std::string& name) const;
+  Status load_gpu(Entry& e);
+
+  std::shared_ptr<device::Device> accel_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  std::vector<ModelInfo> infos_;
+};
+
+}  // namespace tandem::daemon

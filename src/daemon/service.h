@@ -1,0 +1,260 @@
+// The tandemd service core: jobs, admission, the two route queues with their worker threads, failover, the breaker
+// and its probes, GPU holds, degraded mode and the durable journal — everything except the bus. Torch-free and
+// D-Bus-free (the engine sits behind Backend, the bus behind ServiceObserver), so it is unit-tested with a scripted
+// backend and a simulated accelerator.
+//
+// Threading: every public method runs on the daemon's one event-loop thread. Route workers (GPU and CPU pools, one
+// maintenance thread for probes and reloads) only run Backend::run / health probes / reloads and post WorkerEvents;
+// the loop applies them in process_events(). `wake` is called from any thread when an event is posted.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/result.h"
+#include "daemon/backend.h"
+#include "daemon/config.h"
+#include "daemon/journal.h"
+#include "daemon/values.h"
+#include "policy/policy.h"
+
+namespace tandem::daemon {
+
+using policy::JobId;
+
+// Who calls, as the bus layer established it from the caller's credentials.
+struct Caller {
+  std::string bus_name;   // unique name (":1.42"); job updates go there
+  std::uint32_t uid = 0;
+  bool may_submit = false;
+  bool admin = false;
+};
+
+// Options of Submit/Plan/Resume (docs/dbus.md). Unset = the model's default.
+struct SubmitOptions {
+  std::optional<std::uint32_t> max_tokens;
+  std::optional<double> temperature;
+  std::optional<std::uint32_t> top_k;
+  std::optional<double> top_p;
+  std::optional<double> repetition_penalty;
+  std::optional<std::uint64_t> seed;
+  std::optional<std::vector<std::string>> stop;
+  std::optional<std::string> idempotency_key;
+  std::optional<bool> side_effects;
+  std::optional<bool> allow_cpu;
+  std::optional<bool> allow_reduce;
+  std::optional<bool> allow_fallback_model;
+  std::optional<std::uint64_t> deadline_ms;
+  std::optional<std::uint32_t> prefill_chunk;
+  std::optional<std::vector<std::int32_t>> resume_tokens;
+  std::optional<bool> stream;
+
+  void override_with(const SubmitOptions& o);
+};
+
+struct SubmitRequest {
+  std::string model;  // "" = default
+  std::string prompt;
+  std::vector<gen::Message> messages;
+  SubmitOptions options;
+};
+
+// Front-end callbacks, all on the loop thread.
+class ServiceObserver {
+ public:
+  virtual ~ServiceObserver() = default;
+  // A job update for its submitter only (unicast).
+  virtual void job_update(const std::string& destination, JobId id, const std::string& kind, const Dict& data) = 0;
+  virtual void degraded_changed(bool degraded, const std::string& reason, const Dict& details) = 0;
+  virtual void properties_changed(const std::vector<std::string>& names) = 0;
+};
+
+// Fixed worker threads running posted tasks (one pool per route).
+class TaskPool {
+ public:
+  TaskPool(std::string name, unsigned threads);
+  ~TaskPool();
+  void post(std::function<void()> task);
+  void stop();  // finishes queued tasks, joins
+ private:
+  void loop();
+  std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+class Service {
+ public:
+  // Opens the journal (jobs left non-terminal by a crash become failed-resumable with their checkpoint), rebuilds
+  // the idempotency keys, starts the workers. Errors: those of JobJournal::open, invalid config.
+  static Result<std::unique_ptr<Service>> create(DaemonConfig cfg, std::shared_ptr<Backend> backend,
+                                                 std::shared_ptr<const Clock> clock, ServiceObserver* observer,
+                                                 std::function<void()> wake);
+  ~Service();
+
+  // --- methods (errors are typed; see docs/dbus.md for the mapping) ---
+  Result<Dict> submit(const Caller& c, const SubmitRequest& req);  // placement, with "job_id"
+  Result<Dict> plan(const Caller& c, const SubmitRequest& req);
+  Result<std::string> cancel(const Caller& c, JobId id);
+  Result<Dict> get_job(const Caller& c, JobId id) const;
+  Result<Dict> resume(const Caller& c, JobId id, const SubmitOptions& overrides);
+  Result<std::string> hold_gpu(const Caller& c, const std::string& reason, const std::string& app_id);
+  Status release_gpu(const Caller& c, const std::string& cookie);
+  std::vector<Dict> list_models() const;
+  // The holder's bus name vanished (NameOwnerChanged): its holds go. Its jobs keep running to a terminal state.
+  void client_vanished(const std::string& bus_name);
+
+  // --- properties ---
+  std::string state() const;
+  std::string degraded_reason() const;
+  std::string breaker_state() const;
+  std::string fallback_model() const;
+  Dict policy_view() const;
+  Status set_policy(const Caller& c, const Dict& changes);
+  Dict memory_view() const;
+  Dict host_memory_view() const;
+  struct QueueRow { std::string name; std::uint32_t depth, capacity, running, concurrency; std::uint64_t oldest_age_ms; };
+  std::vector<QueueRow> queues_view() const;
+  std::map<std::string, std::uint32_t> limits_view() const;
+  struct HoldRow { std::string cookie, app_id, reason; std::int64_t since_unix_ms; };
+  std::vector<HoldRow> holds_view() const;
+  Dict model_view(const std::string& name) const;  // for the per-model objects
+  const DaemonConfig& config() const { return cfg_; }
+
+  // --- loop ---
+  void tick();            // periodic: device and host readings, breaker, probes, deadlines, queues
+  void process_events();  // applies what the workers posted
+  // Emits PropertiesChanged for what changed since the last call (one batch). Call after each loop iteration.
+  void flush_changes();
+  std::string status_line() const;  // for sd_notify STATUS=
+  Clock::duration poll_interval() const;
+
+  // --- shutdown (SIGTERM) ---
+  void begin_drain();   // stop accepting; queued jobs end failed-resumable ("daemon_stopping")
+  bool drained() const; // no job running
+  void abort_running(); // drain timeout: running jobs end failed-resumable with their checkpoint
+  void reload(const DaemonConfig& cfg);  // SIGHUP: applies what can change at run time (policy knobs, auth)
+
+  // --- testing interface ---
+  Status testing_foreign_load(std::uint64_t bytes);
+  Status testing_fail_allocations(std::uint32_t n, const std::string& site);
+  Status testing_fail_probes(std::uint32_t n);
+  Status testing_reading_lag(std::uint64_t ms);
+  Status testing_lose_device();
+  Status testing_recover_device();
+  std::map<std::string, std::uint64_t> counters() const;
+
+  // Journal replay figures (for the start-up log line).
+  const JobJournal::ReplayStats& replay_stats() const { return journal_->replay_stats(); }
+
+ private:
+  struct JobRecord;
+  struct WorkerEvent;
+  class Sink;
+
+  Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const Clock> clock,
+          ServiceObserver* observer, std::function<void()> wake);
+  Status restore();
+  void start_workers();
+
+  // Request handling.
+  struct Prepared;
+  Result<Prepared> prepare(const Caller& c, const SubmitRequest& req, bool for_plan);
+  policy::Decision decide(const Prepared& p, std::optional<JobId> self, Clock::duration waited);
+  policy::AdmissionSnapshot snapshot(const ModelInfo& m, const policy::RequestShape& r, std::optional<JobId> self,
+                                     Clock::duration waited) const;
+  Dict placement(const JobRecord& j) const;
+  Dict job_dict(const JobRecord& j) const;
+  Result<Dict> accept(const Caller& c, Prepared p, const policy::Decision& d, std::optional<JobId> resumed_from);
+
+  // Scheduling.
+  void pump();
+  void dispatch(JobRecord& j, const policy::Route& route);
+  void to_cpu_queue(JobRecord& j, const std::string& why);
+  void end_job(JobRecord& j, policy::JobPhase phase, const std::string& reason, Errc code,
+               const std::string& message, Clock::duration retry_after);
+  void release_resources(JobRecord& j);
+  void on_run_finished(JobRecord& j, const RunResult& r);
+  void on_gpu_failure(JobRecord& j, const RunResult& r);
+  bool cpu_can_serve(const JobRecord& j) const;
+
+  // Readings and state.
+  void refresh_readings();
+  void update_service_state();
+  void breaker_event(policy::BreakerEvent e, policy::ProbeId probe = policy::kNoProbe);
+  void maybe_probe();
+  void check_deadlines();
+  void post(WorkerEvent ev);
+  void emit(const JobRecord& j, const std::string& kind, const Dict& data);
+  void journal_transition(const JobRecord& j, const std::string& reason);
+  JobRecord* find(JobId id);
+  const JobRecord* find(JobId id) const;
+  Status check_owner(const Caller& c, const JobRecord& j) const;
+  std::int64_t unix_ms() const;
+  bool gpu_usable(const std::string& model) const;
+  std::uint32_t active_jobs_of(const std::string& bus_name) const;
+  void prune_finished();
+
+  DaemonConfig cfg_;
+  std::shared_ptr<Backend> backend_;
+  std::shared_ptr<const Clock> clock_;
+  ServiceObserver* observer_;
+  std::function<void()> wake_;
+
+  std::unique_ptr<JobJournal> journal_;
+  policy::AdmissionPolicy admission_;
+  policy::CircuitBreaker breaker_;
+  policy::JobQueue gpu_queue_;
+  policy::JobQueue cpu_queue_;
+  policy::ReservationLedger ledger_;
+  policy::HostMemoryGuard host_guard_;
+  policy::PressureTracker pressure_tracker_;
+  policy::ServiceStateTracker state_;
+  policy::FailoverPolicy failover_;
+  policy::IdempotencyRegistry idempotency_;
+
+  // Readings.
+  std::optional<policy::MemorySnapshot> snapshot_;
+  policy::Headroom headroom_;
+  policy::Pressure pressure_ = policy::Pressure::normal;
+  policy::HostReading host_reading_;
+  bool device_lost_ = false;
+  bool reload_in_flight_ = false;
+  bool probe_in_flight_ = false;
+  Clock::time_point last_probe_{};
+  std::int64_t degraded_since_unix_ms_ = 0;
+
+  std::map<JobId, std::unique_ptr<JobRecord>> jobs_;
+  JobId next_id_ = 1;
+  struct Hold { std::string owner, app_id, reason; std::int64_t since_unix_ms; };
+  std::map<std::string, Hold> holds_;
+  std::uint64_t hold_counter_ = 0;
+
+  bool draining_ = false;
+  std::map<std::string, std::uint64_t> counters_;
+
+  // Change detection for PropertiesChanged.
+  std::map<std::string, std::string> published_;
+
+  // Worker side.
+  std::mutex events_mu_;
+  std::deque<WorkerEvent> events_;
+  std::unique_ptr<TaskPool> gpu_pool_, cpu_pool_, maint_pool_;
+};
+
+}  // namespace tandem::daemon

@@ -1,0 +1,310 @@
+// tandemd: the failover inference daemon. One event loop (poll over the D-Bus fd, a timer, a signal pipe and the
+// workers' wake-up eventfd) drives the Service; route workers run the engine. See docs/daemon.md.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <systemd/sd-daemon.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "daemon/config.h"
+#include "daemon/dbus_server.h"
+#include "daemon/engine_backend.h"
+#include "daemon/log.h"
+#include "daemon/service.h"
+#include "device/simulated.h"
+#if defined(TANDEM_HAVE_CUDA)
+#include "device/cuda.h"
+#endif
+
+using namespace tandem;
+using namespace tandem::daemon;
+using namespace std::chrono_literals;
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const int saved = errno;
+  const unsigned char b = static_cast<unsigned char>(sig);
+  (void)!write(g_signal_pipe[1], &b, 1);
+  errno = saved;
+}
+
+// A real handler for each (not just a mask): OpenBLAS starts threads before main, and a signal delivered to one of
+// them would take the default action (TOOLCHAIN.md, "SIGTERM trap").
+bool install_signals() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGTERM, SIGINT, SIGHUP})
+    if (sigaction(s, &sa, nullptr) != 0) return false;
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}
+
+void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: tandemd [--config PATH] [--dropin-dir DIR] [--check-config] [--testing]\n"
+               "               [--bus system|session|ADDRESS] [--state-dir DIR] [--log-level LEVEL] [--log-stderr]\n"
+               "  --config PATH      main configuration file (default /etc/tandem/tandemd.toml)\n"
+               "  --dropin-dir DIR   drop-in directory (default: tandemd.d next to the config file)\n"
+               "  --check-config     validate, print the effective configuration, exit (0 valid, 1 invalid)\n"
+               "  --testing          expose io.tandem.Tandem1.Testing (fault injection; admin only)\n"
+               "  --bus B            override [bus]: system, session, or a D-Bus address (unix:path=...)\n"
+               "  --state-dir DIR    override [journal] dir\n"
+               "  --log-level L      trace|debug|info|warn|error (default info)\n"
+               "  --log-stderr       log to stderr even under systemd\n");
+}
+
+std::shared_ptr<device::Device> make_accelerator(const DeviceConfig& d, std::string& why) {
+  switch (d.kind) {
+    case AccelKind::none: return nullptr;
+    case AccelKind::simulated: {
+      device::SimulatedConfig sc;
+      sc.capacity_bytes = d.sim_capacity_bytes;
+      sc.reading_lag = d.sim_reading_lag;
+      return std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+    }
+    case AccelKind::cuda:
+    case AccelKind::auto_detect: {
+#if defined(TANDEM_HAVE_CUDA)
+      auto dev = device::CudaDevice::open(d.cuda_index, std::make_shared<SteadyClock>());
+      if (dev) return *dev;
+      why = dev.error().message;
+#else
+      why = "this build has no CUDA runtime";
+#endif
+      return nullptr;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path = "/etc/tandem/tandemd.toml", dropin, bus_override, state_override, level = "info";
+  bool check_only = false, testing = false, log_stderr = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tandemd: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--config") config_path = value("--config");
+    else if (a == "--dropin-dir") dropin = value("--dropin-dir");
+    else if (a == "--check-config") check_only = true;
+    else if (a == "--testing") testing = true;
+    else if (a == "--bus") bus_override = value("--bus");
+    else if (a == "--state-dir") state_override = value("--state-dir");
+    else if (a == "--log-level") level = value("--log-level");
+    else if (a == "--log-stderr") log_stderr = true;
+    else if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "tandemd: unknown argument '%s'\n", a.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (level != "trace" && level != "debug" && level != "info" && level != "warn" && level != "error") {
+    std::fprintf(stderr, "tandemd: --log-level must be trace, debug, info, warn or error\n");
+    return 2;
+  }
+
+  auto loaded = load_config(config_path, dropin);
+  if (!loaded) {
+    std::fprintf(stderr, "tandemd: invalid configuration: %s\n", loaded.error().message.c_str());
+    return 1;
+  }
+  DaemonConfig cfg = std::move(loaded).value();
+  if (!bus_override.empty()) {
+    if (bus_override == "system") cfg.bus.kind = BusKind::system;
+    else if (bus_override == "session") cfg.bus.kind = BusKind::session;
+    else {
+      cfg.bus.kind = BusKind::address;
+      cfg.bus.address = bus_override;
+    }
+  }
+  if (!state_override.empty()) cfg.journal.dir = state_override;
+  if (check_only) {
+    std::fputs(render_config(cfg).c_str(), stdout);
+    std::fprintf(stderr, "tandemd: configuration is valid (%zu file(s))\n", cfg.sources.size());
+    return 0;
+  }
+
+  log::init(log_stderr ? log::Target::stderr_only : log::Target::auto_detect, level);
+  if (!install_signals()) {
+    log::error("cannot install signal handlers: {}", std::strerror(errno));
+    return 1;
+  }
+  const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd < 0) {
+    log::error("eventfd: {}", std::strerror(errno));
+    return 1;
+  }
+  sd_notifyf(0, "STATUS=loading models (%zu)", cfg.models.size());
+
+  std::string accel_why;
+  auto accel = make_accelerator(cfg.device, accel_why);
+  if (!accel && cfg.device.kind == AccelKind::cuda) {
+    log::error("[device] kind = cuda but no CUDA device: {}", accel_why);
+    return 1;
+  }
+  if (accel) log::info("accelerator: {} ({})", accel->name(), device::kind_name(accel->kind()));
+  else log::info("no accelerator ({}): every job runs on the CPU", cfg.device.kind == AccelKind::none ? "configured" : accel_why);
+
+  const auto extend = [](const std::string& what) {
+    sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=%s", 120ull * 1000000ull, what.c_str());
+    log::info("{}", what);
+  };
+  auto backend = EngineBackend::create(cfg, accel, extend);
+  if (!backend) {
+    log::error("loading models failed: {}", backend.error().message);
+    sd_notifyf(0, "STATUS=failed: %s", backend.error().message.c_str());
+    return 1;
+  }
+
+  auto server = DbusServer::connect(cfg.bus);
+  if (!server) {
+    log::error("{}", server.error().message);
+    return 1;
+  }
+  auto wake = [wake_fd] {
+    const std::uint64_t one = 1;
+    (void)!write(wake_fd, &one, sizeof one);
+  };
+  auto service = Service::create(cfg, *backend, std::make_shared<SteadyClock>(), server->get(), wake);
+  if (!service) {
+    log::error("starting the service failed: {}", service.error().message);
+    return 1;
+  }
+  const auto& rs = (*service)->replay_stats();
+  log::info("journal {}/journal: {} jobs, {} records, {} corrupt, torn tail {} bytes, {} recovered as failed-resumable",
+            cfg.journal.dir, rs.jobs, rs.records, rs.corrupt_records, rs.torn_tail_bytes, rs.recovered_nonterminal);
+  if (auto st = (*server)->serve(service->get(), cfg, testing); !st) {
+    log::error("{}", st.error().message);
+    return 1;
+  }
+  log::info("serving {} on the {} bus{}", cfg.bus.name, bus_kind_name(cfg.bus.kind), testing ? " (testing interface on)" : "");
+
+  Service& svc = **service;
+  DbusServer& bus = **server;
+  std::uint64_t watchdog_usec = 0;
+  const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0;
+  sd_notifyf(0, "READY=1\nSTATUS=%s", svc.status_line().c_str());
+
+  using SteadyTime = std::chrono::steady_clock;
+  auto next_tick = SteadyTime::now();
+  auto next_status = SteadyTime::now();
+  auto next_watchdog = SteadyTime::now();
+  std::string last_status;
+  bool draining = false;
+  SteadyTime::time_point drain_deadline{};
+  int exit_code = 0;
+
+  for (;;) {
+    bus.process();
+    svc.flush_changes();
+    const auto now = SteadyTime::now();
+    if (now >= next_tick) {
+      svc.tick();
+      svc.flush_changes();
+      next_tick = now + svc.poll_interval();
+    }
+    if (now >= next_status) {
+      auto line = svc.status_line();
+      if (line != last_status) {
+        sd_notifyf(0, "STATUS=%s", line.c_str());
+        last_status = line;
+      }
+      next_status = now + cfg.runtime.status_interval;
+    }
+    if (watchdog && now >= next_watchdog) {
+      sd_notify(0, "WATCHDOG=1");
+      next_watchdog = now + std::chrono::microseconds(watchdog_usec / 2);
+    }
+    if (draining) {
+      if (svc.drained()) break;
+      if (now >= drain_deadline) {
+        svc.abort_running();
+        drain_deadline = now + 10s;  // the engine stops within a token; then the jobs end resumable
+      }
+    }
+
+    auto pd = bus.poll_data();
+    auto wait_until = std::min(next_tick, next_status);
+    if (watchdog) wait_until = std::min(wait_until, next_watchdog);
+    if (draining) wait_until = std::min(wait_until, SteadyTime::now() + 100ms);
+    auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - SteadyTime::now()).count();
+    if (pd.timeout_usec != UINT64_MAX) {
+      // sd-bus reports an absolute CLOCK_MONOTONIC deadline in µs.
+      timespec ts{};
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      const std::uint64_t mono = static_cast<std::uint64_t>(ts.tv_sec) * 1000000ull + static_cast<std::uint64_t>(ts.tv_nsec) / 1000ull;
+      const auto bus_ms = pd.timeout_usec > mono ? static_cast<long long>((pd.timeout_usec - mono + 999) / 1000) : 0LL;
+      timeout_ms = std::min<long long>(timeout_ms, bus_ms);
+    }
+    timeout_ms = std::max<long long>(0, timeout_ms);
+    pollfd fds[3] = {{pd.fd, static_cast<short>(pd.events), 0}, {g_signal_pipe[0], POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int n = ::poll(fds, 3, static_cast<int>(std::min<long long>(timeout_ms, 1000)));
+    if (n < 0 && errno != EINTR) {
+      log::error("poll: {}", std::strerror(errno));
+      exit_code = 1;
+      break;
+    }
+    if (fds[2].revents & POLLIN) {
+      std::uint64_t v;
+      (void)!read(wake_fd, &v, sizeof v);
+      svc.process_events();
+    }
+    if (fds[1].revents & POLLIN) {
+      unsigned char sig = 0;
+      while (read(g_signal_pipe[0], &sig, 1) == 1) {
+        if (sig == SIGHUP) {
+          auto re = load_config(config_path, dropin);
+          if (!re) {
+            log::error("SIGHUP: configuration not reloaded: {}", re.error().message);
+            continue;
+          }
+          svc.reload(*re);
+          bus.reload_auth(re->auth);
+          log::info("SIGHUP: configuration reloaded (policy knobs and authorization; models and bus need a restart)");
+        } else if (!draining) {
+          draining = true;
+          sd_notify(0, "STOPPING=1\nSTATUS=draining");
+          log::info("signal {}: draining (timeout {} ms)", static_cast<int>(sig), cfg.runtime.drain_timeout.count());
+          svc.begin_drain();
+          drain_deadline = SteadyTime::now() + cfg.runtime.drain_timeout;
+        } else {
+          log::warn("second signal: stopping running jobs now (they end failed-resumable)");
+          svc.abort_running();
+        }
+      }
+    }
+  }
+  // Let the last finished-updates go out, then leave the bus.
+  svc.process_events();
+  bus.process();
+  svc.flush_changes();
+  bus.process();
+  bus.release_name();
+  log::info("stopped: {}", svc.status_line());
+  return exit_code;
+}

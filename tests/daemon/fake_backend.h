@@ -1,0 +1,284 @@
+// A scripted Backend for the service tests: two small Llama-shaped models ("tiny" with a GPU replica and "small" as
+// its CPU fallback), a deterministic byte tokenizer, and run() driven by a per-run Script (emit N tokens, block
+// until released, fail with out_of_memory / device_lost after k tokens, honour cancel). Every RunSpec is recorded.
+// Tokens are a function of (seed, step), like the engine's counter-based sampler, so a run resumed at step k emits
+// the same continuation as the run that broke. Thread-safe: run() and reload_gpu() are called on worker threads.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/backend.h"
+#include "device/simulated.h"
+
+namespace tandem::daemon::fake {
+
+inline policy::ModelShape llama_shape(std::string name, std::uint32_t layers, std::uint32_t hidden) {
+  policy::ModelShape s;
+  s.name = std::move(name);
+  s.layers = layers;
+  s.hidden = hidden;
+  s.intermediate = hidden * 11 / 4;
+  s.heads = 4;
+  s.kv_heads = 4;
+  s.head_dim = hidden / 4;
+  s.vocab = 512;
+  s.weight_bits = 32;
+  s.kv_elem_bytes = 4;
+  s.act_elem_bytes = 4;
+  return s;
+}
+
+// What one run does. Steps are counted from 0 within the run (resumed tokens not included).
+struct Script {
+  std::uint32_t tokens = 4;                 // tokens to emit (capped at max_new_tokens - resume_tokens)
+  std::optional<Errc> fail;                 // after `fail_after` tokens: fail with this code (accelerator fault)
+  std::uint32_t fail_after = 0;
+  std::optional<std::uint32_t> block_at;    // after this many tokens: block until released or cancelled
+  std::string finish_reason = "eos";        // when fewer than the cap were emitted
+};
+
+class FakeBackend final : public Backend {
+ public:
+  explicit FakeBackend(std::shared_ptr<device::SimulatedDevice> sim) : sim_(std::move(sim)) {
+    ModelInfo tiny;
+    tiny.name = "tiny";
+    tiny.shape = llama_shape("tiny", 4, 256);
+    tiny.revision = "r1";
+    tiny.dtype = "f32";
+    tiny.template_name = "raw";
+    tiny.fallback = "small";
+    tiny.max_context = 512;
+    tiny.weight_bytes = 16ull << 20;
+    tiny.gpu_configured = true;
+    tiny.gpu_layers = 4;
+    tiny.fingerprint = "fp-tiny";
+    tiny.default_max_new_tokens = 16;
+    tiny.chat_stop = {"</s>"};
+    ModelInfo small = tiny;
+    small.name = "small";
+    small.shape = llama_shape("small", 2, 128);
+    small.fallback = "";
+    small.weight_bytes = 4ull << 20;
+    small.gpu_configured = false;
+    small.gpu_layers = 0;
+    small.fingerprint = "fp-small";
+    models_ = {tiny, small};
+  }
+
+  // --- Backend ---
+  const std::vector<ModelInfo>& models() const override { return models_; }
+
+  Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
+                                      const std::vector<gen::Message>& messages) override {
+    {
+      std::lock_guard lock(mu_);
+      encoded_for_.push_back(model);
+    }
+    std::string text = prompt;
+    for (const auto& m : messages) text += m.role + ": " + m.content + "\n";
+    std::vector<TokenId> ids{1};  // BOS
+    for (unsigned char c : text) ids.push_back(2 + static_cast<TokenId>(c % 500));
+    return ids;
+  }
+
+  RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) override {
+    Script s;
+    {
+      std::lock_guard lock(mu_);
+      runs_.push_back(spec);
+      s = scripter_ ? scripter_(spec) : default_;
+    }
+    const auto base = static_cast<std::uint32_t>(spec.resume_tokens.size());
+    const std::uint32_t cap = spec.max_new_tokens > base ? spec.max_new_tokens - base : 0;
+    const std::uint32_t n = std::min(s.tokens, cap);
+    sink.prefilled(static_cast<std::uint32_t>(spec.prompt.size()) + base, std::chrono::milliseconds(1));
+    RunResult r;
+    for (std::uint32_t i = 0;; ++i) {
+      if (s.block_at && *s.block_at == i) wait_gate(spec.job, cancel);
+      if (cancel.load()) {
+        r.finish_reason = "cancelled";
+        return r;
+      }
+      if (s.fail && s.fail_after == i) {
+        if (*s.fail == Errc::device_lost) {
+          {
+            std::lock_guard lock(mu_);
+            gpu_loaded_ = false;
+          }
+          sim_->lose();
+        }
+        r.status = ::tandem::fail(*s.fail, "fake: injected " + std::string(errc_name(*s.fail)) + " after " +
+                                               std::to_string(i) + " tokens");
+        r.finish_reason = "error";
+        r.accelerator_fault = true;
+        return r;
+      }
+      if (i == n) break;
+      const std::uint32_t step = base + i;
+      sink.token(token_for(spec.sampling.seed, step), text_for(step));
+      ++r.new_tokens;
+      r.decode_time += std::chrono::milliseconds(1);
+    }
+    r.finish_reason = n == cap ? "max_tokens" : s.finish_reason;
+    return r;
+  }
+
+  std::vector<ReplicaInfo> replicas(const std::string& model) const override {
+    std::vector<ReplicaInfo> out;
+    ReplicaInfo cpu;
+    cpu.device = "cpu";
+    cpu.state = cpu_ready(model) ? "loaded" : "unloaded";
+    cpu.mode = "warm";
+    out.push_back(cpu);
+    if (model == "tiny") {
+      ReplicaInfo gpu;
+      gpu.device = "gpu";
+      gpu.state = gpu_ready(model) ? "loaded" : "lost";
+      gpu.mode = "resident";
+      gpu.accel_bytes = gpu_resident_bytes(model);
+      out.push_back(gpu);
+    }
+    return out;
+  }
+
+  std::shared_ptr<device::Device> accelerator() const override { return sim_; }
+
+  std::uint64_t gpu_resident_bytes(const std::string& model) const override {
+    return gpu_ready(model) ? models_[0].weight_bytes : 0;
+  }
+
+  bool gpu_ready(const std::string& model) const override {
+    std::lock_guard lock(mu_);
+    return model == "tiny" && gpu_loaded_ && gpu_enabled_;
+  }
+
+  bool cpu_ready(const std::string& model) const override {
+    std::lock_guard lock(mu_);
+    return cpu_ready_.count(model) != 0;
+  }
+
+  Status reload_gpu() override {
+    std::lock_guard lock(mu_);
+    ++reloads_;
+    if (sim_->lost()) return ::tandem::fail(Errc::device_lost, "fake: device still lost");
+    gpu_loaded_ = true;
+    return {};
+  }
+
+  // --- scripting (test thread) ---
+  void set_script(Script s) {
+    std::lock_guard lock(mu_);
+    default_ = std::move(s);
+    scripter_ = nullptr;
+  }
+  void set_scripter(std::function<Script(const RunSpec&)> f) {
+    std::lock_guard lock(mu_);
+    scripter_ = std::move(f);
+  }
+  void set_gpu_enabled(bool on) {
+    std::lock_guard lock(mu_);
+    gpu_enabled_ = on;
+  }
+  void set_cpu_ready(const std::string& model, bool on) {
+    std::lock_guard lock(mu_);
+    if (on) cpu_ready_.insert(model);
+    else cpu_ready_.erase(model);
+  }
+  // Lets blocked runs of `job` (or every run, now and later) continue.
+  void release(policy::JobId job) {
+    {
+      std::lock_guard lock(mu_);
+      released_.insert(job);
+    }
+    gate_cv_.notify_all();
+  }
+  void release_all() {
+    {
+      std::lock_guard lock(mu_);
+      release_all_ = true;
+    }
+    gate_cv_.notify_all();
+  }
+
+  // --- observations ---
+  std::vector<RunSpec> runs() const {
+    std::lock_guard lock(mu_);
+    return runs_;
+  }
+  std::vector<RunSpec> runs_of(policy::JobId job) const {
+    std::vector<RunSpec> out;
+    for (auto& r : runs())
+      if (r.job == job) out.push_back(r);
+    return out;
+  }
+  std::size_t blocked() const {
+    std::lock_guard lock(mu_);
+    return blocked_.size();
+  }
+  bool is_blocked(policy::JobId job) const {
+    std::lock_guard lock(mu_);
+    return blocked_.count(job) != 0;
+  }
+  int reloads() const {
+    std::lock_guard lock(mu_);
+    return reloads_;
+  }
+  std::vector<std::string> encoded_for() const {
+    std::lock_guard lock(mu_);
+    return encoded_for_;
+  }
+
+  // The token and text a run emits at `step` for `seed` (what the engine's (seed, step) sampler would do).
+  static TokenId token_for(std::uint64_t seed, std::uint32_t step) {
+    return static_cast<TokenId>((seed * 131 + std::uint64_t{step} * 17 + 3) % 512);
+  }
+  static std::string text_for(std::uint32_t step) { return " w" + std::to_string(step); }
+  static std::string text_of(std::uint32_t from, std::uint32_t to) {
+    std::string s;
+    for (std::uint32_t i = from; i < to; ++i) s += text_for(i);
+    return s;
+  }
+  static std::vector<TokenId> tokens_of(std::uint64_t seed, std::uint32_t from, std::uint32_t to) {
+    std::vector<TokenId> v;
+    for (std::uint32_t i = from; i < to; ++i) v.push_back(token_for(seed, i));
+    return v;
+  }
+
+ private:
+  void wait_gate(policy::JobId job, const std::atomic<bool>& cancel) {
+    std::unique_lock lock(mu_);
+    blocked_.insert(job);
+    while (!release_all_ && !released_.count(job) && !cancel.load())
+      gate_cv_.wait_for(lock, std::chrono::milliseconds(1));
+    blocked_.erase(blocked_.find(job));
+  }
+
+  std::shared_ptr<device::SimulatedDevice> sim_;
+  std::vector<ModelInfo> models_;
+  mutable std::mutex mu_;
+  std::condition_variable gate_cv_;
+  Script default_;
+  std::function<Script(const RunSpec&)> scripter_;
+  std::vector<RunSpec> runs_;
+  std::vector<std::string> encoded_for_;
+  std::set<policy::JobId> released_;
+  std::multiset<policy::JobId> blocked_;
+  bool release_all_ = false;
+  bool gpu_loaded_ = true;
+  bool gpu_enabled_ = true;
+  std::set<std::string> cpu_ready_{"tiny", "small"};
+  int reloads_ = 0;
+};
+
+}  // namespace tandem::daemon::fake
