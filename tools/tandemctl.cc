@@ -10,23 +10,24 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <functional>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "cli_args.h"
 #include "client/client.h"
 #include "client/format.h"
-#include "cli_args.h"
 
 #ifndef TANDEM_VERSION
 #define TANDEM_VERSION "unknown"
@@ -41,7 +42,8 @@ namespace {
 
 enum Exit : int { kOk = 0, kUsage = 1, kFailed = 2, kCancelled = 3, kBusError = 4 };
 
-constexpr const char* kUsageText = R"(usage: tandemctl [--system|--session|--address ADDR] [--name NAME] [--json] COMMAND [ARGS]
+constexpr const char* kUsageText =
+    R"(usage: tandemctl [--system|--session|--address ADDR] [--name NAME] [--json] COMMAND [ARGS]
 
 Commands:
   status                         service state, degraded reason, breaker, memory, queues, limits, holds
@@ -57,7 +59,7 @@ Commands:
   hold [--app-id ID] [--for S] REASON
                                  keep new work off the GPU until Ctrl-C (or S seconds); prints the cookie
   release COOKIE                 release a GPU hold
-  models                         configured models
+  models [NAME] [--details]      configured models (--details / NAME: replicas, placement, template)
   testing foreign-load BYTES | fail-alloc N SITE | fail-probes N | lose-device | recover-device |
           reading-lag MS | counters
                                  fault injection (tandemd must run with testing enabled)
@@ -169,7 +171,9 @@ std::uint64_t parse_u64(const std::string& flag, const std::string& v) {
   return tandem::cli::parse_number<std::uint64_t>(flag, v, 0, UINT64_MAX);
 }
 
-std::uint64_t parse_job_id(const std::string& v) { return tandem::cli::parse_number<std::uint64_t>("JOB", v, 0, UINT64_MAX); }
+std::uint64_t parse_job_id(const std::string& v) {
+  return tandem::cli::parse_number<std::uint64_t>("JOB", v, 0, UINT64_MAX);
+}
 
 double parse_double(const std::string& flag, const std::string& v, double lo, double hi) {
   double d = 0;
@@ -239,8 +243,11 @@ std::unique_ptr<tc::Client> open_client(const Global& g, int& exit_code) {
   return std::move(c).value();
 }
 
+// Replies may grow new keys (docs/dbus.md, compatibility): unknown ones are ignored, and listed only with
+// TANDEMCTL_STRICT=1 (contract checks, e.g. tandem-validate).
 void note_unparsed(const std::string& what, const tc::Unparsed& u) {
   if (u.empty()) return;
+  if (const char* s = std::getenv("TANDEMCTL_STRICT"); !s || std::string(s) != "1") return;
   std::string t;
   for (const auto& [k, why] : u) t += (t.empty() ? "" : ", ") + k + " (" + why + ")";
   err_line("tandemctl: note: " + what + " has keys this tandemctl does not understand: " + t);
@@ -270,15 +277,24 @@ JobArgs parse_job_args(const std::string& cmd, ArgList& a, Global& g) {
       j.positional.push_back(f);
       continue;
     }
-    if (f == "--") only_positional = true;
-    else if (f == "--json") g.json = true;
-    else if (f == "--model") j.req.model = a.value(f), j.model_given = true;
-    else if (f == "--max-tokens") o.max_tokens = tandem::cli::parse_number<std::uint32_t>(f, a.value(f), 1, UINT32_MAX);
-    else if (f == "--temperature") o.temperature = parse_double(f, a.value(f), 0.0, 1e6);
-    else if (f == "--top-k") o.top_k = tandem::cli::parse_number<std::uint32_t>(f, a.value(f), 0, UINT32_MAX);
-    else if (f == "--top-p") o.top_p = parse_double(f, a.value(f), 0.0, 1.0);
-    else if (f == "--repetition-penalty") o.repetition_penalty = parse_double(f, a.value(f), 0.0, 1e6);
-    else if (f == "--seed") o.seed = parse_u64(f, a.value(f));
+    if (f == "--")
+      only_positional = true;
+    else if (f == "--json")
+      g.json = true;
+    else if (f == "--model")
+      j.req.model = a.value(f), j.model_given = true;
+    else if (f == "--max-tokens")
+      o.max_tokens = tandem::cli::parse_number<std::uint32_t>(f, a.value(f), 1, UINT32_MAX);
+    else if (f == "--temperature")
+      o.temperature = parse_double(f, a.value(f), 0.0, 1e6);
+    else if (f == "--top-k")
+      o.top_k = tandem::cli::parse_number<std::uint32_t>(f, a.value(f), 0, UINT32_MAX);
+    else if (f == "--top-p")
+      o.top_p = parse_double(f, a.value(f), 0.0, 1.0);
+    else if (f == "--repetition-penalty")
+      o.repetition_penalty = parse_double(f, a.value(f), 0.0, 1e6);
+    else if (f == "--seed")
+      o.seed = parse_u64(f, a.value(f));
     else if (f == "--stop") {
       if (!o.stop) o.stop.emplace();
       std::string s = a.value(f);
@@ -288,17 +304,28 @@ JobArgs parse_job_args(const std::string& cmd, ArgList& a, Global& g) {
       std::string k = a.value(f);
       if (k.empty()) throw ArgError{"--key: the idempotency key must not be empty"};
       o.idempotency_key = k;
-    } else if (f == "--side-effects") o.side_effects = true;
-    else if (f == "--no-cpu") o.allow_cpu = false;
-    else if (f == "--allow-reduce") o.allow_reduce = true;
-    else if (f == "--allow-fallback") o.allow_fallback_model = true;
-    else if (f == "--deadline") o.deadline_ms = parse_ms_arg(f, a.value(f));
-    else if (f == "--prefill-chunk") o.prefill_chunk = tandem::cli::parse_number<std::uint32_t>(f, a.value(f), 0, UINT32_MAX);
-    else if (f == "--chat") j.chat = true;
-    else if (f == "--system-prompt") j.system_prompt = a.value(f), j.chat = true;
-    else if (waits && f == "--timeout") j.timeout_ms = parse_seconds_arg(f, a.value(f));
-    else if (waits && f == "--detach") j.detach = true;
-    else throw ArgError{cmd + ": unknown option " + f};
+    } else if (f == "--side-effects")
+      o.side_effects = true;
+    else if (f == "--no-cpu")
+      o.allow_cpu = false;
+    else if (f == "--allow-reduce")
+      o.allow_reduce = true;
+    else if (f == "--allow-fallback")
+      o.allow_fallback_model = true;
+    else if (f == "--deadline")
+      o.deadline_ms = parse_ms_arg(f, a.value(f));
+    else if (f == "--prefill-chunk")
+      o.prefill_chunk = tandem::cli::parse_number<std::uint32_t>(f, a.value(f), 0, UINT32_MAX);
+    else if (f == "--chat")
+      j.chat = true;
+    else if (f == "--system-prompt")
+      j.system_prompt = a.value(f), j.chat = true;
+    else if (waits && f == "--timeout")
+      j.timeout_ms = parse_seconds_arg(f, a.value(f));
+    else if (waits && f == "--detach")
+      j.detach = true;
+    else
+      throw ArgError{cmd + ": unknown option " + f};
   }
   return j;
 }
@@ -388,7 +415,8 @@ class JobFollower {
     if (polling_text_) return;
     polling_text_ = true;
     if (!g_.json)
-      err_line(separator() + "tandemctl: " + why + "; following job " + std::to_string(job_) + " with GetJob every 500 ms");
+      err_line(separator() + "tandemctl: " + why + "; following job " + std::to_string(job_) +
+               " with GetJob every 500 ms");
   }
 
   // When the streamed text and stderr end up in the same place (a terminal, 2>&1), a stderr line that follows
@@ -401,7 +429,8 @@ class JobFollower {
 
   static bool stdout_shares_stderr() {
     if (isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) return true;
-    struct stat a {}, b {};
+    struct stat a {
+    }, b{};
     if (fstat(STDOUT_FILENO, &a) != 0 || fstat(STDERR_FILENO, &b) != 0) return false;
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
   }
@@ -478,7 +507,8 @@ class JobFollower {
     if (polling_text_ && info.text && info.text->size() > printed_bytes_) {
       std::string more = info.text->substr(printed_bytes_);
       emit_text(more);
-      if (g_.json) out_json({{"event", "update"}, {"job", job_}, {"kind", "tokens"}, {"text", more}, {"source", "GetJob"}});
+      if (g_.json)
+        out_json({{"event", "update"}, {"job", job_}, {"kind", "tokens"}, {"text", more}, {"source", "GetJob"}});
     }
     if (info.routes)
       for (const auto& r : *info.routes) add_route(r);
@@ -558,8 +588,10 @@ class JobFollower {
     s.error_message = error_message_;
 
     int rc = kFailed;
-    if (state_ == "completed") rc = kOk;
-    else if (state_ == "cancelled") rc = kCancelled;
+    if (state_ == "completed")
+      rc = kOk;
+    else if (state_ == "cancelled")
+      rc = kCancelled;
     const bool resumable = state_ == "failed" && final_ && final_->checkpoint;
 
     if (g_.json) {
@@ -636,7 +668,8 @@ int submit_and_follow(Global& g, const std::string& cmd, ArgList& a) {
     if (cmd == "resume") e["resumed_from"] = resume_of;
     out_json(e);
   } else {
-    if (cmd == "resume") err_line("resuming job " + std::to_string(resume_of) + " as job " + std::to_string(sub.job_id));
+    if (cmd == "resume")
+      err_line("resuming job " + std::to_string(resume_of) + " as job " + std::to_string(sub.job_id));
     std::string p = tc::format_placement(sub.job_id, sub.placement, slow);
     err_line(p);
     note_unparsed("the placement", sub.placement.unparsed);
@@ -655,8 +688,10 @@ int submit_and_follow(Global& g, const std::string& cmd, ArgList& a) {
 int cmd_status(Global& g, ArgList& a) {
   while (!a.done()) {
     std::string f = a.next();
-    if (f == "--json") g.json = true;
-    else throw ArgError{"status: unexpected argument " + f};
+    if (f == "--json")
+      g.json = true;
+    else
+      throw ArgError{"status: unexpected argument " + f};
   }
   int rc = kOk;
   auto c = open_client(g, rc);
@@ -690,10 +725,14 @@ int cmd_watch(Global& g, ArgList& a) {
   std::uint64_t count = 0, timeout_ms = 0;
   while (!a.done()) {
     std::string f = a.next();
-    if (f == "--json") g.json = true;
-    else if (f == "--count") count = tandem::cli::parse_number<std::uint64_t>(f, a.value(f), 1, UINT64_MAX);
-    else if (f == "--timeout") timeout_ms = parse_seconds_arg(f, a.value(f));
-    else throw ArgError{"watch: unexpected argument " + f};
+    if (f == "--json")
+      g.json = true;
+    else if (f == "--count")
+      count = tandem::cli::parse_number<std::uint64_t>(f, a.value(f), 1, UINT64_MAX);
+    else if (f == "--timeout")
+      timeout_ms = parse_seconds_arg(f, a.value(f));
+    else
+      throw ArgError{"watch: unexpected argument " + f};
   }
   int rc = kOk;
   auto c = open_client(g, rc);
@@ -701,18 +740,10 @@ int cmd_watch(Global& g, ArgList& a) {
   if (auto s = tc::install_interrupt_handler(-1); !s.ok()) return bus_error(g, s.error());
 
   std::uint64_t seen = 0;
-  std::vector<tc::PropertiesChange> pending_props;
-  c->on_properties_change([&](const tc::PropertiesChange& p) { pending_props.push_back(p); });
-  c->on_degraded_change([&](const tc::DegradedChange& d) {
-    ++seen;
-    if (g.json) {
-      json j = {{"event", "degraded"}, {"time_unix_ms", now_unix_ms()}};
-      j.update(tc::to_json(d));
-      out_json(j);
-    } else {
-      out_text(clock_prefix() + tc::format_degraded_change(d) + "\n");
-    }
-  });
+  // Both kinds in arrival order; printed after process() returns (filling invalidated properties needs a call).
+  std::vector<std::variant<tc::PropertiesChange, tc::DegradedChange>> pending;
+  c->on_properties_change([&](const tc::PropertiesChange& p) { pending.emplace_back(p); });
+  c->on_degraded_change([&](const tc::DegradedChange& d) { pending.emplace_back(d); });
   if (auto s = c->subscribe(); !s.ok()) return bus_error(g, s.error(), c->last_error());
   // Make sure tandemd is there (and say so) before waiting.
   auto st = c->status();
@@ -742,19 +773,28 @@ int cmd_watch(Global& g, ArgList& a) {
       tc::take_interrupts();
       return kOk;
     }
-    for (auto& p : pending_props) {
+    for (auto& ev : pending) {
       if (count > 0 && seen >= count) break;
-      (void)c->fill_invalidated(p);
       ++seen;
-      if (g.json) {
-        json j = {{"event", "properties"}, {"time_unix_ms", now_unix_ms()}};
-        j.update(tc::to_json(p));
-        out_json(j);
+      if (auto* p = std::get_if<tc::PropertiesChange>(&ev)) {
+        (void)c->fill_invalidated(*p);
+        if (g.json) {
+          json j = with_event("properties", tc::to_json(*p));
+          j["time_unix_ms"] = now_unix_ms();
+          out_json(j);
+        } else
+          out_text(clock_prefix() + tc::format_properties_change(*p) + "\n");
       } else {
-        out_text(clock_prefix() + tc::format_properties_change(p) + "\n");
+        const auto& d = std::get<tc::DegradedChange>(ev);
+        if (g.json) {
+          json j = with_event("degraded", tc::to_json(d));
+          j["time_unix_ms"] = now_unix_ms();
+          out_json(j);
+        } else
+          out_text(clock_prefix() + tc::format_degraded_change(d) + "\n");
       }
     }
-    pending_props.clear();
+    pending.clear();
   }
   return kOk;
 }
@@ -780,9 +820,12 @@ std::uint64_t one_job_arg(const std::string& cmd, ArgList& a, Global& g) {
   std::optional<std::uint64_t> job;
   while (!a.done()) {
     std::string f = a.next();
-    if (f == "--json") g.json = true;
-    else if (!job && !f.empty() && f[0] != '-') job = parse_job_id(f);
-    else throw ArgError{cmd + ": unexpected argument " + f};
+    if (f == "--json")
+      g.json = true;
+    else if (!job && !f.empty() && f[0] != '-')
+      job = parse_job_id(f);
+    else
+      throw ArgError{cmd + ": unexpected argument " + f};
   }
   if (!job) throw ArgError{cmd + ": JOB is missing"};
   return *job;
@@ -795,8 +838,10 @@ int cmd_cancel(Global& g, ArgList& a) {
   if (!c) return rc;
   auto r = c->cancel(job);
   if (!r.ok()) return bus_error(g, r.error(), c->last_error());
-  if (g.json) out_json({{"job", job}, {"state", *r}});
-  else out_text("job " + std::to_string(job) + ": " + *r + "\n");
+  if (g.json)
+    out_json({{"job", job}, {"state", *r}});
+  else
+    out_text("job " + std::to_string(job) + ": " + *r + "\n");
   return kOk;
 }
 
@@ -820,12 +865,15 @@ int cmd_policy(Global& g, ArgList& a) {
   std::vector<std::string> rest;
   while (!a.done()) {
     std::string f = a.next();
-    if (f == "--json") g.json = true;
-    else rest.push_back(f);
+    if (f == "--json")
+      g.json = true;
+    else
+      rest.push_back(f);
   }
   std::map<std::string, tc::PolicyValue> values;
   if (!rest.empty()) {
-    if (rest[0] != "set") throw ArgError{"policy: unknown subcommand '" + rest[0] + "' (policy | policy set KEY=VALUE...)"};
+    if (rest[0] != "set")
+      throw ArgError{"policy: unknown subcommand '" + rest[0] + "' (policy | policy set KEY=VALUE...)"};
     if (rest.size() < 2) throw ArgError{"policy set: give at least one KEY=VALUE"};
     for (std::size_t i = 1; i < rest.size(); ++i) {
       auto p = tc::parse_policy_setting(rest[i]);
@@ -843,8 +891,10 @@ int cmd_policy(Global& g, ArgList& a) {
   }
   auto p = c->policy();
   if (!p.ok()) return bus_error(g, p.error(), c->last_error());
-  if (g.json) out_json(tc::to_json(*p));
-  else out_text(tc::format_policy(*p));
+  if (g.json)
+    out_json(tc::to_json(*p));
+  else
+    out_text(tc::format_policy(*p));
   return kOk;
 }
 
@@ -854,11 +904,16 @@ int cmd_hold(Global& g, ArgList& a) {
   std::vector<std::string> words;
   while (!a.done()) {
     std::string f = a.next();
-    if (f == "--json") g.json = true;
-    else if (f == "--app-id") app_id = a.value(f);
-    else if (f == "--for") for_ms = parse_seconds_arg(f, a.value(f));
-    else if (!f.empty() && f[0] == '-' && f != "-") throw ArgError{"hold: unknown option " + f};
-    else words.push_back(f);
+    if (f == "--json")
+      g.json = true;
+    else if (f == "--app-id")
+      app_id = a.value(f);
+    else if (f == "--for")
+      for_ms = parse_seconds_arg(f, a.value(f));
+    else if (!f.empty() && f[0] == '-' && f != "-")
+      throw ArgError{"hold: unknown option " + f};
+    else
+      words.push_back(f);
   }
   if (words.empty()) throw ArgError{"hold: REASON is missing (e.g. tandemctl hold \"game running\")"};
   std::string reason;
@@ -896,8 +951,10 @@ int cmd_hold(Global& g, ArgList& a) {
   }
   auto r = c->release_gpu(*cookie);
   if (!r.ok()) return bus_error(g, r.error(), c->last_error());
-  if (g.json) out_json({{"event", "released"}, {"cookie", *cookie}});
-  else err_line("released the GPU hold " + *cookie);
+  if (g.json)
+    out_json({{"event", "released"}, {"cookie", *cookie}});
+  else
+    err_line("released the GPU hold " + *cookie);
   return kOk;
 }
 
@@ -905,9 +962,12 @@ int cmd_release(Global& g, ArgList& a) {
   std::optional<std::string> cookie;
   while (!a.done()) {
     std::string f = a.next();
-    if (f == "--json") g.json = true;
-    else if (!cookie) cookie = f;
-    else throw ArgError{"release: unexpected argument " + f};
+    if (f == "--json")
+      g.json = true;
+    else if (!cookie)
+      cookie = f;
+    else
+      throw ArgError{"release: unexpected argument " + f};
   }
   if (!cookie || cookie->empty()) throw ArgError{"release: COOKIE is missing"};
   int rc = kOk;
@@ -915,29 +975,58 @@ int cmd_release(Global& g, ArgList& a) {
   if (!c) return rc;
   auto r = c->release_gpu(*cookie);
   if (!r.ok()) return bus_error(g, r.error(), c->last_error());
-  if (g.json) out_json({{"released", *cookie}});
-  else out_text("released " + *cookie + "\n");
+  if (g.json)
+    out_json({{"released", *cookie}});
+  else
+    out_text("released " + *cookie + "\n");
   return kOk;
 }
 
 int cmd_models(Global& g, ArgList& a) {
+  bool details = false;
+  std::optional<std::string> only;
   while (!a.done()) {
     std::string f = a.next();
-    if (f == "--json") g.json = true;
-    else throw ArgError{"models: unexpected argument " + f};
+    if (f == "--json")
+      g.json = true;
+    else if (f == "--details")
+      details = true;
+    else if (!only && !f.empty() && f[0] != '-')
+      only = f, details = true;
+    else
+      throw ArgError{"models: unexpected argument " + f};
   }
   int rc = kOk;
   auto c = open_client(g, rc);
   if (!c) return rc;
   auto m = c->list_models();
   if (!m.ok()) return bus_error(g, m.error(), c->last_error());
-  if (g.json) {
-    json arr = json::array();
-    for (const auto& x : *m) arr.push_back(tc::to_json(x));
-    out_json(arr);
-  } else {
-    out_text(tc::format_models(*m));
+  std::vector<tc::ModelInfo> models;
+  for (const auto& x : *m)
+    if (!only || x.name.value_or("") == *only) models.push_back(x);
+  if (only && models.empty()) {
+    err_line("tandemctl: no model named '" + *only + "'");
+    if (g.json)
+      out_json({{"event", "error"}, {"error", {{"code", "not_found"}, {"message", "no model named " + *only}}}});
+    return kBusError;
   }
+  json arr = json::array();
+  std::string text = details ? "" : tc::format_models(models);
+  for (const auto& x : models) {
+    json j = tc::to_json(x);
+    if (details) {
+      std::string path = x.path.value_or(tc::model_object_path(x.name.value_or("")));
+      auto d = c->model_details(path);
+      if (!d.ok()) return bus_error(g, d.error(), c->last_error());
+      j["details"] = tc::to_json(*d);
+      text += (text.empty() ? "" : "\n") + tc::format_model_details(*d);
+    }
+    arr.push_back(j);
+  }
+  if (g.json)
+    out_json(arr);
+  else
+    out_text(text);
   return kOk;
 }
 
@@ -945,11 +1034,15 @@ int cmd_testing(Global& g, ArgList& a) {
   std::vector<std::string> w;
   while (!a.done()) {
     std::string f = a.next();
-    if (f == "--json") g.json = true;
-    else w.push_back(f);
+    if (f == "--json")
+      g.json = true;
+    else
+      w.push_back(f);
   }
-  if (w.empty()) throw ArgError{"testing: what? (foreign-load, fail-alloc, fail-probes, lose-device, recover-device, "
-                                "reading-lag, counters)"};
+  if (w.empty())
+    throw ArgError{
+        "testing: what? (foreign-load, fail-alloc, fail-probes, lose-device, recover-device, "
+        "reading-lag, counters)"};
   const std::string what = w[0];
   auto want = [&](std::size_t n, const char* usage) {
     if (w.size() != n + 1) throw ArgError{"usage: tandemctl testing " + what + (n ? " " : "") + usage};
@@ -967,7 +1060,8 @@ int cmd_testing(Global& g, ArgList& a) {
     std::string site = w[2];
     static const std::vector<std::string> sites = {"weights", "kv_pool", "prefill", "decode", "probe", "other", "any"};
     if (std::find(sites.begin(), sites.end(), site) == sites.end())
-      throw ArgError{"fail-alloc: SITE '" + site + "' is not one of weights, kv_pool, prefill, decode, probe, other, any"};
+      throw ArgError{"fail-alloc: SITE '" + site +
+                     "' is not one of weights, kv_pool, prefill, decode, probe, other, any"};
     act = [n, site](tc::Client& c) { return c.fail_allocations(n, site); };
     done_text = "the next " + std::to_string(n) + " allocations at " + site + " will fail";
   } else if (what == "fail-probes") {
@@ -999,14 +1093,18 @@ int cmd_testing(Global& g, ArgList& a) {
   if (what == "counters") {
     auto r = c->counters();
     if (!r.ok()) return bus_error(g, r.error(), c->last_error());
-    if (g.json) out_json(json(*r));
-    else out_text(tc::format_counters(*r));
+    if (g.json)
+      out_json(json(*r));
+    else
+      out_text(tc::format_counters(*r));
     return kOk;
   }
   auto r = act(*c);
   if (!r.ok()) return bus_error(g, r.error(), c->last_error());
-  if (g.json) out_json({{"ok", true}, {"action", what}});
-  else out_text(done_text + "\n");
+  if (g.json)
+    out_json({{"ok", true}, {"action", what}});
+  else
+    out_text(done_text + "\n");
   return kOk;
 }
 
@@ -1041,8 +1139,10 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw ArgError{f + " needs a value"};
         return argv[++i];
       };
-      if (f == "--system") g.bus = tc::BusSpec{tc::BusKind::system, ""};
-      else if (f == "--session") g.bus = tc::BusSpec{tc::BusKind::session, ""};
+      if (f == "--system")
+        g.bus = tc::BusSpec{tc::BusKind::system, ""};
+      else if (f == "--session")
+        g.bus = tc::BusSpec{tc::BusKind::session, ""};
       else if (f == "--address") {
         auto b = tc::parse_bus_spec("address=" + value());
         if (!b.ok()) throw ArgError{"--address: " + b.error().message};
@@ -1054,15 +1154,18 @@ int main(int argc, char** argv) {
       } else if (f == "--name") {
         g.service = value();
         if (g.service.empty()) throw ArgError{"--name must not be empty"};
-      } else if (f == "--json") g.json = true;
+      } else if (f == "--json")
+        g.json = true;
       else if (f == "-h" || f == "--help") {
         out_text(kUsageText);
         return kOk;
       } else if (f == "--version") {
         out_text(std::string("tandemctl ") + TANDEM_VERSION + "\n");
         return kOk;
-      } else if (!f.empty() && f[0] == '-') throw ArgError{"unknown option " + f};
-      else break;
+      } else if (!f.empty() && f[0] == '-')
+        throw ArgError{"unknown option " + f};
+      else
+        break;
     }
     if (i >= argc) return usage_error("a COMMAND is missing");
     std::string cmd = argv[i++];

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -13,8 +14,11 @@
 #include <deque>
 #include <limits>
 #include <set>
+#include <system_error>
+#include <thread>
 #include <utility>
 
+#include "io_tandem_Tandem1_Model_proxy.h"
 #include "io_tandem_Tandem1_Testing_proxy.h"
 #include "io_tandem_Tandem1_proxy.h"
 
@@ -66,7 +70,9 @@ std::optional<std::string> as_string(const sdbus::Variant& v) {
 }
 
 std::optional<bool> as_bool(const sdbus::Variant& v) { return exact<bool>(v); }
-std::optional<std::vector<std::string>> as_strings(const sdbus::Variant& v) { return exact<std::vector<std::string>>(v); }
+std::optional<std::vector<std::string>> as_strings(const sdbus::Variant& v) {
+  return exact<std::vector<std::string>>(v);
+}
 
 template <class T, class S>
 std::optional<std::vector<T>> narrow_list(const std::vector<S>& in) {
@@ -127,8 +133,10 @@ class Reader {
     if (it == m_.end()) return;
     seen_.insert(key);
     auto v = conv(it->second);
-    if (v) out = std::move(*v);
-    else unparsed_[key] = "unexpected type " + it->second.peekValueType() + ", expected " + expected;
+    if (v)
+      out = std::move(*v);
+    else
+      unparsed_[key] = "unexpected type " + it->second.peekValueType() + ", expected " + expected;
   }
   void s(const char* key, std::optional<std::string>& out) { read(key, out, as_string, "s"); }
   void b(const char* key, std::optional<bool>& out) { read(key, out, as_bool, "b"); }
@@ -137,7 +145,9 @@ class Reader {
   void x(const char* key, std::optional<std::int64_t>& out) { read(key, out, as_int<std::int64_t>, "x"); }
   void d(const char* key, std::optional<double>& out) { read(key, out, as_double, "d"); }
   void as(const char* key, std::optional<std::vector<std::string>>& out) { read(key, out, as_strings, "as"); }
-  void ai(const char* key, std::optional<std::vector<std::int32_t>>& out) { read(key, out, as_int_list<std::int32_t>, "ai"); }
+  void ai(const char* key, std::optional<std::vector<std::int32_t>>& out) {
+    read(key, out, as_int_list<std::int32_t>, "ai");
+  }
   void su(const char* key, std::optional<std::map<std::string, std::uint32_t>>& out) {
     read(key, out, as_int_map<std::uint32_t>, "a{su}");
   }
@@ -156,7 +166,8 @@ class Reader {
 
 using Pair = sdbus::Struct<std::string, std::string>;
 using HistoryTuple = sdbus::Struct<std::string, std::string, std::string, std::int64_t>;
-using QueueTuple = sdbus::Struct<std::string, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, std::uint64_t>;
+using QueueTuple =
+    sdbus::Struct<std::string, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, std::uint64_t>;
 
 std::optional<std::vector<SkippedRung>> as_skipped(const sdbus::Variant& v) {
   auto raw = exact<std::vector<Pair>>(v);
@@ -172,17 +183,6 @@ std::optional<std::vector<HistoryEntry>> as_history(const sdbus::Variant& v) {
   std::vector<HistoryEntry> out;
   for (const auto& h : *raw) out.push_back({h.get<0>(), h.get<1>(), h.get<2>(), h.get<3>()});
   return out;
-}
-
-std::optional<Checkpoint> as_checkpoint(const sdbus::Variant& v) {
-  auto raw = exact<VariantMap>(v);
-  if (!raw) return std::nullopt;
-  Checkpoint c;
-  Reader r(*raw, c.unparsed);
-  r.t("seed", c.seed);
-  r.u("tokens_delivered", c.tokens_delivered);
-  r.s("model", c.model);
-  return c;
 }
 
 std::optional<std::vector<QueueInfo>> as_queues(const sdbus::Variant& v) {
@@ -243,7 +243,8 @@ int g_pipe[2] = {-1, -1};
 volatile sig_atomic_t g_sigints = 0;
 int g_second_exit = -1;
 
-extern "C" void on_interrupt(int sig) {
+// Async-signal-safe: a counter, a write() and possibly _exit().
+void note_signal(int sig) {
   int saved = errno;
   if (sig == SIGINT) {
     g_sigints = g_sigints + 1;
@@ -261,6 +262,8 @@ extern "C" void on_interrupt(int sig) {
   }
   errno = saved;
 }
+
+extern "C" void on_interrupt(int sig) { note_signal(sig); }
 
 std::uint64_t monotonic_usec() {
   timespec ts{};
@@ -286,6 +289,48 @@ class MethodProxy final : public sdbus::ProxyInterfaces<io::tandem::Tandem1_prox
                            const std::vector<std::string>&) override {}
 };
 
+class ModelProxy final : public sdbus::ProxyInterfaces<io::tandem::Tandem1::Model_proxy, sdbus::Properties_proxy> {
+ public:
+  ModelProxy(sdbus::IConnection& connection, std::string service, std::string path)
+      : ProxyInterfaces(connection, std::move(service), std::move(path)) {}
+  ~ModelProxy() { unregisterProxy(); }
+
+ private:
+  void onPropertiesChanged(const std::string&, const std::map<std::string, sdbus::Variant>&,
+                           const std::vector<std::string>&) override {}
+};
+
+bool valid_object_path(std::string_view p) {
+  if (p.empty() || p.front() != '/') return false;
+  if (p == "/") return true;
+  if (p.back() == '/') return false;
+  char prev = 0;
+  for (char c : p) {
+    if (c == '/' && prev == '/') return false;
+    if (c != '/' && !(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+    prev = c;
+  }
+  return true;
+}
+
+std::optional<std::vector<ReplicaInfo>> as_replicas(const sdbus::Variant& v) {
+  auto raw = exact<std::vector<VariantMap>>(v);
+  if (!raw) return std::nullopt;
+  std::vector<ReplicaInfo> out;
+  for (const auto& m : *raw) {
+    ReplicaInfo r;
+    Reader rd(m, r.unparsed);
+    rd.s("device", r.device);
+    rd.s("state", r.state);
+    rd.s("mode", r.mode);
+    rd.u("layers", r.layers);
+    rd.t("weight_bytes", r.weight_bytes);
+    rd.s("fingerprint", r.fingerprint);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -293,17 +338,22 @@ class MethodProxy final : public sdbus::ProxyInterfaces<io::tandem::Tandem1_prox
 
 std::string BusSpec::describe() const {
   switch (kind) {
-    case BusKind::system: return "the system bus";
-    case BusKind::session: return "the session bus";
-    case BusKind::address: return "the bus at " + address;
+    case BusKind::system:
+      return "the system bus";
+    case BusKind::session:
+      return "the session bus";
+    case BusKind::address:
+      return "the bus at " + address;
   }
   return "the bus";
 }
 
 std::string BusSpec::flag() const {
   switch (kind) {
-    case BusKind::system: return "--system";
-    case BusKind::session: return "--session";
+    case BusKind::system:
+      return "--system";
+    case BusKind::session:
+      return "--session";
     case BusKind::address: {
       std::string q = "'";
       for (char c : address) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
@@ -319,10 +369,12 @@ Result<BusSpec> parse_bus_spec(std::string_view text) {
   constexpr std::string_view prefix = "address=";
   if (text.starts_with(prefix)) {
     std::string_view addr = text.substr(prefix.size());
-    if (addr.empty()) return fail(Errc::invalid_argument, "bus 'address=' needs a D-Bus address, e.g. address=unix:path=/run/bus");
+    if (addr.empty())
+      return fail(Errc::invalid_argument, "bus 'address=' needs a D-Bus address, e.g. address=unix:path=/run/bus");
     if (addr.find(':') == std::string_view::npos)
-      return fail(Errc::invalid_argument, "bus address '" + std::string(addr) +
-                                              "' is not a D-Bus address (transport:key=value, e.g. unix:path=/run/bus)");
+      return fail(Errc::invalid_argument,
+                  "bus address '" + std::string(addr) +
+                      "' is not a D-Bus address (transport:key=value, e.g. unix:path=/run/bus)");
     return BusSpec{BusKind::address, std::string(addr)};
   }
   return fail(Errc::invalid_argument,
@@ -339,16 +391,21 @@ Result<BusSpec> bus_spec_from_env() {
 
 std::string connect_error_message(const BusSpec& bus, std::string_view error_name, std::string_view error_message) {
   std::string what = unparen(error_message);
-  const bool plain = error_name.starts_with("System.Error.") || error_name == "org.freedesktop.DBus.Error.FileNotFound" ||
+  const bool plain = error_name.starts_with("System.Error.") ||
+                     error_name == "org.freedesktop.DBus.Error.FileNotFound" ||
                      error_name == "org.freedesktop.DBus.Error.NoServer";
   if (!plain && !error_name.empty()) what = std::string(error_name) + ": " + what;
   std::string hint;
   switch (bus.kind) {
-    case BusKind::system: hint = "is dbus running? use --session or --address"; break;
+    case BusKind::system:
+      hint = "is dbus running? use --session or --address";
+      break;
     case BusKind::session:
       hint = "is a session bus running (DBUS_SESSION_BUS_ADDRESS)? use --system or --address";
       break;
-    case BusKind::address: hint = "is the address right and the bus running? use --system or --session"; break;
+    case BusKind::address:
+      hint = "is the address right and the bus running? use --system or --session";
+      break;
   }
   return "cannot connect to " + bus.describe() + " (" + what + "): " + hint;
 }
@@ -356,9 +413,12 @@ std::string connect_error_message(const BusSpec& bus, std::string_view error_nam
 Result<std::unique_ptr<sdbus::IConnection>> connect_bus(const BusSpec& bus) {
   try {
     switch (bus.kind) {
-      case BusKind::system: return sdbus::createSystemBusConnection();
-      case BusKind::session: return sdbus::createSessionBusConnection();
-      case BusKind::address: return sdbus::createSessionBusConnectionWithAddress(bus.address);
+      case BusKind::system:
+        return sdbus::createSystemBusConnection();
+      case BusKind::session:
+        return sdbus::createSessionBusConnection();
+      case BusKind::address:
+        return sdbus::createSessionBusConnectionWithAddress(bus.address);
     }
   } catch (const sdbus::Error& e) {
     return fail(Errc::io_error, connect_error_message(bus, e.getName(), e.getMessage()));
@@ -428,13 +488,20 @@ RemoteError parse_remote_error(std::string_view name, std::string_view message) 
 
 Errc errc_for_error_name(std::string_view name) {
   static const std::map<std::string_view, Errc> tandem = {
-      {"InvalidArgument", Errc::invalid_argument}, {"NotAuthorized", Errc::rejected},
-      {"UnknownJob", Errc::not_found},             {"UnknownModel", Errc::not_found},
-      {"Busy", Errc::rejected},                    {"QueueFull", Errc::queue_full},
-      {"HostMemory", Errc::host_memory},           {"Resumable", Errc::rejected},
-      {"Incompatible", Errc::incompatible},        {"Duplicate", Errc::duplicate},
-      {"IllegalState", Errc::illegal_transition},  {"Unavailable", Errc::rejected},
-      {"NotSupported", Errc::unsupported},         {"Timeout", Errc::timeout},
+      {"InvalidArgument", Errc::invalid_argument},
+      {"NotAuthorized", Errc::rejected},
+      {"UnknownJob", Errc::not_found},
+      {"UnknownModel", Errc::not_found},
+      {"Busy", Errc::rejected},
+      {"QueueFull", Errc::queue_full},
+      {"HostMemory", Errc::host_memory},
+      {"Resumable", Errc::rejected},
+      {"Incompatible", Errc::incompatible},
+      {"Duplicate", Errc::duplicate},
+      {"IllegalState", Errc::illegal_transition},
+      {"Unavailable", Errc::rejected},
+      {"NotSupported", Errc::unsupported},
+      {"Timeout", Errc::timeout},
       {"Internal", Errc::internal},
   };
   static const std::map<std::string_view, Errc> bus = {
@@ -575,7 +642,13 @@ JobInfo job_from_dbus(const VariantMap& m) {
   r.s("error_code", j.error_code);
   r.s("error_message", j.error_message);
   r.t("retry_after_ms", j.retry_after_ms);
-  r.read("checkpoint", j.checkpoint, as_checkpoint, "a{sv}");
+  {  // a failed job's checkpoint: flat keys (checkpoint_seed, checkpoint_tokens, checkpoint_model)
+    Checkpoint c;
+    r.t("checkpoint_seed", c.seed);
+    r.u("checkpoint_tokens", c.tokens_delivered);
+    r.s("checkpoint_model", c.model);
+    if (c.seed || c.tokens_delivered || c.model) j.checkpoint = c;
+  }
   r.s("idempotency_key", j.idempotency_key);
   r.b("side_effects", j.side_effects);
   r.b("degraded", j.degraded);
@@ -692,10 +765,14 @@ ServiceStatus status_from_dbus(const VariantMap& properties) {
   r.s("State", s.state);
   r.s("DegradedReason", s.degraded_reason);
   r.s("GpuBreaker", s.gpu_breaker);
-  r.read("Policy", s.policy, [](const sdbus::Variant& v) { return as_dict<PolicySettings>(v, policy_from_dbus); }, "a{sv}");
-  r.read("Memory", s.memory, [](const sdbus::Variant& v) { return as_dict<MemoryInfo>(v, memory_from_dbus); }, "a{sv}");
-  r.read("HostMemory", s.host_memory,
-         [](const sdbus::Variant& v) { return as_dict<HostMemoryInfo>(v, host_memory_from_dbus); }, "a{sv}");
+  r.read(
+      "Policy", s.policy, [](const sdbus::Variant& v) { return as_dict<PolicySettings>(v, policy_from_dbus); },
+      "a{sv}");
+  r.read(
+      "Memory", s.memory, [](const sdbus::Variant& v) { return as_dict<MemoryInfo>(v, memory_from_dbus); }, "a{sv}");
+  r.read(
+      "HostMemory", s.host_memory,
+      [](const sdbus::Variant& v) { return as_dict<HostMemoryInfo>(v, host_memory_from_dbus); }, "a{sv}");
   r.read("Queues", s.queues, as_queues, "a(suuuut)");
   r.su("Limits", s.limits);
   r.read("Holds", s.holds, as_holds, "a(sssx)");
@@ -704,22 +781,74 @@ ServiceStatus status_from_dbus(const VariantMap& properties) {
   return s;
 }
 
+ModelDetails model_details_from_dbus(const VariantMap& properties) {
+  ModelDetails d;
+  Reader r(properties, d.unparsed);
+  r.s("Name", d.name);
+  r.s("Revision", d.revision);
+  r.s("Fingerprint", d.fingerprint);
+  r.read("Replicas", d.replicas, as_replicas, "aa{sv}");
+  r.st("Placement", d.placement);
+  r.s("Fallback", d.fallback);
+  r.u("MaxContext", d.max_context);
+  r.s("Template", d.template_name);
+  return d;
+}
+
+std::string model_object_path(std::string_view name) {
+  static const char hex[] = "0123456789abcdef";
+  std::string p = std::string(kObjectPath) + "/models/";
+  if (name.empty()) return p + "_";
+  for (unsigned char c : name) {
+    if (std::isalnum(c)) {
+      p += static_cast<char>(c);
+    } else {
+      p += '_';
+      p += hex[c >> 4];
+      p += hex[c & 15];
+    }
+  }
+  return p;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Interrupts
 
 Result<void> install_interrupt_handler(int second_sigint_exit_code) {
+  static std::atomic<bool> thread_started{false};
   g_second_exit = second_sigint_exit_code;
   if (g_pipe[0] < 0) {
     if (::pipe2(g_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
       return fail(Errc::io_error, std::string("pipe2 for signal handling: ") + std::strerror(errno));
   }
-  struct sigaction sa{};
+  // A handler for threads that do not block these signals (started before this call)...
+  struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR, then sees the pipe
+  sa.sa_flags = SA_RESTART;
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     if (::sigaction(sig, &sa, nullptr) != 0)
       return fail(Errc::io_error, std::string("sigaction: ") + std::strerror(errno));
+  }
+  // ...but normally they are blocked here (and in threads started later) and taken by a sigwait() thread: a signal
+  // must never land in this thread, or sd_bus_call()'s ppoll() fails with EINTR and the reply of a call that was
+  // already sent (a Submit!) is lost.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  if (int e = ::pthread_sigmask(SIG_BLOCK, &set, nullptr); e != 0)
+    return fail(Errc::io_error, std::string("pthread_sigmask: ") + std::strerror(e));
+  if (!thread_started.exchange(true)) {
+    try {
+      std::thread([set] {
+        while (true) {
+          int sig = 0;
+          if (::sigwait(&set, &sig) == 0) note_signal(sig);
+        }
+      }).detach();
+    } catch (const std::system_error& e) {
+      return fail(Errc::io_error, std::string("signal thread: ") + e.what());
+    }
   }
   // A closed stdout pipe (tandemctl run | head) must not kill us with SIGPIPE: writes fail with EPIPE instead.
   ::signal(SIGPIPE, SIG_IGN);
@@ -776,12 +905,11 @@ struct Client::Impl {
       last_error = re;
       Error err = to_error(re);
       if (re.daemon_missing()) {
-        err.message = "tandemd (" + service + ") is not running on " + bus_description + " (" + re.name + ": " +
-                      re.message + ")";
-      } else if (what.starts_with("Testing.") &&
-                 (re.name == "org.freedesktop.DBus.Error.UnknownMethod" ||
-                  re.name == "org.freedesktop.DBus.Error.UnknownInterface" ||
-                  re.name == "org.freedesktop.DBus.Error.UnknownObject")) {
+        err.message =
+            "tandemd (" + service + ") is not running on " + bus_description + " (" + re.name + ": " + re.message + ")";
+      } else if (what.starts_with("Testing.") && (re.name == "org.freedesktop.DBus.Error.UnknownMethod" ||
+                                                  re.name == "org.freedesktop.DBus.Error.UnknownInterface" ||
+                                                  re.name == "org.freedesktop.DBus.Error.UnknownObject")) {
         err.message = std::string(kTestingInterface) + " is not available: tandemd runs without testing enabled (" +
                       re.name + ")";
       } else if (re.name == "org.freedesktop.DBus.Error.AccessDenied") {
@@ -910,6 +1038,17 @@ Result<std::vector<ModelInfo>> Client::list_models() {
   });
 }
 
+Result<ModelDetails> Client::model_details(const std::string& object_path) {
+  return impl_->guarded<ModelDetails>("Model GetAll", [&] {
+    if (!valid_object_path(object_path))
+      throw sdbus::Error("org.freedesktop.DBus.Error.InvalidArgs", "'" + object_path + "' is not an object path");
+    ModelProxy proxy(*impl_->conn, impl_->service, object_path);
+    ModelDetails d = model_details_from_dbus(proxy.GetAll(kModelInterface));
+    d.path = object_path;
+    return d;
+  });
+}
+
 Result<ServiceStatus> Client::status() {
   return impl_->guarded<ServiceStatus>("GetAll", [&] { return status_from_dbus(impl_->methods->GetAll(kInterface)); });
 }
@@ -918,14 +1057,16 @@ Result<PolicySettings> Client::policy() {
   return impl_->guarded<PolicySettings>("Get Policy", [&] {
     sdbus::Variant v = impl_->methods->Get(kInterface, "Policy");
     auto m = exact<VariantMap>(v);
-    if (!m) throw sdbus::Error("org.freedesktop.DBus.Error.InvalidSignature",
-                               "Policy has type " + v.peekValueType() + ", expected a{sv}");
+    if (!m)
+      throw sdbus::Error("org.freedesktop.DBus.Error.InvalidSignature",
+                         "Policy has type " + v.peekValueType() + ", expected a{sv}");
     return policy_from_dbus(*m);
   });
 }
 
 Result<void> Client::set_policy(const std::map<std::string, PolicyValue>& values) {
-  return impl_->guarded<void>("Set Policy", [&] { impl_->methods->Set(kInterface, "Policy", sdbus::Variant(to_dbus(values))); });
+  return impl_->guarded<void>("Set Policy",
+                              [&] { impl_->methods->Set(kInterface, "Policy", sdbus::Variant(to_dbus(values))); });
 }
 
 Result<std::string> Client::version() {
@@ -1063,17 +1204,28 @@ Result<void> Client::fill_invalidated(PropertiesChange& change) {
   ServiceStatus fresh = status_from_dbus(picked);
   ServiceStatus& s = change.values;
   for (const auto& [name, v] : picked) {
-    if (name == "State") s.state = fresh.state;
-    else if (name == "DegradedReason") s.degraded_reason = fresh.degraded_reason;
-    else if (name == "GpuBreaker") s.gpu_breaker = fresh.gpu_breaker;
-    else if (name == "Policy") s.policy = fresh.policy;
-    else if (name == "Memory") s.memory = fresh.memory;
-    else if (name == "HostMemory") s.host_memory = fresh.host_memory;
-    else if (name == "Queues") s.queues = fresh.queues;
-    else if (name == "Limits") s.limits = fresh.limits;
-    else if (name == "Holds") s.holds = fresh.holds;
-    else if (name == "FallbackModel") s.fallback_model = fresh.fallback_model;
-    else if (name == "Version") s.version = fresh.version;
+    if (name == "State")
+      s.state = fresh.state;
+    else if (name == "DegradedReason")
+      s.degraded_reason = fresh.degraded_reason;
+    else if (name == "GpuBreaker")
+      s.gpu_breaker = fresh.gpu_breaker;
+    else if (name == "Policy")
+      s.policy = fresh.policy;
+    else if (name == "Memory")
+      s.memory = fresh.memory;
+    else if (name == "HostMemory")
+      s.host_memory = fresh.host_memory;
+    else if (name == "Queues")
+      s.queues = fresh.queues;
+    else if (name == "Limits")
+      s.limits = fresh.limits;
+    else if (name == "Holds")
+      s.holds = fresh.holds;
+    else if (name == "FallbackModel")
+      s.fallback_model = fresh.fallback_model;
+    else if (name == "Version")
+      s.version = fresh.version;
     change.changed.push_back(name);
   }
   std::vector<std::string> still;
@@ -1089,7 +1241,8 @@ std::string Client::last_malformed_signal() const { return impl_->last_malformed
 const std::optional<RemoteError>& Client::last_error() const { return impl_->last_error; }
 
 Result<Wake> Client::process(std::chrono::milliseconds max_wait, int extra_fd) {
-  const std::uint64_t deadline = monotonic_usec() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, max_wait.count())) * 1000u;
+  const std::uint64_t deadline =
+      monotonic_usec() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, max_wait.count())) * 1000u;
   auto lost = [&](const std::string& what) {
     return fail(Errc::io_error, "lost the connection to " + impl_->bus_description + ": " + what);
   };

@@ -7,6 +7,8 @@
 // Nothing here throws: sdbus::Error is caught at this edge and returned as tandem::Error (details in last_error()).
 #pragma once
 
+#include <sdbus-c++/sdbus-c++.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -16,8 +18,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <sdbus-c++/sdbus-c++.h>
 
 #include "client/format.h"
 #include "core/result.h"
@@ -110,7 +110,7 @@ struct SubmitOptions {
   std::optional<std::uint64_t> deadline_ms;
   std::optional<std::uint32_t> prefill_chunk;
   std::optional<std::vector<std::int32_t>> resume_tokens;
-  std::optional<bool> stream;                // daemon default true
+  std::optional<bool> stream;  // daemon default true
 };
 
 struct Request {
@@ -142,15 +142,23 @@ MemoryInfo memory_from_dbus(const VariantMap& m);
 HostMemoryInfo host_memory_from_dbus(const VariantMap& m);
 // Properties.GetAll (or the changed part of PropertiesChanged) -> ServiceStatus. Property names not known -> unparsed.
 ServiceStatus status_from_dbus(const VariantMap& properties);
+// io.tandem.Tandem1.Model GetAll -> ModelDetails (path is filled by the caller).
+ModelDetails model_details_from_dbus(const VariantMap& properties);
+// The object path of a model: /io/tandem/Tandem1/models/<name>, every byte outside [A-Za-z0-9] as _XX (lower-case
+// hex), as sd_bus_path_encode does; "" -> "_".
+std::string model_object_path(std::string_view name);
 
 // ---------------------------------------------------------------------------------------------------------------
-// Interrupts: SIGINT/SIGTERM/SIGHUP handlers that write the signal number to a non-blocking self-pipe, which
-// process() can watch. Installed once per process (a real sigaction, SA_RESTART off so poll wakes up).
+// Interrupts: SIGINT/SIGTERM/SIGHUP end up as their signal number in a non-blocking self-pipe that process() can
+// watch (pass interrupt_fd()). The signals are blocked in the calling thread (and threads it starts later) and
+// taken by a small sigwait() thread, so a blocking D-Bus call is never cut short by EINTR (sd_bus_call would lose
+// the reply of a request the daemon already acted on). A real sigaction handler covers threads started earlier.
+// Call it from main() before starting other threads.
 
-// second_sigint_exit_code >= 0: a second SIGINT calls _exit(code) from the handler (immediate, even while a call
-// blocks); < 0: every SIGINT is just reported.
+// second_sigint_exit_code >= 0: a second SIGINT calls _exit(code) at once (even while a call blocks); < 0: every
+// SIGINT is just reported.
 Result<void> install_interrupt_handler(int second_sigint_exit_code = -1);
-int interrupt_fd();                 // -1 before install_interrupt_handler()
+int interrupt_fd();                  // -1 before install_interrupt_handler()
 std::vector<int> take_interrupts();  // signal numbers caught since the last call (drains the pipe)
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -186,6 +194,8 @@ class Client {
   Result<std::string> hold_gpu(const std::string& reason, const std::string& app_id);  // the cookie
   Result<void> release_gpu(const std::string& cookie);
   Result<std::vector<ModelInfo>> list_models();
+  // The io.tandem.Tandem1.Model object at `object_path` (ModelInfo::path, or model_object_path(name)).
+  Result<ModelDetails> model_details(const std::string& object_path);
 
   // -- properties
   Result<ServiceStatus> status();  // one org.freedesktop.DBus.Properties.GetAll

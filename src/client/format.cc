@@ -1,12 +1,12 @@
 #include "client/format.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -56,8 +56,8 @@ Result<NumberAndUnit> split_number(std::string_view what, std::string_view text)
 }
 
 // number × multiplier with overflow and fraction checks.
-Result<std::uint64_t> scale(std::string_view what, std::string_view text, std::string_view number,
-                            std::uint64_t mult, bool allow_fraction) {
+Result<std::uint64_t> scale(std::string_view what, std::string_view text, std::string_view number, std::uint64_t mult,
+                            bool allow_fraction) {
   auto dot = number.find('.');
   std::string_view int_part = number.substr(0, dot);
   std::uint64_t whole = 0;
@@ -120,8 +120,10 @@ std::string mib(std::uint64_t bytes) { return fmt("%.1f MiB", static_cast<double
 constexpr std::size_t kLabel = 14;
 void line(std::string& out, std::string_view label, std::string_view text, std::size_t width = kLabel) {
   std::string l(label);
-  if (l.size() < width) l.resize(width, ' ');
-  else l += ' ';
+  if (l.size() < width)
+    l.resize(width, ' ');
+  else
+    l += ' ';
   out += l;
   out += text;
   out += '\n';
@@ -152,9 +154,7 @@ std::string ago(std::int64_t then_unix_ms, std::int64_t now_unix_ms) {
 
 // ---------------------------------------------------------------------------------------------------------------
 
-bool ServiceStatus::degraded() const {
-  return state && (*state == "degraded" || *state == "unavailable");
-}
+bool ServiceStatus::degraded() const { return state && (*state == "degraded" || *state == "unavailable"); }
 
 bool is_terminal_state(std::string_view state) {
   return state == "completed" || state == "failed" || state == "cancelled";
@@ -167,28 +167,17 @@ Result<std::uint64_t> parse_size(std::string_view text) {
   auto nu = split_number("size", text);
   if (!nu.ok()) return fail(nu.error());
   static const std::vector<std::pair<std::string_view, std::uint64_t>> units = {
-      {"", 1ull},
-      {"b", 1ull},
-      {"k", 1ull << 10},
-      {"ki", 1ull << 10},
-      {"kib", 1ull << 10},
-      {"kb", 1000ull},
-      {"m", 1ull << 20},
-      {"mi", 1ull << 20},
-      {"mib", 1ull << 20},
-      {"mb", 1000ull * 1000},
-      {"g", 1ull << 30},
-      {"gi", 1ull << 30},
-      {"gib", 1ull << 30},
-      {"gb", 1000ull * 1000 * 1000},
-      {"t", 1ull << 40},
-      {"ti", 1ull << 40},
-      {"tib", 1ull << 40},
-      {"tb", 1000ull * 1000 * 1000 * 1000},
-      {"p", 1ull << 50},
-      {"pi", 1ull << 50},
-      {"pib", 1ull << 50},
-      {"pb", 1000ull * 1000 * 1000 * 1000 * 1000},
+      {"", 1ull},          {"b", 1ull},
+      {"k", 1ull << 10},   {"ki", 1ull << 10},
+      {"kib", 1ull << 10}, {"kb", 1000ull},
+      {"m", 1ull << 20},   {"mi", 1ull << 20},
+      {"mib", 1ull << 20}, {"mb", 1000ull * 1000},
+      {"g", 1ull << 30},   {"gi", 1ull << 30},
+      {"gib", 1ull << 30}, {"gb", 1000ull * 1000 * 1000},
+      {"t", 1ull << 40},   {"ti", 1ull << 40},
+      {"tib", 1ull << 40}, {"tb", 1000ull * 1000 * 1000 * 1000},
+      {"p", 1ull << 50},   {"pi", 1ull << 50},
+      {"pib", 1ull << 50}, {"pb", 1000ull * 1000 * 1000 * 1000 * 1000},
   };
   for (const auto& [name, mult] : units) {
     if (nu->unit == name) return scale("size", text, nu->number, mult, !name.empty() && name != "b");
@@ -201,14 +190,13 @@ Result<std::uint64_t> parse_duration_ms(std::string_view text) {
   auto nu = split_number("duration", text);
   if (!nu.ok()) return fail(nu.error());
   static const std::vector<std::pair<std::string_view, std::uint64_t>> units = {
-      {"", 1},      {"ms", 1},       {"s", 1000},        {"sec", 1000}, {"m", 60000},
-      {"min", 60000}, {"h", 3600000}, {"hour", 3600000},
+      {"", 1}, {"ms", 1}, {"s", 1000}, {"sec", 1000}, {"m", 60000}, {"min", 60000}, {"h", 3600000}, {"hour", 3600000},
   };
   for (const auto& [name, mult] : units) {
     if (nu->unit == name) return scale("duration", text, nu->number, mult, mult > 1);
   }
-  return fail(Errc::invalid_argument, "duration: unknown unit '" + nu->unit + "' in '" + std::string(text) +
-                                          "' (use ms, s, min, h)");
+  return fail(Errc::invalid_argument,
+              "duration: unknown unit '" + nu->unit + "' in '" + std::string(text) + "' (use ms, s, min, h)");
 }
 
 Result<bool> parse_bool(std::string_view text) {
@@ -220,10 +208,9 @@ Result<bool> parse_bool(std::string_view text) {
 
 const std::vector<std::pair<std::string, std::string>>& policy_keys() {
   static const std::vector<std::pair<std::string, std::string>> keys = {
-      {"margin_bytes", "t"},      {"margin_fraction", "d"},   {"ladder_order", "as"},
-      {"max_delay_ms", "t"},      {"offload_enabled", "b"},   {"allow_migration", "b"},
-      {"gpu_concurrency", "u"},   {"cpu_concurrency", "u"},   {"host_budget_bytes", "t"},
-      {"breaker_cooldown_ms", "t"},
+      {"margin_bytes", "t"},      {"margin_fraction", "d"},     {"ladder_order", "as"},   {"max_delay_ms", "t"},
+      {"offload_enabled", "b"},   {"allow_migration", "b"},     {"gpu_concurrency", "u"}, {"cpu_concurrency", "u"},
+      {"host_budget_bytes", "t"}, {"breaker_cooldown_ms", "t"},
   };
   return keys;
 }
@@ -241,9 +228,7 @@ Result<std::pair<std::string, PolicyValue>> parse_policy_setting(std::string_vie
     for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k.first;
     return fail(Errc::invalid_argument, "unknown policy key '" + key + "' (known: " + names + ")");
   }
-  auto bad = [&](const Error& e) {
-    return fail(Errc::invalid_argument, "policy " + key + ": " + e.message);
-  };
+  auto bad = [&](const Error& e) { return fail(Errc::invalid_argument, "policy " + key + ": " + e.message); };
   const std::string& sig = it->second;
   if (sig == "b") {
     auto b = parse_bool(value);
@@ -266,7 +251,8 @@ Result<std::pair<std::string, PolicyValue>> parse_policy_setting(std::string_vie
     while (true) {
       auto comma = rest.find(',');
       std::string_view item = trim(rest.substr(0, comma));
-      if (item.empty()) return fail(Errc::invalid_argument, "policy " + key + ": empty item in '" + std::string(value) + "'");
+      if (item.empty())
+        return fail(Errc::invalid_argument, "policy " + key + ": empty item in '" + std::string(value) + "'");
       items.emplace_back(item);
       if (comma == std::string_view::npos) break;
       rest = rest.substr(comma + 1);
@@ -412,8 +398,10 @@ std::string format_status(const ServiceStatus& s, std::int64_t now_unix_ms) {
                       std::to_string(q.running) + "/" + std::to_string(q.concurrency) + " running";
       if (q.depth > 0 || q.oldest_age_ms > 0) t += ", oldest " + format_duration_ms(q.oldest_age_ms);
       if (q.capacity > 0 && q.depth >= q.capacity) t += " (FULL)";
-      if (first) line(out, "Queues", t);
-      else cont(out, t);
+      if (first)
+        line(out, "Queues", t);
+      else
+        cont(out, t);
       first = false;
     }
     if (first) line(out, "Queues", "none");
@@ -442,8 +430,10 @@ std::string format_status(const ServiceStatus& s, std::int64_t now_unix_ms) {
     for (const HoldInfo& h : *s.holds) {
       std::string t = (h.app_id.empty() ? std::string("(no app id)") : h.app_id) + ": " + h.reason + " (cookie " +
                       h.cookie + ", since " + ago(h.since_unix_ms, now_unix_ms) + ")";
-      if (first) line(out, "GPU holds", t);
-      else cont(out, t);
+      if (first)
+        line(out, "GPU holds", t);
+      else
+        cont(out, t);
       first = false;
     }
   }
@@ -482,8 +472,9 @@ std::string policy_inline(const PolicySettings& p) {
 std::string format_properties_change(const PropertiesChange& c) {
   const ServiceStatus& s = c.values;
   std::vector<std::string> parts;
-  static const std::vector<std::string> order = {"State", "DegradedReason", "GpuBreaker", "FallbackModel", "Memory",
-                                                 "HostMemory", "Queues", "Limits", "Holds", "Policy", "Version"};
+  static const std::vector<std::string> order = {"State",  "DegradedReason", "GpuBreaker", "FallbackModel",
+                                                 "Memory", "HostMemory",     "Queues",     "Limits",
+                                                 "Holds",  "Policy",         "Version"};
   std::vector<std::string> names = c.changed;
   auto rank = [&](const std::string& n) {
     auto it = std::find(order.begin(), order.end(), n);
@@ -491,13 +482,16 @@ std::string format_properties_change(const PropertiesChange& c) {
   };
   std::stable_sort(names.begin(), names.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
   for (const std::string& name : names) {
-    if (name == "State" && s.state) parts.push_back("State=" + *s.state);
+    if (name == "State" && s.state)
+      parts.push_back("State=" + *s.state);
     else if (name == "DegradedReason" && s.degraded_reason)
       parts.push_back("DegradedReason=" + (s.degraded_reason->empty() ? std::string("\"\"") : *s.degraded_reason));
-    else if (name == "GpuBreaker" && s.gpu_breaker) parts.push_back("GpuBreaker=" + *s.gpu_breaker);
+    else if (name == "GpuBreaker" && s.gpu_breaker)
+      parts.push_back("GpuBreaker=" + *s.gpu_breaker);
     else if (name == "FallbackModel" && s.fallback_model)
       parts.push_back("FallbackModel=" + (s.fallback_model->empty() ? std::string("\"\"") : *s.fallback_model));
-    else if (name == "Version" && s.version) parts.push_back("Version=" + *s.version);
+    else if (name == "Version" && s.version)
+      parts.push_back("Version=" + *s.version);
     else if (name == "Memory" && s.memory) {
       const MemoryInfo& m = *s.memory;
       parts.push_back("Memory{headroom " + opt_sbytes(m.headroom) + ", ours " + opt_bytes(m.observed_used) +
@@ -550,10 +544,12 @@ std::string format_degraded_change(const DegradedChange& d) {
 std::string format_policy(const PolicySettings& p) {
   std::string out;
   auto line = [&out](std::string_view label, std::string_view text) { ::tandem::client::line(out, label, text, 21); };
-  if (p.margin_bytes) line("margin_bytes", std::to_string(*p.margin_bytes) + " (" + format_bytes(*p.margin_bytes) + ")");
+  if (p.margin_bytes)
+    line("margin_bytes", std::to_string(*p.margin_bytes) + " (" + format_bytes(*p.margin_bytes) + ")");
   if (p.margin_fraction) line("margin_fraction", fmt("%g", *p.margin_fraction));
   if (p.ladder_order) line("ladder_order", join(*p.ladder_order, ","));
-  if (p.max_delay_ms) line("max_delay_ms", std::to_string(*p.max_delay_ms) + " (" + format_duration_ms(*p.max_delay_ms) + ")");
+  if (p.max_delay_ms)
+    line("max_delay_ms", std::to_string(*p.max_delay_ms) + " (" + format_duration_ms(*p.max_delay_ms) + ")");
   if (p.offload_enabled) line("offload_enabled", *p.offload_enabled ? "true" : "false");
   if (p.allow_migration) line("allow_migration", *p.allow_migration ? "true" : "false");
   if (p.gpu_concurrency) line("gpu_concurrency", std::to_string(*p.gpu_concurrency));
@@ -561,7 +557,8 @@ std::string format_policy(const PolicySettings& p) {
   if (p.host_budget_bytes)
     line("host_budget_bytes", std::to_string(*p.host_budget_bytes) + " (" + format_bytes(*p.host_budget_bytes) + ")");
   if (p.breaker_cooldown_ms)
-    line("breaker_cooldown_ms", std::to_string(*p.breaker_cooldown_ms) + " (" + format_duration_ms(*p.breaker_cooldown_ms) + ")");
+    line("breaker_cooldown_ms",
+         std::to_string(*p.breaker_cooldown_ms) + " (" + format_duration_ms(*p.breaker_cooldown_ms) + ")");
   for (const auto& [k, sig] : p.unparsed) line(k, "(unexpected type " + sig + ")");
   if (out.empty()) out = "(no policy keys reported)\n";
   return out;
@@ -611,7 +608,8 @@ std::string format_placement(std::uint64_t job_id, const Placement& p, std::opti
     parts.push_back(q);
   }
   if (p.eta_ms) parts.push_back("ETA " + format_duration_ms(*p.eta_ms));
-  if (p.gpu_layers && p.route && *p.route == "hybrid") parts.push_back(std::to_string(*p.gpu_layers) + " layers on the GPU");
+  if (p.gpu_layers && p.route && *p.route == "hybrid")
+    parts.push_back(std::to_string(*p.gpu_layers) + " layers on the GPU");
   if (p.max_new_tokens) parts.push_back("max new tokens " + std::to_string(*p.max_new_tokens));
   if (p.prefill_chunk && *p.prefill_chunk > 0) parts.push_back("prefill chunk " + std::to_string(*p.prefill_chunk));
   if (!parts.empty()) t += " → " + join(parts, ", ");
@@ -666,7 +664,8 @@ std::string format_plan(const PlanDecision& d) {
     }
     for (const auto& [k, v] : *d.headroom)
       if (!done.count(k)) parts.push_back(k + " " + opt_sbytes(v));
-    line(out, "Headroom", join(std::vector<std::string>(parts.begin(), parts.begin() + std::min<std::size_t>(3, parts.size())), ", "));
+    line(out, "Headroom",
+         join(std::vector<std::string>(parts.begin(), parts.begin() + std::min<std::size_t>(3, parts.size())), ", "));
     if (parts.size() > 3) cont(out, join(std::vector<std::string>(parts.begin() + 3, parts.end()), ", "));
   }
   if (d.skipped) {
@@ -674,8 +673,10 @@ std::string format_plan(const PlanDecision& d) {
     bool first = true;
     for (const auto& s : *d.skipped) {
       std::string t = s.rung + ": " + s.why;
-      if (first) line(out, "Skipped", t);
-      else cont(out, t);
+      if (first)
+        line(out, "Skipped", t);
+      else
+        cont(out, t);
       first = false;
     }
   }
@@ -700,7 +701,8 @@ std::string format_job(const JobInfo& j, std::int64_t now_unix_ms) {
     if (j.finished_unix_ms && *j.finished_unix_ms > 0) {
       t += ", finished " + ago(*j.finished_unix_ms, now_unix_ms);
       if (*j.finished_unix_ms >= *j.accepted_unix_ms)
-        t += " (took " + format_duration_ms(static_cast<std::uint64_t>(*j.finished_unix_ms - *j.accepted_unix_ms)) + ")";
+        t +=
+            " (took " + format_duration_ms(static_cast<std::uint64_t>(*j.finished_unix_ms - *j.accepted_unix_ms)) + ")";
     }
     line(out, "Time", t);
   }
@@ -711,17 +713,21 @@ std::string format_job(const JobInfo& j, std::int64_t now_unix_ms) {
     line(out, "Queue", q);
   }
   if (j.idempotency_key && !j.idempotency_key->empty()) line(out, "Idempotency", "key '" + *j.idempotency_key + "'");
-  if (j.side_effects) line(out, "Side effects", *j.side_effects ? "yes (never migrated or retried after output)" : "no");
+  if (j.side_effects)
+    line(out, "Side effects", *j.side_effects ? "yes (never migrated or retried after output)" : "no");
   if (j.history && !j.history->empty()) {
     bool first = true;
     const std::int64_t base = j.accepted_unix_ms.value_or(j.history->front().at_unix_ms);
     for (const auto& h : *j.history) {
-      std::string when = h.at_unix_ms >= base ? "+" + format_duration_ms(static_cast<std::uint64_t>(h.at_unix_ms - base))
-                                              : ago(h.at_unix_ms, now_unix_ms);
+      std::string when = h.at_unix_ms >= base
+                             ? "+" + format_duration_ms(static_cast<std::uint64_t>(h.at_unix_ms - base))
+                             : ago(h.at_unix_ms, now_unix_ms);
       std::string t = when + "  " + (h.from.empty() ? std::string("(new)") : h.from) + " → " + h.to;
       if (!h.reason.empty()) t += " (" + h.reason + ")";
-      if (first) line(out, "History", t);
-      else cont(out, t);
+      if (first)
+        line(out, "History", t);
+      else
+        cont(out, t);
       first = false;
     }
   }
@@ -733,8 +739,9 @@ std::string format_job(const JobInfo& j, std::int64_t now_unix_ms) {
   }
   if (j.checkpoint) {
     const Checkpoint& c = *j.checkpoint;
-    line(out, "Checkpoint", "seed " + opt_str(c.seed) + ", " + opt_str(c.tokens_delivered) + " tokens delivered, model " +
-                                opt_str(c.model) + " (resumable: tandemctl resume " + opt_str(j.id) + ")");
+    line(out, "Checkpoint",
+         "seed " + opt_str(c.seed) + ", " + opt_str(c.tokens_delivered) + " tokens delivered, model " +
+             opt_str(c.model) + " (resumable: tandemctl resume " + opt_str(j.id) + ")");
   }
   if (j.tokens) line(out, "Tokens", std::to_string(j.tokens->size()));
   if (j.text) {
@@ -753,8 +760,8 @@ std::string format_models(const std::vector<ModelInfo>& models) {
     std::string fp = m.fingerprint.value_or("");
     if (fp.size() > 12) fp = fp.substr(0, 12);
     rows.push_back({m.name.value_or("?"), m.is_default.value_or(false) ? "*" : "", m.placement.value_or(""),
-                    m.fallback.value_or(""), m.max_context ? std::to_string(*m.max_context) : "", m.revision.value_or(""),
-                    fp});
+                    m.fallback.value_or(""), m.max_context ? std::to_string(*m.max_context) : "",
+                    m.revision.value_or(""), fp});
   }
   std::vector<std::size_t> w(rows[0].size(), 0);
   for (const auto& r : rows)
@@ -769,6 +776,39 @@ std::string format_models(const std::vector<ModelInfo>& models) {
     }
     while (!l.empty() && l.back() == ' ') l.pop_back();
     out += l + "\n";
+  }
+  return out;
+}
+
+std::string format_model_details(const ModelDetails& m) {
+  std::string out;
+  line(out, "Model", m.name.value_or("?") + "  (" + m.path + ")");
+  if (m.revision) line(out, "Revision", *m.revision);
+  if (m.fingerprint) line(out, "Fingerprint", *m.fingerprint);
+  if (m.max_context) line(out, "Max context", std::to_string(*m.max_context));
+  if (m.template_name) line(out, "Template", m.template_name->empty() ? std::string("(none)") : *m.template_name);
+  if (m.fallback) line(out, "Fallback", m.fallback->empty() ? std::string("none") : *m.fallback);
+  if (m.placement) {
+    std::vector<std::string> parts;
+    for (const auto& [k, v] : *m.placement) parts.push_back(k + " " + format_bytes(v));
+    line(out, "Placement", parts.empty() ? std::string("none") : join(parts, ", "));
+  }
+  if (m.replicas) {
+    if (m.replicas->empty()) line(out, "Replicas", "none");
+    bool first = true;
+    for (const auto& r : *m.replicas) {
+      std::string t = r.device.value_or("?") + ": " + r.state.value_or("?");
+      if (r.mode) t += ", mode " + *r.mode;
+      if (r.layers) t += ", " + std::to_string(*r.layers) + " layers on the accelerator";
+      if (r.weight_bytes) t += ", weights " + format_bytes(*r.weight_bytes);
+      if (r.fingerprint && m.fingerprint && *r.fingerprint != *m.fingerprint)
+        t += ", FINGERPRINT DIFFERS " + *r.fingerprint;
+      if (first)
+        line(out, "Replicas", t);
+      else
+        cont(out, t);
+      first = false;
+    }
   }
   return out;
 }
@@ -843,7 +883,8 @@ std::string format_resume_hint(std::uint64_t job_id, const JobInfo& j, std::stri
   std::string t = "job " + std::to_string(job_id) + " failed but can be resumed from its checkpoint";
   if (j.checkpoint) {
     const Checkpoint& c = *j.checkpoint;
-    t += ": seed " + opt_str(c.seed) + ", " + opt_str(c.tokens_delivered) + " tokens delivered, model " + opt_str(c.model);
+    t += ": seed " + opt_str(c.seed) + ", " + opt_str(c.tokens_delivered) + " tokens delivered, model " +
+         opt_str(c.model);
   }
   t += "\n  resume with: " + std::string(ctl_prefix) + " resume " + std::to_string(job_id);
   return t;
@@ -927,7 +968,8 @@ json to_json(const ServiceStatus& s) {
   if (s.holds) {
     json h = json::array();
     for (const auto& x : *s.holds)
-      h.push_back({{"cookie", x.cookie}, {"app_id", x.app_id}, {"reason", x.reason}, {"since_unix_ms", x.since_unix_ms}});
+      h.push_back(
+          {{"cookie", x.cookie}, {"app_id", x.app_id}, {"reason", x.reason}, {"since_unix_ms", x.since_unix_ms}});
     j["holds"] = h;
   }
   put(j, "fallback_model", s.fallback_model);
@@ -1079,6 +1121,34 @@ json to_json(const ModelInfo& m) {
   return j;
 }
 
+json to_json(const ModelDetails& m) {
+  json j = {{"path", m.path}};
+  put(j, "name", m.name);
+  put(j, "revision", m.revision);
+  put(j, "fingerprint", m.fingerprint);
+  if (m.replicas) {
+    json a = json::array();
+    for (const auto& r : *m.replicas) {
+      json x = json::object();
+      put(x, "device", r.device);
+      put(x, "state", r.state);
+      put(x, "mode", r.mode);
+      put(x, "layers", r.layers);
+      put(x, "weight_bytes", r.weight_bytes);
+      put(x, "fingerprint", r.fingerprint);
+      put_unparsed(x, r.unparsed);
+      a.push_back(x);
+    }
+    j["replicas"] = a;
+  }
+  put(j, "placement", m.placement);
+  put(j, "fallback", m.fallback);
+  put(j, "max_context", m.max_context);
+  put(j, "template", m.template_name);
+  put_unparsed(j, m.unparsed);
+  return j;
+}
+
 json to_json(const JobUpdate& u) {
   json j = {{"job", u.job_id}, {"kind", u.kind}};
   put(j, "route", u.route);
@@ -1107,12 +1177,8 @@ json to_json(const JobUpdate& u) {
 }
 
 json to_json(const RunSummary& s) {
-  json j = {{"job", s.job_id},
-            {"state", s.state},
-            {"finish_reason", s.finish_reason},
-            {"tokens", s.tokens},
-            {"elapsed_ms", s.elapsed_ms},
-            {"generate_ms", s.generate_ms},
+  json j = {{"job", s.job_id},    {"state", s.state},           {"finish_reason", s.finish_reason},
+            {"tokens", s.tokens}, {"elapsed_ms", s.elapsed_ms}, {"generate_ms", s.generate_ms},
             {"routes", s.routes}};
   if (!s.error_code.empty()) j["error_code"] = s.error_code;
   if (!s.error_message.empty()) j["error_message"] = s.error_message;

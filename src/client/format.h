@@ -10,14 +10,13 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/result.h"
 
@@ -51,13 +50,13 @@ struct MemoryInfo {
   std::optional<std::uint64_t> observed_used;   // this process's allocator reserved bytes ("used by us")
   std::optional<std::uint64_t> predicted_used;  // the ledger's prediction of the same
   std::optional<std::uint64_t> margin;
-  std::optional<std::uint64_t> foreign;         // other programs and the driver
+  std::optional<std::uint64_t> foreign;  // other programs and the driver
   std::optional<std::uint64_t> unmaterialized;
   std::optional<std::int64_t> headroom;
   std::optional<std::int64_t> prediction_error;
   std::optional<std::uint64_t> reading_age_ms;
-  std::optional<std::string> trust;             // fresh | stale | expired
-  std::optional<std::string> pressure;          // normal | elevated | critical
+  std::optional<std::string> trust;     // fresh | stale | expired
+  std::optional<std::string> pressure;  // normal | elevated | critical
   Unparsed unparsed;
 };
 
@@ -103,7 +102,7 @@ struct ServiceStatus {
   std::optional<std::string> version;
   Unparsed unparsed;  // properties not known or of an unexpected type
 
-  // degraded or unavailable state, or a non-empty DegradedReason with State degraded.
+  // State is degraded or unavailable.
   bool degraded() const;
 };
 
@@ -135,8 +134,8 @@ struct Placement {
   std::optional<std::string> action;  // admit | delay | reduce | offload | route_cpu
   std::optional<std::string> reason;
   std::optional<std::string> detail;
-  std::optional<std::string> route;   // gpu | hybrid | cpu
-  std::optional<std::string> queue;   // gpu | cpu
+  std::optional<std::string> route;  // gpu | hybrid | cpu
+  std::optional<std::string> queue;  // gpu | cpu
   std::optional<std::uint32_t> queue_position;
   std::optional<std::uint64_t> eta_ms;
   std::optional<std::string> model;
@@ -177,8 +176,9 @@ struct PlanDecision {
   std::optional<std::string> pressure;
   std::optional<std::uint32_t> prompt_tokens;
   std::optional<std::vector<SkippedRung>> skipped;
-  std::optional<std::map<std::string, std::uint64_t>> breakdown;  // weights, kv_cache, activations, fragmentation, total
-  std::optional<std::map<std::string, std::int64_t>> headroom;    // total, margin, predicted_headroom, ...
+  std::optional<std::map<std::string, std::uint64_t>>
+      breakdown;                                                // weights, kv_cache, activations, fragmentation, total
+  std::optional<std::map<std::string, std::int64_t>> headroom;  // total, margin, predicted_headroom, ...
   Unparsed unparsed;
 };
 
@@ -240,6 +240,30 @@ struct ModelInfo {
   Unparsed unparsed;
 };
 
+// io.tandem.Tandem1.Model object (GetAll at the model's path).
+struct ReplicaInfo {
+  std::optional<std::string> device;  // gpu | hybrid | cpu
+  std::optional<std::string> state;   // loaded | unloaded | lost | loading
+  std::optional<std::string> mode;    // warm | mmap | on_demand (CPU)
+  std::optional<std::uint32_t> layers;
+  std::optional<std::uint64_t> weight_bytes;
+  std::optional<std::string> fingerprint;
+  Unparsed unparsed;
+};
+
+struct ModelDetails {
+  std::string path;  // the object path it was read from
+  std::optional<std::string> name;
+  std::optional<std::string> revision;
+  std::optional<std::string> fingerprint;
+  std::optional<std::vector<ReplicaInfo>> replicas;
+  std::optional<std::map<std::string, std::uint64_t>> placement;  // storage, host, gpu bytes
+  std::optional<std::string> fallback;
+  std::optional<std::uint32_t> max_context;
+  std::optional<std::string> template_name;  // property "Template"
+  Unparsed unparsed;
+};
+
 // JobUpdate signal; which fields are set depends on kind (accepted, routed, started, tokens, migrated, finished).
 struct JobUpdate {
   std::uint64_t job_id = 0;
@@ -297,10 +321,10 @@ const std::vector<std::pair<std::string, std::string>>& policy_keys();
 // ---------------------------------------------------------------------------------------------------------------
 // Text
 
-std::string format_bytes(std::uint64_t bytes);             // "512 B", "12.0 MiB", "1.50 GiB"
-std::string format_signed_bytes(std::int64_t bytes);       // "-12.0 MiB", "+300 MiB" (sign always shown)
-std::string format_duration_ms(std::uint64_t ms);          // "250 ms", "1.5 s", "2 min 5 s", "1 h 2 min"
-std::string format_count(double v);                        // "12", "3.5" (shortest sensible)
+std::string format_bytes(std::uint64_t bytes);        // "512 B", "12.0 MiB", "1.50 GiB"
+std::string format_signed_bytes(std::int64_t bytes);  // "-12.0 MiB", "+300 MiB" (sign always shown)
+std::string format_duration_ms(std::uint64_t ms);     // "250 ms", "1.5 s", "2 min 5 s", "1 h 2 min"
+std::string format_count(double v);                   // "12", "3.5" (shortest sensible)
 // Turns a service reason token into a phrase ("gpu-breaker-open" -> "the GPU circuit breaker is open ...");
 // unknown tokens are returned as they are.
 std::string describe_reason(std::string_view reason);
@@ -320,6 +344,7 @@ std::string degraded_banner(const Placement& p, std::optional<double> expected_s
 std::string format_plan(const PlanDecision& d);
 std::string format_job(const JobInfo& j, std::int64_t now_unix_ms);
 std::string format_models(const std::vector<ModelInfo>& models);
+std::string format_model_details(const ModelDetails& m);
 std::string format_counters(const Counters& c);
 // A progress line for a non-token JobUpdate ("routed to cpu (gpu-breaker-open), queue cpu #2, ETA 3.0 s").
 std::string format_job_update(const JobUpdate& u);
@@ -352,7 +377,8 @@ nlohmann::json to_json(const Placement& p);
 nlohmann::json to_json(const PlanDecision& d);
 nlohmann::json to_json(const JobInfo& j);
 nlohmann::json to_json(const ModelInfo& m);
-nlohmann::json to_json(const JobUpdate& u);  // {"job": id, "kind": ..., <data keys>}
+nlohmann::json to_json(const ModelDetails& m);  // property names in snake_case ("template" for Template)
+nlohmann::json to_json(const JobUpdate& u);     // {"job": id, "kind": ..., <data keys>}
 nlohmann::json to_json(const RunSummary& s);
 nlohmann::json policy_value_to_json(const PolicyValue& v);
 

@@ -88,14 +88,18 @@ Result<std::string> get_string(const std::string& key, const sdbus::Variant& v, 
 std::string escape_path_element(const std::string& s) {
   static const char* hex = "0123456789abcdef";
   std::string out;
+  bool first = true;
   for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
+    // As sd_bus_path_encode: [A-Za-z0-9] kept, except a leading digit; every other byte as _xx.
+    const bool digit = c >= '0' && c <= '9';
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (digit && !first)) {
       out += static_cast<char>(c);
     } else {
       out += '_';
       out += hex[c >> 4];
       out += hex[c & 15];
     }
+    first = false;
   }
   return out.empty() ? "_" : out;
 }
@@ -377,7 +381,7 @@ class DbusServer::Impl::Main final
   std::string HoldGpu(const std::string& reason, const std::string& app_id) override {
     return unwrap(s().hold_gpu(who(), reason, app_id));
   }
-  void ReleaseGpu(const std::string& cookie) override { unwrap(s().release_gpu(who(), cookie)); }
+  void ReleaseGpu(const std::string& cookie) override { unwrap(s().release_gpu(who(), cookie), "InvalidArgument"); }
   std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {
     std::vector<std::map<std::string, sdbus::Variant>> out;
     for (const auto& d : s().list_models()) {
@@ -465,12 +469,19 @@ class DbusServer::Impl::Model final
   std::string Revision() override { return field<std::string>("revision"); }
   std::string Fingerprint() override { return field<std::string>("fingerprint"); }
   std::vector<std::map<std::string, sdbus::Variant>> Replicas() override {
-    // Built from the placement string and bytes; replicas in detail come from the backend through the service.
     std::vector<std::map<std::string, sdbus::Variant>> out;
-    auto d = view();
-    std::map<std::string, sdbus::Variant> m;
-    m.emplace("placement", sdbus::Variant(field<std::string>("placement")));
-    out.push_back(std::move(m));
+    for (const auto& r : impl_.service->replicas(name_)) {
+      std::map<std::string, sdbus::Variant> m;
+      m.emplace("device", sdbus::Variant(r.device));
+      m.emplace("state", sdbus::Variant(r.state));
+      m.emplace("mode", sdbus::Variant(r.mode));
+      m.emplace("layers", sdbus::Variant(r.layers));
+      m.emplace("accel_bytes", sdbus::Variant(r.accel_bytes));
+      m.emplace("host_bytes", sdbus::Variant(r.host_bytes));
+      m.emplace("fingerprint", sdbus::Variant(r.fingerprint));
+      if (!r.error.empty()) m.emplace("error", sdbus::Variant(r.error));
+      out.push_back(std::move(m));
+    }
     return out;
   }
   std::map<std::string, uint64_t> Placement() override {

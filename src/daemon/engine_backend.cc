@@ -121,8 +121,9 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
     info.chat_stop = gen::template_stops(model->prompt_template());
     const int layers = model->config().num_layers;
     info.gpu_layers = static_cast<std::uint32_t>(mc.gpu_layers < 0 ? layers : std::min(mc.gpu_layers, layers));
-    if (mc.replica_mode == policy::ReplicaMode::on_demand) {
-      // Created measured, then dropped: the first CPU job loads it.
+    if (e->cpu->mode() == policy::ReplicaMode::on_demand) {
+      // Created measured, then dropped: loaded at first use (a CPU job, or tokenizing without a GPU replica).
+      TANDEM_TRY(e->cpu->set_mode(policy::ReplicaMode::on_demand));
     }
     log::info("model {}: CPU replica ready in {} ms (fingerprint {})", mc.name,
               std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(), info.fingerprint);

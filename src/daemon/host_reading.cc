@@ -37,19 +37,33 @@ Result<policy::HostReading> read_host_memory(const std::string& root) {
   std::optional<std::string> max, current;
   if (auto cg = own_cgroup(root)) {
     // The limit that binds may sit on an ancestor (a slice); take the tightest memory.max on the way up.
+    // The limit that binds may sit on an ancestor (a slice) whose usage includes sibling services: the room is the
+    // smallest (memory.max − memory.current) on the way up, reported as own current + that room.
     std::string dir = *cg;
-    std::optional<std::uint64_t> tightest;
-    current = slurp(root + "/sys/fs/cgroup" + dir + "/memory.current");
-    for (;;) {
-      if (auto m = slurp(root + "/sys/fs/cgroup" + dir + "/memory.max")) {
+    std::optional<std::uint64_t> own_current, room;
+    for (bool own = true;; own = false) {
+      const std::string base = root + "/sys/fs/cgroup" + dir;
+      auto cur_text = slurp(base + "/memory.current");
+      std::optional<std::uint64_t> cur;
+      if (cur_text) {
+        auto c = policy::parse_cgroup_memory_current(*cur_text);
+        if (!c) return fail(std::move(c).error());
+        cur = *c;
+      }
+      if (own) own_current = cur;
+      if (auto m = slurp(base + "/memory.max"); m && cur) {
         auto v = policy::parse_cgroup_memory_max(*m);
         if (!v) return fail(std::move(v).error());
-        if (*v && (!tightest || **v < *tightest)) tightest = **v;
+        if (*v) {
+          const std::uint64_t r = **v > *cur ? **v - *cur : 0;
+          if (!room || r < *room) room = r;
+        }
       }
       if (dir.empty() || dir == "/") break;
       dir = dir.substr(0, dir.rfind('/'));
     }
-    if (tightest) max = std::to_string(*tightest) + "\n";
+    if (own_current) current = std::to_string(*own_current) + "\n";
+    if (room && own_current) max = std::to_string(*own_current + *room) + "\n";
     else max = std::string("max\n");
   }
   std::optional<std::string_view> mi, mx, cu;

@@ -2,6 +2,9 @@
 
 #include <systemd/sd-journal.h>
 
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <cstdlib>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -11,10 +14,22 @@ namespace tandem::daemon::log {
 
 namespace {
 bool g_journal = false;
+
+// systemd sets JOURNAL_STREAM=dev:ino for the stream it connected to stderr; an inherited variable whose stream is
+// not our stderr (a shell started from a service) does not mean journald is listening.
+bool stderr_is_journal() {
+  const char* js = std::getenv("JOURNAL_STREAM");
+  if (!js) return false;
+  unsigned long long dev = 0, ino = 0;
+  if (std::sscanf(js, "%llu:%llu", &dev, &ino) != 2) return false;
+  struct stat st {};
+  if (fstat(2, &st) != 0) return false;
+  return static_cast<unsigned long long>(st.st_dev) == dev && static_cast<unsigned long long>(st.st_ino) == ino;
 }
+}  // namespace
 
 void init(Target t, std::string_view level) {
-  g_journal = t == Target::journal || (t == Target::auto_detect && std::getenv("JOURNAL_STREAM") != nullptr);
+  g_journal = t == Target::journal || (t == Target::auto_detect && stderr_is_journal());
   std::shared_ptr<spdlog::logger> logger;
   if (g_journal) {
     logger = std::make_shared<spdlog::logger>("tandemd", std::make_shared<spdlog::sinks::systemd_sink_mt>("tandemd"));

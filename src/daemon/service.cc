@@ -53,6 +53,13 @@ Failure rejected_error(const Decision& d) {
   return fail(code, msg);
 }
 
+// Idempotency keys are per user: two users' "key-1" never name the same job. Stored (journal, registry) scoped.
+std::string scoped_key(std::uint32_t uid, const std::string& key) { return std::to_string(uid) + "/" + key; }
+std::string user_key(const std::string& scoped) {
+  const auto slash = scoped.find('/');
+  return slash == std::string::npos ? scoped : scoped.substr(slash + 1);
+}
+
 bool valid_utf8(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {
@@ -184,6 +191,9 @@ struct Service::JobRecord {
   std::optional<policy::HostJobEstimate> host;
   Clock::time_point run_started{};
   std::uint32_t run_new_tokens = 0;
+  std::uint32_t attempts_restored = 0;  // restored jobs: attempts the journal recorded
+  bool host_materialized = false;
+  std::optional<JobId> resumed_by;      // Resume already created this successor (never a second run)
 
   bool terminal() const { return phase == "completed" || phase == "failed" || phase == "cancelled"; }
 };
@@ -308,7 +318,9 @@ void Service::start_workers() {
 Status Service::restore() {
   const auto now_ms = unix_ms();
   const auto now = clock_->now();
-  for (const auto& [id, jj] : journal_->jobs()) {
+  // A copy: the outcome appended below for a job left in flight may compact the journal, which erases entries.
+  const std::map<std::uint64_t, JournalJob> replayed = journal_->jobs();
+  for (const auto& [id, jj] : replayed) {
     auto rec = std::make_unique<JobRecord>();
     rec->id = id;
     rec->model = jj.model;
@@ -327,6 +339,15 @@ Status Service::restore() {
     rec->retry_after_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(0, jj.retry_after_ms));
     rec->finished_unix_ms = jj.finished_unix_ms;
     rec->accepted_at = now;
+    if (auto rj = json::parse(jj.route_json.empty() ? std::string("{}") : jj.route_json, nullptr, false); rj.is_object()) {
+      const std::string dev = rj.value("device", "gpu");
+      rec->route.device = dev == "cpu" ? policy::Device::cpu : dev == "hybrid" ? policy::Device::hybrid : policy::Device::gpu;
+      rec->route.gpu_layers = rj.value("gpu_layers", 0u);
+      rec->route.fallback_model = rj.value("fallback_model", false);
+      rec->route.model = rj.value("model", jj.model);
+      if (!jj.route_json.empty()) rec->routes.push_back(dev);
+    }
+    rec->attempts_restored = jj.attempts;
     for (const auto& h : jj.history_json) {
       auto hj = json::parse(h, nullptr, false);
       if (hj.is_object())
@@ -357,6 +378,12 @@ Status Service::restore() {
       rec->req.options.seed = rec->sampling.seed;
       rec->req.options.max_tokens = rec->max_new_tokens;
       rec->req.options.stop = rec->stop;
+      // Resume re-prepares the request from its options: the sampling parameters must survive a restart too.
+      rec->req.options.temperature = rec->sampling.temperature;
+      rec->req.options.top_k = static_cast<std::uint32_t>(std::max(0, rec->sampling.top_k));
+      rec->req.options.top_p = rec->sampling.top_p;
+      rec->req.options.repetition_penalty = rec->sampling.repetition_penalty;
+      rec->req.options.prefill_chunk = rec->prefill_chunk;
       if (!rec->key.empty()) rec->req.options.idempotency_key = rec->key;
     }
     if (!jj.terminal()) {
@@ -370,7 +397,7 @@ Status Service::restore() {
                            std::to_string(rec->tokens.size()) + " tokens)";
       rec->retry_after_ms = 0;
       rec->finished_unix_ms = now_ms;
-      TANDEM_TRY(journal_->transition(id, "failed", reason, jj.route_json, now_ms, jj.attempts));
+      // The outcome record is the transition to failed (a transition record may only name a non-terminal phase).
       TANDEM_TRY(journal_->outcome(id, "failed", reason, rec->tokens, rec->text, rec->error_code,
                                    rec->error_message, 0, "", now_ms));
       ++counters_["jobs_recovered_failed"];
@@ -454,15 +481,25 @@ Result<Service::Prepared> Service::prepare(const Caller& c, const SubmitRequest&
       p.stop.push_back(s);
     }
   }
-  if (o.idempotency_key && (o.idempotency_key->empty() || o.idempotency_key->size() > 256 || !valid_utf8(*o.idempotency_key)))
-    return fail(Errc::invalid_argument, "idempotency_key must be 1..256 bytes of UTF-8");
+  {  // config stops + template stops + the request's: deduplicated, at most 16 (the engine's limit)
+    std::vector<std::string> merged;
+    for (auto& st : p.stop)
+      if (std::find(merged.begin(), merged.end(), st) == merged.end()) merged.push_back(st);
+    if (merged.size() > 16)
+      return fail(Errc::invalid_argument, "stop: at most 16 strings in all (with the model's " +
+                                              std::to_string(merged.size() - (o.stop ? o.stop->size() : 0)) + "), got " +
+                                              std::to_string(merged.size()));
+    p.stop = std::move(merged);
+  }
+  if (o.idempotency_key && (o.idempotency_key->empty() || o.idempotency_key->size() > 240 || !valid_utf8(*o.idempotency_key)))
+    return fail(Errc::invalid_argument, "idempotency_key must be 1..240 bytes of UTF-8");
   if (o.deadline_ms && (*o.deadline_ms == 0 || *o.deadline_ms > 7ull * 24 * 3600 * 1000))
     return fail(Errc::invalid_argument, "deadline_ms must be in [1,604800000]");
   p.prefill_chunk = o.prefill_chunk.value_or(0);
   if (p.prefill_chunk > p.model->max_context)
     return fail(Errc::invalid_argument, "prefill_chunk must be in [0," + std::to_string(p.model->max_context) + "]");
   if (o.resume_tokens) {
-    if (o.resume_tokens->size() >= p.max_new_tokens + 1u)
+    if (o.resume_tokens->size() >= p.max_new_tokens)
       return fail(Errc::invalid_argument, "resume_tokens (" + std::to_string(o.resume_tokens->size()) +
                                               ") must be fewer than max_tokens");
     for (auto t : *o.resume_tokens)
@@ -483,7 +520,8 @@ Result<Service::Prepared> Service::prepare(const Caller& c, const SubmitRequest&
   p.shape.prefill_chunk = p.prefill_chunk;
   p.shape.allow_reduce = o.allow_reduce.value_or(false);
   p.shape.allow_cpu = o.allow_cpu.value_or(true);
-  p.shape.allow_fallback_model = o.allow_fallback_model.value_or(false);
+  // A checkpoint's ids are the requested model's: a resumed request never goes to a fallback model.
+  p.shape.allow_fallback_model = o.allow_fallback_model.value_or(false) && p.resume.empty();
   p.shape.side_effects = o.side_effects.value_or(false);
   // The request as stored (and digested for idempotency: the same key must name the same request).
   json msgs = json::array();
@@ -577,7 +615,7 @@ Result<Dict> Service::submit(const Caller& c, const SubmitRequest& req) {
   const auto now = clock_->now();
   // Idempotency: the same key returns the job it named (never a second run).
   if (const auto& key = p->req.options.idempotency_key) {
-    if (auto found = idempotency_.find(*key)) {
+    if (auto found = idempotency_.find(scoped_key(c.uid, *key))) {
       JobRecord* j = find(found->job);
       if (j) {
         if (j->digest != p->digest)
@@ -628,7 +666,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   j.tokens = p.resume;
   j.shape = p.shape;
   j.digest = p.digest;
-  j.key = p.req.options.idempotency_key.value_or("");
+  j.key = p.req.options.idempotency_key ? scoped_key(c.uid, *p.req.options.idempotency_key) : "";
   j.side_effects = p.shape.side_effects;
   j.stream = p.req.options.stream.value_or(true);
   j.route = d.route;
@@ -640,9 +678,21 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   j.degraded = d.route.device != policy::Device::gpu || d.route.fallback_model;
   if (d.host) j.host = d.host;
 
-  if (!j.key.empty()) {
-    auto claim = idempotency_.claim(j.key, j.id, j.digest, now, resumed_from.has_value());
+  if (!j.key.empty()) {  // would the key be ours? (checked before the journal write; claimed after it)
+    auto found = idempotency_.find(j.key);
+    const bool can_claim = !found || (resumed_from && found->outcome && found->outcome->phase == JobPhase::failed);
+    auto claim = can_claim ? Result<policy::Claim>(policy::Claim{j.id, true, std::nullopt})
+                           : Result<policy::Claim>(policy::Claim{found->job, false, found->outcome});
     if (!claim) return fail(std::move(claim).error());
+    if (!claim->created) {  // the key names another job (a second Resume, a pruned record): never a second run
+      if (const JobRecord* other = find(claim->job)) {
+        Dict out = placement(*other);
+        out["existing"] = true;
+        return out;
+      }
+      return fail(Errc::duplicate, "idempotency_key '" + j.key.substr(0, 64) + "' names job " +
+                                       std::to_string(claim->job) + ", which is no longer kept");
+    }
   }
   // Durable before acknowledged.
   JournalJob jj;
@@ -654,12 +704,14 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   jj.request_json = j.request_json.dump();
   jj.accepted_unix_ms = j.accepted_unix_ms;
   if (auto st = journal_->accepted(jj); !st) {
-    if (!j.key.empty()) (void)idempotency_.record_outcome(j.key, j.id, {JobPhase::failed, "journal_error", now});
     log::error("journal write failed, job not accepted: {}", st.error().message);
     return fail(Errc::internal, "could not journal the job (" + st.error().message + "); it was not accepted");
   }
   ++next_id_;
   ++counters_["jobs_accepted"];
+  if (!j.key.empty())
+    if (auto claim = idempotency_.claim(j.key, j.id, j.digest, now, resumed_from.has_value()); !claim)
+      log::error("job {}: idempotency key not recorded: {}", j.id, claim.error().message);
   j.history.emplace_back("", "queued", "accepted", j.accepted_unix_ms);
   JobRecord* jp = rec.get();
   jobs_.emplace(j.id, std::move(rec));
@@ -727,6 +779,11 @@ Dict Service::placement(const JobRecord& j) const {
   out["prefill_chunk"] = j.prefill_chunk;
   out["gpu_layers"] = j.route.gpu_layers;
   out["degraded"] = j.degraded;
+  // How much slower than the GPU this route is expected to be (smoothed decode rates; 1 on the GPU).
+  const double cpu_tps = cpu_queue_.rates().decode_tps();
+  out["expected_slowdown"] = j.route.device == policy::Device::cpu && cpu_tps > 0
+                                 ? gpu_queue_.rates().decode_tps() / cpu_tps
+                                 : 1.0;
   return out;
 }
 
@@ -824,6 +881,7 @@ void Service::pump() {
     auto adm = host_guard_.admit(j->id, est, host_reading_);
     if (!adm) break;
     j->host_admitted = true;
+    j->host = est;  // what the guard holds for it (set_policy re-admits from this)
     auto e = cpu_queue_.start_next();
     if (!e) break;
     policy::Route route = j->route;
@@ -912,6 +970,7 @@ void Service::release_resources(JobRecord& j) {
   j.gpu_reserved = 0;
   if (j.host_admitted) host_guard_.release(j.id);
   j.host_admitted = false;
+  j.host_materialized = false;
 }
 
 void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, Errc code, const std::string& message,
@@ -952,7 +1011,14 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
     fin["retry_after_ms"] = j.retry_after_ms;
   }
   emit(j, "finished", fin);
-  log::job_line(j.id, j.model, route_name(j.route), j.phase, reason);
+  log::job_line(j.id, j.model, route_name(j.route), j.phase, reason, breaker_state());
+  if (phase != JobPhase::failed) {  // nothing can resume it: the prompt need not stay in memory
+    j.prompts.clear();
+    j.req.prompt.clear();
+    j.req.prompt.shrink_to_fit();
+    j.req.messages.clear();
+    j.request_json = json();
+  }
 }
 
 void Service::on_run_finished(JobRecord& j, const RunResult& r) {
@@ -997,14 +1063,28 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
     return;
   }
   (void)now;
-  end_job(j, JobPhase::failed, "run_failed", r.status.error().code == Errc::internal ? Errc::internal : Errc::resumable,
+  const Errc ec = r.status.error().code;
+  if (ec == Errc::invalid_argument || ec == Errc::not_found || ec == Errc::unsupported) {
+    end_job(j, JobPhase::failed, "invalid_request", Errc::invalid_argument, r.status.error().message, 0s);
+    return;
+  }
+  end_job(j, JobPhase::failed, "run_failed", ec == Errc::internal ? Errc::internal : Errc::resumable,
           r.status.error().message, 5s);
 }
 
 bool Service::cpu_can_serve(const JobRecord& j) const {
   if (!j.req.options.allow_cpu.value_or(true)) return false;
   if (!backend_->cpu_ready(j.model)) return false;
-  return !cpu_queue_.full();
+  if (cpu_queue_.full()) return false;
+  if (!cpu_queue_.check_limits(j.shape.prompt_tokens, j.shape.max_new_tokens)) return false;
+  for (const auto& m : backend_->models())
+    if (m.name == j.model) {
+      policy::RequestShape r = j.shape;
+      r.prompt_tokens = static_cast<std::uint32_t>(r.prompt_tokens + j.tokens.size());
+      const auto est = policy::estimate_host_job(m.shape, r, cfg_.policy.estimator, cfg_.policy.host_guard);
+      return host_guard_.check(est, host_reading_).fit != policy::HostFit::never;
+    }
+  return false;
 }
 
 void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
@@ -1123,7 +1203,10 @@ void Service::process_events() {
         q.rates().observe_prefill(ev.prefill_tokens, ev.took);
         q.update_progress(j->id, true, 0);
         if (ledger_.find(j->id)) (void)ledger_.materialize(j->id);
-        if (j->host_admitted) (void)host_guard_.materialize(j->id);
+        if (j->host_admitted) {
+          (void)host_guard_.materialize(j->id);
+          j->host_materialized = true;
+        }
         break;
       }
       case WorkerEvent::tokens: {
@@ -1243,6 +1326,11 @@ void Service::update_service_state() {
     in.gpu_present = ready;
   }
   in.gpu_held = !holds_.empty();
+  for (const auto& [id, j] : jobs_)  // a fallback model serving an unfinished job is announced
+    if (!j->terminal() && j->route.fallback_model) {
+      in.fallback_model = j->route.model;
+      break;
+    }
   bool cpu = false;
   for (const auto& m : backend_->models()) cpu = cpu || backend_->cpu_ready(m.name);
   in.cpu_available = cpu;
@@ -1256,6 +1344,8 @@ void Service::update_service_state() {
   }
   state_.update(in, now);
   for (const auto& ch : state_.drain_changes()) {
+    // normal → normal (the limits filled in by the first update at start): nothing degraded began or ended.
+    if (ch.from.level == policy::ServiceLevel::normal && ch.to.level == policy::ServiceLevel::normal) continue;
     const bool degraded = ch.to.level != policy::ServiceLevel::normal;
     if (degraded && degraded_since_unix_ms_ == 0) degraded_since_unix_ms_ = unix_ms();
     if (!degraded) degraded_since_unix_ms_ = 0;
@@ -1354,7 +1444,7 @@ Dict Service::job_dict(const JobRecord& j) const {
   d["id"] = j.id;
   d["state"] = j.phase;
   d["reason"] = j.reason;
-  d["attempts"] = static_cast<std::uint32_t>(j.fsm ? j.fsm->attempts() : j.routes.size());
+  d["attempts"] = static_cast<std::uint32_t>(j.fsm ? j.fsm->attempts() : j.attempts_restored);
   d["accepted_unix_ms"] = j.accepted_unix_ms;
   d["finished_unix_ms"] = j.finished_unix_ms;
   d["tokens"] = j.tokens;
@@ -1365,13 +1455,13 @@ Dict Service::job_dict(const JobRecord& j) const {
   d["error_code"] = j.error_code;
   d["error_message"] = j.error_message;
   d["retry_after_ms"] = j.retry_after_ms;
-  d["idempotency_key"] = j.key;
+  d["idempotency_key"] = user_key(j.key);
   d["side_effects"] = j.side_effects;
   d["model"] = j.model;
   if (j.phase == "failed") {
     d["checkpoint_seed"] = j.sampling.seed;
     d["checkpoint_tokens"] = static_cast<std::uint32_t>(j.tokens.size());
-    d["checkpoint_model"] = j.model;
+    d["checkpoint_model"] = j.route.model.empty() ? j.model : j.route.model;  // the model whose ids they are
   }
   return d;
 }
@@ -1392,13 +1482,22 @@ Result<Dict> Service::resume(const Caller& c, JobId id, const SubmitOptions& ove
                                               "; only a failed job can be resumed");
   if (old->error_code == std::string(errc_name(Errc::invalid_argument)))
     return fail(Errc::illegal_transition, "job " + std::to_string(id) + " failed permanently; resubmit a new request");
+  if (old->resumed_by) {  // resumed before: that job, not a second run
+    if (const JobRecord* next = find(*old->resumed_by)) {
+      Dict out = placement(*next);
+      out["existing"] = true;
+      return out;
+    }
+  }
   SubmitRequest req = old->req;
-  req.model = old->model;
+  // The checkpoint's token ids belong to the model that produced them (a fallback model has its own vocabulary).
+  req.model = old->route.model.empty() ? old->model : old->route.model;
   req.options.override_with(overrides);
+  req.options.allow_fallback_model = false;
   req.options.seed = old->sampling.seed;
   req.options.resume_tokens = old->tokens;
-  if (!old->key.empty()) req.options.idempotency_key = old->key;
-  if (overrides.idempotency_key && *overrides.idempotency_key != old->key)
+  if (!old->key.empty()) req.options.idempotency_key = user_key(old->key);
+  if (overrides.idempotency_key && *overrides.idempotency_key != user_key(old->key))
     return fail(Errc::invalid_argument, "Resume keeps the job's idempotency key");
   auto p = prepare(c, req, false);
   if (!p) return fail(std::move(p).error());
@@ -1408,8 +1507,13 @@ Result<Dict> Service::resume(const Caller& c, JobId id, const SubmitOptions& ove
   update_service_state();
   const Decision d = decide(*p, std::nullopt, {});
   if (!d.accepted()) return rejected_error(d);
-  auto out = accept(c, std::move(p).value(), d, id);
-  if (out) ++counters_["jobs_resumed"];
+  Caller owner = c;
+  owner.uid = old->uid;  // the job (and its idempotency key) stays its owner's, whoever resumes it
+  auto out = accept(owner, std::move(p).value(), d, id);
+  if (out && !std::get<bool>(out->at("existing"))) {
+    ++counters_["jobs_resumed"];
+    old->resumed_by = std::get<std::uint64_t>(out->at("job_id"));
+  }
   return out;
 }
 
@@ -1534,6 +1638,12 @@ Status Service::set_policy(const Caller& c, const Dict& changes) {
         *out = *x;
         return {};
       }
+      if constexpr (std::is_same_v<T, double>) {  // an integer where a fraction is expected: 0 or 1
+        if (const auto* i = std::get_if<std::uint64_t>(&v)) {
+          *out = static_cast<double>(*i);
+          return {};
+        }
+      }
       return fail(Errc::invalid_argument, "Policy." + k + " has the wrong type");
     };
     if (k == "margin_bytes") {
@@ -1572,16 +1682,25 @@ Status Service::set_policy(const Caller& c, const Dict& changes) {
                                               "host_budget_bytes)");
     }
   }
-  TANDEM_TRY(next.validate());
-  cfg_.policy = next;
-  admission_ = policy::AdmissionPolicy(next.ladder, next.estimator, next.host_guard);
-  failover_ = policy::FailoverPolicy(next.failover);
-  // The host guard keeps its admitted jobs; only its budget changes.
+  if (auto st = next.validate(); !st) {  // name the Policy keys the caller set, not only the config path
+    std::string keys;
+    for (const auto& [k, v] : changes) keys += (keys.empty() ? "Policy." : ", Policy.") + k.substr(0, 64);
+    return fail(Errc::invalid_argument, keys + ": " + st.error().message);
+  }
+  // The host guard keeps its admitted jobs; only its budget changes. A budget below what running CPU jobs hold is
+  // refused (they cannot give memory back mid-run): lower it once they finished.
   policy::HostMemoryGuard guard(next.host_guard);
   for (const auto& [id, j] : jobs_)
     if (j->host_admitted && j->host) {
-      (void)guard.admit(id, *j->host, host_reading_);
+      if (auto adm = guard.admit(id, *j->host, host_reading_); !adm)
+        return fail(Errc::invalid_argument, "Policy.host_budget_bytes: running CPU jobs hold " +
+                                                format_mib(host_guard_.committed_bytes()) +
+                                                "; a budget below that applies once they finished");
+      if (j->host_materialized) (void)guard.materialize(id);
     }
+  cfg_.policy = next;
+  admission_ = policy::AdmissionPolicy(next.ladder, next.estimator, next.host_guard);
+  failover_ = policy::FailoverPolicy(next.failover);
   host_guard_ = std::move(guard);
   log::warn("policy changed by uid {}", c.uid);
   refresh_readings();
@@ -1689,8 +1808,8 @@ void Service::flush_changes() {
   now["Memory"] = dump(memory_view(), {"reading_age_ms"});
   {
     auto hm = host_memory_view();
-    // RSS and MemAvailable move all the time: published at MiB granularity.
-    for (const char* k : {"daemon_rss", "mem_available"})
+    // RSS, MemAvailable and a budget bound by it move all the time: published at 16 MiB granularity.
+    for (const char* k : {"daemon_rss", "mem_available", "budget"})
       if (auto* v = std::get_if<std::uint64_t>(&hm[k])) *v >>= 24;
     now["HostMemory"] = dump(hm);
   }
@@ -1736,6 +1855,10 @@ bool Service::drained() const {
   for (const auto& [id, j] : jobs_)
     if (j->running) return false;
   return true;
+}
+
+void Service::sync_journal() {
+  if (auto st = journal_->sync(); !st) log::error("journal sync: {}", st.error().message);
 }
 
 void Service::abort_running() {

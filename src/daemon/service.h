@@ -134,6 +134,7 @@ class Service {
   struct HoldRow { std::string cookie, app_id, reason; std::int64_t since_unix_ms; };
   std::vector<HoldRow> holds_view() const;
   Dict model_view(const std::string& name) const;  // for the per-model objects
+  std::vector<ReplicaInfo> replicas(const std::string& name) const { return backend_->replicas(name); }
   const DaemonConfig& config() const { return cfg_; }
 
   // --- loop ---
@@ -148,6 +149,7 @@ class Service {
   void begin_drain();   // stop accepting; queued jobs end failed-resumable ("daemon_stopping")
   bool drained() const; // no job running
   void abort_running(); // drain timeout: running jobs end failed-resumable with their checkpoint
+  void sync_journal();  // before a forced exit: what was appended is on disk (in-flight jobs recover on restart)
   void reload(const DaemonConfig& cfg);  // SIGHUP: applies what can change at run time (policy knobs, auth)
 
   // --- testing interface ---

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "daemon/config.h"
 #include "daemon/dbus_server.h"
@@ -51,6 +52,19 @@ bool install_signals() {
   for (int s : {SIGTERM, SIGINT, SIGHUP})
     if (sigaction(s, &sa, nullptr) != 0) return false;
   signal(SIGPIPE, SIG_IGN);
+  // Threads started from here on (workers, the signal thread) block these signals; one thread takes them with
+  // sigwait. So a blocking sd-bus call on the loop thread is never interrupted (EINTR would lose its reply), and
+  // threads started before main (OpenBLAS) still reach the pipe through the handler above.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) return false;
+  std::thread([set] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) == 0) on_signal(sig);
+    }
+  }).detach();
   return true;
 }
 
@@ -216,13 +230,21 @@ int main(int argc, char** argv) {
   auto next_watchdog = SteadyTime::now();
   std::string last_status;
   bool draining = false;
-  SteadyTime::time_point drain_deadline{};
+  bool bus_ok = true;
+  SteadyTime::time_point drain_deadline{}, hard_deadline{};
   int exit_code = 0;
 
+  auto next_flush = SteadyTime::now();
+  bool activity = false;
+  auto next_extend = SteadyTime::now();
   for (;;) {
-    bus.process();
-    svc.flush_changes();
+    if (bus_ok) bus.process();
     const auto now = SteadyTime::now();
+    // One PropertiesChanged per batch, at most every 50 ms (token bursts do not turn into property storms).
+    if (now >= next_flush) {
+      svc.flush_changes();
+      next_flush = now + 50ms;
+    }
     if (now >= next_tick) {
       svc.tick();
       svc.flush_changes();
@@ -242,14 +264,47 @@ int main(int argc, char** argv) {
     }
     if (draining) {
       if (svc.drained()) break;
+      if (now >= hard_deadline) {
+        // A run that does not stop (a long prefill, a hung driver call): leave anyway. Every accepted job is in the
+        // journal; the ones still running recover as failed-resumable at the next start.
+        log::error("drain: running jobs did not stop in time; exiting with them in flight (they recover on restart)");
+        svc.sync_journal();
+        std::_Exit(1);
+      }
+      if (now >= next_extend && now < hard_deadline) {  // keep systemd informed, up to the hard deadline
+        sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu", 15ull * 1000000ull);
+        next_extend = now + 5s;
+      }
       if (now >= drain_deadline) {
         svc.abort_running();
         drain_deadline = now + 10s;  // the engine stops within a token; then the jobs end resumable
       }
     }
 
-    auto pd = bus.poll_data();
+    sdbus::IConnection::PollData pd{};
+    pd.fd = -1;
+    pd.timeout_usec = UINT64_MAX;
+    if (bus_ok) {
+      try {
+        pd = bus.poll_data();
+      } catch (const std::exception& e) {
+        // The bus went away (dbus-daemon restarted): nothing can reach us. Stop like SIGTERM, exit non-zero so
+        // Restart=on-failure brings us back on the new bus.
+        log::error("lost the D-Bus connection ({}): draining and exiting", e.what());
+        bus_ok = false;
+        exit_code = 1;
+        if (!draining) {
+          draining = true;
+          sd_notify(0, "STOPPING=1\nSTATUS=lost the bus");
+          svc.begin_drain();
+          drain_deadline = SteadyTime::now() + cfg.runtime.drain_timeout;
+          hard_deadline = drain_deadline + 20s;
+        }
+        continue;
+      }
+    }
     auto wait_until = std::min(next_tick, next_status);
+    if (activity) wait_until = std::min(wait_until, next_flush);  // publish what that activity changed
     if (watchdog) wait_until = std::min(wait_until, next_watchdog);
     if (draining) wait_until = std::min(wait_until, SteadyTime::now() + 100ms);
     auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - SteadyTime::now()).count();
@@ -264,6 +319,7 @@ int main(int argc, char** argv) {
     timeout_ms = std::max<long long>(0, timeout_ms);
     pollfd fds[3] = {{pd.fd, static_cast<short>(pd.events), 0}, {g_signal_pipe[0], POLLIN, 0}, {wake_fd, POLLIN, 0}};
     const int n = ::poll(fds, 3, static_cast<int>(std::min<long long>(timeout_ms, 1000)));
+    activity = n > 0;
     if (n < 0 && errno != EINTR) {
       log::error("poll: {}", std::strerror(errno));
       exit_code = 1;
@@ -292,6 +348,7 @@ int main(int argc, char** argv) {
           log::info("signal {}: draining (timeout {} ms)", static_cast<int>(sig), cfg.runtime.drain_timeout.count());
           svc.begin_drain();
           drain_deadline = SteadyTime::now() + cfg.runtime.drain_timeout;
+          hard_deadline = drain_deadline + 20s;
         } else {
           log::warn("second signal: stopping running jobs now (they end failed-resumable)");
           svc.abort_running();
@@ -301,10 +358,12 @@ int main(int argc, char** argv) {
   }
   // Let the last finished-updates go out, then leave the bus.
   svc.process_events();
-  bus.process();
-  svc.flush_changes();
-  bus.process();
-  bus.release_name();
+  if (bus_ok) {
+    bus.process();
+    svc.flush_changes();
+    bus.process();
+    bus.release_name();
+  }
   log::info("stopped: {}", svc.status_line());
   return exit_code;
 }

@@ -68,6 +68,8 @@ std::uint32_t u32(const Dict& d, const std::string& k) { return at<std::uint32_t
 std::uint64_t u64(const Dict& d, const std::string& k) { return at<std::uint64_t>(d, k); }
 bool flag(const Dict& d, const std::string& k) { return at<bool>(d, k); }
 
+std::string code(Errc c) { return std::string(errc_name(c)); }
+
 template <class T>
 std::string describe(const Result<T>& r) {
   if (r) return "ok";
@@ -241,7 +243,7 @@ class ServiceTest : public ::testing::Test {
   }
   void restart() {
     svc_.reset();
-    start();
+    ASSERT_NO_FATAL_FAILURE(start());
   }
 
   // One loop iteration after another until `pred` holds: apply worker events, optionally tick, publish changes.
@@ -306,7 +308,8 @@ class ServiceTest : public ::testing::Test {
 // --- the happy path ------------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, SubmitSendsOrderedUpdatesOnlyToTheSubmitter) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
+  EXPECT_TRUE(rec_.degraded_events.empty());  // starting normal announces nothing
   backend_->set_script(emit(5));
   Dict placement;
   const JobId a = submit_ok(alice_, request("for alice"), &placement);
@@ -326,8 +329,10 @@ TEST_F(ServiceTest, SubmitSendsOrderedUpdatesOnlyToTheSubmitter) {
                                          "tokens", "finished"));
   for (const auto& u : rec_.updates) EXPECT_EQ(u.destination, u.id == a ? alice_.bus_name : bob_.bus_name) << u.kind;
   std::uint32_t step = 0;
-  for (const auto& u : rec_.of(a))
-    if (u.kind == "tokens") EXPECT_EQ(u32(u.data, "step"), step++);
+  for (const auto& u : rec_.of(a)) {
+    if (u.kind != "tokens") continue;
+    EXPECT_EQ(u32(u.data, "step"), step++);
+  }
   const auto fin = rec_.of(a).back().data;
   EXPECT_EQ(str(fin, "state"), "completed");
   EXPECT_EQ(str(fin, "finish_reason"), "eos");
@@ -353,7 +358,7 @@ TEST_F(ServiceTest, SubmitSendsOrderedUpdatesOnlyToTheSubmitter) {
 }
 
 TEST_F(ServiceTest, GetJobReadsACompletedJob) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(3));
   const JobId id = submit_ok(alice_, request("read me"));
   ASSERT_TRUE(wait_terminal(id));
@@ -391,24 +396,23 @@ TEST_F(ServiceTest, GetJobReadsACompletedJob) {
 TEST_F(ServiceTest, PlanPredictsSubmitAndChangesNothing) {
   struct Case {
     const char* name;
-    std::function<void(ServiceTest&)> setup;
+    std::function<void()> setup;
     const char* action;
     const char* route;
   };
   const std::vector<Case> cases = {
-      {"idle gpu", [](ServiceTest&) {}, "admit", "gpu"},
-      {"foreign load", [](ServiceTest& t) { t.sim_->set_foreign_bytes(8 * kGiB - 256 * kMiB); }, "route_cpu", "cpu"},
-      {"gpu held", [](ServiceTest& t) { ASSERT_TRUE(t.svc_->hold_gpu(t.admin_, "game", "org.game")); }, "route_cpu",
-       "cpu"},
+      {"idle gpu", [] {}, "admit", "gpu"},
+      {"foreign load", [this] { sim_->set_foreign_bytes(8 * kGiB - 256 * kMiB); }, "route_cpu", "cpu"},
+      {"gpu held", [this] { ASSERT_TRUE(svc_->hold_gpu(admin_, "game", "org.game")); }, "route_cpu", "cpu"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     TempDir dir;
     cfg_.journal.dir = dir.path();
     sim_->set_foreign_bytes(0);
-    start();
+    ASSERT_NO_FATAL_FAILURE(start());
     backend_->set_script(emit(2));
-    c.setup(*this);
+    c.setup();
     const auto counters = svc_->counters();
     const auto queues = svc_->queues_view();
     const auto bytes = fs::file_size(fs::path(dir.path()) / "journal");
@@ -419,7 +423,7 @@ TEST_F(ServiceTest, PlanPredictsSubmitAndChangesNothing) {
     EXPECT_EQ(str(*plan, "action"), c.action);
     EXPECT_EQ(str(*plan, "route"), c.route);
     EXPECT_GT(u32(*plan, "prompt_tokens"), 0u);
-    EXPECT_GT(at<std::map<std::string, std::uint64_t>>(*plan, "breakdown").at("total"), 0u);
+    EXPECT_GT((at<std::map<std::string, std::uint64_t>>(*plan, "breakdown").at("total")), 0u);
     EXPECT_EQ(svc_->counters(), counters);
     const auto q2 = svc_->queues_view();
     ASSERT_EQ(q2.size(), queues.size());
@@ -444,7 +448,7 @@ TEST_F(ServiceTest, PlanPredictsSubmitAndChangesNothing) {
 // --- memory pressure: the CPU route, announced before the first token ----------------------------------------------
 
 TEST_F(ServiceTest, ForeignLoadRoutesNewJobsToTheCpuAnnouncedBeforeTheirTokens) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(4));
   sim_->set_foreign_bytes(8 * kGiB - 256 * kMiB);  // another program took almost all of the device
   Dict placement;
@@ -501,7 +505,7 @@ TEST_F(ServiceTest, ForeignLoadRoutesNewJobsToTheCpuAnnouncedBeforeTheirTokens) 
 // --- failover ------------------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, GpuOutOfMemoryBeforeAnyTokenRetriesTheSameJobOnTheCpu) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_scripter(by_route(fail_after(Errc::out_of_memory, 0), emit(4)));
   const JobId id = submit_ok(alice_, request("oom"));
   ASSERT_TRUE(wait_terminal(id));
@@ -546,7 +550,7 @@ TEST_F(ServiceTest, GpuOutOfMemoryBeforeAnyTokenRetriesTheSameJobOnTheCpu) {
 }
 
 TEST_F(ServiceTest, DeviceLostMidGenerationMigratesAtTheCheckpoint) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_scripter(by_route(fail_after(Errc::device_lost, 3), emit(100)));
   const JobId id = submit_ok(alice_, request("migrate me"));
   ASSERT_TRUE(wait_terminal(id));
@@ -567,11 +571,11 @@ TEST_F(ServiceTest, DeviceLostMidGenerationMigratesAtTheCheckpoint) {
   EXPECT_EQ(runs[1].max_new_tokens, runs[0].max_new_tokens);
   EXPECT_EQ(rec_.count(id, "migrated"), 1);
   EXPECT_EQ(rec_.count(id, "finished"), 1);
-  for (const auto& u : rec_.of(id))
-    if (u.kind == "migrated") {
-      EXPECT_EQ(u32(u.data, "tokens_delivered"), 3u);
-      EXPECT_EQ(str(u.data, "reason"), "device_lost");
-    }
+  for (const auto& u : rec_.of(id)) {
+    if (u.kind != "migrated") continue;
+    EXPECT_EQ(u32(u.data, "tokens_delivered"), 3u);
+    EXPECT_EQ(str(u.data, "reason"), code(Errc::device_lost));
+  }
   // The client saw every token exactly once, in order.
   EXPECT_EQ(rec_.streamed_tokens(id), FakeBackend::tokens_of(kSeed, 0, 8));
   EXPECT_EQ(rec_.streamed_text(id), FakeBackend::text_of(0, 8));
@@ -582,7 +586,7 @@ TEST_F(ServiceTest, DeviceLostMidGenerationMigratesAtTheCheckpoint) {
 }
 
 TEST_F(ServiceTest, DeviceLostWithSideEffectsFailsResumableWithoutMigrating) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_scripter(by_route(fail_after(Errc::device_lost, 3), emit(100)));
   SubmitRequest r = request("acts on tokens");
   r.options.side_effects = true;
@@ -591,7 +595,7 @@ TEST_F(ServiceTest, DeviceLostWithSideEffectsFailsResumableWithoutMigrating) {
   settle();
   const Dict j = job(id);
   EXPECT_EQ(str(j, "state"), "failed");
-  EXPECT_EQ(str(j, "error_code"), "resumable");
+  EXPECT_EQ(str(j, "error_code"), code(Errc::resumable));
   EXPECT_EQ(str(j, "reason"), "side_effects");
   EXPECT_EQ(u32(j, "checkpoint_tokens"), 3u);
   EXPECT_EQ(u64(j, "checkpoint_seed"), kSeed);
@@ -603,7 +607,7 @@ TEST_F(ServiceTest, DeviceLostWithSideEffectsFailsResumableWithoutMigrating) {
   EXPECT_EQ(rec_.count(id, "migrated"), 0);
   ASSERT_EQ(rec_.count(id, "finished"), 1);
   const auto fin = rec_.of(id).back().data;
-  EXPECT_EQ(str(fin, "error_code"), "resumable");
+  EXPECT_EQ(str(fin, "error_code"), code(Errc::resumable));
   EXPECT_EQ(u32(fin, "tokens_total"), 3u);
   EXPECT_EQ(svc_->breaker_state(), "open");
 }
@@ -611,7 +615,7 @@ TEST_F(ServiceTest, DeviceLostWithSideEffectsFailsResumableWithoutMigrating) {
 // --- cancel and deadlines ------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, CancelWhileQueuedInTheCpuQueueNeverRuns) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_gpu_enabled(false);  // every job goes to the CPU queue (concurrency 1)
   backend_->set_scripter([](const RunSpec& s) { return s.job == 1 ? block_at(0) : emit(2); });
   const JobId first = submit_ok(alice_, request("first"));
@@ -645,7 +649,7 @@ TEST_F(ServiceTest, CancelWhileQueuedInTheCpuQueueNeverRuns) {
 }
 
 TEST_F(ServiceTest, CancelWhileRunningStopsTheRun) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(block_at(2, 10));
   const JobId id = submit_ok(alice_, request("long"));
   ASSERT_TRUE(wait_blocked(id));
@@ -664,7 +668,7 @@ TEST_F(ServiceTest, CancelWhileRunningStopsTheRun) {
 }
 
 TEST_F(ServiceTest, DeadlinePassingWhileQueuedFailsTheJobWithoutRunningIt) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_gpu_enabled(false);
   backend_->set_scripter([](const RunSpec& s) { return s.job == 1 ? block_at(0) : emit(2); });
   const JobId first = submit_ok(alice_, request("first"));
@@ -681,7 +685,7 @@ TEST_F(ServiceTest, DeadlinePassingWhileQueuedFailsTheJobWithoutRunningIt) {
   const Dict j = job(late);
   EXPECT_EQ(str(j, "state"), "failed");
   EXPECT_EQ(str(j, "reason"), "deadline");
-  EXPECT_EQ(str(j, "error_code"), "timeout");
+  EXPECT_EQ(str(j, "error_code"), code(Errc::timeout));
   EXPECT_EQ(rec_.count(late, "finished"), 1);
   backend_->release(first);
   ASSERT_TRUE(wait_terminal(first));
@@ -690,7 +694,7 @@ TEST_F(ServiceTest, DeadlinePassingWhileQueuedFailsTheJobWithoutRunningIt) {
 }
 
 TEST_F(ServiceTest, DeadlinePassingWhileRunningStopsTheRunWithItsTokens) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(block_at(2, 10));
   SubmitRequest r = request("slow");
   r.options.deadline_ms = 1000;
@@ -702,14 +706,14 @@ TEST_F(ServiceTest, DeadlinePassingWhileRunningStopsTheRunWithItsTokens) {
   const Dict j = job(id);
   EXPECT_EQ(str(j, "state"), "failed");
   EXPECT_EQ(str(j, "reason"), "deadline");
-  EXPECT_EQ(str(j, "error_code"), "timeout");
+  EXPECT_EQ(str(j, "error_code"), code(Errc::timeout));
   EXPECT_EQ(u32(j, "checkpoint_tokens"), 2u);
 }
 
 // --- idempotency and resume ----------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, IdempotencyKeyReturnsTheSameJobAndNeverRunsItTwice) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(3));
   SubmitRequest r = request("once");
   r.options.idempotency_key = "key-1";
@@ -740,7 +744,7 @@ TEST_F(ServiceTest, IdempotencyKeyReturnsTheSameJobAndNeverRunsItTwice) {
 }
 
 TEST_F(ServiceTest, IdempotencyKeyWithAnotherRequestIsDuplicate) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(2));
   SubmitRequest r = request("original");
   r.options.idempotency_key = "key-d";
@@ -756,7 +760,7 @@ TEST_F(ServiceTest, IdempotencyKeyWithAnotherRequestIsDuplicate) {
 }
 
 TEST_F(ServiceTest, IdempotencyKeyOfAFailedJobAsksForResume) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_scripter(by_route(fail_after(Errc::device_lost, 2), emit(100)));
   SubmitRequest r = request("fragile");
   r.options.idempotency_key = "key-f";
@@ -773,7 +777,7 @@ TEST_F(ServiceTest, IdempotencyKeyOfAFailedJobAsksForResume) {
 }
 
 TEST_F(ServiceTest, ResumeContinuesFromTheCheckpointWithTheSameSeed) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_scripter(by_route(fail_after(Errc::device_lost, 3), emit(100)));
   SubmitRequest r = request("resume me");
   r.options.side_effects = true;
@@ -814,10 +818,76 @@ TEST_F(ServiceTest, ResumeContinuesFromTheCheckpointWithTheSameSeed) {
   EXPECT_EQ(twice.error().code, Errc::illegal_transition);
 }
 
+TEST_F(ServiceTest, ResumingTheSameFailedJobTwiceUnderAKeyRunsOnce) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_scripter(by_route(fail_after(Errc::device_lost, 2), block_at(0)));
+  SubmitRequest r = request("resume twice");
+  r.options.side_effects = true;
+  r.options.idempotency_key = "key-twice";
+  const JobId id = submit_ok(alice_, r);
+  ASSERT_TRUE(wait_terminal(id));
+  ASSERT_EQ(phase(id), "failed");
+  auto first = svc_->resume(alice_, id, {});
+  ASSERT_TRUE(first) << describe(first);
+  const JobId resumed = u64(*first, "job_id");
+  ASSERT_TRUE(wait_blocked(resumed));
+  // The old job is still failed, but its key now names the resumed job: a second Resume must not start another run.
+  auto second = svc_->resume(alice_, id, {});
+  if (second) {
+    EXPECT_EQ(u64(*second, "job_id"), resumed);
+    EXPECT_TRUE(flag(*second, "existing"));
+  }
+  backend_->release_all();
+  ASSERT_TRUE(wait_terminal(resumed));
+  settle();
+  EXPECT_EQ(backend_->runs().size(), 2u);  // the failed GPU run and one resumed run
+  EXPECT_EQ(svc_->counters()["jobs_accepted"], 2u);
+}
+
+TEST_F(ServiceTest, IdempotencyKeyOfAPrunedJobNeverRunsAgain) {
+  cfg_.journal.max_jobs = 1;  // the service keeps max_jobs + 64 finished jobs in memory
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(1));
+  SubmitRequest keyed = request("keyed");
+  keyed.options.idempotency_key = "key-old";
+  const JobId first = submit_ok(alice_, keyed);
+  ASSERT_TRUE(wait_terminal(first));
+  for (int i = 0; i < 70; ++i) {
+    const JobId id = submit_ok(alice_, request("filler " + std::to_string(i)));
+    ASSERT_TRUE(wait_terminal(id));
+  }
+  svc_->tick();  // prunes the oldest finished jobs
+  const auto runs = backend_->runs().size();
+  auto again = svc_->submit(alice_, keyed);
+  if (again) {
+    EXPECT_EQ(u64(*again, "job_id"), first);
+    EXPECT_TRUE(flag(*again, "existing"));
+  } else {
+    EXPECT_EQ(again.error().code, Errc::duplicate) << again.error().message;
+  }
+  settle();
+  EXPECT_EQ(backend_->runs().size(), runs);  // never a second run under one key
+}
+
+TEST_F(ServiceTest, HostMemoryOfRunningCpuJobsSurvivesAPolicyChange) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // A CPU job that got there by failing over from the GPU (its admission decision had no host estimate).
+  backend_->set_scripter(by_route(fail_after(Errc::out_of_memory, 0), block_at(0)));
+  const JobId id = submit_ok(alice_, request("failed over"));
+  ASSERT_TRUE(wait_blocked(id));
+  const auto used = u64(svc_->host_memory_view(), "used");
+  EXPECT_GT(used, 0u);
+  ASSERT_TRUE(svc_->set_policy(admin_, Dict{{"margin_bytes", std::uint64_t{256 * kMiB}}}));
+  EXPECT_EQ(u64(svc_->host_memory_view(), "used"), used);
+  backend_->release_all();
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(u64(svc_->host_memory_view(), "used"), 0u);
+}
+
 // --- GPU holds -----------------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, HoldGpuSendsNewJobsToTheCpuUntilTheHolderLeaves) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(2));
   auto denied = svc_->hold_gpu(alice_, "mine", "org.alice");
   ASSERT_FALSE(denied);
@@ -870,7 +940,7 @@ TEST_F(ServiceTest, HoldGpuSendsNewJobsToTheCpuUntilTheHolderLeaves) {
 // --- policy --------------------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, SetPolicyChecksTheCallerAndEveryValue) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   auto denied = svc_->set_policy(alice_, Dict{{"margin_bytes", std::uint64_t{256 * kMiB}}});
   ASSERT_FALSE(denied);
   EXPECT_EQ(denied.error().code, Errc::permission_denied);
@@ -918,7 +988,7 @@ TEST_F(ServiceTest, SetPolicyChecksTheCallerAndEveryValue) {
 // --- breaker -------------------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, BreakerHalfOpenProbeClosesItAgainAfterRecovery) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_scripter(by_route(fail_after(Errc::device_lost, 1), emit(100)));
   const JobId id = submit_ok(alice_, request("lost"));
   ASSERT_TRUE(wait_terminal(id));
@@ -959,7 +1029,7 @@ TEST_F(ServiceTest, BreakerHalfOpenProbeClosesItAgainAfterRecovery) {
 
 TEST_F(ServiceTest, RestartKeepsEveryAcceptedJobReadableInATerminalState) {
   cfg_.policy.gpu_queue.concurrency = 1;
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_scripter([](const RunSpec& s) {
     if (s.job == 1) return emit(3);
     if (s.job == 2) return block_at(36, 60);
@@ -981,7 +1051,8 @@ TEST_F(ServiceTest, RestartKeepsEveryAcceptedJobReadableInATerminalState) {
   EXPECT_EQ(str(queued, "state"), "queued");
   EXPECT_EQ(str(queued, "queue"), "gpu");
 
-  restart();  // the old service is destroyed with j2 running and j3 queued (a crash, as far as they know)
+  // The old service is destroyed with j2 running and j3 queued (a crash, as far as those jobs know).
+  ASSERT_NO_FATAL_FAILURE(restart());
   EXPECT_EQ(svc_->replay_stats().recovered_nonterminal, 2u);
   EXPECT_EQ(svc_->counters()["jobs_recovered_failed"], 2u);
   const Dict r1 = job(j1);
@@ -990,7 +1061,7 @@ TEST_F(ServiceTest, RestartKeepsEveryAcceptedJobReadableInATerminalState) {
   const Dict r2 = job(j2);
   EXPECT_EQ(str(r2, "state"), "failed");
   EXPECT_EQ(str(r2, "reason"), "daemon_restart");
-  EXPECT_EQ(str(r2, "error_code"), "resumable");
+  EXPECT_EQ(str(r2, "error_code"), code(Errc::resumable));
   EXPECT_EQ(u32(r2, "checkpoint_tokens"), 32u);  // checkpoints ride along every 32 tokens
   EXPECT_EQ(at<std::vector<std::int32_t>>(r2, "tokens"), FakeBackend::tokens_of(kSeed, 0, 32));
   const Dict r3 = job(j3);
@@ -1024,17 +1095,50 @@ TEST_F(ServiceTest, RestartKeepsEveryAcceptedJobReadableInATerminalState) {
   EXPECT_EQ(runs[0].max_new_tokens, 60u);
   EXPECT_EQ(phase(j4), "completed");
 
-  restart();  // nothing in flight now: nothing to recover, everything still readable
+  ASSERT_NO_FATAL_FAILURE(restart());  // nothing in flight now: nothing to recover, everything still readable
   EXPECT_EQ(svc_->replay_stats().recovered_nonterminal, 0u);
   for (JobId id : {j1, j2, j3, j4}) EXPECT_TRUE(terminal(id)) << id;
   EXPECT_EQ(phase(j4), "completed");
+}
+
+TEST_F(ServiceTest, RestartRecoversInFlightJobsWhenTheJournalCompactsOnTheFirstOutcome) {
+  // max_jobs 4: a journal holding more than 6 jobs compacts at its first append after opening, which is the outcome
+  // of the first job recovered as failed — while the service still walks the replayed jobs.
+  cfg_.journal.max_jobs = 4;
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(block_at(1, 4));
+  std::vector<JobId> ids;
+  for (int i = 0; i < 7; ++i) ids.push_back(submit_ok(alice_, request("job " + std::to_string(i))));
+  ASSERT_TRUE(pump_until([&] { return backend_->blocked() == 4; }));
+  ASSERT_NO_FATAL_FAILURE(restart());
+  EXPECT_EQ(svc_->replay_stats().recovered_nonterminal, 7u);
+  for (JobId id : ids) {
+    SCOPED_TRACE(id);
+    const Dict j = job(id);
+    EXPECT_EQ(str(j, "state"), "failed");
+    EXPECT_EQ(str(j, "reason"), "daemon_restart");
+  }
+  const JobId next = submit_ok(alice_, request("after"));
+  EXPECT_GT(next, ids.back());
+  backend_->release_all();
+  EXPECT_TRUE(wait_terminal(next));
+  // Recovery did compact the journal (dropping the one job finished at that moment) while walking the replay.
+  svc_.reset();
+  JobJournal::Options o;
+  o.dir = dir_.path();
+  o.fsync = false;
+  o.max_jobs = 4;
+  auto journal = JobJournal::open(o);
+  ASSERT_TRUE(journal) << describe(journal);
+  EXPECT_EQ((*journal)->jobs().count(ids.front()), 0u);
+  EXPECT_EQ((*journal)->jobs().count(ids.back()), 1u);
 }
 
 // --- malformed requests --------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, MalformedRequestsAreRefusedAndTheServiceKeepsServing) {
   cfg_.runtime.max_prompt_bytes = 256;
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(2));
   struct Case {
     const char* name;
@@ -1066,7 +1170,8 @@ TEST_F(ServiceTest, MalformedRequestsAreRefusedAndTheServiceKeepsServing) {
       {"prompt + max_tokens past the context", [](SubmitRequest& r) { r.options.max_tokens = 505u; },
        Errc::invalid_argument, "context"},
       {"unknown model", [](SubmitRequest& r) { r.model = "nope"; }, Errc::not_found, "nope"},
-      {"stop string too long", [](SubmitRequest& r) { r.options.stop = std::vector<std::string>{std::string(257, 's')}; },
+      {"stop string too long",
+       [](SubmitRequest& r) { r.options.stop = std::vector<std::string>{std::string(257, 's')}; },
        Errc::invalid_argument, "stop"},
       {"empty stop string", [](SubmitRequest& r) { r.options.stop = std::vector<std::string>{""}; },
        Errc::invalid_argument, "stop"},
@@ -1123,7 +1228,7 @@ TEST_F(ServiceTest, MalformedRequestsAreRefusedAndTheServiceKeepsServing) {
 // --- shutdown ------------------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, DrainFailsQueuedJobsResumableAndRefusesNewOnes) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_gpu_enabled(false);
   backend_->set_scripter([](const RunSpec& s) { return s.job == 1 ? block_at(1) : emit(2); });
   const JobId running = submit_ok(alice_, request("running"));
@@ -1135,7 +1240,7 @@ TEST_F(ServiceTest, DrainFailsQueuedJobsResumableAndRefusesNewOnes) {
   const Dict q = job(queued);
   EXPECT_EQ(str(q, "state"), "failed");
   EXPECT_EQ(str(q, "reason"), "daemon_stopping");
-  EXPECT_EQ(str(q, "error_code"), "resumable");
+  EXPECT_EQ(str(q, "error_code"), code(Errc::resumable));
   EXPECT_EQ(rec_.count(queued, "finished"), 1);
   EXPECT_EQ(phase(running), "running");
   EXPECT_FALSE(svc_->drained());
@@ -1153,7 +1258,7 @@ TEST_F(ServiceTest, DrainFailsQueuedJobsResumableAndRefusesNewOnes) {
 }
 
 TEST_F(ServiceTest, AbortRunningEndsRunningJobsResumableWithTheirCheckpoint) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(block_at(3, 10));
   const JobId id = submit_ok(alice_, request("interrupted"));
   ASSERT_TRUE(wait_blocked(id));
@@ -1163,17 +1268,17 @@ TEST_F(ServiceTest, AbortRunningEndsRunningJobsResumableWithTheirCheckpoint) {
   const Dict j = job(id);
   EXPECT_EQ(str(j, "state"), "failed");
   EXPECT_EQ(str(j, "reason"), "daemon_stopping");
-  EXPECT_EQ(str(j, "error_code"), "resumable");
+  EXPECT_EQ(str(j, "error_code"), code(Errc::resumable));
   EXPECT_EQ(u32(j, "checkpoint_tokens"), 3u);
   // The checkpoint is durable: a new service reads it.
-  restart();
+  ASSERT_NO_FATAL_FAILURE(restart());
   EXPECT_EQ(u32(job(id), "checkpoint_tokens"), 3u);
 }
 
 // --- ownership -----------------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, OtherUsersCannotReadOrCancelAJob) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(block_at(0));
   const JobId id = submit_ok(alice_, request("private"));
   ASSERT_TRUE(wait_blocked(id));
@@ -1193,7 +1298,7 @@ TEST_F(ServiceTest, OtherUsersCannotReadOrCancelAJob) {
 }
 
 TEST_F(ServiceTest, AVanishedClientsJobsStillFinishAndStayReadable) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(block_at(1, 3));
   const JobId id = submit_ok(alice_, request("orphan"));
   ASSERT_TRUE(wait_blocked(id));
@@ -1210,7 +1315,7 @@ TEST_F(ServiceTest, AVanishedClientsJobsStillFinishAndStayReadable) {
 
 TEST_F(ServiceTest, UnfinishedJobsPerClientAreBounded) {
   cfg_.runtime.max_jobs_per_client = 2;
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(block_at(0));
   const JobId a = submit_ok(alice_, request("a"));
   const JobId b = submit_ok(alice_, request("b"));
@@ -1227,7 +1332,7 @@ TEST_F(ServiceTest, UnfinishedJobsPerClientAreBounded) {
 // --- fallback model ------------------------------------------------------------------------------------------------
 
 TEST_F(ServiceTest, FallbackModelServesOnTheCpuOnlyWhenTheClientAllowsIt) {
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(2));
   backend_->set_gpu_enabled(false);
   backend_->set_cpu_ready("tiny", false);
