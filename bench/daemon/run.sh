@@ -12,6 +12,7 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
 fi
 BUILD=$(realpath "$BUILD")
 TANDEMD=$BUILD/src/daemon/tandemd TANDEMCTL=$BUILD/src/client/tandemctl MKMODEL=$BUILD/tools/tandem-mkmodel
+MODEL=$(realpath "$MODEL")
 export TANDEM_IT_MODEL=$MODEL
 source tests/daemon/integration/lib.sh
 tandem_setup '[gpu_queue]

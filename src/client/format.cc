@@ -383,8 +383,9 @@ std::string format_status(const ServiceStatus& s, std::int64_t now_unix_ms) {
       t += fmt(" (%.0f%%)", 100.0 * static_cast<double>(*h.used) / static_cast<double>(*h.budget));
     line(out, "Host memory", t);
     std::vector<std::string> more;
-    if (h.configured_budget) more.push_back("configured " + format_bytes(*h.configured_budget));
-    if (h.cgroup_max) more.push_back("cgroup max " + format_bytes(*h.cgroup_max));
+    // 0 = not set (no configured budget, no cgroup limit).
+    more.push_back("configured " + (h.configured_budget && *h.configured_budget ? format_bytes(*h.configured_budget) : std::string("none")));
+    more.push_back("cgroup max " + (h.cgroup_max && *h.cgroup_max ? format_bytes(*h.cgroup_max) : std::string("none")));
     if (h.mem_available) more.push_back("available " + format_bytes(*h.mem_available));
     if (h.daemon_rss) more.push_back("tandemd RSS " + format_bytes(*h.daemon_rss));
     if (!more.empty()) cont(out, join(more, ", "));
@@ -649,8 +650,8 @@ std::string format_plan(const PlanDecision& d) {
       parts.push_back(std::string(k) + " " + mib(it->second));
       done.insert(k);
     }
-    for (const auto& [k, v] : *d.breakdown)
-      if (!done.count(k)) parts.push_back(k + " " + mib(v));
+    for (const auto& [k, v] : *d.breakdown)  // counts, not bytes (kv_blocks, layers) and any newer key as is
+      if (!done.count(k)) parts.push_back(k + " " + std::to_string(v));
     line(out, "Estimate", join(parts, ", "));
   }
   if (d.headroom) {

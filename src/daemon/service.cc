@@ -1359,8 +1359,8 @@ void Service::update_service_state() {
                  {"previous", std::string(policy::service_level_name(ch.from.level))}};
     const bool level_changed = ch.from.level != ch.to.level || ch.from.reason != ch.to.reason;
     if (degraded && level_changed)
-      log::warn("degraded mode: {} ({}); CPU expected ~{:.1f}x slower than the GPU", policy::service_level_name(ch.to.level),
-                ch.to.reason, cpu_tps > 0 ? gpu_tps / cpu_tps : 0.0);
+      log::warn("degraded mode: {} ({}); the CPU route decodes at ~{:.0f} tok/s, the GPU at ~{:.0f} tok/s (smoothed)",
+                policy::service_level_name(ch.to.level), ch.to.reason, cpu_tps, gpu_tps);
     else if (!degraded && level_changed)
       log::warn("degraded mode ended: back to normal (was {})", ch.from.reason);
     if (observer_) observer_->degraded_changed(degraded, ch.to.reason, details);

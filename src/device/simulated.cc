@@ -11,7 +11,8 @@ SimulatedDevice::SimulatedDevice(SimulatedConfig cfg, std::shared_ptr<const Cloc
 }
 
 std::uint64_t SimulatedDevice::true_free_locked() const {
-  const std::uint64_t used = accounted_ + foreign_;
+  // Saturating: a foreign load near 2^64 (a test knob) must read as "full", not wrap to "empty".
+  const std::uint64_t used = foreign_ > ~std::uint64_t{0} - accounted_ ? ~std::uint64_t{0} : accounted_ + foreign_;
   return used >= cfg_.capacity_bytes ? 0 : cfg_.capacity_bytes - used;
 }
 

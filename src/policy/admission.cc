@@ -189,7 +189,7 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
         if (auto r = gpu_blocked(g, true)) { skip(rung, *r); break; }
         if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits, {}, true); break; }
         if (as_signed(full.total_bytes) > g.headroom.drained_headroom) {
-          skip(rung, Reason::exceeds_device, "needs " + format_bytes(full.total_bytes) + " even on an idle device",
+          skip(rung, Reason::exceeds_device, "needs " + format_bytes(full.total_bytes) + " even once our other jobs finished",
                never_fits(full));
           break;
         }

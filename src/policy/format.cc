@@ -22,6 +22,17 @@ std::string format_duration(Clock::duration d) {
     if (ms >= 1000 || ms <= -1000) return format_double(static_cast<double>(ms) / 1000.0) + "s";
     return std::to_string(ms) + "ms";
   }
+  // Measured durations (ETAs from service rates) are rarely whole units: shown rounded, to three digits.
+  const double a = static_cast<double>(ns < 0 ? -ns : ns);
+  char buf[32];
+  if (a >= 1e9) {
+    std::snprintf(buf, sizeof buf, "%.3gs", static_cast<double>(ns) / 1e9);
+    return buf;
+  }
+  if (a >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.3gms", static_cast<double>(ns) / 1e6);
+    return buf;
+  }
   if (ns % 1000 == 0) return std::to_string(ns / 1000) + "us";
   return std::to_string(ns) + "ns";
 }

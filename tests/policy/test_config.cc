@@ -112,6 +112,8 @@ TEST(Config, NamesAndFormatting) {
   EXPECT_EQ(format_duration(1500ms), "1.5s");
   EXPECT_EQ(format_duration(250ms), "250ms");
   EXPECT_EQ(format_duration(3us), "3us");
+  EXPECT_EQ(format_duration(std::chrono::nanoseconds(16915696528)), "16.9s");  // a measured ETA, rounded
+  EXPECT_EQ(format_duration(std::chrono::nanoseconds(12345678)), "12.3ms");
   EXPECT_EQ(format_bytes(512 * kMiB), "512.0 MiB");
   EXPECT_EQ(format_bytes(3 * kGiB / 2), "1.50 GiB");
   EXPECT_EQ(format_bytes(100), "100 B");

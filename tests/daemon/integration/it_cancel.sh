@@ -39,7 +39,7 @@ cpu_row=$(echo "$cpu_row" | jq -c '.[] | select(.[0] == "cpu")')
 detail=$(echo "$subb" | jfield detail)
 echo "$detail" | grep -q 'eta ' || fail "the queued job's placement detail gives no ETA: $detail"
 if echo "$detail" | grep -qE 'eta [0-9]+(ns|us)\b'; then
-  # BUG: policy::format_duration prints a duration that is not a whole number of milliseconds as raw nanoseconds
+  # Regression check (was a bug): policy::format_duration printed a duration that is not a whole number of milliseconds as raw nanoseconds
   # ("eta 64472963042ns"); the placement detail (and the log line) should say "64.5s".
   soft_fail "placement detail shows the ETA in raw nanoseconds: $detail"
 fi

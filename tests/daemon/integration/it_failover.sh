@@ -10,7 +10,7 @@ tandem_setup
 T_FAST_STOP=1
 
 P="Once upon a time in a small village"
-N=300   # tokens of the long jobs (~1-6 s, machine-dependent)
+N=200   # tokens of the long jobs (~0.5-5 s, machine-dependent)
 
 # Reference: an uninterrupted GPU run of the long request.
 ref=$(submit "$P" 3 max_tokens u $N seed t 42 temperature d 0.9)
@@ -53,6 +53,10 @@ at_loss=$(job "$mid" | jq '.tokens | length')
 wait_for 5 "breaker open after the device loss" prop_is GpuBreaker open
 [ "$(prop State)" = degraded ] || fail "device lost: State $(prop State), want degraded"
 [ "$(prop Memory | jq -r .present)" = false ] || fail "device lost: Memory.present $(prop Memory | jq -r .present)"
+# While the breaker is open, new jobs go to the CPU.
+[ "$(bcall Plan 'ssa(ss)a{sv}' default "$P" 0 0 | jfield route)" = cpu ] || fail "breaker open, but Plan routes to the GPU"
+# The driver comes back at once (the breaker still waits for its cooldown and a half-open probe; section 3).
+btest RecoverDevice
 rc=0; wait "$mig_pid" || rc=$?
 [ "$rc" = 0 ] || { cat "$T_DIR/mig.err" >&2; fail "tandemctl run of the migrated job exited $rc"; }
 j=$(job "$mid")
@@ -75,11 +79,7 @@ delivered=$(echo "$mig_ev" | jq -r .tokens_delivered)
 [ "$(jq -s '[.[] | select(.kind == "finished")] | length' "$T_DIR/mig.json")" = 1 ] || fail "not exactly one finished update"
 note "device lost after ~$at_loss tokens: job $mid migrated at token $delivered and completed on the CPU, equal to the reference"
 
-# While the breaker is open, new jobs go to the CPU.
-[ "$(bcall Plan 'ssa(ss)a{sv}' default "$P" 0 0 | jfield route)" = cpu ] || fail "breaker open, but Plan routes to the GPU"
-
 # --- 3. recovery: RecoverDevice -> half-open probe -> closed; GPU replicas reloaded ------------------------------
-btest RecoverDevice
 wait_for 12 "breaker closed after RecoverDevice" prop_is GpuBreaker closed
 grep -q 'half_open -> closed' "$T_LOG" || fail "the breaker closed without a half-open probe"
 wait_for 10 "GPU usable again (Plan route gpu)" sh -c "busctl --address='$T_ADDR' --json=short call io.tandem.Tandem1 /io/tandem/Tandem1 io.tandem.Tandem1 Plan 'ssa(ss)a{sv}' default x 0 0 | grep -q '\"route\":{\"type\":\"s\",\"data\":\"gpu\"}'"
@@ -87,11 +87,17 @@ wait_for 5 "State normal after recovery" prop_is State normal
 note "RecoverDevice: breaker closed through half-open, State normal, Plan routes to the GPU"
 
 # --- 4. side_effects: the job never migrates; failed resumable with a checkpoint; Resume completes it -------------
-sid=$(submit "$P" 4 max_tokens u $N seed t 42 temperature d 0.9 side_effects b true)
-[ "$(jget "$sid" route)" = gpu ] || fail "side-effects job on $(jget "$sid" route)"
-wait_for 10 "first tokens of job $sid" job_tokens_ge "$sid" 1
+"$TANDEMCTL" --json run --side-effects --max-tokens $N --seed 42 --temperature 0.9 "$P" >"$T_DIR/se.json" 2>"$T_DIR/se.err" &
+se_pid=$!
+bg_track "$se_pid"
+wait_for 10 "first tokens of the side-effects job" grep -q '"kind":"tokens"' "$T_DIR/se.json"
 btest LoseDevice
+sid=$(jq -r 'select(.event == "submitted") | .job' "$T_DIR/se.json")
+[ "$(jq -r 'select(.event == "submitted") | .placement.route' "$T_DIR/se.json")" = gpu ] || fail "side-effects job not on the GPU"
+rc=0; wait "$se_pid" || rc=$?
+[ "$rc" = 2 ] || fail "tandemctl run of the failed side-effects job exited $rc, want 2 (job failed): $(tail -2 "$T_DIR/se.err")"
 [ "$(wait_job "$sid")" = failed ] || fail "side-effects job $sid: $(jget "$sid" state), want failed"
+[ "$(jq -s '[.[] | select(.kind == "migrated")] | length' "$T_DIR/se.json")" = 0 ] || fail "the side-effects job migrated"
 j=$(job "$sid")
 [ "$(echo "$j" | jq -r .error_code)" = Resumable ] || fail "side-effects job error_code $(echo "$j" | jq -r .error_code)"
 [ "$(echo "$j" | jq -c .routes)" = '["gpu"]' ] || fail "side-effects job moved: routes $(echo "$j" | jq -c .routes)"
@@ -102,17 +108,19 @@ ck=$(echo "$j" | jq -r .checkpoint_tokens)
 [ "$(echo "$j" | jq -c ".tokens")" = "$(echo "$REF_TOKENS" | jq -c ".[:$ck]")" ] || fail "checkpoint tokens are not a prefix of the reference"
 [ "$(echo "$j" | jq -r .retry_after_ms)" -gt 0 ] || fail "no retry_after_ms on the resumable failure"
 wait_for 5 "breaker open after the second loss" prop_is GpuBreaker open
-resumed=$(bcall Resume ta{sv} "$sid" 0)
+# Resume with 40 more tokens (the RNG is keyed by seed and step: the result is the reference's prefix).
+M=$((ck + 40))
+resumed=$(bcall Resume ta{sv} "$sid" 1 max_tokens u $M)
 nid=$(echo "$resumed" | jq -r '.data[0]')
 [ "$nid" != "$sid" ] || fail "Resume returned the same job id"
 [ "$(echo "$resumed" | jfield route)" = cpu ] || fail "Resume while the breaker is open routed to $(echo "$resumed" | jfield route)"
+btest RecoverDevice
 [ "$(wait_job "$nid")" = completed ] || fail "resumed job $nid: $(jget "$nid" state)"
-[ "$(jget "$nid" tokens)" = "$REF_TOKENS" ] || fail "resumed job's tokens differ from the reference"
+[ "$(jget "$nid" tokens)" = "$(echo "$REF_TOKENS" | jq -c ".[:$M]")" ] || fail "resumed job's tokens differ from the reference"
 [ "$(jget "$sid" state)" = failed ] || fail "the original job changed state after Resume: $(jget "$sid" state)"
-note "side_effects: job $sid failed Resumable at $ck tokens (no migration); Resume -> job $nid completed = reference"
+note "side_effects: job $sid failed Resumable at $ck tokens (no migration); Resume -> job $nid completed ($M tokens = reference)"
 
 # --- 5. failed health probes open a closed breaker (probe_failure_threshold 2) ------------------------------------
-btest RecoverDevice
 wait_for 12 "breaker closed after the second RecoverDevice" prop_is GpuBreaker closed
 before_pf=$(btest GetCounters | grep -oE '"probes_failed" [0-9]+' | grep -oE '[0-9]+$')
 btest FailProbes u 2

@@ -181,16 +181,19 @@ gtest() {
   gdbus call --address "$T_ADDR" --dest io.tandem.Tandem1 --object-path /io/tandem/Tandem1 \
     --method "io.tandem.Tandem1.Testing.$method" "$@"
 }
-# expect_err NAME CMD... : CMD must fail, and its output must name the D-Bus error NAME (io.tandem.Tandem1.Error.NAME
-# when NAME has no dot). Prints the output (for further greps) on success.
+# expect_err NAME[|NAME...] CMD... : CMD must fail, and its output must name one of the D-Bus errors NAME
+# (io.tandem.Tandem1.Error.NAME when NAME has no dot). Prints the output (for further greps) on success.
 expect_err() {
-  local want=$1; shift
-  case "$want" in *.*) ;; *) want="io.tandem.Tandem1.Error.$want";; esac
-  local out rc=0
+  local wants=$1; shift
+  local out rc=0 w full
   out=$("$@" 2>&1) || rc=$?
-  [ "$rc" -ne 0 ] || fail "expected $want, got success: $* -> ${out:0:300}"
-  case "$out" in *"$want"*) ;; *) fail "expected $want, got: ${out:0:400} (from: ${*:0:200})";; esac
-  printf '%s\n' "$out"
+  [ "$rc" -ne 0 ] || fail "expected $wants, got success: $* -> ${out:0:300}"
+  local IFS='|'
+  for w in $wants; do
+    case "$w" in *.*) full=$w;; *) full="io.tandem.Tandem1.Error.$w";; esac
+    case "$out" in *"$full"*) printf '%s\n' "$out"; return 0;; esac
+  done
+  fail "expected $wants, got: ${out:0:400} (from: ${*:0:200})"
 }
 # submit PROMPT [N KEY TYPE VALUE...] : Submit through busctl; prints the job id.
 submit() {
