@@ -3,11 +3,8 @@
 #include <string>
 
 #include "cli_args.h"
+#include "data_dir.h"
 #include "modelgen/modelgen.h"
-
-#ifndef TANDEM_DATA_DIR
-#define TANDEM_DATA_DIR "/usr/share/tandem"
-#endif
 
 namespace {
 
@@ -23,7 +20,7 @@ int main(int argc, char** argv) {
   using namespace tandem;
   modelgen::Options o;
   std::string out, preset = "tiny";
-  o.tokenizer_model = std::string(TANDEM_DATA_DIR) + "/tokenizer/llama2/tokenizer.model";
+  o.tokenizer_model = tools::bundled_data("tokenizer/llama2/tokenizer.model");
   try {
     cli::Args a(argc, argv);
     while (a.next()) {

@@ -24,14 +24,11 @@
 #include <vector>
 
 #include "cli_args.h"
+#include "data_dir.h"
 #include "core/sha256.h"
 #include "core/text.h"
 #include "modelgen/modelgen.h"
 #include "tokenizer/tokenizer.h"
-
-#ifndef TANDEM_DATA_DIR
-#define TANDEM_DATA_DIR "/usr/share/tandem"
-#endif
 
 namespace {
 
@@ -74,7 +71,7 @@ struct Config {
   double min_lr_frac = 0.1;
   double clip = 1.0;
   std::string preset = "tiny";
-  std::string tokenizer = std::string(TANDEM_DATA_DIR) + "/tokenizer/llama2/tokenizer.model";
+  std::string tokenizer = tandem::tools::bundled_data("tokenizer/llama2/tokenizer.model");
   std::string sample_prompt = "This program is free software";
   int sample_tokens = 40;
   int eval_every = 100;

@@ -208,9 +208,9 @@ Result<bool> parse_bool(std::string_view text) {
 
 const std::vector<std::pair<std::string, std::string>>& policy_keys() {
   static const std::vector<std::pair<std::string, std::string>> keys = {
-      {"margin_bytes", "t"},      {"margin_fraction", "d"},     {"ladder_order", "as"},   {"max_delay_ms", "t"},
-      {"offload_enabled", "b"},   {"allow_migration", "b"},     {"gpu_concurrency", "u"}, {"cpu_concurrency", "u"},
-      {"host_budget_bytes", "t"}, {"breaker_cooldown_ms", "t"},
+      // The keys tandemd accepts for writing (dbus/io.tandem.Tandem1.xml, Policy); the others are read-only.
+      {"margin_bytes", "t"},    {"margin_fraction", "d"}, {"ladder_order", "as"},      {"max_delay_ms", "t"},
+      {"offload_enabled", "b"}, {"allow_migration", "b"}, {"host_budget_bytes", "t"},
   };
   return keys;
 }

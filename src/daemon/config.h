@@ -26,7 +26,7 @@ struct BusConfig {
 };
 
 struct AuthConfig {
-  std::string submit_group = "tandem";       // members may Submit/Plan/Cancel their jobs/OpenSession
+  std::string submit_group = "tandem";       // members may Submit/Plan/Cancel/Resume their jobs
   bool allow_any_local_user = false;         // true: any local uid may submit
   std::string admin_group = "tandem-admin";  // members (and uid 0) may set Policy, hold the GPU, use Testing
 };

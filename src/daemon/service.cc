@@ -1667,7 +1667,8 @@ Status Service::set_policy(const Caller& c, const Dict& changes) {
     } else if (k == "max_delay_ms") {
       std::uint64_t ms = 0;
       TANDEM_TRY(want(&ms));
-      if (ms > 3600000) return fail(Errc::invalid_argument, "Policy.max_delay_ms must be in [0,3600000]");
+      if (ms > 31536000000ull)  // the config's range (365 days); the ladder validates the rest
+        return fail(Errc::invalid_argument, "Policy.max_delay_ms must be in [0,31536000000]");
       next.ladder.max_delay = std::chrono::milliseconds(ms);
     } else if (k == "offload_enabled") {
       TANDEM_TRY(want(&next.ladder.offload_enabled));
@@ -1869,7 +1870,7 @@ void Service::abort_running() {
     }
 }
 
-void Service::reload(const DaemonConfig& cfg) {
+Status Service::reload(const DaemonConfig& cfg) {
   cfg_.auth = cfg.auth;
   cfg_.runtime.max_jobs_per_client = cfg.runtime.max_jobs_per_client;
   cfg_.runtime.max_prompt_bytes = cfg.runtime.max_prompt_bytes;
@@ -1884,7 +1885,11 @@ void Service::reload(const DaemonConfig& cfg) {
   std::vector<std::string> order;
   for (auto r : cfg.policy.ladder.order) order.push_back(action_name(r));
   changes["ladder_order"] = order;
-  if (auto st = set_policy(root, changes); !st) log::error("reload: {}", st.error().message);
+  if (auto st = set_policy(root, changes); !st) {
+    log::error("reload: policy knobs not applied: {}", st.error().message);
+    return st;
+  }
+  return {};
 }
 
 // --- testing ---

@@ -150,7 +150,7 @@ class Service {
   bool drained() const; // no job running
   void abort_running(); // drain timeout: running jobs end failed-resumable with their checkpoint
   void sync_journal();  // before a forced exit: what was appended is on disk (in-flight jobs recover on restart)
-  void reload(const DaemonConfig& cfg);  // SIGHUP: applies what can change at run time (policy knobs, auth)
+  Status reload(const DaemonConfig& cfg);  // SIGHUP: applies what can change at run time (policy knobs, auth)
 
   // --- testing interface ---
   Status testing_foreign_load(std::uint64_t bytes);

@@ -339,9 +339,12 @@ int main(int argc, char** argv) {
             log::error("SIGHUP: configuration not reloaded: {}", re.error().message);
             continue;
           }
-          svc.reload(*re);
+          const auto st = svc.reload(*re);
           bus.reload_auth(re->auth);
-          log::info("SIGHUP: configuration reloaded (policy knobs and authorization; models and bus need a restart)");
+          if (st)
+            log::info("SIGHUP: configuration reloaded (policy knobs and authorization; models and bus need a restart)");
+          else
+            log::warn("SIGHUP: authorization and request limits reloaded; policy knobs kept: {}", st.error().message);
         } else if (!draining) {
           draining = true;
           sd_notify(0, "STOPPING=1\nSTATUS=draining");
