@@ -10,7 +10,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtomlplusplus-dev nlohmann-json3-dev libsentencepiece-dev
-  dbus dbus-bin libglib2.0-bin systemd socat jq util-linux
+  dbus dbus-daemon dbus-bin libglib2.0-bin systemd socat jq util-linux
   debhelper devscripts lintian
   python3
 )

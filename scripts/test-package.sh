@@ -20,8 +20,9 @@ if [ "$(id -u)" != 0 ]; then
   echo "test-package.sh: skipped: needs root (it installs and purges the packages)" >&2
   exit 77
 fi
-if dpkg-query -W -f='${Status}' tandemd tandem-client tandem-dev 2>/dev/null | grep -q "installed"; then
-  echo "test-package.sh: tandemd, tandem-client or tandem-dev is installed already; this test would purge it." >&2
+if dpkg-query -W -f='${Status}\n' tandemd tandem-client tandem-dev 2>/dev/null | grep -qv "not-installed$"; then
+  echo "test-package.sh: tandemd, tandem-client or tandem-dev is installed (or its configuration is left); this" \
+    "test would purge it." >&2
   echo "package test: 0 passed, 1 failed"
   exit 1
 fi
@@ -75,7 +76,7 @@ BUILD_DIR="$WORK/tandem-$VERSION"
 if [ -n "${TANDEM_PKG_DEBS:-}" ]; then
   echo "== build: skipped, testing the packages in $TANDEM_PKG_DEBS"
   cp "$TANDEM_PKG_DEBS"/*.deb "$TANDEM_PKG_DEBS"/*.changes "$TANDEM_PKG_DEBS"/*.buildinfo "$WORK/"
-  BUILD_S="n/a (prebuilt)"
+  BUILD_S="n/a (prebuilt packages)"
 else
   echo "== build (dpkg-buildpackage in $WORK)"
   mkdir "$BUILD_DIR"
@@ -321,9 +322,14 @@ BUS_PID=""
 check "journal written in /var/lib/tandem as tandem, mode 0600" \
   sh -c '[ "$(stat -c "%a %U" /var/lib/tandem/journal)" = "600 tandem" ]'
 
-# --- 8. purge ------------------------------------------------------------------------------------------------------
-echo "== purge"
+# --- 8. remove keeps the state, purge removes it -------------------------------------------------------------------
+echo "== remove, then purge"
 for p in "${PACKAGES[@]}"; do dpkg-query -L "$p"; done | sort -u >"$WORK/files.list"
+DEBIAN_FRONTEND=noninteractive apt-get remove -y tandemd >"$WORK/remove.log" 2>&1
+check "apt-get remove tandemd" sh -c "dpkg-query -W -f='\${Status}' tandemd | grep -q 'config-files'"
+check "after remove: configuration, models and journal are kept" \
+  test -f /etc/tandem/tandemd.toml -a -f /var/lib/tandem/models/default/config.json -a -f /var/lib/tandem/journal
+check "after remove: the daemon binary is gone" test ! -e /usr/sbin/tandemd
 DEBIAN_FRONTEND=noninteractive apt-get purge -y "${PACKAGES[@]}" >"$WORK/purge.log" 2>&1
 purge_rc=$?
 INSTALLED=0
@@ -331,9 +337,12 @@ if [ "$purge_rc" = 0 ]; then ok "apt-get purge -y ${PACKAGES[*]}"; else tail -20
 left=()
 while IFS= read -r f; do
   [ -n "$f" ] || continue
-  if [ -L "$f" ] || [ -f "$f" ]; then left+=("$f"); fi
-  # A directory is left only if nothing else owns it (/usr/bin, /etc, ...).
-  if [ -d "$f" ] && [ ! -L "$f" ] && ! dpkg-query -S "$f" >/dev/null 2>&1 && [[ "$f" == *tandem* ]]; then left+=("$f/"); fi
+  if [ -d "$f" ]; then
+    # A directory counts only if it is ours and nothing else owns it (not /usr/bin, /etc, /lib -> usr/lib, ...).
+    if [[ "$f" == *tandem* ]] && ! dpkg-query -S "$f" >/dev/null 2>&1; then left+=("$f/"); fi
+  elif [ -e "$f" ] || [ -L "$f" ]; then
+    left+=("$f")
+  fi
 done <"$WORK/files.list"
 for d in /etc/tandem /var/lib/tandem /var/cache/tandem /run/tandem; do [ -e "$d" ] && left+=("$d"); done
 while IFS= read -r f; do left+=("$f"); done < <(find /etc/systemd /var/lib/systemd -name 'tandemd*' 2>/dev/null)
@@ -354,7 +363,8 @@ echo "== figures"
 for p in "${PACKAGES[@]}"; do
   echo "  package $p: ${DEB_KB[$p]:-?} KiB .deb, Installed-Size ${INST_KB[$p]:-?} KiB"
 done
-echo "  build (dpkg-buildpackage, nocheck, parallel=${TANDEM_PKG_JOBS:-2}): ${BUILD_S} s"
+if [[ "$BUILD_S" =~ ^[0-9.]+$ ]]; then BUILD_S="$BUILD_S s"; fi
+echo "  build (dpkg-buildpackage -b, nocheck, parallel=${TANDEM_PKG_JOBS:-2}): ${BUILD_S}"
 echo "  lintian: $(grep -c '^E: ' "$WORK/lintian.out") errors, $(grep -c '^W: ' "$WORK/lintian.out") warnings, $(grep -c '^I: ' "$WORK/lintian.out") info"
 echo "  security exposure (systemd-analyze security --offline=true): ${EXPOSURE:-?}"
 echo "  install -> first token: ${FIRST_TOKEN_S} s (apt-get install ${INSTALL_S} s, untrained model ${MODEL_S:-?} s, daemon start -> name ${READY_S} s)"

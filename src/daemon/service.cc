@@ -1667,8 +1667,7 @@ Status Service::set_policy(const Caller& c, const Dict& changes) {
     } else if (k == "max_delay_ms") {
       std::uint64_t ms = 0;
       TANDEM_TRY(want(&ms));
-      if (ms > 31536000000ull)  // the config's range (365 days); the ladder validates the rest
-        return fail(Errc::invalid_argument, "Policy.max_delay_ms must be in [0,31536000000]");
+      if (ms > 3600000) return fail(Errc::invalid_argument, "Policy.max_delay_ms must be in [0,3600000]");
       next.ladder.max_delay = std::chrono::milliseconds(ms);
     } else if (k == "offload_enabled") {
       TANDEM_TRY(want(&next.ladder.offload_enabled));
