@@ -12,6 +12,7 @@ PACKAGES=(
   libtomlplusplus-dev nlohmann-json3-dev libsentencepiece-dev
   dbus dbus-daemon dbus-bin libglib2.0-bin systemd socat jq util-linux
   debhelper devscripts lintian
+  clang libclang-rt-14-dev llvm
   python3
 )
 

@@ -27,6 +27,7 @@
 
 #include "cli_args.h"
 #include "client/client.h"
+#include "client/ring_session.h"
 #include "client/format.h"
 
 #ifndef TANDEM_VERSION
@@ -223,6 +224,7 @@ std::optional<std::string> help_for(const std::string& cmd) {
            "         [--no-cpu] [--allow-reduce] [--allow-fallback] [--deadline MS] [--prefill-chunk N] [--chat]\n"
            "         [--system-prompt TEXT]" +
            (cmd == "plan" ? std::string("") : std::string(" [--timeout S] [--detach]")) +
+           (cmd == "run" ? std::string(" [--no-ring]") : std::string("")) +
            (cmd == "resume" ? std::string("") : std::string(" PROMPT")) + "\n";
   if (cmd == "watch") return std::string("usage: tandemctl watch [--count N] [--timeout S]\n");
   if (cmd == "hold") return std::string("usage: tandemctl hold [--app-id ID] [--for S] REASON\n");
@@ -264,6 +266,7 @@ struct JobArgs {
   bool model_given = false;
   std::uint64_t timeout_ms = 0;
   bool detach = false;
+  bool no_ring = false;  // run: D-Bus Submit and JobUpdate signals instead of a ring session
 };
 
 JobArgs parse_job_args(const std::string& cmd, ArgList& a, Global& g) {
@@ -324,6 +327,8 @@ JobArgs parse_job_args(const std::string& cmd, ArgList& a, Global& g) {
       j.timeout_ms = parse_seconds_arg(f, a.value(f));
     else if (waits && f == "--detach")
       j.detach = true;
+    else if (cmd == "run" && f == "--no-ring")
+      j.no_ring = true;
     else
       throw ArgError{cmd + ": unknown option " + f};
   }
@@ -354,8 +359,10 @@ void take_prompt(JobArgs& j, const std::string& cmd) {
 
 class JobFollower {
  public:
-  JobFollower(const Global& g, tc::Client& c, std::uint64_t job, SteadyTime t0, std::uint64_t timeout_ms)
-      : g_(g), c_(c), job_(job), t0_(t0), timeout_ms_(timeout_ms), shared_(stdout_shares_stderr()) {}
+  JobFollower(const Global& g, tc::Client& c, std::uint64_t job, SteadyTime t0, std::uint64_t timeout_ms,
+              tc::RingSession* ring = nullptr, std::vector<tc::RingEvent> early = {})
+      : g_(g), c_(c), ring_(ring), early_(std::move(early)), job_(job), t0_(t0), timeout_ms_(timeout_ms),
+        shared_(stdout_shares_stderr()) {}
 
   int run(const tc::Placement& placement) {
     last_activity_ = std::chrono::steady_clock::now();
@@ -366,9 +373,12 @@ class JobFollower {
       // Its updates go to whoever submitted it first: read it with GetJob.
       polling_text_ = true;
     }
+    for (auto& ev : early_) take_ring_event(ev);
+    early_.clear();
     while (!finished_) {
       for (auto& u : c_.take_job_updates(job_)) handle(u);
       if (finished_) break;
+      if (ring_ && !ring_->open() && !polling_text_) start_polling("the ring session ended: " + ring_->state_text());
       if (!polling_text_ && c_.dropped_job_updates(job_) > 0) start_polling("updates were dropped");
 
       const auto now = std::chrono::steady_clock::now();
@@ -384,6 +394,18 @@ class JobFollower {
         if (finished_) break;
       }
 
+      if (ring_ && ring_->open()) {
+        // Job updates come through the ring; the bus still brings DegradedModeChanged and method replies.
+        std::vector<tc::RingEvent> evs;
+        auto n = ring_->wait(evs, std::chrono::milliseconds(100), tc::interrupt_fd());
+        if (!n.ok()) start_polling(n.error().message);
+        for (auto& ev : evs) take_ring_event(ev);
+        auto w = c_.process(std::chrono::milliseconds(0));
+        if (!w.ok()) return fail_exit(w.error().message);
+        int rc = on_interrupts();
+        if (rc >= 0) return rc;
+        continue;
+      }
       auto w = c_.process(std::chrono::milliseconds(100), tc::interrupt_fd());
       if (!w.ok()) {
         // The connection is gone: nothing more will arrive.
@@ -398,6 +420,12 @@ class JobFollower {
   }
 
  private:
+  void take_ring_event(const tc::RingEvent& ev) {
+    if (ev.job_id != job_ || !ev.update) return;
+    if (ev.gap && !polling_text_) start_polling("the ring dropped tokens (completion backlog full)");
+    handle(*ev.update);
+  }
+
   void add_route(const std::string& r) {
     if (r.empty()) return;
     if (routes_.empty() || routes_.back() != r) routes_.push_back(r);
@@ -613,6 +641,8 @@ class JobFollower {
 
   const Global& g_;
   tc::Client& c_;
+  tc::RingSession* ring_;
+  std::vector<tc::RingEvent> early_;  // ring events that arrived with the accepted completion
   std::uint64_t job_;
   SteadyTime t0_;
   std::uint64_t timeout_ms_;
@@ -654,7 +684,40 @@ int submit_and_follow(Global& g, const std::string& cmd, ArgList& a) {
   if (auto s = tc::install_interrupt_handler(kCancelled); !s.ok()) return bus_error(g, s.error());
 
   const SteadyTime t0 = std::chrono::steady_clock::now();
-  auto r = cmd == "resume" ? client->resume(resume_of, j.req.options) : client->submit(j.req);
+  // run: through a ring session when the daemon offers one (docs/rings.md), else D-Bus Submit + JobUpdate signals.
+  std::unique_ptr<tc::RingSession> ring;
+  std::vector<tc::RingEvent> early;
+  std::optional<tc::SubmitResult> ring_sub;
+  if (cmd == "run" && !j.no_ring && !j.detach) {
+    auto opened = tc::RingSession::open(*client);
+    if (opened.ok()) ring = std::move(opened).value();
+    else if (std::getenv("TANDEMCTL_DEBUG"))
+      err_line("tandemctl: no ring session (" + opened.error().message + "); using D-Bus");
+  }
+  if (ring) {
+    if (auto s = ring->submit(j.req, 1); !s.ok()) return bus_error(g, s.error());
+    bool interrupted = false;
+    while (!ring_sub) {
+      std::vector<tc::RingEvent> evs;
+      auto n = ring->wait(evs, std::chrono::seconds(1), tc::interrupt_fd());
+      if (!n.ok()) return bus_error(g, n.error());
+      if (!ring->open() && evs.empty()) return bus_error(g, tandem::make_error(tandem::Errc::unavailable, "the ring session ended: " + ring->state_text()));
+      for (auto& ev : evs) {
+        if (ev.user_data == 1 && ev.error) return bus_error(g, tc::to_error(*ev.error), *ev.error);
+        if (ev.user_data == 1 && ev.accepted) ring_sub = *ev.accepted;
+        else early.push_back(std::move(ev));
+      }
+      if (!tc::take_interrupts().empty()) interrupted = true;  // cancel it as soon as it has an id
+    }
+    if (interrupted) {
+      (void)client->cancel(ring_sub->job_id);
+      err_line("tandemctl: interrupted; cancelled job " + std::to_string(ring_sub->job_id));
+      return kCancelled;
+    }
+  }
+  auto r = ring_sub ? tandem::Result<tc::SubmitResult>(*ring_sub)
+           : cmd == "resume" ? client->resume(resume_of, j.req.options)
+                             : client->submit(j.req);
   if (!r.ok()) return bus_error(g, r.error(), client->last_error());
   const tc::SubmitResult& sub = *r;
 
@@ -678,7 +741,7 @@ int submit_and_follow(Global& g, const std::string& cmd, ArgList& a) {
     if (!g.json) out_text(std::to_string(sub.job_id) + "\n");
     return kOk;
   }
-  JobFollower f(g, *client, sub.job_id, t0, j.timeout_ms);
+  JobFollower f(g, *client, sub.job_id, t0, j.timeout_ms, ring.get(), std::move(early));
   return f.run(sub.placement);
 }
 

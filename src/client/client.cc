@@ -1030,6 +1030,48 @@ Result<void> Client::release_gpu(const std::string& cookie) {
   return impl_->guarded<void>("ReleaseGpu", [&] { impl_->methods->ReleaseGpu(cookie); });
 }
 
+SessionHandles::SessionHandles(SessionHandles&& o) noexcept
+    : session_id(o.session_id),
+      memfd(std::exchange(o.memfd, -1)),
+      submit_doorbell(std::exchange(o.submit_doorbell, -1)),
+      completion_doorbell(std::exchange(o.completion_doorbell, -1)),
+      layout(std::move(o.layout)) {}
+
+SessionHandles& SessionHandles::operator=(SessionHandles&& o) noexcept {
+  if (this != &o) {
+    this->~SessionHandles();
+    new (this) SessionHandles(std::move(o));
+  }
+  return *this;
+}
+
+SessionHandles::~SessionHandles() {
+  for (int fd : {memfd, submit_doorbell, completion_doorbell})
+    if (fd >= 0) ::close(fd);
+}
+
+Result<Client::SessionHandles> Client::open_session(const SessionOptions& o) {
+  return impl_->guarded<SessionHandles>("OpenSession", [&] {
+    VariantMap opts;
+    if (o.sq_entries) opts.emplace("sq_entries", sdbus::Variant(o.sq_entries));
+    if (o.cq_entries) opts.emplace("cq_entries", sdbus::Variant(o.cq_entries));
+    if (o.request_data_bytes) opts.emplace("request_data_bytes", sdbus::Variant(o.request_data_bytes));
+    if (o.response_data_bytes) opts.emplace("response_data_bytes", sdbus::Variant(o.response_data_bytes));
+    auto [id, memfd, sq, cq, layout] = impl_->methods->OpenSession(opts);
+    SessionHandles h;
+    h.session_id = id;
+    h.memfd = memfd.release();
+    h.submit_doorbell = sq.release();
+    h.completion_doorbell = cq.release();
+    h.layout = std::move(layout);
+    return h;
+  });
+}
+
+Result<void> Client::close_session(std::uint64_t session_id) {
+  return impl_->guarded<void>("CloseSession", [&] { impl_->methods->CloseSession(session_id); });
+}
+
 Result<std::vector<ModelInfo>> Client::list_models() {
   return impl_->guarded<std::vector<ModelInfo>>("ListModels", [&] {
     std::vector<ModelInfo> out;

@@ -170,6 +170,21 @@ enum class Wake {
   timed_out,    // max_wait passed without either
 };
 
+struct SessionHandles {
+  std::uint64_t session_id = 0;
+  int memfd = -1, submit_doorbell = -1, completion_doorbell = -1;
+  std::map<std::string, sdbus::Variant> layout;
+  SessionHandles() = default;
+  SessionHandles(SessionHandles&& o) noexcept;
+  SessionHandles& operator=(SessionHandles&& o) noexcept;
+  SessionHandles(const SessionHandles&) = delete;
+  ~SessionHandles();
+};
+struct SessionOptions {
+  std::uint32_t sq_entries = 0, cq_entries = 0;  // 0 = the daemon's default
+  std::uint64_t request_data_bytes = 0, response_data_bytes = 0;
+};
+
 class Client {
  public:
   // Connects to `bus` and talks to `service` (tandemd's well-known name) at kObjectPath.
@@ -194,6 +209,11 @@ class Client {
   Result<std::string> hold_gpu(const std::string& reason, const std::string& app_id);  // the cookie
   Result<void> release_gpu(const std::string& cookie);
   Result<std::vector<ModelInfo>> list_models();
+  // OpenSession (docs/rings.md): the raw fds (owned by the result; RingSession::open takes them) and the layout.
+  using SessionHandles = client::SessionHandles;
+  using SessionOptions = client::SessionOptions;
+  Result<SessionHandles> open_session(const SessionOptions& options = {});
+  Result<void> close_session(std::uint64_t session_id);
   // The io.tandem.Tandem1.Model object at `object_path` (ModelInfo::path, or model_object_path(name)).
   Result<ModelDetails> model_details(const std::string& object_path);
 

@@ -574,6 +574,21 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_INT(D, "max_jobs_per_client", runtime.max_jobs_per_client, integer(1, 1'000'000)),
            TANDEM_MS(D, "token_flush_interval_ms", runtime.token_flush_interval, integer(0, 10'000)),
        }},
+      {"rings",
+       {
+           TANDEM_BOOL(D, "enabled", rings.enabled),
+           TANDEM_INT(D, "max_sessions", rings.max_sessions, integer(0, 4096)),
+           TANDEM_INT(D, "max_sessions_per_user", rings.max_sessions_per_user, integer(0, 4096)),
+           TANDEM_INT(D, "default_sq_entries", rings.default_sq_entries, integer(8, 65536)),
+           TANDEM_INT(D, "default_cq_entries", rings.default_cq_entries, integer(8, 262144)),
+           TANDEM_INT(D, "max_sq_entries", rings.max_sq_entries, integer(8, 65536)),
+           TANDEM_INT(D, "max_cq_entries", rings.max_cq_entries, integer(8, 262144)),
+           TANDEM_SIZE(D, "default_data_bytes", rings.default_data_bytes, size(4 * kKiB, 1 * kGiB)),
+           TANDEM_SIZE(D, "max_data_bytes", rings.max_data_bytes, size(4 * kKiB, 1 * kGiB)),
+           TANDEM_SIZE(D, "max_backlog_bytes", rings.max_backlog_bytes, size(64 * kKiB, 1 * kGiB)),
+           TANDEM_INT(D, "max_entries_per_pass", rings.max_entries_per_pass, integer(1, 65536)),
+           TANDEM_DURATION(D, "max_spin_us", rings.max_spin, integer(0, 10'000), std::chrono::microseconds),
+       }},
   };
   return schema;
 }
@@ -1189,6 +1204,15 @@ Status DaemonConfig::validate() const {
                                                    model_names(models, m.name) + "), got " + quote(m.fallback));
     }
   }
+  if (rings.default_sq_entries > rings.max_sq_entries)
+    return bad("rings.default_sq_entries", "must be at most rings.max_sq_entries (" +
+                                               std::to_string(rings.max_sq_entries) + ")");
+  if (rings.default_cq_entries > rings.max_cq_entries)
+    return bad("rings.default_cq_entries", "must be at most rings.max_cq_entries (" +
+                                               std::to_string(rings.max_cq_entries) + ")");
+  if (rings.default_data_bytes > rings.max_data_bytes)
+    return bad("rings.default_data_bytes", "must be at most rings.max_data_bytes (" +
+                                               size_text(rings.max_data_bytes) + ")");
   if (!default_model.empty() && !find_model(default_model)) {
     return bad("default_model", "must be \"\" (the first [[model]]) or the name of a [[model]] (" +
                                     model_names(models) + "), got " + quote(default_model));

@@ -88,6 +88,22 @@ struct RuntimeConfig {
   std::chrono::milliseconds token_flush_interval{20};  // coalesce token signals, [0, 10 s]
 };
 
+// Shared-memory ring sessions (OpenSession; docs/rings.md).
+struct RingConfig {
+  bool enabled = true;
+  std::uint32_t max_sessions = 64;                 // all users, [0, 4096]
+  std::uint32_t max_sessions_per_user = 8;         // per uid, [0, 4096]
+  std::uint32_t default_sq_entries = 256;          // [8, max_sq_entries] (rounded up to a power of two)
+  std::uint32_t default_cq_entries = 1024;         // [8, max_cq_entries]
+  std::uint32_t max_sq_entries = 4096;             // [8, 65536]
+  std::uint32_t max_cq_entries = 16384;            // [8, 262144]
+  std::uint64_t default_data_bytes = 1ull << 20;   // each data area when the client asks for none, [4 KiB, max]
+  std::uint64_t max_data_bytes = 16ull << 20;      // each data area at most, [4 KiB, 1 GiB]
+  std::uint64_t max_backlog_bytes = 4ull << 20;    // completions waiting in the daemon per session, [64 KiB, 1 GiB]
+  std::uint32_t max_entries_per_pass = 256;        // submissions read from one session per loop pass, [1, 65536]
+  std::chrono::microseconds max_spin{200};         // the loop's busy-poll budget after ring activity, [0, 10 ms]
+};
+
 struct DaemonConfig {
   BusConfig bus;
   AuthConfig auth;
@@ -97,6 +113,7 @@ struct DaemonConfig {
   policy::PolicyConfig policy;
   JournalConfig journal;
   RuntimeConfig runtime;
+  RingConfig rings;
   std::vector<std::string> sources;  // files read, in order (main file, then drop-ins)
 
   const ModelConfig* find_model(std::string_view name) const;

@@ -64,27 +64,6 @@ Result<std::uint64_t> get_uint(const std::string& key, const sdbus::Variant& v, 
   return u;
 }
 
-Result<double> get_double(const std::string& key, const sdbus::Variant& v) {
-  const std::string t = v.peekValueType();
-  if (t == "d") return v.get<double>();
-  auto u = get_uint(key, v, std::numeric_limits<std::uint32_t>::max());
-  if (u) return static_cast<double>(*u);
-  return bad_type(key, "a number", t);
-}
-
-Result<bool> get_bool(const std::string& key, const sdbus::Variant& v) {
-  if (v.peekValueType() == "b") return v.get<bool>();
-  return bad_type(key, "a boolean", v.peekValueType());
-}
-
-Result<std::string> get_string(const std::string& key, const sdbus::Variant& v, std::size_t max) {
-  if (v.peekValueType() != "s") return bad_type(key, "a string", v.peekValueType());
-  auto s = v.get<std::string>();
-  if (s.size() > max)
-    return fail(Errc::invalid_argument, "option '" + key + "' must be at most " + std::to_string(max) + " bytes");
-  return s;
-}
-
 std::string escape_path_element(const std::string& s) {
   static const char* hex = "0123456789abcdef";
   std::string out;
@@ -144,59 +123,26 @@ sdbus::Error to_dbus_error(const Error& e, const char* not_found_name) {
 
 Result<SubmitOptions> parse_submit_options(const std::map<std::string, sdbus::Variant>& options) {
   SubmitOptions o;
-  if (options.size() > 64) return fail(Errc::invalid_argument, "at most 64 options");
+  if (options.size() > kMaxOptions) return fail(Errc::invalid_argument, "at most 64 options");
   for (const auto& [k, v] : options) {
-    if (k == "max_tokens") {
-      auto x = get_uint(k, v, 1u << 20);
-      if (!x) return fail(std::move(x).error());
-      o.max_tokens = static_cast<std::uint32_t>(*x);
-    } else if (k == "temperature" || k == "top_p" || k == "repetition_penalty") {
-      auto x = get_double(k, v);
-      if (!x) return fail(std::move(x).error());
-      (k == "temperature" ? o.temperature : k == "top_p" ? o.top_p : o.repetition_penalty) = *x;
-    } else if (k == "top_k") {
-      auto x = get_uint(k, v, 1000000);
-      if (!x) return fail(std::move(x).error());
-      o.top_k = static_cast<std::uint32_t>(*x);
-    } else if (k == "seed") {
-      auto x = get_uint(k, v, std::numeric_limits<std::uint64_t>::max());
-      if (!x) return fail(std::move(x).error());
-      o.seed = *x;
-    } else if (k == "stop") {
-      if (v.peekValueType() != "as") return bad_type(k, "an array of strings (as)", v.peekValueType());
-      o.stop = v.get<std::vector<std::string>>();
-    } else if (k == "idempotency_key") {
-      auto x = get_string(k, v, 256);
-      if (!x) return fail(std::move(x).error());
-      o.idempotency_key = *x;
-    } else if (k == "side_effects" || k == "allow_cpu" || k == "allow_reduce" || k == "allow_fallback_model" ||
-               k == "stream") {
-      auto x = get_bool(k, v);
-      if (!x) return fail(std::move(x).error());
-      (k == "side_effects" ? o.side_effects
-       : k == "allow_cpu"  ? o.allow_cpu
-       : k == "allow_reduce" ? o.allow_reduce
-       : k == "allow_fallback_model" ? o.allow_fallback_model
-                                     : o.stream) = *x;
-    } else if (k == "deadline_ms") {
-      auto x = get_uint(k, v, 7ull * 24 * 3600 * 1000);
-      if (!x) return fail(std::move(x).error());
-      o.deadline_ms = *x;
-    } else if (k == "prefill_chunk") {
-      auto x = get_uint(k, v, 1u << 20);
-      if (!x) return fail(std::move(x).error());
-      o.prefill_chunk = static_cast<std::uint32_t>(*x);
-    } else if (k == "resume_tokens") {
-      if (v.peekValueType() != "ai") return bad_type(k, "an array of int32 (ai)", v.peekValueType());
-      auto ids = v.get<std::vector<std::int32_t>>();
-      if (ids.size() > (1u << 20)) return fail(Errc::invalid_argument, "resume_tokens: too many tokens");
-      o.resume_tokens = std::move(ids);
-    } else {
-      return fail(Errc::invalid_argument, "unknown option '" + k.substr(0, 64) +
-                                              "' (known: max_tokens, temperature, top_k, top_p, repetition_penalty, seed, "
-                                              "stop, idempotency_key, side_effects, allow_cpu, allow_reduce, "
-                                              "allow_fallback_model, deadline_ms, prefill_chunk, resume_tokens, stream)");
-    }
+    const std::string t = v.peekValueType();
+    const std::string got = "D-Bus type '" + t + "'";
+    OptionValue x;
+    if (t == "b") x = v.get<bool>();
+    else if (t == "y") x = std::uint64_t{v.get<std::uint8_t>()};
+    else if (t == "q") x = std::uint64_t{v.get<std::uint16_t>()};
+    else if (t == "u") x = std::uint64_t{v.get<std::uint32_t>()};
+    else if (t == "t") x = v.get<std::uint64_t>();
+    else if (t == "n") x = std::int64_t{v.get<std::int16_t>()};
+    else if (t == "i") x = std::int64_t{v.get<std::int32_t>()};
+    else if (t == "x") x = v.get<std::int64_t>();
+    else if (t == "d") x = v.get<double>();
+    else if (t == "s") x = v.get<std::string>();
+    else if (t == "as") x = v.get<std::vector<std::string>>();
+    else if (t == "ai") x = v.get<std::vector<std::int32_t>>();
+    else if (!is_option(k)) return fail(apply_option(o, k, x).error());  // "unknown option ..."
+    else return fail(Errc::invalid_argument, "option '" + k + "' cannot be of " + got);
+    if (auto st = apply_option(o, k, x, got); !st) return fail(std::move(st).error());
   }
   return o;
 }
@@ -255,6 +201,7 @@ struct DbusServer::Impl {
   std::unique_ptr<sdbus::IConnection> conn;
   std::string bus_name;
   Service* service = nullptr;
+  RingHub* rings = nullptr;
   AuthConfig auth;
   std::map<std::string, Creds> creds_cache;  // by unique name; dropped on NameOwnerChanged
   std::unique_ptr<sdbus::IProxy> bus_proxy;
@@ -267,11 +214,23 @@ struct DbusServer::Impl {
 
   Caller caller(const sdbus::IObject& obj);
   Creds resolve(const sdbus::Message& msg);
+  // From the user database only (re-authorizing open ring sessions after SIGHUP).
+  Creds resolve_uid(std::uint32_t uid, std::vector<gid_t> extra_gids);
 };
 
 Creds DbusServer::Impl::resolve(const sdbus::Message& msg) {
+  std::vector<gid_t> extra;
+  try {
+    for (auto g : msg.getCredsSupplementaryGids()) extra.push_back(g);
+    extra.push_back(msg.getCredsGid());
+  } catch (const sdbus::Error&) {
+  }
+  return resolve_uid(msg.getCredsUid(), std::move(extra));
+}
+
+Creds DbusServer::Impl::resolve_uid(std::uint32_t uid, std::vector<gid_t> extra_gids) {
   Creds c;
-  c.uid = msg.getCredsUid();
+  c.uid = uid;
   std::vector<gid_t> gids;
   gid_t primary = static_cast<gid_t>(-1);
   // Group membership from the user database (the bus's supplementary-group credentials are not always present).
@@ -288,11 +247,7 @@ Creds DbusServer::Impl::resolve(const sdbus::Message& msg) {
     }
     gids.resize(static_cast<std::size_t>(std::max(n, 0)));
   }
-  try {
-    for (auto g : msg.getCredsSupplementaryGids()) gids.push_back(g);
-    gids.push_back(msg.getCredsGid());
-  } catch (const sdbus::Error&) {
-  }
+  gids.insert(gids.end(), extra_gids.begin(), extra_gids.end());
   if (primary != static_cast<gid_t>(-1)) gids.push_back(primary);
   auto in_group = [&](const std::string& name) {
     if (name.empty()) return false;
@@ -382,6 +337,22 @@ class DbusServer::Impl::Main final
     return unwrap(s().hold_gpu(who(), reason, app_id));
   }
   void ReleaseGpu(const std::string& cookie) override { unwrap(s().release_gpu(who(), cookie), "InvalidArgument"); }
+  std::tuple<uint64_t, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, std::map<std::string, sdbus::Variant>> OpenSession(
+      const std::map<std::string, sdbus::Variant>& options) override {
+    if (!impl_.rings) throw_error(make_error(Errc::unavailable, "ring sessions are not available"));
+    const Caller c = who();
+    auto opts = unwrap(from_variant_map(options), "InvalidArgument");
+    auto opened = unwrap(impl_.rings->open(c, opts));
+    // The UnixFds own our copies of the client's ends; the reply carries duplicates and ours close after sending.
+    sdbus::UnixFd memfd(opened.fds.memfd, sdbus::adopt_fd);
+    sdbus::UnixFd sq(opened.fds.sq_doorbell_write, sdbus::adopt_fd);
+    sdbus::UnixFd cq(opened.fds.cq_doorbell_read, sdbus::adopt_fd);
+    return {opened.session_id, std::move(memfd), std::move(sq), std::move(cq), to_variant_map(opened.layout)};
+  }
+  void CloseSession(const uint64_t& session_id) override {
+    if (!impl_.rings) throw_error(make_error(Errc::not_found, "no ring session " + std::to_string(session_id)));
+    unwrap(impl_.rings->close(who(), session_id));
+  }
   std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {
     std::vector<std::map<std::string, sdbus::Variant>> out;
     for (const auto& d : s().list_models()) {
@@ -415,6 +386,9 @@ class DbusServer::Impl::Main final
     return out;
   }
   std::string FallbackModel() override { return s().fallback_model(); }
+  std::map<std::string, uint64_t> Rings() override {
+    return impl_.rings ? impl_.rings->counters() : std::map<std::string, uint64_t>{};
+  }
   std::string Version() override { return TANDEM_VERSION; }
 
   Impl& impl_;
@@ -526,8 +500,9 @@ DbusServer::~DbusServer() {
   impl_->bus_proxy.reset();
 }
 
-Status DbusServer::serve(Service* service, const DaemonConfig& cfg, bool testing) {
+Status DbusServer::serve(Service* service, const DaemonConfig& cfg, bool testing, RingHub* rings) {
   impl_->service = service;
+  impl_->rings = rings;
   impl_->auth = cfg.auth;
   try {
     impl_->main = std::make_unique<Impl::Main>(*impl_, *impl_->conn);
@@ -541,6 +516,7 @@ Status DbusServer::serve(Service* service, const DaemonConfig& cfg, bool testing
           if (!name.empty() && name[0] == ':' && new_owner.empty()) {
             impl->creds_cache.erase(name);
             if (impl->service) impl->service->client_vanished(name);
+            if (impl->rings && impl->rings->any_sessions()) impl->rings->client_vanished(name);
           }
           (void)old_owner;
         });
@@ -575,12 +551,20 @@ void DbusServer::release_name() {
   }
 }
 
-void DbusServer::reload_auth(const AuthConfig& auth) {
+void DbusServer::reload_auth(const AuthConfig& auth, const RingConfig& rings) {
   impl_->auth = auth;
   impl_->creds_cache.clear();
+  if (impl_->rings) {
+    Impl* impl = impl_.get();
+    impl_->rings->reauthorize([impl](std::uint32_t uid) { return impl->resolve_uid(uid, {}).may_submit; }, rings);
+  }
 }
 
 void DbusServer::job_update(const std::string& destination, JobId id, const std::string& kind, const Dict& data) {
+  if (RingHub::is_ring_destination(destination)) {
+    if (impl_->rings) impl_->rings->job_update(destination, id, kind, data);
+    return;
+  }
   if (!impl_->main || destination.empty()) return;
   try {
     auto& obj = impl_->main->object();
@@ -594,6 +578,7 @@ void DbusServer::job_update(const std::string& destination, JobId id, const std:
 }
 
 void DbusServer::degraded_changed(bool degraded, const std::string& reason, const Dict& details) {
+  if (impl_->rings) impl_->rings->degraded_changed(degraded, reason, details);
   if (!impl_->main) return;
   try {
     impl_->main->emitDegradedModeChanged(degraded, reason, to_variant_map(details));

@@ -12,6 +12,7 @@
 
 #include "core/result.h"
 #include "daemon/config.h"
+#include "daemon/ring_hub.h"
 #include "daemon/service.h"
 
 namespace tandem::daemon {
@@ -33,14 +34,16 @@ class DbusServer final : public ServiceObserver {
   static Result<std::unique_ptr<DbusServer>> connect(const BusConfig& bus);
   ~DbusServer() override;
 
-  // Registers the objects for `service` (which must outlive this) and then requests the well-known name.
-  Status serve(Service* service, const DaemonConfig& cfg, bool testing);
+  // Registers the objects for `service` and `rings` (both must outlive this; rings may be null) and then requests
+  // the well-known name. Job updates for "ring:<id>" destinations go to `rings`, the others are unicast signals.
+  Status serve(Service* service, const DaemonConfig& cfg, bool testing, RingHub* rings);
   // For the event loop: the fd to poll, its events and the bus's own timeout (µs, UINT64_MAX = none).
   sdbus::IConnection::PollData poll_data() const;
   // Processes everything pending on the bus (method calls run the service).
   void process();
   void release_name();
-  void reload_auth(const AuthConfig& auth);
+  // SIGHUP: new auth settings; open ring sessions are re-authorized (and get the new [rings] settings).
+  void reload_auth(const AuthConfig& auth, const RingConfig& rings);
 
   // ServiceObserver
   void job_update(const std::string& destination, JobId id, const std::string& kind, const Dict& data) override;

@@ -1,3 +1,4 @@
+#include "core/text.h"
 #include "daemon/journal.h"
 
 #include <fcntl.h>
@@ -59,37 +60,6 @@ void store_u32(char* p, std::uint32_t v) {
 
 // --- strings that may not be UTF-8 ---------------------------------------------------------------------------------
 
-// Strict UTF-8 (RFC 3629: no overlong forms, no surrogates, <= U+10FFFF), the set nlohmann accepts when dumping.
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  std::size_t i = 0, n = s.size();
-  while (i < n) {
-    unsigned char c = p[i];
-    if (c < 0x80) { ++i; continue; }
-    std::size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    if (p[i + 1] < lo || p[i + 1] > hi) return false;
-    for (std::size_t k = 2; k < len; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return false;
-    }
-    i += len;
-  }
-  return true;
-}
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -143,7 +113,7 @@ std::optional<std::string> base64_decode(std::string_view in) {
 
 // A byte string goes in as "key" when it is UTF-8 (readable with jq), else as "key_b64" (byte-exact either way).
 void put_str(Json& j, const std::string& key, const std::string& s) {
-  if (valid_utf8(s)) {
+  if (tandem::valid_utf8(s)) {
     j[key] = s;
   } else {
     j[key + "_b64"] = base64_encode(s);
@@ -215,30 +185,6 @@ bool get_tokens(const Json& j, std::vector<std::int32_t>& out) {
   return true;
 }
 
-int nesting_depth(std::string_view text, int limit) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth && (max_depth = depth) > limit) return max_depth;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 
 // --- phases -------------------------------------------------------------------------------------------------------
 
@@ -630,7 +576,7 @@ void JobJournal::replay(std::string_view view) {
 }
 
 bool JobJournal::decode(JournalRecord type, std::string_view payload, Rec& r) {
-  if (nesting_depth(payload, kMaxDepth) > kMaxDepth) return false;
+  if (tandem::json_nesting_depth(payload, kMaxDepth) > kMaxDepth) return false;
   Json o;
   try {
     o = Json::parse(payload, nullptr, /*allow_exceptions=*/false);

@@ -60,19 +60,6 @@ std::string user_key(const std::string& scoped) {
   return slash == std::string::npos ? scoped : scoped.substr(slash + 1);
 }
 
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (std::size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
-    if (n == 2 && c < 0xC2) return false;
-    i += n;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -122,16 +109,6 @@ void TaskPool::loop() {
 // ---------------------------------------------------------------------------------------------------------------
 // Records
 
-void SubmitOptions::override_with(const SubmitOptions& o) {
-#define TANDEM_OVR(f) \
-  if (o.f) f = o.f;
-  TANDEM_OVR(max_tokens) TANDEM_OVR(temperature) TANDEM_OVR(top_k) TANDEM_OVR(top_p) TANDEM_OVR(repetition_penalty)
-  TANDEM_OVR(seed) TANDEM_OVR(stop) TANDEM_OVR(idempotency_key) TANDEM_OVR(side_effects) TANDEM_OVR(allow_cpu)
-  TANDEM_OVR(allow_reduce) TANDEM_OVR(allow_fallback_model) TANDEM_OVR(deadline_ms) TANDEM_OVR(prefill_chunk)
-  TANDEM_OVR(resume_tokens) TANDEM_OVR(stream)
-#undef TANDEM_OVR
-}
-
 // A validated request, ready for admission.
 struct Service::Prepared {
   SubmitRequest req;
@@ -155,6 +132,8 @@ struct Service::JobRecord {
   SubmitRequest req;
   json request_json;
   std::string owner;                // bus name of the submitter ("" after a restart)
+  std::string reply_to;             // where updates go when not the owner's bus name (a ring session), "" = owner
+  bool muted = false;               // its reply channel closed: no updates (the owner's limit still counts it)
   std::uint32_t uid = 0;
   std::string model;                // requested (resolved)
   std::map<std::string, std::vector<TokenId>> prompts;  // tokenized per serving model
@@ -628,6 +607,11 @@ Result<Dict> Service::submit(const Caller& c, const SubmitRequest& req) {
                                            "; retry_after_ms=" + std::to_string(j->retry_after_ms));
         Dict out = placement(*j);
         out["existing"] = true;
+        if (!j->terminal()) {  // the client that retries (often after a crash) gets the rest of the updates
+          j->owner = c.bus_name;
+          j->reply_to = c.reply_to;
+          j->muted = false;
+        }
         return out;
       }
     }
@@ -655,6 +639,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   j.req = p.req;
   j.request_json = p.request_json;
   j.owner = c.bus_name;
+  j.reply_to = c.reply_to;
   j.uid = c.uid;
   j.model = p.model->name;
   j.prompts[p.model->name] = p.prompt;
@@ -715,6 +700,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   j.history.emplace_back("", "queued", "accepted", j.accepted_unix_ms);
   JobRecord* jp = rec.get();
   jobs_.emplace(j.id, std::move(rec));
+  active_.insert(jp->id);
 
   // Place it.
   const policy::QueueEntry entry{jp->id, jp->shape.prompt_tokens, jp->shape.max_new_tokens, now};
@@ -985,6 +971,7 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
     if (!st) log::error("job {}: {}", j.id, st.error().message);
   }
   j.phase = std::string(policy::job_phase_name(phase));
+  active_.erase(j.id);
   j.reason = reason;
   j.running = false;
   j.queue.clear();
@@ -1326,8 +1313,8 @@ void Service::update_service_state() {
     in.gpu_present = ready;
   }
   in.gpu_held = !holds_.empty();
-  for (const auto& [id, j] : jobs_)  // a fallback model serving an unfinished job is announced
-    if (!j->terminal() && j->route.fallback_model) {
+  for (JobId id : active_)  // a fallback model serving an unfinished job is announced
+    if (const JobRecord* j = find(id); j && j->route.fallback_model) {
       in.fallback_model = j->route.model;
       break;
     }
@@ -1369,7 +1356,10 @@ void Service::update_service_state() {
 
 void Service::check_deadlines() {
   const auto now = clock_->now();
-  for (auto& [id, jp] : jobs_) {
+  const std::vector<JobId> ids(active_.begin(), active_.end());  // end_job() below changes active_
+  for (JobId id : ids) {
+    JobRecord* jp = find(id);
+    if (!jp) continue;
     JobRecord& j = *jp;
     if (j.terminal() || !j.deadline || now < *j.deadline) continue;
     if (j.running) {
@@ -1555,8 +1545,11 @@ void Service::client_vanished(const std::string& bus_name) {
     }
   }
   // Its jobs keep running; updates are no longer sent (GetJob still reads them).
-  for (auto& [id, j] : jobs_)
-    if (j->owner == bus_name) j->owner.clear();
+  for (JobId id : active_)
+    if (JobRecord* j = find(id); j && j->owner == bus_name) {
+      j->owner.clear();
+      j->reply_to.clear();
+    }
   if (changed) {
     update_service_state();
     pump();
@@ -1600,9 +1593,16 @@ Dict Service::model_view(const std::string& name) const {
   return {};
 }
 
+void Service::channel_closed(const std::string& reply_to) {
+  if (reply_to.empty()) return;
+  for (JobId id : active_)
+    if (JobRecord* j = find(id); j && j->reply_to == reply_to) j->muted = true;
+}
+
 std::uint32_t Service::active_jobs_of(const std::string& bus_name) const {
   std::uint32_t n = 0;
-  for (const auto& [id, j] : jobs_) n += !j->terminal() && j->owner == bus_name;
+  for (JobId id : active_)
+    if (const JobRecord* j = find(id); j && j->owner == bus_name) ++n;
   return n;
 }
 
@@ -1874,7 +1874,7 @@ Status Service::reload(const DaemonConfig& cfg) {
   cfg_.runtime.max_jobs_per_client = cfg.runtime.max_jobs_per_client;
   cfg_.runtime.max_prompt_bytes = cfg.runtime.max_prompt_bytes;
   cfg_.runtime.max_messages = cfg.runtime.max_messages;
-  Caller root{"", 0, true, true};
+  Caller root{"", 0, true, true, ""};
   Dict changes{{"margin_bytes", cfg.policy.headroom.margin.bytes},
                {"margin_fraction", cfg.policy.headroom.margin.fraction},
                {"max_delay_ms", to_ms(cfg.policy.ladder.max_delay)},
@@ -1985,8 +1985,8 @@ std::map<std::string, std::uint64_t> Service::counters() const {
 // --- helpers ---
 
 void Service::emit(const JobRecord& j, const std::string& kind, const Dict& data) {
-  if (!observer_ || j.owner.empty()) return;
-  observer_->job_update(j.owner, j.id, kind, data);
+  if (!observer_ || j.owner.empty() || j.muted) return;
+  observer_->job_update(j.reply_to.empty() ? j.owner : j.reply_to, j.id, kind, data);
 }
 
 void Service::journal_transition(const JobRecord& j, const std::string& reason) {

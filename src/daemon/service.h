@@ -27,6 +27,7 @@
 #include "daemon/backend.h"
 #include "daemon/config.h"
 #include "daemon/journal.h"
+#include "daemon/submit_options.h"
 #include "daemon/values.h"
 #include "policy/policy.h"
 
@@ -36,32 +37,11 @@ using policy::JobId;
 
 // Who calls, as the bus layer established it from the caller's credentials.
 struct Caller {
-  std::string bus_name;   // unique name (":1.42"); job updates go there
+  std::string bus_name;   // unique name (":1.42"); job updates go there unless reply_to is set
   std::uint32_t uid = 0;
   bool may_submit = false;
   bool admin = false;
-};
-
-// Options of Submit/Plan/Resume (docs/dbus.md). Unset = the model's default.
-struct SubmitOptions {
-  std::optional<std::uint32_t> max_tokens;
-  std::optional<double> temperature;
-  std::optional<std::uint32_t> top_k;
-  std::optional<double> top_p;
-  std::optional<double> repetition_penalty;
-  std::optional<std::uint64_t> seed;
-  std::optional<std::vector<std::string>> stop;
-  std::optional<std::string> idempotency_key;
-  std::optional<bool> side_effects;
-  std::optional<bool> allow_cpu;
-  std::optional<bool> allow_reduce;
-  std::optional<bool> allow_fallback_model;
-  std::optional<std::uint64_t> deadline_ms;
-  std::optional<std::uint32_t> prefill_chunk;
-  std::optional<std::vector<std::int32_t>> resume_tokens;
-  std::optional<bool> stream;
-
-  void override_with(const SubmitOptions& o);
+  std::string reply_to;   // "" = bus_name; "ring:<session>" sends the job's updates to that ring session
 };
 
 struct SubmitRequest {
@@ -118,6 +98,8 @@ class Service {
   std::vector<Dict> list_models() const;
   // The holder's bus name vanished (NameOwnerChanged): its holds go. Its jobs keep running to a terminal state.
   void client_vanished(const std::string& bus_name);
+  // A reply channel (a ring session) went away: its jobs keep running, their updates go nowhere (GetJob has them).
+  void channel_closed(const std::string& reply_to);
 
   // --- properties ---
   std::string state() const;
@@ -242,6 +224,8 @@ class Service {
   std::int64_t degraded_since_unix_ms_ = 0;
 
   std::map<JobId, std::unique_ptr<JobRecord>> jobs_;
+  std::set<JobId> active_;  // not terminal (accepted, queued, running, retrying, migrating): the loops that run per
+                            // request or event walk these, not the up to [journal] max_jobs finished ones
   JobId next_id_ = 1;
   struct Hold { std::string owner, app_id, reason; std::int64_t since_unix_ms; };
   std::map<std::string, Hold> holds_;

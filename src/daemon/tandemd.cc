@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/config.h"
 #include "daemon/dbus_server.h"
@@ -212,7 +213,8 @@ int main(int argc, char** argv) {
   const auto& rs = (*service)->replay_stats();
   log::info("journal {}/journal: {} jobs, {} records, {} corrupt, torn tail {} bytes, {} recovered as failed-resumable",
             cfg.journal.dir, rs.jobs, rs.records, rs.corrupt_records, rs.torn_tail_bytes, rs.recovered_nonterminal);
-  if (auto st = (*server)->serve(service->get(), cfg, testing); !st) {
+  RingHub rings(service->get(), cfg.rings);
+  if (auto st = (*server)->serve(service->get(), cfg, testing, &rings); !st) {
     log::error("{}", st.error().message);
     return 1;
   }
@@ -237,8 +239,14 @@ int main(int argc, char** argv) {
   auto next_flush = SteadyTime::now();
   bool activity = false;
   auto next_extend = SteadyTime::now();
+  // Ring sessions: after ring activity the loop busy-polls for up to [rings] max_spin_us (an active client's next
+  // submission is taken without a wake-up); otherwise it sleeps with every session's doorbell in the poll set.
+  auto last_ring_activity = SteadyTime::time_point{};
+  std::vector<pollfd> fds;
   for (;;) {
     if (bus_ok) bus.process();
+    if (rings.any_sessions() && rings.process()) last_ring_activity = SteadyTime::now();
+    if (rings.take_changed()) bus.properties_changed({"Rings"});
     const auto now = SteadyTime::now();
     // One PropertiesChanged per batch, at most every 50 ms (token bursts do not turn into property storms).
     if (now >= next_flush) {
@@ -317,8 +325,19 @@ int main(int argc, char** argv) {
       timeout_ms = std::min<long long>(timeout_ms, bus_ms);
     }
     timeout_ms = std::max<long long>(0, timeout_ms);
-    pollfd fds[3] = {{pd.fd, static_cast<short>(pd.events), 0}, {g_signal_pipe[0], POLLIN, 0}, {wake_fd, POLLIN, 0}};
-    const int n = ::poll(fds, 3, static_cast<int>(std::min<long long>(timeout_ms, 1000)));
+    fds.assign({{pd.fd, static_cast<short>(pd.events), 0}, {g_signal_pipe[0], POLLIN, 0}, {wake_fd, POLLIN, 0}});
+    bool ring_sleep = false;
+    if (rings.any_sessions()) {
+      if (SteadyTime::now() - last_ring_activity < rings.spin_budget()) {
+        timeout_ms = 0;  // spinning
+      } else if (timeout_ms > 0) {
+        ring_sleep = rings.prepare_sleep();
+        if (!ring_sleep) timeout_ms = 0;  // a submission arrived meanwhile
+        for (int fd : rings.fds()) fds.push_back({fd, POLLIN, 0});
+      }
+    }
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(timeout_ms, 1000)));
+    if (ring_sleep) rings.finish_sleep();
     activity = n > 0;
     if (n < 0 && errno != EINTR) {
       log::error("poll: {}", std::strerror(errno));
@@ -340,7 +359,7 @@ int main(int argc, char** argv) {
             continue;
           }
           const auto st = svc.reload(*re);
-          bus.reload_auth(re->auth);
+          bus.reload_auth(re->auth, re->rings);
           if (st)
             log::info("SIGHUP: configuration reloaded (policy knobs and authorization; models and bus need a restart)");
           else
@@ -361,6 +380,8 @@ int main(int argc, char** argv) {
   }
   // Let the last finished-updates go out, then leave the bus.
   svc.process_events();
+  rings.process();
+  rings.close_all("tandemd is stopping");
   if (bus_ok) {
     bus.process();
     svc.flush_changes();

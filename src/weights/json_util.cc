@@ -1,3 +1,4 @@
+#include "core/text.h"
 #include "weights/json_util.h"
 
 #include <fcntl.h>
@@ -14,34 +15,6 @@ namespace tandem::weights::detail {
 
 namespace {
 
-// Maximum bracket nesting of `text`, counting only brackets outside strings; stops early past `limit`.
-int nesting_depth(std::string_view text, int limit) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        max_depth = depth;
-        if (max_depth > limit) return max_depth;
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 
 }  // namespace
 
@@ -78,7 +51,7 @@ struct TopLevelKeys {
 };
 
 Result<Json> parse_json(std::string_view text, const std::string& origin, std::string* duplicate_top_key) {
-  if (nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth) {
+  if (tandem::json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth) {
     return fail(Errc::parse_error, origin + ": JSON nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   try {

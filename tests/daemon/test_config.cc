@@ -691,7 +691,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
       {"foo = 1",
        "unknown key 'foo' (allowed: default_model, bus, auth, device, model, margin, estimator, headroom, ladder, "
        "breaker, gpu_queue, cpu_queue, gpu_rates, cpu_rates, host, service, replica, failover, idempotency, journal, "
-       "runtime)"},
+       "runtime, rings)"},
       {"[device]\nfoo = 1",
        "unknown key 'device.foo' (allowed: kind, cuda_index, sim_capacity, sim_reading_lag_ms, poll_interval_ms, "
        "probe_interval_ms, probe_timeout_ms)"},
@@ -705,7 +705,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
       {"[host_guard]\nbudget = 0",
        "unknown key 'host_guard' (allowed: default_model, bus, auth, device, model, margin, estimator, headroom, "
        "ladder, breaker, gpu_queue, cpu_queue, gpu_rates, cpu_rates, host, service, replica, failover, idempotency, "
-       "journal, runtime)"},
+       "journal, runtime, rings)"},
       {"[margin.extra]\nx = 1", "unknown key 'margin.extra' (allowed: bytes, fraction)"},
       {"[headroom]\nfresh_for = 5", "unknown key 'headroom.fresh_for' (allowed: fresh_for_ms, max_age_ms, "
                                     "stale_discount_fraction)"},

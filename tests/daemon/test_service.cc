@@ -290,10 +290,10 @@ class ServiceTest : public ::testing::Test {
 
   std::uint64_t journal_bytes() const { return fs::file_size(fs::path(dir_.path()) / "journal"); }
 
-  const Caller alice_{":1.10", 1000, true, false};
-  const Caller alice2_{":1.12", 1000, true, false};  // the same user on another connection
-  const Caller bob_{":1.11", 1001, true, false};
-  const Caller admin_{":1.2", 0, true, true};
+  const Caller alice_{":1.10", 1000, true, false, ""};
+  const Caller alice2_{":1.12", 1000, true, false, ""};  // the same user on another connection
+  const Caller bob_{":1.11", 1001, true, false, ""};
+  const Caller admin_{":1.2", 0, true, true, ""};
 
   TempDir dir_;
   std::shared_ptr<ManualClock> clock_;
@@ -912,7 +912,7 @@ TEST_F(ServiceTest, HoldGpuSendsNewJobsToTheCpuUntilTheHolderLeaves) {
   ASSERT_TRUE(wait_terminal(id));
   EXPECT_EQ(backend_->runs_of(id).at(0).route.device, policy::Device::cpu);
 
-  const Caller other_admin{":1.77", 1000, true, true};
+  const Caller other_admin{":1.77", 1000, true, true, ""};
   for (const Caller* c : {&alice_, &other_admin}) {
     auto st = svc_->release_gpu(*c, *cookie);
     ASSERT_FALSE(st);
@@ -1205,7 +1205,7 @@ TEST_F(ServiceTest, MalformedRequestsAreRefusedAndTheServiceKeepsServing) {
     ASSERT_FALSE(plan);
     EXPECT_EQ(plan.error().code, c.code);
   }
-  const Caller stranger{":1.99", 4242, false, false};
+  const Caller stranger{":1.99", 4242, false, false, ""};
   auto res = svc_->submit(stranger, request());
   ASSERT_FALSE(res);
   EXPECT_EQ(res.error().code, Errc::permission_denied);

@@ -34,10 +34,11 @@ btest SetForeignLoad t 400000000
 [ "$(plan_route)" = gpu ] || fail "elevated pressure: Plan routes $(plan_route), want gpu (there is room)"
 note "elevated: State pressure (memory-pressure), jobs still go to the GPU"
 
-# --- 2. critical: degraded announcement before the first degraded job update ---------------------------------
+# --- 2. critical: degraded announcement before the first degraded job update (D-Bus path: --no-ring; the ring
+# carries degraded/reason in its own accepted and routed completions, see it_ring.sh) ---------------------------
 btest SetForeignLoad t 900000000
 rc=0
-"$TANDEMCTL" --json run --max-tokens 12 --seed 3 "$P" >"$T_DIR/run.json" 2>"$T_DIR/run.err" || rc=$?
+"$TANDEMCTL" --json run --no-ring --max-tokens 12 --seed 3 "$P" >"$T_DIR/run.json" 2>"$T_DIR/run.err" || rc=$?
 [ "$rc" = 0 ] || { cat "$T_DIR/run.err" >&2; fail "tandemctl run under pressure exited $rc"; }
 id=$(jq -r 'select(.event == "submitted") | .job' "$T_DIR/run.json")
 pl=$(jq -c 'select(.event == "submitted") | .placement' "$T_DIR/run.json")

@@ -1,0 +1,185 @@
+#include "client/ring_session.h"
+
+#include <cstring>
+
+#include "ring/record.h"
+
+namespace tandem::client {
+
+namespace {
+
+VariantMap to_variants(const std::vector<ring::Field>& fields) {
+  VariantMap m;
+  for (const auto& f : fields) {
+    std::visit([&](const auto& x) { m.emplace(f.key, sdbus::Variant(x)); }, f.value);
+  }
+  return m;
+}
+
+template <class T>
+std::optional<T> get(const VariantMap& m, const char* key) {
+  auto it = m.find(key);
+  if (it == m.end()) return std::nullopt;
+  try {
+    return it->second.get<T>();
+  } catch (const sdbus::Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> submit_record(const Request& r) {
+  ring::RecordWriter w;
+  if (!r.model.empty()) w.add("model", std::string_view(r.model));
+  if (!r.prompt.empty() || r.messages.empty()) w.add("prompt", std::string_view(r.prompt));
+  if (!r.messages.empty()) {
+    std::vector<std::string> flat;
+    flat.reserve(r.messages.size() * 2);
+    for (const auto& m : r.messages) {
+      flat.push_back(m.role);
+      flat.push_back(m.content);
+    }
+    w.add("messages", flat);
+  }
+  const auto& o = r.options;
+  if (o.max_tokens) w.add("max_tokens", std::uint64_t{*o.max_tokens});
+  if (o.temperature) w.add("temperature", *o.temperature);
+  if (o.top_k) w.add("top_k", std::uint64_t{*o.top_k});
+  if (o.top_p) w.add("top_p", *o.top_p);
+  if (o.repetition_penalty) w.add("repetition_penalty", *o.repetition_penalty);
+  if (o.seed) w.add("seed", *o.seed);
+  if (o.stop) w.add("stop", *o.stop);
+  if (o.idempotency_key) w.add("idempotency_key", std::string_view(*o.idempotency_key));
+  if (o.side_effects) w.add("side_effects", *o.side_effects);
+  if (o.allow_cpu) w.add("allow_cpu", *o.allow_cpu);
+  if (o.allow_reduce) w.add("allow_reduce", *o.allow_reduce);
+  if (o.allow_fallback_model) w.add("allow_fallback_model", *o.allow_fallback_model);
+  if (o.deadline_ms) w.add("deadline_ms", *o.deadline_ms);
+  if (o.prefill_chunk) w.add("prefill_chunk", std::uint64_t{*o.prefill_chunk});
+  if (o.resume_tokens) w.add("resume_tokens", *o.resume_tokens);
+  if (o.stream) w.add("stream", *o.stream);
+  return w.take();
+}
+
+RingEvent decode_event(const ring::Event& e) {
+  RingEvent ev;
+  ev.user_data = e.entry.user_data;
+  ev.job_id = e.entry.job_id;
+  ev.kind = std::string(ring::kind_name(e.kind()));
+  auto internal = [&](std::string why) {
+    ev.kind = "error";
+    ev.error = parse_remote_error(std::string(kErrorPrefix) + "Internal", "malformed ring completion: " + why);
+    return ev;
+  };
+  if (e.kind() == ring::Kind::tokens) {
+    JobUpdate u;
+    u.job_id = ev.job_id;
+    u.kind = "tokens";
+    std::vector<std::int32_t> ids(e.entry.count);
+    if (e.data.size() != std::size_t{e.entry.count} * 4 + e.entry.text_length) return internal("token sizes");
+    if (!ids.empty()) std::memcpy(ids.data(), e.data.data(), ids.size() * 4);
+    u.tokens = std::move(ids);
+    u.text = std::string(reinterpret_cast<const char*>(e.data.data()) + std::size_t{e.entry.count} * 4,
+                         e.entry.text_length);
+    u.step = e.entry.step;
+    ev.gap = (e.entry.flags & ring::kCqeGap) != 0;
+    ev.update = std::move(u);
+    return ev;
+  }
+  auto rec = ring::parse_record(e.data);
+  if (!rec.ok()) return internal(rec.error->message);
+  const VariantMap m = to_variants(rec.fields);
+  switch (e.kind()) {
+    case ring::Kind::accepted:
+      ev.accepted = SubmitResult{ev.job_id, placement_from_dbus(m)};
+      break;
+    case ring::Kind::routed:
+    case ring::Kind::started:
+    case ring::Kind::migrated:
+    case ring::Kind::finished:
+      ev.update = job_update_from_dbus(ev.job_id, ev.kind, m);
+      break;
+    case ring::Kind::error: {
+      const auto name = get<std::string>(m, "error").value_or("Internal");
+      std::string message = get<std::string>(m, "message").value_or("");
+      // Same shape as a D-Bus error: the facts ride at the end of the message.
+      for (const char* fact : {"retry_after_ms", "job", "tokens"})
+        if (auto v = get<std::uint64_t>(m, fact)) message += std::string("; ") + fact + "=" + std::to_string(*v);
+      ev.error = parse_remote_error(std::string(kErrorPrefix) + name, message);
+      break;
+    }
+    case ring::Kind::cancel_result:
+      ev.cancel_state = get<std::string>(m, "state").value_or("");
+      break;
+    case ring::Kind::nop:
+      break;
+    case ring::Kind::degraded_mode: {
+      VariantMap details = m;
+      details.erase("degraded");
+      details.erase("reason");
+      ev.degraded = degraded_from_dbus(get<bool>(m, "degraded").value_or(false), get<std::string>(m, "reason").value_or(""),
+                                       details);
+      break;
+    }
+    default:
+      return internal("unknown kind " + std::to_string(e.entry.kind));
+  }
+  return ev;
+}
+
+Result<std::unique_ptr<RingSession>> RingSession::open(Client& client, const Client::SessionOptions& options,
+                                                      ring::SpinPolicy spin) {
+  auto h = client.open_session(options);
+  if (!h) return fail(std::move(h).error());
+  const std::uint64_t id = h->session_id;
+  auto ring = ring::RingClient::attach(std::exchange(h->memfd, -1), std::exchange(h->submit_doorbell, -1),
+                                       std::exchange(h->completion_doorbell, -1), spin);
+  if (!ring) {
+    (void)client.close_session(id);
+    return fail(std::move(ring).error());
+  }
+  std::unique_ptr<RingSession> s(new RingSession());
+  s->client_ = &client;
+  s->ring_ = std::move(ring).value();
+  return s;
+}
+
+RingSession::~RingSession() {
+  if (ring_ && client_ && ring_->state() == ring::SessionState::open) (void)client_->close_session(ring_->session_id());
+}
+
+Result<void> RingSession::submit(const Request& r, std::uint64_t user_data) {
+  return ring_->submit(user_data, submit_record(r));
+}
+
+Result<void> RingSession::cancel(std::uint64_t job_id, std::uint64_t user_data) {
+  return ring_->cancel(user_data, job_id);
+}
+
+Result<void> RingSession::nop(std::uint64_t user_data) { return ring_->nop(user_data); }
+
+Result<std::size_t> RingSession::poll(std::vector<RingEvent>& out) {
+  raw_.clear();
+  auto n = ring_->reap(raw_);
+  if (!n) return n;
+  for (const auto& e : raw_) out.push_back(decode_event(e));
+  return n;
+}
+
+Result<std::size_t> RingSession::wait(std::vector<RingEvent>& out, std::chrono::nanoseconds timeout, int extra_fd) {
+  raw_.clear();
+  auto n = ring_->wait(raw_, timeout, extra_fd);
+  if (!n) return n;
+  for (const auto& e : raw_) out.push_back(decode_event(e));
+  return n;
+}
+
+std::string RingSession::state_text() const {
+  const auto st = ring_->state();
+  std::string s(ring::session_state_name(st));
+  if (st == ring::SessionState::failed) s += " (" + std::string(ring::fault_name(ring_->fault())) + ")";
+  return s;
+}
+
+}  // namespace tandem::client

@@ -1,0 +1,68 @@
+// A ring session for a C++ client (docs/rings.md): OpenSession over D-Bus, then submissions and their job updates
+// through shared memory. Events come back decoded into the same views the D-Bus path uses (SubmitResult, JobUpdate,
+// RemoteError), so a client such as `tandemctl run` handles both paths with one code path.
+//
+// Single-threaded, like Client. The Client must outlive the session (CloseSession is sent through it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "ring/client_ring.h"
+
+namespace tandem::client {
+
+struct RingEvent {
+  std::uint64_t user_data = 0;          // of the submission it answers (job events: of the job's submit)
+  std::uint64_t job_id = 0;
+  std::string kind;                     // accepted | routed | started | tokens | migrated | finished | error |
+                                        // cancel_result | nop | degraded_mode
+  std::optional<SubmitResult> accepted; // kind accepted: the placement (as Submit returns it)
+  std::optional<JobUpdate> update;      // routed, started, tokens, migrated, finished (as JobUpdate signals)
+  std::optional<RemoteError> error;     // kind error: name "io.tandem.Tandem1.Error.<Name>", retry_after_ms, ...
+  std::optional<std::string> cancel_state;  // kind cancel_result
+  std::optional<DegradedChange> degraded;   // kind degraded_mode (as the DegradedModeChanged signal)
+  bool gap = false;                     // tokens: earlier tokens were dropped (overflow); GetJob has them
+};
+
+// The submit record for a request (docs/rings.md "Submit record").
+std::vector<std::uint8_t> submit_record(const Request& r);
+// One completion → event. Malformed records give kind "error" with name "...Error.Internal" (never expected).
+RingEvent decode_event(const ring::Event& e);
+
+class RingSession {
+ public:
+  // Errors: those of OpenSession (NotAuthorized, QueueFull, Unavailable, UnknownMethod on an older daemon, ...) and
+  // of mapping it (incompatible ABI).
+  static Result<std::unique_ptr<RingSession>> open(Client& client, const Client::SessionOptions& options = {},
+                                                   ring::SpinPolicy spin = {});
+  ~RingSession();  // CloseSession (best effort), unmap
+  RingSession(const RingSession&) = delete;
+  RingSession& operator=(const RingSession&) = delete;
+
+  std::uint64_t id() const { return ring_->session_id(); }
+  // queue_full: no room in the ring right now (reap events and retry); unavailable: the session ended.
+  Result<void> submit(const Request& r, std::uint64_t user_data);
+  Result<void> cancel(std::uint64_t job_id, std::uint64_t user_data);
+  Result<void> nop(std::uint64_t user_data);
+  // Decoded events that are there now / after waiting up to timeout (0 on timeout or when extra_fd is readable).
+  Result<std::size_t> poll(std::vector<RingEvent>& out);
+  Result<std::size_t> wait(std::vector<RingEvent>& out, std::chrono::nanoseconds timeout, int extra_fd = -1);
+  // Open, or why not ("failed (record)", "closed").
+  bool open() const { return ring_->state() == ring::SessionState::open; }
+  std::string state_text() const;
+  ring::RingClient& raw() { return *ring_; }
+
+ private:
+  RingSession() = default;
+  Client* client_ = nullptr;
+  std::unique_ptr<ring::RingClient> ring_;
+  std::vector<ring::Event> raw_;
+};
+
+}  // namespace tandem::client
