@@ -33,6 +33,12 @@ std::int64_t now_unix_ms() {
       .count();
 }
 
+// One byte on the client's completion doorbell. EAGAIN (a full pipe) is fine: a wake-up is pending anyway.
+void ring_doorbell(int fd) {
+  const char one = 1;
+  (void)!::write(fd, &one, 1);
+}
+
 Failure sys_fail(const char* what) {
   return fail(Errc::io_error, std::string("cannot open a ring session: ") + what + ": " + std::strerror(errno));
 }
@@ -320,10 +326,7 @@ void RingHub::post(Session& s, ring::Completion c) {
     end_session(s, SessionState::failed, f, "the client's completion head is out of range");
     return;
   }
-  if (s.writer.take_wakeup()) {
-    const char one = 1;
-    (void)!::write(s.cq_doorbell_write, &one, 1);  // EAGAIN: full pipe, a wake-up is pending anyway
-  }
+  if (s.writer.take_wakeup()) ring_doorbell(s.cq_doorbell_write);
 }
 
 void RingHub::job_update(const std::string& destination, JobId id, const std::string& kind, const Dict& data) {
@@ -474,23 +477,22 @@ bool RingHub::process() {
       end_session(s, SessionState::failed, got.fault, got.detail);
       continue;
     }
-    if (s.state == SessionState::open && s.writer.backlogged()) {
-      const auto before = s.writer.stats().written;
-      if (Fault f = s.writer.flush(); f != Fault::none) {
-        end_session(s, SessionState::failed, f, "the client's completion head is out of range");
-        continue;
-      }
-      if (s.writer.stats().written != before) {
-        active = true;
-        if (s.writer.take_wakeup()) {
-          const char one = 1;
-          (void)!::write(s.cq_doorbell_write, &one, 1);
-        }
-      }
-    }
+    if (flush_backlog(s)) active = true;
   }
   reap_closed();
   return active;
+}
+
+bool RingHub::flush_backlog(Session& s) {
+  if (s.state != SessionState::open || !s.writer.backlogged()) return false;
+  const auto before = s.writer.stats().written;
+  if (Fault f = s.writer.flush(); f != Fault::none) {
+    end_session(s, SessionState::failed, f, "the client's completion head is out of range");
+    return true;
+  }
+  if (s.writer.stats().written == before) return false;
+  if (s.writer.take_wakeup()) ring_doorbell(s.cq_doorbell_write);
+  return true;
 }
 
 bool RingHub::prepare_sleep() {
@@ -502,21 +504,7 @@ bool RingHub::prepare_sleep() {
   for (auto& [id, s] : sessions_) {
     if (s->state != SessionState::open) continue;
     if (s->consumer.pending()) work = true;
-    if (s->writer.backlogged()) {
-      const auto before = s->writer.stats().written;
-      if (Fault f = s->writer.flush(); f != Fault::none) {
-        end_session(*s, SessionState::failed, f, "the client's completion head is out of range");
-        work = true;
-        continue;
-      }
-      if (s->writer.stats().written != before) {
-        work = true;
-        if (s->writer.take_wakeup()) {
-          const char one = 1;
-          (void)!::write(s->cq_doorbell_write, &one, 1);
-        }
-      }
-    }
+    if (flush_backlog(*s)) work = true;
   }
   if (work) {
     finish_sleep();
@@ -564,8 +552,7 @@ void RingHub::end_session(Session& s, SessionState state, Fault fault, const std
   auto* sq = s.view.sq();
   ring::store_release(&sq->fault, static_cast<std::uint32_t>(fault));
   ring::store_release(&sq->state, static_cast<std::uint32_t>(state));
-  const char one = 1;
-  (void)!::write(s.cq_doorbell_write, &one, 1);
+  ring_doorbell(s.cq_doorbell_write);
   service_->channel_closed(s.destination);
   if (state == SessionState::failed) {
     ++counters_["ring_sessions_failed"];

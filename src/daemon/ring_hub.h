@@ -90,6 +90,9 @@ class RingHub {
   struct Session;
   void handle(Session& s, ring::Command&& cmd);
   void post(Session& s, ring::Completion c);
+  // Writes what a session's backlog can write now (ending the session on a bad client head); true if anything
+  // happened (written, or the session ended).
+  bool flush_backlog(Session& s);
   void end_session(Session& s, ring::SessionState state, ring::Fault fault, const std::string& why);
   void reap_closed();
   Session* find_session(const std::string& destination);
