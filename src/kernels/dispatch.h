@@ -1,0 +1,48 @@
+// Internal to the kernels library: the dispatch table behind kernels.h. One table per instruction set; each has
+// an entry per WType with the activation quantizer and a register-blocked "tile" kernel. kernels.cc drives the
+// tiles (row loops for decode, cache blocking for prefill); an ISA file (kernels_avx2.cc, later kernels_avx512.cc
+// or kernels_neon.cc) only fills in a table. Adding an ISA: a new Isa value, a new file compiled with its flags, a
+// table getter here, and a line in kernels.cc's detection.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+#include "kernels/types.h"
+
+namespace tandem::kernels::detail {
+
+// Prepares one activation row of `cols` floats for weights of one type: act_row_bytes(t, cols) bytes.
+using QuantizeActFn = void (*)(const float* x, void* out, std::int64_t cols);
+
+// y[c * ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc, where 1 <= nr <= tile_rows and
+// 1 <= nc <= tile_acts. Weight row r starts at w + r * w_row_bytes, activation row c at act + c * act_row_bytes.
+// Contract that makes batching and thread splits invisible in the results: the floating-point operations that
+// produce one output element are the same, in the same order, whatever nr and nc are and wherever the tile
+// starts, so an element's value depends only on its weight row and its activation row.
+using TileFn = void (*)(const std::uint8_t* w, std::size_t w_row_bytes, int nr, const std::uint8_t* act,
+                        std::size_t act_row_bytes, int nc, std::int64_t cols, float* y, std::int64_t ldy);
+
+struct TypeKernels {
+  QuantizeActFn quantize_act = nullptr;
+  TileFn tile = nullptr;
+  int tile_rows = 1;  // weight rows one tile call takes (decode calls tiles of tile_rows x 1)
+  int tile_acts = 1;  // activation rows one tile call takes (prefill)
+};
+
+struct KernelTable {
+  Isa isa = Isa::scalar;
+  TypeKernels types[8];  // indexed by WType's value
+
+  const TypeKernels& operator[](WType t) const { return types[static_cast<int>(t)]; }
+};
+
+// The scalar reference: quantize_act_ref and vec_dot_ref, one element at a time (kernels.cc).
+const KernelTable& scalar_table();
+#if defined(TANDEM_KERNELS_HAVE_AVX2)
+// AVX2 + FMA + F16C (kernels_avx2.cc). Call only when the CPU has all three.
+const KernelTable& avx2_table();
+#endif
+
+}  // namespace tandem::kernels::detail

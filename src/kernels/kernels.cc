@@ -1,0 +1,167 @@
+// Kernel dispatch: CPU feature detection, the TANDEM_KERNELS override, the scalar table (the reference, one element
+// at a time) and the drivers that walk tiles over a matrix: a plain row loop for decode (one activation row), cache
+// blocking for prefill. The ISA-specific tiles live in kernels_avx2.cc behind dispatch.h.
+#include "kernels/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/dispatch.h"
+#include "kernels/quant.h"
+
+namespace tandem::kernels {
+namespace detail {
+namespace {
+
+template <WType T>
+void ref_quantize_act(const float* x, void* out, std::int64_t cols) {
+  quantize_act_ref(T, x, out, cols);
+}
+
+template <WType T>
+void ref_tile(const std::uint8_t* w, std::size_t w_row_bytes, int nr, const std::uint8_t* act,
+              std::size_t act_row_bytes, int nc, std::int64_t cols, float* y, std::int64_t ldy) {
+  for (int c = 0; c < nc; ++c) {
+    for (int r = 0; r < nr; ++r) {
+      y[c * ldy + r] = vec_dot_ref(T, cols, w + r * w_row_bytes, act + c * act_row_bytes);
+    }
+  }
+}
+
+template <WType T>
+constexpr TypeKernels ref_kernels() {
+  return {ref_quantize_act<T>, ref_tile<T>, 1, 1};
+}
+
+constexpr KernelTable make_scalar_table() {
+  KernelTable t;
+  t.isa = Isa::scalar;
+  t.types[static_cast<int>(WType::f32)] = ref_kernels<WType::f32>();
+  t.types[static_cast<int>(WType::f16)] = ref_kernels<WType::f16>();
+  t.types[static_cast<int>(WType::bf16)] = ref_kernels<WType::bf16>();
+  t.types[static_cast<int>(WType::q8_0)] = ref_kernels<WType::q8_0>();
+  t.types[static_cast<int>(WType::q4_0)] = ref_kernels<WType::q4_0>();
+  t.types[static_cast<int>(WType::q4_K)] = ref_kernels<WType::q4_K>();
+  t.types[static_cast<int>(WType::q5_K)] = ref_kernels<WType::q5_K>();
+  t.types[static_cast<int>(WType::q6_K)] = ref_kernels<WType::q6_K>();
+  return t;
+}
+
+constexpr KernelTable kScalarTable = make_scalar_table();
+
+}  // namespace
+
+const KernelTable& scalar_table() { return kScalarTable; }
+
+}  // namespace detail
+
+namespace {
+
+bool cpu_has(Isa i) {
+  switch (i) {
+    case Isa::scalar: return true;
+    case Isa::avx2:
+#if defined(TANDEM_KERNELS_HAVE_AVX2)
+      // libgcc's checks include the OS's support for the YMM state (XGETBV).
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+const detail::KernelTable& table_for(Isa i) {
+#if defined(TANDEM_KERNELS_HAVE_AVX2)
+  if (i == Isa::avx2) return detail::avx2_table();
+#endif
+  (void)i;
+  return detail::scalar_table();
+}
+
+Isa isa_from_env() {
+  const char* v = std::getenv("TANDEM_KERNELS");
+  if (v == nullptr || *v == '\0') return detected_isa();
+  if (std::strcmp(v, "scalar") == 0) return Isa::scalar;
+  if (std::strcmp(v, "avx2") == 0 && cpu_has(Isa::avx2)) return Isa::avx2;
+  return detected_isa();  // unknown or unsupported here: the best this CPU and build have
+}
+
+std::atomic<const detail::KernelTable*> g_table{nullptr};
+
+const detail::KernelTable& table() {
+  const detail::KernelTable* t = g_table.load(std::memory_order_acquire);
+  if (t == nullptr) {
+    t = &table_for(isa_from_env());
+    g_table.store(t, std::memory_order_release);
+  }
+  return *t;
+}
+
+// Prefill: the weight rows of one cache block stay in L2 while every activation row passes over them.
+constexpr std::size_t kWeightBlockBytes = 192 * 1024;
+
+}  // namespace
+
+std::string_view isa_name(Isa i) {
+  switch (i) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+  }
+  return "unknown";
+}
+
+Isa detected_isa() { return cpu_has(Isa::avx2) ? Isa::avx2 : Isa::scalar; }
+
+Isa active_isa() { return table().isa; }
+
+void set_isa_for_testing(Isa i) { g_table.store(&table_for(cpu_has(i) ? i : detected_isa()), std::memory_order_release); }
+
+void quantize_act(WType t, const float* x, std::int64_t ldx, std::int64_t n, std::int64_t cols, void* act) {
+  const detail::TypeKernels& k = table()[t];
+  const std::size_t arb = act_row_bytes(t, cols);
+  assert(arb > 0 && "cols must be a positive multiple of the type's block size");
+  auto* out = static_cast<std::uint8_t*>(act);
+  for (std::int64_t i = 0; i < n; ++i) k.quantize_act(x + i * ldx, out + static_cast<std::size_t>(i) * arb, cols);
+}
+
+void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std::int64_t n, float* y,
+                 std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  if (r1 <= r0 || n <= 0) return;
+  const detail::TypeKernels& k = table()[t];
+  const std::size_t wrb = row_bytes(t, cols);
+  const std::size_t arb = act_row_bytes(t, cols);
+  assert(wrb > 0 && arb > 0 && "cols must be a positive multiple of the type's block size");
+  const auto* wb = static_cast<const std::uint8_t*>(w);
+  const auto* ab = static_cast<const std::uint8_t*>(act);
+  const std::int64_t tr = k.tile_rows;
+  const std::int64_t ta = k.tile_acts;
+  if (n == 1) {
+    for (std::int64_t r = r0; r < r1; r += tr) {
+      k.tile(wb + static_cast<std::size_t>(r) * wrb, wrb, static_cast<int>(std::min(tr, r1 - r)), ab, arb, 1, cols,
+             y + r, ldy);
+    }
+    return;
+  }
+  // Prefill: a block of weight rows (kWeightBlockBytes, a multiple of the tile's rows) is read from memory once and
+  // stays in L2; every group of tile_acts activation rows passes over it (those rows stay in L1 across the block).
+  const std::int64_t block_rows =
+      std::max<std::int64_t>(tr, static_cast<std::int64_t>(kWeightBlockBytes / wrb) / tr * tr);
+  for (std::int64_t rb = r0; rb < r1; rb += block_rows) {
+    const std::int64_t re = std::min(r1, rb + block_rows);
+    for (std::int64_t c = 0; c < n; c += ta) {
+      const int nc = static_cast<int>(std::min(ta, n - c));
+      const std::uint8_t* ac = ab + static_cast<std::size_t>(c) * arb;
+      float* yc = y + c * ldy;
+      for (std::int64_t r = rb; r < re; r += tr) {
+        k.tile(wb + static_cast<std::size_t>(r) * wrb, wrb, static_cast<int>(std::min(tr, re - r)), ac, arb, nc,
+               cols, yc + r, ldy);
+      }
+    }
+  }
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,33 @@
+// The CPU hot path: matrix x vector (decode) and matrix x matrix (prefill) for every WType, with runtime dispatch
+// by CPU features (scalar reference; AVX2+FMA+F16C). Torch-free; no OpenMP or BLAS: callers split output rows
+// across their own threads (the engine's WorkerPool) by calling matmul_rows() on disjoint row ranges.
+// Every output element depends only on its weight row and its activation row (row-independent kernels), so a
+// sequence's results do not depend on what else shares a batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/types.h"
+
+namespace tandem::kernels {
+
+enum class Isa : std::uint8_t { scalar, avx2 };
+std::string_view isa_name(Isa i);
+Isa detected_isa();  // best the CPU supports and this build has
+// Selected for this process: TANDEM_KERNELS=scalar|avx2 in the environment forces one (an unsupported one falls
+// back to the detected ISA), else detected_isa().
+Isa active_isa();
+void set_isa_for_testing(Isa i);
+
+// Prepares `n` activation rows x[n][cols] (row stride ldx floats) for weights of type t into `act`
+// (n * act_row_bytes(t, cols) bytes, rows contiguous).
+void quantize_act(WType t, const float* x, std::int64_t ldx, std::int64_t n, std::int64_t cols, void* act);
+
+// y[i][r] = dot(W row r, act row i) for r in [r0, r1), i in [0, n). W is `rows` x `cols` of type t, rows of
+// row_bytes(t, cols) bytes, contiguous. y has row stride ldy floats. Cache-blocked when n > 1.
+void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std::int64_t n, float* y,
+                 std::int64_t ldy, std::int64_t r0, std::int64_t r1);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,546 @@
+// AVX2 + FMA + F16C kernels (the only file compiled with -mavx2 -mfma -mf16c; kernels.cc calls into it only after
+// checking the CPU). Integer dot products use the int8 pattern of llama.cpp's x86 kernels: _mm256_maddubs_epi16
+// (unsigned x signed bytes -> int16 pairs, no saturation for the ranges below) then _mm256_madd_epi16 (-> int32).
+// Every integer partial sum is exact; only the float combination order differs from the reference (quant.h).
+//
+// Tiles are templates over R weight rows x C activation rows. The code for one (row, activation) pair is the same
+// for every R and C, so one output element sees the same operations in the same order in a 1 x 1 decode tile and
+// in a 4 x 3 prefill tile: batching and thread splits never change a result.
+//
+// ODR note: this file includes no standard-library header that would emit out-of-line inline functions, so no
+// AVX2-compiled copy of a shared inline function can be picked by the linker for code running on an older CPU.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "kernels/dispatch.h"
+#include "kernels/types.h"
+
+namespace tandem::kernels::detail {
+namespace {
+
+using RunFn = void (*)(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                       std::int64_t cols, float* y, std::int64_t ldy);
+
+// Picks the instantiation K<nr, nc> for a tile of nr x nc (1 <= nr <= MaxR, 1 <= nc <= MaxC).
+template <template <int, int> class K, int MaxR, int MaxC>
+struct Tiles {
+  struct Fns {
+    RunFn f[MaxR * MaxC];
+  };
+  template <int... I>
+  static constexpr Fns make(std::integer_sequence<int, I...>) {
+    return {{&K<I / MaxC + 1, I % MaxC + 1>::run...}};
+  }
+  static constexpr Fns kFns = make(std::make_integer_sequence<int, MaxR * MaxC>{});
+
+  static void tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
+                   std::int64_t cols, float* y, std::int64_t ldy) {
+    kFns.f[(nr - 1) * MaxC + (nc - 1)](w, wrb, a, arb, cols, y, ldy);
+  }
+};
+
+// ---- helpers -------------------------------------------------------------------------------------------------
+
+// Fixed-order horizontal sums: 8 -> 4 (low + high half) -> 2 -> 1.
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float hsum4(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float h2f(std::uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// Signed x signed bytes, pairwise twice: 8 int32 lanes, each the exact sum of 4 products. |x| is taken as
+// unsigned, so x = -128 is exact too; y must not be -128 (activations are in [-127, 127]).
+inline __m256i dot_i8(__m256i ax, __m256i x, __m256i y) {
+  const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// ---- f32 / f16 / bf16 -----------------------------------------------------------------------------------------
+
+struct F32Src {
+  using T = float;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+};
+struct F16Src {
+  using T = std::uint16_t;
+  static __m256 load(const std::uint16_t* p) { return _mm256_cvtph_ps(load128(p)); }
+};
+struct BF16Src {
+  using T = std::uint16_t;
+  static __m256 load(const std::uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
+  }
+};
+
+// One accumulator chain of 8 lanes per output element: acc = fma(w[k..k+8), x[k..k+8), acc), a zero-padded last
+// step for cols % 8, then hsum8.
+template <class Src, int R, int C>
+struct FloatTile {
+  using T = typename Src::T;
+
+  static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, __m256 (&acc)[R][C]) {
+    __m256 xv[C];
+    for (int c = 0; c < C; ++c) xv[c] = Src::load(ac[c] + k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = Src::load(wr[r] + k);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+    }
+  }
+
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const T* wr[R];
+    const T* ac[C];
+    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * wrb);
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const T*>(a + c * arb);
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    }
+    std::int64_t k = 0;
+    for (; k + 8 <= cols; k += 8) step(wr, ac, k, acc);
+    if (k < cols) {
+      T wt[R][8];
+      T at[C][8];
+      const T* wp[R];
+      const T* ap[C];
+      std::memset(wt, 0, sizeof(wt));
+      std::memset(at, 0, sizeof(at));
+      const std::size_t bytes = static_cast<std::size_t>(cols - k) * sizeof(T);
+      for (int r = 0; r < R; ++r) {
+        std::memcpy(wt[r], wr[r] + k, bytes);
+        wp[r] = wt[r];
+      }
+      for (int c = 0; c < C; ++c) {
+        std::memcpy(at[c], ac[c] + k, bytes);
+        ap[c] = at[c];
+      }
+      step(wp, ap, 0, acc);
+    }
+    for (int c = 0; c < C; ++c) {
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum8(acc[r][c]);
+    }
+  }
+};
+
+template <int R, int C>
+using F32Tile = FloatTile<F32Src, R, C>;
+template <int R, int C>
+using F16Tile = FloatTile<F16Src, R, C>;
+template <int R, int C>
+using BF16Tile = FloatTile<BF16Src, R, C>;
+
+// ---- q8_0 / q4_0 weights x q8_0 activations -------------------------------------------------------------------
+
+// Per block: 8 exact int32 lanes (dot_i8), acc = fma(d_w * d_a, float(lanes), acc); hsum8 at the end.
+struct Q8_0Unpack {
+  using Block = BlockQ8_0;
+  static __m256i quants(const BlockQ8_0& b) { return load256(b.qs); }
+};
+struct Q4_0Unpack {
+  using Block = BlockQ4_0;
+  // Elements 0..15 are the low nibbles, 16..31 the high nibbles, each minus 8.
+  static __m256i quants(const BlockQ4_0& b) {
+    const __m128i lo = load128(b.qs);
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), _mm_srli_epi16(lo, 4), 1);
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+  }
+};
+
+template <class U, int R, int C>
+struct Q8ActTile {
+  using Block = typename U::Block;
+
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const Block* wr[R];
+    const BlockQ8_0* ac[C];
+    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const Block*>(w + r * wrb);
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_0*>(a + c * arb);
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    }
+    const std::int64_t nb = cols / QK8_0;
+    for (std::int64_t ib = 0; ib < nb; ++ib) {
+      __m256i yq[C];
+      float dy[C];
+      for (int c = 0; c < C; ++c) {
+        yq[c] = load256(ac[c][ib].qs);
+        dy[c] = h2f(ac[c][ib].d);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256i xq = U::quants(wr[r][ib]);
+        const __m256i ax = _mm256_sign_epi8(xq, xq);
+        const float dx = h2f(wr[r][ib].d);
+        for (int c = 0; c < C; ++c) {
+          const __m256 p = _mm256_cvtepi32_ps(dot_i8(ax, xq, yq[c]));
+          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[c]), p, acc[r][c]);
+        }
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum8(acc[r][c]);
+    }
+  }
+};
+
+template <int R, int C>
+using Q8_0Tile = Q8ActTile<Q8_0Unpack, R, C>;
+template <int R, int C>
+using Q4_0Tile = Q8ActTile<Q4_0Unpack, R, C>;
+
+// ---- k-quants x q8_K -----------------------------------------------------------------------------------------
+
+// Broadcasts int16 element i of each 128-bit lane to the whole lane (pshufb control bytes 2i, 2i+1).
+inline __m256i bcast16(__m256i v, int i) {
+  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>((2 * i) | ((2 * i + 1) << 8))));
+}
+
+// q4_K / q5_K: the 12 packed bytes -> int16 x 16: scales 0..7 in the low lane, mins 0..7 in the high lane
+// (get_scale_min_k4: j < 4: sc = q[j] & 63, m = q[j+4] & 63; j >= 4: sc = (q[j+4] & 15) | (q[j-4] >> 6) << 4,
+// m = (q[j+4] >> 4) | (q[j] >> 6) << 4).
+inline __m256i k4_scales_mins(const std::uint8_t* q) {
+  std::uint32_t u[3];
+  std::memcpy(u, q, 12);
+  const std::uint32_t sc03 = u[0] & 0x3F3F3F3Fu;
+  const std::uint32_t sc47 = (u[2] & 0x0F0F0F0Fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const std::uint32_t m03 = u[1] & 0x3F3F3F3Fu;
+  const std::uint32_t m47 = ((u[2] >> 4) & 0x0F0F0F0Fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(m47), static_cast<int>(m03), static_cast<int>(sc47),
+                                            static_cast<int>(sc03)));
+}
+
+// sum_j m_j * (bsums[2j] + bsums[2j+1]) as 4 exact int32 lanes.
+inline __m128i k4_mins_dot(__m256i sm, const BlockQ8_K& b) {
+  const __m256i bs = load256(b.bsums);
+  const __m128i s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+  return _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), s32);
+}
+
+// 32 levels of sub-blocks 2j (lo) and 2j+1 (hi) of a q4_K / q5_K block, bytes in [0, 15] / [0, 31].
+struct Q4KLevels {
+  using Block = BlockQ4_K;
+  const BlockQ4_K& b;
+  void get(int j, __m256i* lo, __m256i* hi) const {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i bits = load256(b.qs + 32 * j);
+    *lo = _mm256_and_si256(bits, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+  }
+};
+struct Q5KLevels {
+  using Block = BlockQ5_K;
+  const BlockQ5_K& b;
+  void get(int j, __m256i* lo, __m256i* hi) const {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i one = _mm256_set1_epi8(1);
+    const __m256i bits = load256(b.qs + 32 * j);
+    const __m256i hb = load256(b.qh);
+    // Fifth bit of element l of sub-block s is bit s of qh[l]; 16-bit shifts are safe after the byte mask.
+    const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), one), 4);
+    const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j + 1), one), 4);
+    *lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h0);
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h1);
+  }
+};
+
+// Per super-block and activation row: int32 lanes sum_j sc_j * sum_k q_k a_k (maddubs then madd by the scale)
+// and mins lanes sum_j m_j * bsum_j; acc = fma(d_w * d_a, float(lanes), acc), acc_m = fma(dmin_w * d_a, float(mins),
+// acc_m); the element is hsum8(acc) - hsum4(acc_m).
+template <class L, int R, int C>
+struct KMinnedTile {
+  using Block = typename L::Block;
+
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const BlockQ8_K* ac[C];
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + c * arb);
+    const std::int64_t nb = cols / QK_K;
+    for (int r = 0; r < R; ++r) {
+      const Block* wr = reinterpret_cast<const Block*>(w + r * wrb);
+      __m256 acc[C];
+      __m128 acc_m[C];
+      for (int c = 0; c < C; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        acc_m[c] = _mm_setzero_ps();
+      }
+      for (std::int64_t i = 0; i < nb; ++i) {
+        const Block& b = wr[i];
+        const __m256i sm = k4_scales_mins(b.scales);
+        const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);  // scales in both lanes
+        __m256i sumi[C];
+        for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
+        const L levels{b};
+        for (int j = 0; j < QK_K / 64; ++j) {
+          __m256i lo;
+          __m256i hi;
+          levels.get(j, &lo, &hi);
+          const __m256i sc_lo = bcast16(sc, 2 * j);
+          const __m256i sc_hi = bcast16(sc, 2 * j + 1);
+          for (int c = 0; c < C; ++c) {
+            const __m256i plo = _mm256_madd_epi16(sc_lo, _mm256_maddubs_epi16(lo, load256(ac[c][i].qs + 64 * j)));
+            const __m256i phi =
+                _mm256_madd_epi16(sc_hi, _mm256_maddubs_epi16(hi, load256(ac[c][i].qs + 64 * j + 32)));
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(plo, phi));
+          }
+        }
+        const float dw = h2f(b.d);
+        const float mw = h2f(b.dmin);
+        for (int c = 0; c < C; ++c) {
+          const float da = ac[c][i].d;
+          acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+          acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(mw * da), _mm_cvtepi32_ps(k4_mins_dot(sm, ac[c][i])), acc_m[c]);
+        }
+      }
+      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[c]) - hsum4(acc_m[c]);
+    }
+  }
+};
+
+template <int R, int C>
+using Q4KTile = KMinnedTile<Q4KLevels, R, C>;
+template <int R, int C>
+using Q5KTile = KMinnedTile<Q5KLevels, R, C>;
+
+// q6_K: levels q in [0, 63] (the stored level + 32); sum_s sc_s * sum_k (q_k - 32) a_k is computed as
+// sum_s sc_s * sum_k q_k a_k  -  32 * sum_s sc_s * bsums_s, all in exact int32 lanes.
+template <int R, int C>
+struct Q6KTile {
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const BlockQ8_K* ac[C];
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + c * arb);
+    const std::int64_t nb = cols / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ6_K* wr = reinterpret_cast<const BlockQ6_K*>(w + r * wrb);
+      __m256 acc[C];
+      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+      for (std::int64_t i = 0; i < nb; ++i) {
+        const BlockQ6_K& b = wr[i];
+        const __m128i sc8 = load128(b.scales);
+        __m256i sumi[C];
+        for (int c = 0; c < C; ++c) {
+          const __m256i bsc = _mm256_madd_epi16(load256(ac[c][i].bsums), _mm256_cvtepi8_epi16(sc8));
+          sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsc, 5));
+        }
+        for (int half = 0; half < 2; ++half) {
+          const __m256i ql0 = load256(b.ql + 64 * half);
+          const __m256i ql1 = load256(b.ql + 64 * half + 32);
+          const __m256i qh = load256(b.qh + 32 * half);
+          __m256i q[4];
+          q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                 _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4));
+          q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                 _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2));
+          q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                 _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+          q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                 _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(0xC0))), 2));
+          for (int g = 0; g < 4; ++g) {
+            // Sub-blocks 2s and 2s+1 (s = 4 * half + g): scale s*2 for the low 16 elements, s*2+1 for the high.
+            const int s = 2 * (4 * half + g);
+            const __m128i ctl = _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
+            const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, ctl));
+            for (int c = 0; c < C; ++c) {
+              const __m256i p16 = _mm256_maddubs_epi16(q[g], load256(ac[c][i].qs + 128 * half + 32 * g));
+              sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scale, p16));
+            }
+          }
+        }
+        const float dw = h2f(b.d);
+        for (int c = 0; c < C; ++c) {
+          acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ac[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+      }
+      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[c]);
+    }
+  }
+};
+
+// ---- activation quantizers ------------------------------------------------------------------------------------
+
+inline void store_f32(const float* x, void* out, std::int64_t cols) {
+  std::memcpy(out, x, static_cast<std::size_t>(cols) * sizeof(float));
+}
+
+// f32 -> f16, round to nearest even (F16C); NaN becomes sign | 0x7E00 as f32_to_f16 does.
+void quantize_f16(const float* x, void* out, std::int64_t cols) {
+  auto* y = static_cast<std::uint16_t*>(out);
+  std::int64_t k = 0;
+  for (; k + 8 <= cols; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    if (_mm256_movemask_ps(nan) != 0) {
+      const __m128i sign = _mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000)));
+      const __m128i qnan = _mm_or_si128(sign, _mm_set1_epi16(0x7E00));
+      const __m256i n32 = _mm256_castps_si256(nan);
+      const __m128i n16 = _mm_packs_epi32(_mm256_castsi256_si128(n32), _mm256_extracti128_si256(n32, 1));
+      h = _mm_blendv_epi8(h, qnan, n16);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + k), h);
+  }
+  for (; k < cols; ++k) y[k] = f32_to_f16(x[k]);
+}
+
+// f32 -> bf16 as f32_to_bf16: round to nearest even, NaN keeps its upper half with the quiet bit set.
+void quantize_bf16(const float* x, void* out, std::int64_t cols) {
+  auto* y = static_cast<std::uint16_t*>(out);
+  std::int64_t k = 0;
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i inf = _mm256_set1_epi32(0x7F800000);
+  for (; k + 16 <= cols; k += 16) {
+    __m256i r[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k + 8 * h));
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+      const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+      const __m256i nanv = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+      const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+      r[h] = _mm256_blendv_epi8(rounded, nanv, is_nan);
+    }
+    // packus works per 128-bit lane: [r0 lo, r1 lo, r0 hi, r1 hi] -> reorder the 64-bit quarters.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + k), packed);
+  }
+  for (; k < cols; ++k) y[k] = f32_to_bf16(x[k]);
+}
+
+inline __m256 abs_ps(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
+
+// Largest |x| over n floats (n a multiple of 8), NaN ignored like std::max(amax, |x|) and `if (ax > amax)`:
+// _mm256_max_ps(a, b) returns b when a is NaN.
+inline float abs_max(const float* x, int n) {
+  __m256 m = _mm256_setzero_ps();
+  for (int k = 0; k < n; k += 8) m = _mm256_max_ps(abs_ps(_mm256_loadu_ps(x + k)), m);
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 4 x 8 int32 in [-128, 127] -> 32 int8 in element order.
+inline __m256i pack_i32_to_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+  const __m256i p16a = _mm256_packs_epi32(i0, i1);
+  const __m256i p16b = _mm256_packs_epi32(i2, i3);
+  const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+  return _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// q8_0 as quantize_act_ref: d = amax / 127, id = 1 / d, q = round(x * id) with std::round's ties away from zero.
+void quantize_q8_0(const float* x, void* out, std::int64_t cols) {
+  auto* y = static_cast<BlockQ8_0*>(out);
+  const std::int64_t nb = cols / QK8_0;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (std::int64_t i = 0; i < nb; ++i, x += QK8_0) {
+    const float amax = abs_max(x, QK8_0);
+    const float d = amax / 127;
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int v = 0; v < 4; ++v) {
+      const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), vid);
+      const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 frac = abs_ps(_mm256_sub_ps(p, t));  // exact
+      const __m256 away = _mm256_or_ps(_mm256_and_ps(p, sign), one);
+      const __m256 rounded = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), away));
+      q[v] = _mm256_cvttps_epi32(rounded);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+  }
+}
+
+// q8_K as quantize_act_ref: max = the first element of largest |x|, iscale = -127 / max, q = min(127,
+// nearest-even(iscale * x)), bsums over 16s, d = 1 / iscale; an all-zero block is all zero bytes.
+void quantize_q8_K(const float* x, void* out, std::int64_t cols) {
+  auto* y = static_cast<BlockQ8_K*>(out);
+  const std::int64_t nb = cols / QK_K;
+  for (std::int64_t i = 0; i < nb; ++i, x += QK_K) {
+    const float amax = abs_max(x, QK_K);
+    if (amax == 0.f) {
+      std::memset(&y[i], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    const __m256 vamax = _mm256_set1_ps(amax);
+    int first = 0;
+    for (int k = 0; k < QK_K; k += 8) {
+      const int m = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(_mm256_loadu_ps(x + k)), vamax, _CMP_EQ_OQ));
+      if (m != 0) {
+        first = k + __builtin_ctz(static_cast<unsigned>(m));
+        break;
+      }
+    }
+    const float iscale = -127.f / x[first];
+    const __m256 vis = _mm256_set1_ps(iscale);
+    const __m256i cap = _mm256_set1_epi32(127);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int k = 0; k < QK_K; k += 32) {
+      __m256i q[4];
+      for (int v = 0; v < 4; ++v) {
+        // cvtps rounds to nearest even in the default MXCSR mode, as nearest_int's magic-number addition does.
+        q[v] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vis, _mm256_loadu_ps(x + k + 8 * v))), cap);
+      }
+      const __m256i q8 = pack_i32_to_i8(q[0], q[1], q[2], q[3]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + k), q8);
+      // Sums of 16: pairs (maddubs by 1), quads (madd by 1), then within each 128-bit lane.
+      __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q8), ones16);
+      s = _mm256_hadd_epi32(s, s);
+      s = _mm256_hadd_epi32(s, s);
+      y[i].bsums[k / 16] = static_cast<std::int16_t>(_mm256_extract_epi32(s, 0));
+      y[i].bsums[k / 16 + 1] = static_cast<std::int16_t>(_mm256_extract_epi32(s, 4));
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
+// ---- the table ------------------------------------------------------------------------------------------------
+
+// Register blocks: f32/f16/bf16 4 rows x 3 activations (12 accumulators + 3 activation vectors); q8_0/q4_0
+// 2 x 4; k-quants 1 x 4 (the unpacked levels and scales of one super-block are shared by the activations).
+constexpr int kFloatR = 4, kFloatC = 3;
+constexpr int kQ8R = 2, kQ8C = 4;
+constexpr int kKR = 1, kKC = 4;
+
+constexpr KernelTable make_avx2_table() {
+  KernelTable t;
+  t.isa = Isa::avx2;
+  t.types[static_cast<int>(WType::f32)] = {store_f32, Tiles<F32Tile, kFloatR, kFloatC>::tile, kFloatR, kFloatC};
+  t.types[static_cast<int>(WType::f16)] = {quantize_f16, Tiles<F16Tile, kFloatR, kFloatC>::tile, kFloatR, kFloatC};
+  t.types[static_cast<int>(WType::bf16)] = {quantize_bf16, Tiles<BF16Tile, kFloatR, kFloatC>::tile, kFloatR,
+                                            kFloatC};
+  t.types[static_cast<int>(WType::q8_0)] = {quantize_q8_0, Tiles<Q8_0Tile, kQ8R, kQ8C>::tile, kQ8R, kQ8C};
+  t.types[static_cast<int>(WType::q4_0)] = {quantize_q8_0, Tiles<Q4_0Tile, kQ8R, kQ8C>::tile, kQ8R, kQ8C};
+  t.types[static_cast<int>(WType::q4_K)] = {quantize_q8_K, Tiles<Q4KTile, kKR, kKC>::tile, kKR, kKC};
+  t.types[static_cast<int>(WType::q5_K)] = {quantize_q8_K, Tiles<Q5KTile, kKR, kKC>::tile, kKR, kKC};
+  t.types[static_cast<int>(WType::q6_K)] = {quantize_q8_K, Tiles<Q6KTile, kKR, kKC>::tile, kKR, kKC};
+  return t;
+}
+
+constexpr KernelTable kAvx2Table = make_avx2_table();
+
+}  // namespace
+
+const KernelTable& avx2_table() { return kAvx2Table; }
+
+}  // namespace tandem::kernels::detail

@@ -1,0 +1,499 @@
+// SIMD kernels and their dispatch (kernels.h) against the reference (quant.h): activation bytes equal to
+// quantize_act_ref's, integer parts exact, floats within the stated summation-order tolerance, odd shapes, thread
+// splits and batch rows bit-identical to single calls, and the TANDEM_KERNELS override. Each check runs for the
+// scalar path and for every SIMD path this CPU has (the others are reported as not run).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+#include "kernels/types.h"
+
+namespace tandem::kernels {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+std::string tname(WType t) { return std::string(wtype_name(t)); }
+
+// The ISAs this machine can run; the scalar path always.
+std::vector<Isa> runnable_isas() {
+  std::vector<Isa> v = {Isa::scalar};
+  if (detected_isa() == Isa::avx2) v.push_back(Isa::avx2);
+  return v;
+}
+
+// Sets the ISA for one scope and restores the detected one.
+class IsaScope {
+ public:
+  explicit IsaScope(Isa i) { set_isa_for_testing(i); }
+  ~IsaScope() { set_isa_for_testing(detected_isa()); }
+};
+
+std::int64_t block_elems(WType t) { return traits(t).block_elems; }
+
+// cols values for a type: 1..8 blocks for block types; tails around the 8-float SIMD width for float types.
+std::vector<std::int64_t> test_cols(WType t) {
+  if (block_elems(t) == 1) return {1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 100, 257};
+  std::vector<std::int64_t> v;
+  for (std::int64_t b = 1; b <= 8; ++b) v.push_back(b * block_elems(t));
+  return v;
+}
+
+std::vector<float> gaussian(std::mt19937& rng, std::size_t n, float sigma) {
+  std::normal_distribution<float> nd(0.f, sigma);
+  std::vector<float> x(n);
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
+// rows x cols weights of type t, quantized from Gaussian floats by the reference quantizer.
+Bytes random_weights(std::mt19937& rng, WType t, std::int64_t rows, std::int64_t cols) {
+  const std::vector<float> x = gaussian(rng, static_cast<std::size_t>(rows * cols), 0.05f);
+  Bytes w(row_bytes(t, cols) * static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    quantize_row(t, x.data() + r * cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols), cols);
+  }
+  return w;
+}
+
+// n prepared activation rows of type t from Gaussian floats, by the reference.
+Bytes random_acts(std::mt19937& rng, WType t, std::int64_t n, std::int64_t cols) {
+  const std::vector<float> x = gaussian(rng, static_cast<std::size_t>(n * cols), 1.0f);
+  Bytes a(act_row_bytes(t, cols) * static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    quantize_act_ref(t, x.data() + i * cols, a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols), cols);
+  }
+  return a;
+}
+
+// Prepared activations decoded to doubles (every format's values are exact in double).
+std::vector<double> decode_act(WType t, const std::uint8_t* act, std::int64_t cols) {
+  std::vector<double> a(static_cast<std::size_t>(cols));
+  if (traits(t).act == AType::q8_K) {
+    const auto* b = reinterpret_cast<const BlockQ8_K*>(act);
+    for (std::int64_t k = 0; k < cols; ++k) a[k] = static_cast<double>(b[k / QK_K].d) * b[k / QK_K].qs[k % QK_K];
+    return a;
+  }
+  // The other activation formats are laid out as a weight type: f32 / f16 / bf16 as themselves, q8_0 as q8_0.
+  const WType as = traits(t).act == AType::q8_0 ? WType::q8_0 : t;
+  std::vector<float> f(static_cast<std::size_t>(cols));
+  dequantize_row(as, act, f.data(), cols);
+  for (std::int64_t k = 0; k < cols; ++k) a[k] = f[k];
+  return a;
+}
+
+// The stated tolerance: |simd - ref| <= (cols + 64) * 2^-24 * sum_k |w_k a_k|. A bound of Higham's form for two
+// different summation orders of at most cols + 64 rounded additions each (cols / 8 lane steps, block scalings
+// and the horizontal sums for SIMD; cols products and additions for the reference).
+double tolerance(WType t, const std::uint8_t* w_row, const std::uint8_t* act, std::int64_t cols) {
+  std::vector<float> wf(static_cast<std::size_t>(cols));
+  dequantize_row(t, w_row, wf.data(), cols);
+  const std::vector<double> a = decode_act(t, act, cols);
+  double m = 0;
+  for (std::int64_t k = 0; k < cols; ++k) m += std::fabs(static_cast<double>(wf[k]) * a[k]);
+  return static_cast<double>(cols + 64) * std::ldexp(1.0, -24) * m;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+// ---- dispatch -------------------------------------------------------------------------------------------------
+
+TEST(KernelsDispatch, IsaNamesAndSelection) {
+  EXPECT_EQ(isa_name(Isa::scalar), "scalar");
+  EXPECT_EQ(isa_name(Isa::avx2), "avx2");
+  set_isa_for_testing(Isa::scalar);
+  EXPECT_EQ(active_isa(), Isa::scalar);
+  set_isa_for_testing(Isa::avx2);
+  EXPECT_EQ(active_isa(), detected_isa());  // avx2 where the CPU has it, else the fallback
+  set_isa_for_testing(detected_isa());
+#if defined(__x86_64__)
+  const bool cpu_avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  EXPECT_EQ(detected_isa(), cpu_avx2 ? Isa::avx2 : Isa::scalar);
+#endif
+}
+
+// TANDEM_KERNELS is read when the first kernel runs; each case runs in a fresh process (death-test child).
+void expect_env_selects(const char* value, Isa expected) {
+  SCOPED_TRACE(std::string("TANDEM_KERNELS=") + value);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("TANDEM_KERNELS", value, 1);
+        std::exit(active_isa() == expected ? 0 : 3);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(KernelsDispatch, EnvironmentOverride) {
+  expect_env_selects("scalar", Isa::scalar);
+  expect_env_selects("avx2", detected_isa());
+  expect_env_selects("no-such-isa", detected_isa());
+  expect_env_selects("", detected_isa());
+}
+
+// ---- activation quantization ----------------------------------------------------------------------------------
+
+// Rows that probe the rounding rules: ties at .5 after scaling (q8_0 rounds them away from zero, q8_K to even),
+// equal magnitudes of both signs (q8_K takes the first), zero blocks, tiny and large values.
+std::vector<std::vector<float>> probe_rows(std::mt19937& rng, std::int64_t cols) {
+  std::vector<std::vector<float>> rows;
+  rows.push_back(gaussian(rng, static_cast<std::size_t>(cols), 1.0f));
+  rows.push_back(gaussian(rng, static_cast<std::size_t>(cols), 1e-3f));
+  std::vector<float> ties(static_cast<std::size_t>(cols));
+  std::uniform_int_distribution<int> level(-126, 126);
+  for (std::int64_t k = 0; k < cols; ++k) {
+    // Each 32-block has a largest magnitude of exactly 127, so d = 1 (q8_0) and iscale = +-1 (q8_K): x.5 are ties.
+    ties[k] = (k % 32 == 5) ? (k % 64 == 5 ? 127.f : -127.f) : static_cast<float>(level(rng)) + 0.5f;
+  }
+  rows.push_back(ties);
+  std::vector<float> both_signs = gaussian(rng, static_cast<std::size_t>(cols), 0.1f);
+  for (std::int64_t k = 0; k < cols; k += 7) both_signs[k] = (k / 7) % 2 == 0 ? -3.f : 3.f;
+  rows.push_back(both_signs);
+  std::vector<float> zeros_then(static_cast<std::size_t>(cols), 0.f);
+  for (std::int64_t k = cols / 2; k < cols; ++k) zeros_then[k] = static_cast<float>(k % 5) - 2.f;
+  rows.push_back(zeros_then);
+  std::vector<float> wide = gaussian(rng, static_cast<std::size_t>(cols), 1.0f);
+  for (std::int64_t k = 0; k < cols; k += 3) wide[k] *= (k % 2 == 0) ? 3e4f : 1e-6f;
+  rows.push_back(wide);
+  return rows;
+}
+
+TEST(KernelsQuantizeAct, SimdBytesEqualReferenceBytes) {
+  std::mt19937 rng(11);
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : kAllWTypes) {
+      for (std::int64_t cols : test_cols(t)) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols));
+        const auto rows = probe_rows(rng, cols);
+        const std::size_t arb = act_row_bytes(t, cols);
+        // All probe rows in one call, with a row stride larger than cols.
+        const std::int64_t ldx = cols + 3;
+        std::vector<float> x(rows.size() * static_cast<std::size_t>(ldx), 1e9f);
+        for (std::size_t i = 0; i < rows.size(); ++i) std::copy(rows[i].begin(), rows[i].end(), &x[i * ldx]);
+        Bytes got(arb * rows.size() + 16, 0xA5);
+        quantize_act(t, x.data(), ldx, static_cast<std::int64_t>(rows.size()), cols, got.data());
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+          Bytes want(arb, 0x5A);
+          quantize_act_ref(t, rows[i].data(), want.data(), cols);
+          EXPECT_EQ(0, std::memcmp(want.data(), got.data() + i * arb, arb)) << "row " << i;
+        }
+        for (std::size_t b = arb * rows.size(); b < got.size(); ++b) ASSERT_EQ(got[b], 0xA5) << "wrote past the end";
+      }
+    }
+  }
+}
+
+TEST(KernelsQuantizeAct, HalfFloatSpecialValuesEqualReference) {
+  const float nan_payload = std::bit_cast<float>(0x7FA12345u);
+  const float neg_nan = std::bit_cast<float>(0xFFC00001u);
+  const std::vector<float> specials = {0.f,      -0.f,     65504.f,  65519.f, 65520.f, 1e9f,     -1e9f,
+                                       6e-8f,    3e-8f,    2.98e-8f, 1e-5f,   -1e-6f,  1e-40f,   -1e-39f,
+                                       3.4e38f,  -3.4e38f, 1.0f / 3, 2.5f,    nan_payload, neg_nan,
+                                       std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                       1.00390625f, 1.0009765625f};
+  std::vector<float> x;
+  for (int rep = 0; rep < 3; ++rep) x.insert(x.end(), specials.begin(), specials.end());
+  const auto cols = static_cast<std::int64_t>(x.size());
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : {WType::f16, WType::bf16}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t));
+      Bytes want(act_row_bytes(t, cols));
+      Bytes got(act_row_bytes(t, cols));
+      quantize_act_ref(t, x.data(), want.data(), cols);
+      quantize_act(t, x.data(), cols, 1, cols, got.data());
+      EXPECT_EQ(want, got);
+    }
+  }
+}
+
+// ---- dot products ---------------------------------------------------------------------------------------------
+
+TEST(KernelsMatmul, DecodeMatchesReferenceWithinTolerance) {
+  std::mt19937 rng(21);
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : kAllWTypes) {
+      for (std::int64_t cols : test_cols(t)) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols));
+        const std::int64_t rows = 11;
+        const Bytes w = random_weights(rng, t, rows, cols);
+        const Bytes a = random_acts(rng, t, 1, cols);
+        std::vector<float> y(static_cast<std::size_t>(rows));
+        matmul_rows(t, w.data(), cols, a.data(), 1, y.data(), rows, 0, rows);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
+          const float ref = vec_dot_ref(t, cols, wr, a.data());
+          if (isa == Isa::scalar) {
+            EXPECT_TRUE(same_bits(ref, y[r])) << "row " << r << ": the scalar path is the reference";
+          } else {
+            EXPECT_NEAR(y[r], ref, tolerance(t, wr, a.data(), cols)) << "row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Blocks whose scales are 1 and whose levels are small: every partial sum is an integer below 2^24, so any
+// summation order is exact and the SIMD result must equal the reference bit for bit. This pins the integer parts
+// (unpacking, signs, scales, mins, bsums) independently of float rounding.
+Bytes unit_scale_weights(std::mt19937& rng, WType t, std::int64_t rows, std::int64_t cols) {
+  const std::uint16_t one = f32_to_f16(1.0f);
+  Bytes w(row_bytes(t, cols) * static_cast<std::size_t>(rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : w) b = static_cast<std::uint8_t>(byte(rng));
+  const std::int64_t nblocks = rows * cols / block_elems(t);
+  switch (t) {
+    case WType::f32:
+    case WType::f16:
+    case WType::bf16: {
+      std::uniform_int_distribution<int> v(-100, 100);
+      std::vector<float> f(static_cast<std::size_t>(cols));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (float& x : f) x = static_cast<float>(v(rng));
+        quantize_row(t, f.data(), w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols), cols);
+      }
+      break;
+    }
+    case WType::q8_0:  // levels anywhere in [-128, 127], including -128
+      for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockQ8_0*>(w.data())[i].d = one;
+      break;
+    case WType::q4_0:
+      for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockQ4_0*>(w.data())[i].d = one;
+      break;
+    case WType::q4_K:
+      for (std::int64_t i = 0; i < nblocks; ++i) {
+        auto& b = reinterpret_cast<BlockQ4_K*>(w.data())[i];
+        b.d = one;
+        b.dmin = one;
+      }
+      break;
+    case WType::q5_K:
+      for (std::int64_t i = 0; i < nblocks; ++i) {
+        auto& b = reinterpret_cast<BlockQ5_K*>(w.data())[i];
+        b.d = one;
+        b.dmin = one;
+      }
+      break;
+    case WType::q6_K: {
+      std::uniform_int_distribution<int> sc(-64, 63);
+      for (std::int64_t i = 0; i < nblocks; ++i) {
+        auto& b = reinterpret_cast<BlockQ6_K*>(w.data())[i];
+        b.d = one;
+        for (auto& s : b.scales) s = static_cast<std::int8_t>(sc(rng));
+      }
+      break;
+    }
+  }
+  return w;
+}
+
+Bytes unit_scale_acts(std::mt19937& rng, WType t, std::int64_t n, std::int64_t cols) {
+  const std::size_t arb = act_row_bytes(t, cols);
+  Bytes a(arb * static_cast<std::size_t>(n));
+  switch (traits(t).act) {
+    case AType::f32:
+    case AType::f16:
+    case AType::bf16: {
+      std::uniform_int_distribution<int> v(-100, 100);
+      std::vector<float> f(static_cast<std::size_t>(cols));
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (float& x : f) x = static_cast<float>(v(rng));
+        quantize_act_ref(t, f.data(), a.data() + static_cast<std::size_t>(i) * arb, cols);
+      }
+      break;
+    }
+    case AType::q8_0: {
+      std::uniform_int_distribution<int> v(-127, 127);
+      auto* b = reinterpret_cast<BlockQ8_0*>(a.data());
+      for (std::int64_t i = 0; i < n * cols / QK8_0; ++i) {
+        b[i].d = f32_to_f16(1.0f);
+        for (auto& q : b[i].qs) q = static_cast<std::int8_t>(v(rng));
+      }
+      break;
+    }
+    case AType::q8_K: {
+      std::uniform_int_distribution<int> v(-3, 3);
+      auto* b = reinterpret_cast<BlockQ8_K*>(a.data());
+      for (std::int64_t i = 0; i < n * cols / QK_K; ++i) {
+        b[i].d = 1.0f;
+        for (auto& q : b[i].qs) q = static_cast<std::int8_t>(v(rng));
+        for (int g = 0; g < QK_K / 16; ++g) {
+          int s = 0;
+          for (int k = 0; k < 16; ++k) s += b[i].qs[16 * g + k];
+          b[i].bsums[g] = static_cast<std::int16_t>(s);
+        }
+      }
+      break;
+    }
+  }
+  return a;
+}
+
+TEST(KernelsMatmul, IntegerPartsAreExact) {
+  std::mt19937 rng(31);
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : kAllWTypes) {
+      for (std::int64_t cols : test_cols(t)) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols));
+        const std::int64_t rows = 5;
+        const std::int64_t n = 3;
+        const Bytes w = unit_scale_weights(rng, t, rows, cols);
+        const Bytes a = unit_scale_acts(rng, t, n, cols);
+        std::vector<float> y(static_cast<std::size_t>(rows * n));
+        matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, rows);
+        for (std::int64_t i = 0; i < n; ++i) {
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
+                                          a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
+            ASSERT_EQ(ref, std::nearbyint(ref)) << "the fixture must give an integer";
+            EXPECT_EQ(y[i * rows + r], ref) << "act " << i << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Row i of an n-row product equals the 1-row product of activation i, bit for bit, for every shape; the output
+// stride is honoured and nothing outside [r0, r1) is written.
+TEST(KernelsMatmul, BatchRowsEqualSingleRowsBitForBit) {
+  std::mt19937 rng(41);
+  const std::vector<std::int64_t> row_counts = {1, 2, 3, 4, 5, 6, 7, 9, 13, 33};
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : kAllWTypes) {
+      const auto cols_list = test_cols(t);
+      for (std::size_t ci = 0; ci < cols_list.size(); ci += (isa == Isa::scalar ? 3 : 1)) {
+        const std::int64_t cols = cols_list[ci];
+        for (std::int64_t rows : row_counts) {
+          const Bytes w = random_weights(rng, t, rows, cols);
+          const Bytes a = random_acts(rng, t, 7, cols);
+          const std::size_t arb = act_row_bytes(t, cols);
+          for (std::int64_t n = 1; n <= 7; ++n) {
+            SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols) +
+                         " rows=" + std::to_string(rows) + " n=" + std::to_string(n));
+            const std::int64_t ldy = rows + 2;
+            std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.f);
+            matmul_rows(t, w.data(), cols, a.data(), n, y.data(), ldy, 0, rows);
+            for (std::int64_t i = 0; i < n; ++i) {
+              std::vector<float> y1(static_cast<std::size_t>(rows));
+              matmul_rows(t, w.data(), cols, a.data() + static_cast<std::size_t>(i) * arb, 1, y1.data(), rows, 0,
+                          rows);
+              for (std::int64_t r = 0; r < rows; ++r) {
+                ASSERT_TRUE(same_bits(y[i * ldy + r], y1[r]))
+                    << "act " << i << " row " << r << ": " << y[i * ldy + r] << " vs " << y1[r];
+              }
+              ASSERT_EQ(y[i * ldy + rows], -7.f);
+              ASSERT_EQ(y[i * ldy + rows + 1], -7.f);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Splitting the rows into 1-4 disjoint ranges (run on as many threads, as the engine's WorkerPool does) gives the
+// same floats as one call; so does every two-way cut.
+TEST(KernelsMatmul, ThreadSplitsEqualOneCall) {
+  std::mt19937 rng(51);
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : kAllWTypes) {
+      const std::int64_t cols = block_elems(t) == 1 ? 37 : 2 * block_elems(t);
+      const std::int64_t rows = 23;
+      const Bytes w = random_weights(rng, t, rows, cols);
+      for (std::int64_t n : {1, 5}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " n=" + std::to_string(n));
+        const Bytes a = random_acts(rng, t, n, cols);
+        std::vector<float> whole(static_cast<std::size_t>(n * rows));
+        matmul_rows(t, w.data(), cols, a.data(), n, whole.data(), rows, 0, rows);
+        for (std::int64_t cut = 0; cut <= rows; ++cut) {
+          std::vector<float> y(static_cast<std::size_t>(n * rows), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, cut);
+          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, cut, rows);
+          ASSERT_EQ(0, std::memcmp(y.data(), whole.data(), y.size() * sizeof(float))) << "cut " << cut;
+        }
+        for (int threads = 1; threads <= 4; ++threads) {
+          for (int trial = 0; trial < 5; ++trial) {
+            std::vector<std::int64_t> cuts = {0, rows};
+            std::uniform_int_distribution<std::int64_t> pos(0, rows);
+            for (int k = 1; k < threads; ++k) cuts.push_back(pos(rng));
+            std::sort(cuts.begin(), cuts.end());
+            std::vector<float> y(static_cast<std::size_t>(n * rows), -1.f);
+            std::vector<std::thread> pool;
+            for (int k = 0; k < threads; ++k) {
+              pool.emplace_back([&, k] {
+                matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, cuts[k], cuts[k + 1]);
+              });
+            }
+            for (auto& th : pool) th.join();
+            ASSERT_EQ(0, std::memcmp(y.data(), whole.data(), y.size() * sizeof(float)))
+                << threads << " threads, trial " << trial;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Prefill shapes larger than one cache block (many rows, n > the register tile) agree with the reference.
+TEST(KernelsMatmul, LargePrefillMatchesReference) {
+  std::mt19937 rng(61);
+  for (Isa isa : runnable_isas()) {
+    if (isa == Isa::scalar) continue;  // the scalar path is the reference itself (checked above)
+    IsaScope scope(isa);
+    for (WType t : kAllWTypes) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t));
+      const std::int64_t cols = block_elems(t) == 1 ? 520 : 2 * QK_K;
+      const std::int64_t rows = 1 + static_cast<std::int64_t>(400 * 1024 / row_bytes(t, cols));
+      const std::int64_t n = 9;
+      const Bytes w = random_weights(rng, t, rows, cols);
+      const Bytes a = random_acts(rng, t, n, cols);
+      std::vector<float> y(static_cast<std::size_t>(n * rows));
+      matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, rows);
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t r = 0; r < rows; r += 7) {
+          const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
+          const std::uint8_t* ai = a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols);
+          ASSERT_NEAR(y[i * rows + r], vec_dot_ref(t, cols, wr, ai), tolerance(t, wr, ai, cols))
+              << "act " << i << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsMatmul, EmptyRangesWriteNothing) {
+  std::mt19937 rng(71);
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    const Bytes w = random_weights(rng, WType::q8_0, 4, 32);
+    const Bytes a = random_acts(rng, WType::q8_0, 2, 32);
+    std::vector<float> y(8, -3.f);
+    matmul_rows(WType::q8_0, w.data(), 32, a.data(), 2, y.data(), 4, 2, 2);
+    matmul_rows(WType::q8_0, w.data(), 32, a.data(), 2, y.data(), 4, 3, 1);
+    matmul_rows(WType::q8_0, w.data(), 32, a.data(), 0, y.data(), 4, 0, 4);
+    for (float v : y) EXPECT_EQ(v, -3.f);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels
