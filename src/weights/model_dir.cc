@@ -1,8 +1,11 @@
 #include "weights/model_dir.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -203,13 +206,6 @@ Status parse_rope_scaling(const Json& v, const std::string& origin, ModelConfig&
   return {};
 }
 
-std::string guess_template(const std::string& t) {
-  if (t.find("[INST]") != std::string::npos) return "llama2";
-  if (t.find("<|im_start|>") != std::string::npos) return "chatml";
-  if (t.find("<|user|>") != std::string::npos) return "zephyr";
-  return "";
-}
-
 // Plain file name inside the model directory: no separators, no "..", no control characters.
 bool plain_file_name(const std::string& s) {
   if (s.empty() || s == "." || s.size() > 255) return false;
@@ -396,6 +392,13 @@ Result<TokenizerSettings> TokenizerSettings::parse(std::string_view json_text, c
   return t;
 }
 
+std::string TokenizerSettings::guess_template(std::string_view t) {
+  if (t.find("[INST]") != std::string_view::npos) return "llama2";
+  if (t.find("<|im_start|>") != std::string_view::npos) return "chatml";
+  if (t.find("<|user|>") != std::string_view::npos) return "zephyr";
+  return "";
+}
+
 // --- ModelDir -----------------------------------------------------------------------------------------------------
 
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> ModelDir::required_tensors(const ModelConfig& c) {
@@ -426,6 +429,28 @@ Result<ModelDir> ModelDir::open(const std::string& dir_in) {
   m.dir_ = dir_in;
   while (m.dir_.size() > 1 && m.dir_.back() == '/') m.dir_.pop_back();
   const std::string& dir = m.dir_;
+
+  // A file is a GGUF model; so is a directory without config.json that holds exactly one *.gguf.
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return open_gguf(dir);
+  if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && !detail::is_regular_file(dir + "/config.json")) {
+    std::vector<std::string> ggufs;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0 && detail::is_regular_file(e.path())) {
+        ggufs.push_back(name);
+      }
+    }
+    std::sort(ggufs.begin(), ggufs.end());
+    if (ggufs.size() == 1) return open_gguf(dir + "/" + ggufs[0]);
+    if (ggufs.size() > 1) {
+      std::string list;
+      for (const auto& g : ggufs) list += (list.empty() ? "" : ", ") + g;
+      return fail(Errc::format_error, dir + ": no config.json and " + std::to_string(ggufs.size()) +
+                                          " .gguf files (" + list + "); name the one to use");
+    }
+  }
 
   // config.json (required), then the optional JSON side files.
   const std::string config_path = dir + "/config.json";
@@ -517,7 +542,12 @@ Result<ModelDir> ModelDir::open(const std::string& dir_in) {
                                             m.shards_[static_cast<std::size_t>(it->second)].path() + " and " +
                                             sf.path());
       }
-      m.tensors_.push_back(TensorView{t.name, t.dtype, t.shape, sf.bytes(t), s});
+      TensorView v{t.name, t.dtype, t.shape, sf.bytes(t), s};
+      v.type_supported = t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16;
+      v.type = t.dtype == DType::f16    ? kernels::WType::f16
+               : t.dtype == DType::bf16 ? kernels::WType::bf16
+                                        : kernels::WType::f32;
+      m.tensors_.push_back(std::move(v));
     }
   }
   std::sort(m.tensors_.begin(), m.tensors_.end(),
@@ -592,6 +622,14 @@ std::uint64_t ModelDir::parameter_count() const {
 
 std::string ModelDir::header_digest() const {
   Sha256 h;
+  if (gguf_) {
+    put_str(h, "tandem.weights.gguf.header.v1");
+    put_u64(h, gguf_->file_size());
+    const auto hb = gguf_->header_bytes();
+    put_u64(h, hb.size());
+    h.update(hb);
+    return Sha256::hex(h.finish());
+  }
   put_str(h, "tandem.weights.header.v1");
   put_str(h, config_text_);
   put_u64(h, shards_.size());
@@ -616,6 +654,35 @@ std::string ModelDir::content_digest() const {
     h.update(bytes);
   }
   return Sha256::hex(h.finish());
+}
+
+std::vector<const MappedFile*> ModelDir::mapped_files() const {
+  std::vector<const MappedFile*> out;
+  if (gguf_ && gguf_->mapped_file() != nullptr) out.push_back(gguf_->mapped_file());
+  for (const auto& s : shards_) out.push_back(&s.file());
+  return out;
+}
+
+Result<std::string> ModelDir::tokenizer_bytes() const {
+  if (format_ == Format::gguf) {
+    if (gguf_tokenizer_error_) return fail(*gguf_tokenizer_error_);
+    return gguf_tokenizer_;
+  }
+  return detail::read_small_file(tokenizer_path(), kMaxJsonFileBytes);
+}
+
+std::string ModelDir::type_summary() const {
+  std::map<kernels::WType, int> counts;
+  for (const auto& [name, shape] : required_tensors(config_)) {
+    if (const TensorView* t = tensor(name)) ++counts[t->type];
+  }
+  std::string out;
+  for (const kernels::WType w : kernels::kAllWTypes) {
+    const auto it = counts.find(w);
+    if (it == counts.end()) continue;
+    out += (out.empty() ? "" : ",") + std::string(kernels::wtype_name(w)) + ":" + std::to_string(it->second);
+  }
+  return out;
 }
 
 }  // namespace tandem::weights

@@ -1,6 +1,8 @@
 // A model directory in the Hugging Face layout used by Llama-family checkpoints:
 //   config.json, model.safetensors | model-0000N-of-0000M.safetensors + model.safetensors.index.json,
-//   tokenizer.model, and optionally generation_config.json, tokenizer_config.json.
+//   tokenizer.model, and optionally generation_config.json, tokenizer_config.json;
+// or a llama.cpp GGUF file (a .gguf path, or a directory holding exactly one .gguf and no config.json), whose
+// metadata, tensor names and tokenizer are mapped to the same view (docs/model-format.md, "GGUF").
 // Everything read from disk is validated; a directory either opens as a complete, consistent model or fails with a
 // typed error naming the file (and tensor / key).
 #pragma once
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include "core/result.h"
+#include "kernels/types.h"
+#include "weights/gguf.h"
 #include "weights/safetensors.h"
 
 namespace tandem::weights {
@@ -42,6 +46,13 @@ struct ModelConfig {
   std::optional<int> sliding_window;  // Mistral; parsed, reported, not applied beyond max positions
   std::vector<int> bos_token_ids;
   std::vector<int> eos_token_ids;
+  // RoPE pairing. false: Hugging Face's half-split rotation (element i pairs with i + head_dim/2). true: ggml's
+  // interleaved rotation (element 2i pairs with 2i + 1), which GGUF llama files need because llama.cpp's converter
+  // permuted the rows of q_proj / k_proj per head (permute_qk_rows_for_gguf in weights/gguf.h).
+  bool rope_interleaved = false;
+  // GGUF `rope_freqs.weight` (llama3-style files): per rotary pair i < head_dim/2, the inverse frequency is divided
+  // by rope_freq_factors[i] (llama.cpp's "freq_factors"). Empty: none.
+  std::vector<float> rope_freq_factors;
 
   // Parses and validates config.json text. `origin` names the file in error messages. Errors: parse_error (not
   // JSON), format_error (missing/mistyped key, value out of range, heads not dividing), unsupported
@@ -71,30 +82,63 @@ struct TokenizerSettings {
   std::string template_guess;      // "llama2", "chatml", "zephyr" or "" — recognised from chat_template markers
 
   static Result<TokenizerSettings> parse(std::string_view json_text, const std::string& origin);
+  // The recognition behind template_guess.
+  static std::string guess_template(std::string_view chat_template);
 };
 
-// A tensor of the model, zero-copy from its shard's mapping.
+// A tensor of the model, zero-copy from its shard's (or GGUF file's) mapping.
 struct TensorView {
-  std::string name;
-  DType dtype = DType::f32;
-  std::vector<std::int64_t> shape;
+  std::string name;   // Hugging Face name (GGUF names are mapped: blk.N.attn_q.weight → model.layers.N.self_attn...)
+  DType dtype = DType::f32;  // f32/f16/bf16 as stored; u8 for block-quantized GGUF types (data = raw ggml blocks)
+  std::vector<std::int64_t> shape;  // Hugging Face order: [rows, cols] for matrices (GGUF ne reversed)
   std::span<const std::byte> data;
-  int shard = 0;
+  int shard = 0;  // index into shards(); 0 for GGUF
+  // The weight type. f32/f16/bf16 for safetensors float tensors; any WType for GGUF. type_supported is false for
+  // tensors Tandem cannot compute with (safetensors integer dtypes, GGUF types outside WType — then data is empty);
+  // only extra tensors can be like that, a required tensor always has a supported type.
+  kernels::WType type = kernels::WType::f32;
+  bool type_supported = true;
 };
 
 class ModelDir {
  public:
+  enum class Format : std::uint8_t { hf_dir, gguf };
+
   // Opens and validates the directory: config.json parses; the safetensors file(s) open; with an index, every
   // tensor named lives in the listed shard, every listed shard exists, no tensor appears in two shards; all tensors
   // the config implies are present with the implied shapes (lm_head.weight unless tied), in one of f32/f16/bf16
   // and all the same dtype; tokenizer.model exists. Extra tensors (e.g. rotary inv_freq) are ignored.
+  // A path naming a regular file, or a directory without config.json that holds exactly one *.gguf, opens as GGUF:
+  // general.architecture "llama", its llama.* metadata mapped to ModelConfig (rope_interleaved = true), tensors
+  // renamed to the HF names with HF-order shapes, mixed weight types allowed (1-D norms f32/f16/bf16); the
+  // tokenizer comes from tokenizer.ggml.* (tokenizer_bytes()). Errors as for directories, plus unsupported for other
+  // architectures and ggml types Tandem does not compute with (naming the tensor and type).
   static Result<ModelDir> open(const std::string& dir);
+
+  Format format() const { return format_; }
+  // The opened path for GGUF (the .gguf file), the directory for hf_dir.
+  const std::string& model_path() const { return format_ == Format::gguf ? gguf_path_ : dir_; }
+  // The GGUF file (metadata, raw tensor infos); nullptr for hf_dir.
+  const GgufFile* gguf() const { return gguf_ ? &*gguf_ : nullptr; }
+  // Every mapping the tensor views point into (the shards, or the one GGUF file): for prefaulting and sampling.
+  std::vector<const MappedFile*> mapped_files() const;
+  // The SentencePiece ModelProto bytes for tok::Tokenizer::from_bytes(): tokenizer.model's bytes for hf_dir (read
+  // now; not_found / io_error), or a ModelProto serialized from the GGUF vocabulary (unsupported for BPE / other
+  // tokenizer models, format_error for inconsistent tokenizer.ggml.* arrays).
+  Result<std::string> tokenizer_bytes() const;
+  // Weight types of the required tensors as "type:count" in kernels::kAllWTypes order, e.g. "f32:5,q4_K:14,q6_K:3"
+  // (stable; for fingerprints).
+  std::string type_summary() const;
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
   const GenerationDefaults& generation() const { return generation_; }
   const TokenizerSettings& tokenizer_settings() const { return tokenizer_settings_; }
-  std::string tokenizer_path() const { return dir_ + "/tokenizer.model"; }
+  // tokenizer.model in the directory; "" for GGUF (use tokenizer_bytes()).
+  std::string tokenizer_path() const { return format_ == Format::gguf ? std::string() : dir_ + "/tokenizer.model"; }
+  // The one float dtype of the weights for hf_dir. For GGUF: the float type (F32/F16/BF16) when every required
+  // matrix is stored in that one type; otherwise (quantized or mixed) F32, the type dequantized weights take —
+  // type_summary() says what is stored.
   DType dtype() const { return dtype_; }
 
   // Lookup of a required or extra tensor; nullptr if absent.
@@ -106,11 +150,12 @@ class ModelDir {
   std::uint64_t parameter_count() const;
 
   // Identity of the weights without reading them all: SHA-256 over each shard's header bytes and file size, and
-  // config.json. Cheap (headers only). content_digest() hashes every tensor byte (slow; used on request).
+  // config.json (GGUF: over the file size and the header up to the data section). Cheap (headers only).
+  // content_digest() hashes every tensor byte (slow; used on request).
   std::string header_digest() const;
   std::string content_digest() const;
 
-  // Raw config.json text (for fingerprints).
+  // Raw config.json text (for fingerprints); empty for GGUF.
   const std::string& config_text() const { return config_text_; }
 
   // Names of the required tensors for a config, in a stable order.
@@ -118,7 +163,14 @@ class ModelDir {
 
  private:
   ModelDir() = default;
+  static Result<ModelDir> open_gguf(const std::string& file);  // gguf_model.cc
+
+  Format format_ = Format::hf_dir;
   std::string dir_;
+  std::string gguf_path_;
+  std::optional<GgufFile> gguf_;
+  std::string gguf_tokenizer_;           // the synthesized ModelProto, or
+  std::optional<Error> gguf_tokenizer_error_;  // why there is none
   std::string config_text_;
   ModelConfig config_;
   GenerationDefaults generation_;

@@ -1,0 +1,29 @@
+// The mapping between llama.cpp's GGUF conventions and the Hugging Face view the engine uses: tensor names, and the
+// SentencePiece tokenizer rebuilt from `tokenizer.ggml.*`. ModelDir::open uses these for .gguf files; the writers
+// (tandem-mkmodel --format gguf, tandem-quantize) use them the other way.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+#include "weights/gguf.h"
+
+namespace tandem::weights {
+
+// "blk.3.attn_q.weight" → "model.layers.3.self_attn.q_proj.weight", "token_embd.weight" →
+// "model.embed_tokens.weight", "output_norm.weight" → "model.norm.weight", "output.weight" → "lm_head.weight"
+// (.bias the same way). nullopt for names outside the Llama mapping (kept unchanged as extra tensors).
+std::optional<std::string> hf_name_from_gguf(std::string_view gguf_name);
+// The inverse: an HF Llama tensor name → its GGUF name; nullopt for names outside the mapping.
+std::optional<std::string> gguf_name_from_hf(std::string_view hf_name);
+
+// A serialized SentencePiece ModelProto (BPE, byte fallback when the vocabulary has byte tokens, identity
+// normalizer) holding the GGUF vocabulary: tokenizer.ggml.tokens / scores / token_type, the bos / eos / unknown /
+// padding ids, add_space_prefix (→ add_dummy_prefix, default true), remove_extra_whitespaces (default false) and
+// precompiled_charsmap. Errors: format_error (missing or mistyped arrays, lengths that disagree, ids out of range),
+// unsupported (tokenizer.ggml.model other than "llama": "gpt2" BPE vocabularies come with issue #14).
+Result<std::string> sentencepiece_model_from_gguf(const GgufFile& f);
+
+}  // namespace tandem::weights
