@@ -16,8 +16,8 @@ namespace tandem::kernels::detail {
 // Prepares one activation row of `cols` floats for weights of one type: act_row_bytes(t, cols) bytes.
 using QuantizeActFn = void (*)(const float* x, void* out, std::int64_t cols);
 
-// y[c * ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc, where 1 <= nr <= tile_rows and
-// 1 <= nc <= tile_acts. Weight row r starts at w + r * w_row_bytes, activation row c at act + c * act_row_bytes.
+// y[c * ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc, where either nc = 1 and
+// 1 <= nr <= decode_rows, or 1 <= nr <= tile_rows and 1 <= nc <= tile_acts. Weight row r starts at w + r * w_row_bytes, activation row c at act + c * act_row_bytes.
 // Contract that makes batching and thread splits invisible in the results: the floating-point operations that
 // produce one output element are the same, in the same order, whatever nr and nc are and wherever the tile
 // starts, so an element's value depends only on its weight row and its activation row.
@@ -27,8 +27,9 @@ using TileFn = void (*)(const std::uint8_t* w, std::size_t w_row_bytes, int nr, 
 struct TypeKernels {
   QuantizeActFn quantize_act = nullptr;
   TileFn tile = nullptr;
-  int tile_rows = 1;  // weight rows one tile call takes (decode calls tiles of tile_rows x 1)
-  int tile_acts = 1;  // activation rows one tile call takes (prefill)
+  int decode_rows = 1;  // weight rows of a decode tile (one activation row)
+  int tile_rows = 1;    // weight rows of a prefill tile
+  int tile_acts = 1;    // activation rows of a prefill tile
 };
 
 struct KernelTable {

@@ -33,7 +33,7 @@ void ref_tile(const std::uint8_t* w, std::size_t w_row_bytes, int nr, const std:
 
 template <WType T>
 constexpr TypeKernels ref_kernels() {
-  return {ref_quantize_act<T>, ref_tile<T>, 1, 1};
+  return {ref_quantize_act<T>, ref_tile<T>, 1, 1, 1};
 }
 
 constexpr KernelTable make_scalar_table() {
@@ -140,8 +140,9 @@ void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std
   const std::int64_t tr = k.tile_rows;
   const std::int64_t ta = k.tile_acts;
   if (n == 1) {
-    for (std::int64_t r = r0; r < r1; r += tr) {
-      k.tile(wb + static_cast<std::size_t>(r) * wrb, wrb, static_cast<int>(std::min(tr, r1 - r)), ab, arb, 1, cols,
+    const std::int64_t dr = k.decode_rows;
+    for (std::int64_t r = r0; r < r1; r += dr) {
+      k.tile(wb + static_cast<std::size_t>(r) * wrb, wrb, static_cast<int>(std::min(dr, r1 - r)), ab, arb, 1, cols,
              y + r, ldy);
     }
     return;

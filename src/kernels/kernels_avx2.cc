@@ -19,6 +19,10 @@
 #include "kernels/dispatch.h"
 #include "kernels/types.h"
 
+// Loops over tile rows, tile activations and sub-blocks are short and fixed; unrolling them lets the accumulator
+// arrays live in registers.
+#define TANDEM_UNROLL _Pragma("GCC unroll 16")
+
 namespace tandem::kernels::detail {
 namespace {
 
@@ -60,15 +64,20 @@ inline float hsum4(__m128 s) {
 
 inline float h2f(std::uint16_t h) { return _cvtsh_ss(h); }
 
+// Software prefetch for the weight rows: a tile reads R rows side by side, which the hardware prefetchers follow
+// poorly when rows are short. Each load of row r also prefetches the same offset some whole tiles ahead, at least
+// kPrefetchBytes further on in memory (prefetches past the matrix's end are harmless; they never fault).
+constexpr std::size_t kPrefetchBytes = 4096;
+inline std::size_t prefetch_offset(int rows, std::size_t wrb) {
+  const std::size_t tile = static_cast<std::size_t>(rows) * wrb;
+  return tile * ((kPrefetchBytes + tile - 1) / tile);
+}
+inline void prefetch(const void* p, std::size_t off) {
+  _mm_prefetch(static_cast<const char*>(p) + off, _MM_HINT_T0);
+}
+
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-
-// Signed x signed bytes, pairwise twice: 8 int32 lanes, each the exact sum of 4 products. |x| is taken as
-// unsigned, so x = -128 is exact too; y must not be -128 (activations are in [-127, 127]).
-inline __m256i dot_i8(__m256i ax, __m256i x, __m256i y) {
-  const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
-  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
 
 // ---- f32 / f16 / bf16 -----------------------------------------------------------------------------------------
 
@@ -93,11 +102,16 @@ template <class Src, int R, int C>
 struct FloatTile {
   using T = typename Src::T;
 
-  static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, __m256 (&acc)[R][C]) {
+  static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, std::size_t pf,
+                          __m256 (&acc)[R][C]) {
     __m256 xv[C];
+    TANDEM_UNROLL
     for (int c = 0; c < C; ++c) xv[c] = Src::load(ac[c] + k);
+    TANDEM_UNROLL
     for (int r = 0; r < R; ++r) {
+      if (pf != 0) prefetch(wr[r] + k, pf);
       const __m256 wv = Src::load(wr[r] + k);
+      TANDEM_UNROLL
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
     }
   }
@@ -106,14 +120,19 @@ struct FloatTile {
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const T* wr[R];
     const T* ac[C];
+    TANDEM_UNROLL
     for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * wrb);
+    TANDEM_UNROLL
     for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const T*>(a + c * arb);
     __m256 acc[R][C];
+    TANDEM_UNROLL
     for (int r = 0; r < R; ++r) {
+      TANDEM_UNROLL
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
     }
     std::int64_t k = 0;
-    for (; k + 8 <= cols; k += 8) step(wr, ac, k, acc);
+    const std::size_t pf = prefetch_offset(R, wrb);
+    for (; k + 8 <= cols; k += 8) step(wr, ac, k, pf, acc);
     if (k < cols) {
       T wt[R][8];
       T at[C][8];
@@ -122,17 +141,21 @@ struct FloatTile {
       std::memset(wt, 0, sizeof(wt));
       std::memset(at, 0, sizeof(at));
       const std::size_t bytes = static_cast<std::size_t>(cols - k) * sizeof(T);
+      TANDEM_UNROLL
       for (int r = 0; r < R; ++r) {
         std::memcpy(wt[r], wr[r] + k, bytes);
         wp[r] = wt[r];
       }
+      TANDEM_UNROLL
       for (int c = 0; c < C; ++c) {
         std::memcpy(at[c], ac[c] + k, bytes);
         ap[c] = at[c];
       }
-      step(wp, ap, 0, acc);
+      step(wp, ap, 0, 0, acc);
     }
+    TANDEM_UNROLL
     for (int c = 0; c < C; ++c) {
+      TANDEM_UNROLL
       for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum8(acc[r][c]);
     }
   }
@@ -147,63 +170,128 @@ using BF16Tile = FloatTile<BF16Src, R, C>;
 
 // ---- q8_0 / q4_0 weights x q8_0 activations -------------------------------------------------------------------
 
-// Per block: 8 exact int32 lanes (dot_i8), acc = fma(d_w * d_a, float(lanes), acc); hsum8 at the end.
-struct Q8_0Unpack {
+// Per block and (row, activation): 8 exact int32 lanes, each the sum of 4 products; acc = fma(d_w * d_a,
+// float(lanes), acc); hsum8 at the end. The products d_w * d_a are computed a chunk of blocks at a time (F16C, 8
+// at once) into a small table, so the inner loop only broadcasts them from L1.
+constexpr int kScaleChunk = 32;  // blocks per scale table
+
+// The f16 scales of `count` (<= 8) consecutive blocks as floats (zeros past count). Composed in general registers
+// rather than stored as 16-bit values and reloaded as a vector, which would stall on store-to-load forwarding.
+template <class Block>
+inline __m256 load_d8(const Block* b, int count) {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  if (count == 8) {
+    TANDEM_UNROLL
+    for (int i = 0; i < 4; ++i) lo |= static_cast<std::uint64_t>(b[i].d) << (16 * i);
+    TANDEM_UNROLL
+    for (int i = 0; i < 4; ++i) hi |= static_cast<std::uint64_t>(b[4 + i].d) << (16 * i);
+  } else {
+    for (int i = 0; i < count; ++i) {
+      (i < 4 ? lo : hi) |= static_cast<std::uint64_t>(b[i].d) << (16 * (i % 4));
+    }
+  }
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
+}
+
+// q8_0 levels in [-128, 127] (the sign trick: |w| unsigned times sign(w) * a).
+struct Q8_0Levels {
   using Block = BlockQ8_0;
-  static __m256i quants(const BlockQ8_0& b) { return load256(b.qs); }
-};
-struct Q4_0Unpack {
-  using Block = BlockQ4_0;
-  // Elements 0..15 are the low nibbles, 16..31 the high nibbles, each minus 8.
-  static __m256i quants(const BlockQ4_0& b) {
-    const __m128i lo = load128(b.qs);
-    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), _mm_srli_epi16(lo, 4), 1);
-    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+  struct Row {
+    __m256i w;
+    __m256i aw;
+  };
+  struct Act {
+    __m256i a;
+  };
+  static Row row(const BlockQ8_0& b) {
+    const __m256i w = load256(b.qs);
+    return {w, _mm256_sign_epi8(w, w)};
+  }
+  static Act act(const BlockQ8_0& b) { return {load256(b.qs)}; }
+  static __m256i dot(const Row& w, const Act& a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w.aw, _mm256_sign_epi8(a.a, w.w)), _mm256_set1_epi16(1));
   }
 };
 
-template <class U, int R, int C>
+// q4_0 levels u in [0, 15] (element j < 16: low nibble of qs[j]; j >= 16: high nibble of qs[j - 16]), value u - 8:
+// sum (u - 8) a = maddubs(u, a) - maddubs(8, a) in int16 pairs (|.| <= 3810 and 2032), then pairs to int32.
+struct Q4_0Levels {
+  using Block = BlockQ4_0;
+  struct Row {
+    __m256i u;
+  };
+  struct Act {
+    __m256i a;
+    __m256i a8;  // 8 * (a[2i] + a[2i+1]) as int16
+  };
+  static Row row(const BlockQ4_0& b) {
+    const __m256i both = _mm256_broadcastsi128_si256(load128(b.qs));
+    const __m256i shifted = _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return {_mm256_and_si256(shifted, _mm256_set1_epi8(0x0F))};
+  }
+  static Act act(const BlockQ8_0& b) {
+    const __m256i a = load256(b.qs);
+    return {a, _mm256_maddubs_epi16(_mm256_set1_epi8(8), a)};
+  }
+  static __m256i dot(const Row& w, const Act& a) {
+    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(w.u, a.a), a.a8);
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+  }
+};
+
+template <class L, int R, int C>
 struct Q8ActTile {
-  using Block = typename U::Block;
+  using Block = typename L::Block;
 
   static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const Block* wr[R];
     const BlockQ8_0* ac[C];
+    TANDEM_UNROLL
     for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const Block*>(w + r * wrb);
+    TANDEM_UNROLL
     for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_0*>(a + c * arb);
     __m256 acc[R][C];
+    TANDEM_UNROLL
     for (int r = 0; r < R; ++r) {
+      TANDEM_UNROLL
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
     }
     const std::int64_t nb = cols / QK8_0;
+    const std::size_t pf = prefetch_offset(R, wrb);
     for (std::int64_t ib = 0; ib < nb; ++ib) {
-      __m256i yq[C];
-      float dy[C];
+      typename L::Act av[C];
+      __m256 da[C];
+      TANDEM_UNROLL
       for (int c = 0; c < C; ++c) {
-        yq[c] = load256(ac[c][ib].qs);
-        dy[c] = h2f(ac[c][ib].d);
+        av[c] = L::act(ac[c][ib]);
+        da[c] = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ac[c][ib].d)));
       }
+      TANDEM_UNROLL
       for (int r = 0; r < R; ++r) {
-        const __m256i xq = U::quants(wr[r][ib]);
-        const __m256i ax = _mm256_sign_epi8(xq, xq);
-        const float dx = h2f(wr[r][ib].d);
+        prefetch(&wr[r][ib], pf);
+        const typename L::Row wv = L::row(wr[r][ib]);
+        const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wr[r][ib].d)));
+        TANDEM_UNROLL
         for (int c = 0; c < C; ++c) {
-          const __m256 p = _mm256_cvtepi32_ps(dot_i8(ax, xq, yq[c]));
-          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[c]), p, acc[r][c]);
+          const __m256 p = _mm256_cvtepi32_ps(L::dot(wv, av[c]));
+          acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da[c]), p, acc[r][c]);
         }
       }
     }
+    TANDEM_UNROLL
     for (int c = 0; c < C; ++c) {
+      TANDEM_UNROLL
       for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum8(acc[r][c]);
     }
   }
 };
 
 template <int R, int C>
-using Q8_0Tile = Q8ActTile<Q8_0Unpack, R, C>;
+using Q8_0Tile = Q8ActTile<Q8_0Levels, R, C>;
 template <int R, int C>
-using Q4_0Tile = Q8ActTile<Q4_0Unpack, R, C>;
+using Q4_0Tile = Q8ActTile<Q4_0Levels, R, C>;
 
 // ---- k-quants x q8_K -----------------------------------------------------------------------------------------
 
@@ -212,25 +300,31 @@ inline __m256i bcast16(__m256i v, int i) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>((2 * i) | ((2 * i + 1) << 8))));
 }
 
-// q4_K / q5_K: the 12 packed bytes -> int16 x 16: scales 0..7 in the low lane, mins 0..7 in the high lane
-// (get_scale_min_k4: j < 4: sc = q[j] & 63, m = q[j+4] & 63; j >= 4: sc = (q[j+4] & 15) | (q[j-4] >> 6) << 4,
-// m = (q[j+4] >> 4) | (q[j] >> 6) << 4).
-inline __m256i k4_scales_mins(const std::uint8_t* q) {
+// q4_K / q5_K: the 12 packed bytes (get_scale_min_k4: j < 4: sc = q[j] & 63, m = q[j+4] & 63; j >= 4:
+// sc = (q[j+4] & 15) | (q[j-4] >> 6) << 4, m = (q[j+4] >> 4) | (q[j] >> 6) << 4) as int16 vectors: the 8 scales in
+// both 128-bit lanes (for bcast16), and the 8 mins each twice, [m0 m0 m1 m1 .. m7 m7], to meet the 16 bsums.
+struct K4Scales {
+  __m256i sc;
+  __m256i mins2;
+};
+inline K4Scales k4_scales(const std::uint8_t* q) {
   std::uint32_t u[3];
   std::memcpy(u, q, 12);
-  const std::uint32_t sc03 = u[0] & 0x3F3F3F3Fu;
-  const std::uint32_t sc47 = (u[2] & 0x0F0F0F0Fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-  const std::uint32_t m03 = u[1] & 0x3F3F3F3Fu;
-  const std::uint32_t m47 = ((u[2] >> 4) & 0x0F0F0F0Fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(m47), static_cast<int>(m03), static_cast<int>(sc47),
-                                            static_cast<int>(sc03)));
+  const std::uint64_t sc03 = u[0] & 0x3F3F3F3Fu;
+  const std::uint64_t sc47 = (u[2] & 0x0F0F0F0Fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const std::uint64_t m03 = u[1] & 0x3F3F3F3Fu;
+  const std::uint64_t m47 = ((u[2] >> 4) & 0x0F0F0F0Fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  const __m128i sm8 = _mm_set_epi64x(static_cast<long long>(m03 | (m47 << 32)),
+                                     static_cast<long long>(sc03 | (sc47 << 32)));  // sc0..7, m0..7
+  return {_mm256_cvtepu8_epi16(_mm_unpacklo_epi64(sm8, sm8)), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm8, sm8))};
 }
 
-// sum_j m_j * (bsums[2j] + bsums[2j+1]) as 4 exact int32 lanes.
-inline __m128i k4_mins_dot(__m256i sm, const BlockQ8_K& b) {
-  const __m256i bs = load256(b.bsums);
-  const __m128i s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-  return _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), s32);
+// [d, dmin] of a q4_K / q5_K block (adjacent f16 values) as floats in lanes 0 and 1.
+template <class Block>
+inline __m128 k4_d_dmin(const Block& b) {
+  std::uint32_t both;
+  std::memcpy(&both, &b.d, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(both)));
 }
 
 // 32 levels of sub-blocks 2j (lo) and 2j+1 (hi) of a q4_K / q5_K block, bytes in [0, 15] / [0, 31].
@@ -260,9 +354,9 @@ struct Q5KLevels {
   }
 };
 
-// Per super-block and activation row: int32 lanes sum_j sc_j * sum_k q_k a_k (maddubs then madd by the scale)
-// and mins lanes sum_j m_j * bsum_j; acc = fma(d_w * d_a, float(lanes), acc), acc_m = fma(dmin_w * d_a, float(mins),
-// acc_m); the element is hsum8(acc) - hsum4(acc_m).
+// Per super-block and activation row: int32 lanes sum_j sc_j * sum_k q_k a_k (maddubs, then madd by the scale)
+// and sum_j m_j * bsum_j (one madd of the bsums by the doubled mins); then acc = fma(d_w * d_a, float(lanes), acc)
+// and acc = fnma(dmin_w * d_a, float(mins), acc). The element is hsum8(acc).
 template <class L, int R, int C>
 struct KMinnedTile {
   using Block = typename L::Block;
@@ -270,29 +364,33 @@ struct KMinnedTile {
   static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const BlockQ8_K* ac[C];
+    TANDEM_UNROLL
     for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + c * arb);
     const std::int64_t nb = cols / QK_K;
+    const std::size_t pf = prefetch_offset(R, wrb);
+    TANDEM_UNROLL
     for (int r = 0; r < R; ++r) {
       const Block* wr = reinterpret_cast<const Block*>(w + r * wrb);
       __m256 acc[C];
-      __m128 acc_m[C];
-      for (int c = 0; c < C; ++c) {
-        acc[c] = _mm256_setzero_ps();
-        acc_m[c] = _mm_setzero_ps();
-      }
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
       for (std::int64_t i = 0; i < nb; ++i) {
         const Block& b = wr[i];
-        const __m256i sm = k4_scales_mins(b.scales);
-        const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);  // scales in both lanes
+        TANDEM_UNROLL
+        for (std::size_t off = 0; off < sizeof(Block); off += 64) prefetch(reinterpret_cast<const char*>(&b) + off, pf);
+        const K4Scales s = k4_scales(b.scales);
         __m256i sumi[C];
+        TANDEM_UNROLL
         for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
         const L levels{b};
+        TANDEM_UNROLL
         for (int j = 0; j < QK_K / 64; ++j) {
           __m256i lo;
           __m256i hi;
           levels.get(j, &lo, &hi);
-          const __m256i sc_lo = bcast16(sc, 2 * j);
-          const __m256i sc_hi = bcast16(sc, 2 * j + 1);
+          const __m256i sc_lo = bcast16(s.sc, 2 * j);
+          const __m256i sc_hi = bcast16(s.sc, 2 * j + 1);
+          TANDEM_UNROLL
           for (int c = 0; c < C; ++c) {
             const __m256i plo = _mm256_madd_epi16(sc_lo, _mm256_maddubs_epi16(lo, load256(ac[c][i].qs + 64 * j)));
             const __m256i phi =
@@ -300,15 +398,17 @@ struct KMinnedTile {
             sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(plo, phi));
           }
         }
-        const float dw = h2f(b.d);
-        const float mw = h2f(b.dmin);
+        const __m128 dd = k4_d_dmin(b);
+        TANDEM_UNROLL
         for (int c = 0; c < C; ++c) {
-          const float da = ac[c][i].d;
-          acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-          acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(mw * da), _mm_cvtepi32_ps(k4_mins_dot(sm, ac[c][i])), acc_m[c]);
+          const __m128 scaled = _mm_mul_ps(dd, _mm_set1_ps(ac[c][i].d));  // [d_w * d_a, dmin_w * d_a]
+          const __m256i mins = _mm256_madd_epi16(load256(ac[c][i].bsums), s.mins2);
+          acc[c] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scaled), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+          acc[c] = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(scaled)), _mm256_cvtepi32_ps(mins), acc[c]);
         }
       }
-      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[c]) - hsum4(acc_m[c]);
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[c]);
     }
   }
 };
@@ -325,21 +425,31 @@ struct Q6KTile {
   static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const BlockQ8_K* ac[C];
+    TANDEM_UNROLL
     for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + c * arb);
     const std::int64_t nb = cols / QK_K;
+    const std::size_t pf = prefetch_offset(R, wrb);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    TANDEM_UNROLL
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K* wr = reinterpret_cast<const BlockQ6_K*>(w + r * wrb);
       __m256 acc[C];
+      TANDEM_UNROLL
       for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
       for (std::int64_t i = 0; i < nb; ++i) {
         const BlockQ6_K& b = wr[i];
+        TANDEM_UNROLL
+        for (std::size_t off = 0; off < sizeof(BlockQ6_K); off += 64) {
+          prefetch(reinterpret_cast<const char*>(&b) + off, pf);
+        }
         const __m128i sc8 = load128(b.scales);
         __m256i sumi[C];
+        TANDEM_UNROLL
         for (int c = 0; c < C; ++c) {
           const __m256i bsc = _mm256_madd_epi16(load256(ac[c][i].bsums), _mm256_cvtepi8_epi16(sc8));
           sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsc, 5));
         }
+        TANDEM_UNROLL
         for (int half = 0; half < 2; ++half) {
           const __m256i ql0 = load256(b.ql + 64 * half);
           const __m256i ql1 = load256(b.ql + 64 * half + 32);
@@ -353,11 +463,13 @@ struct Q6KTile {
                                  _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
           q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                                  _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(0xC0))), 2));
+          TANDEM_UNROLL
           for (int g = 0; g < 4; ++g) {
             // Sub-blocks 2s and 2s+1 (s = 4 * half + g): scale s*2 for the low 16 elements, s*2+1 for the high.
             const int s = 2 * (4 * half + g);
             const __m128i ctl = _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
             const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, ctl));
+            TANDEM_UNROLL
             for (int c = 0; c < C; ++c) {
               const __m256i p16 = _mm256_maddubs_epi16(q[g], load256(ac[c][i].qs + 128 * half + 32 * g));
               sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scale, p16));
@@ -365,10 +477,12 @@ struct Q6KTile {
           }
         }
         const float dw = h2f(b.d);
+        TANDEM_UNROLL
         for (int c = 0; c < C; ++c) {
           acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ac[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
         }
       }
+      TANDEM_UNROLL
       for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[c]);
     }
   }
@@ -408,6 +522,7 @@ void quantize_bf16(const float* x, void* out, std::int64_t cols) {
   const __m256i inf = _mm256_set1_epi32(0x7F800000);
   for (; k + 16 <= cols; k += 16) {
     __m256i r[2];
+    TANDEM_UNROLL
     for (int h = 0; h < 2; ++h) {
       const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k + 8 * h));
       const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
@@ -458,6 +573,7 @@ void quantize_q8_0(const float* x, void* out, std::int64_t cols) {
     y[i].d = f32_to_f16(d);
     const __m256 vid = _mm256_set1_ps(id);
     __m256i q[4];
+    TANDEM_UNROLL
     for (int v = 0; v < 4; ++v) {
       const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), vid);
       const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -497,6 +613,7 @@ void quantize_q8_K(const float* x, void* out, std::int64_t cols) {
     const __m256i ones16 = _mm256_set1_epi16(1);
     for (int k = 0; k < QK_K; k += 32) {
       __m256i q[4];
+      TANDEM_UNROLL
       for (int v = 0; v < 4; ++v) {
         // cvtps rounds to nearest even in the default MXCSR mode, as nearest_int's magic-number addition does.
         q[v] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vis, _mm256_loadu_ps(x + k + 8 * v))), cap);
@@ -516,24 +633,38 @@ void quantize_q8_K(const float* x, void* out, std::int64_t cols) {
 
 // ---- the table ------------------------------------------------------------------------------------------------
 
-// Register blocks: f32/f16/bf16 4 rows x 3 activations (12 accumulators + 3 activation vectors); q8_0/q4_0
-// 2 x 4; k-quants 1 x 4 (the unpacked levels and scales of one super-block are shared by the activations).
-constexpr int kFloatR = 4, kFloatC = 3;
-constexpr int kQ8R = 2, kQ8C = 4;
-constexpr int kKR = 1, kKC = 4;
+// Register blocks. Decode tiles (one activation) take more weight rows: independent accumulator chains and
+// several row streams in flight. Prefill tiles share each loaded weight vector among C activations and each
+// activation vector among R rows: f32/f16/bf16 4 x 3 (12 accumulators + 3 activation vectors); q8_0 2 x 4; q4_0
+// 2 x 3 (its activations carry a correction vector too); k-quants 1 x 4 (a super-block's unpacked levels and
+// scales are shared by the activations).
+struct Blocking {
+  int decode_rows;
+  int rows;
+  int acts;
+};
+constexpr Blocking kFloat{8, 4, 3};
+constexpr Blocking kQ8_0{4, 2, 4};
+constexpr Blocking kQ4_0{4, 2, 3};
+constexpr Blocking kK{1, 1, 4};
+
+template <template <int, int> class K, const Blocking& B>
+constexpr TypeKernels entry(QuantizeActFn q) {
+  constexpr int max_rows = B.decode_rows > B.rows ? B.decode_rows : B.rows;
+  return {q, Tiles<K, max_rows, B.acts>::tile, B.decode_rows, B.rows, B.acts};
+}
 
 constexpr KernelTable make_avx2_table() {
   KernelTable t;
   t.isa = Isa::avx2;
-  t.types[static_cast<int>(WType::f32)] = {store_f32, Tiles<F32Tile, kFloatR, kFloatC>::tile, kFloatR, kFloatC};
-  t.types[static_cast<int>(WType::f16)] = {quantize_f16, Tiles<F16Tile, kFloatR, kFloatC>::tile, kFloatR, kFloatC};
-  t.types[static_cast<int>(WType::bf16)] = {quantize_bf16, Tiles<BF16Tile, kFloatR, kFloatC>::tile, kFloatR,
-                                            kFloatC};
-  t.types[static_cast<int>(WType::q8_0)] = {quantize_q8_0, Tiles<Q8_0Tile, kQ8R, kQ8C>::tile, kQ8R, kQ8C};
-  t.types[static_cast<int>(WType::q4_0)] = {quantize_q8_0, Tiles<Q4_0Tile, kQ8R, kQ8C>::tile, kQ8R, kQ8C};
-  t.types[static_cast<int>(WType::q4_K)] = {quantize_q8_K, Tiles<Q4KTile, kKR, kKC>::tile, kKR, kKC};
-  t.types[static_cast<int>(WType::q5_K)] = {quantize_q8_K, Tiles<Q5KTile, kKR, kKC>::tile, kKR, kKC};
-  t.types[static_cast<int>(WType::q6_K)] = {quantize_q8_K, Tiles<Q6KTile, kKR, kKC>::tile, kKR, kKC};
+  t.types[static_cast<int>(WType::f32)] = entry<F32Tile, kFloat>(store_f32);
+  t.types[static_cast<int>(WType::f16)] = entry<F16Tile, kFloat>(quantize_f16);
+  t.types[static_cast<int>(WType::bf16)] = entry<BF16Tile, kFloat>(quantize_bf16);
+  t.types[static_cast<int>(WType::q8_0)] = entry<Q8_0Tile, kQ8_0>(quantize_q8_0);
+  t.types[static_cast<int>(WType::q4_0)] = entry<Q4_0Tile, kQ4_0>(quantize_q8_0);
+  t.types[static_cast<int>(WType::q4_K)] = entry<Q4KTile, kK>(quantize_q8_K);
+  t.types[static_cast<int>(WType::q5_K)] = entry<Q5KTile, kK>(quantize_q8_K);
+  t.types[static_cast<int>(WType::q6_K)] = entry<Q6KTile, kK>(quantize_q8_K);
   return t;
 }
 

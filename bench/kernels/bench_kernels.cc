@@ -1,0 +1,230 @@
+// CPU kernel throughput on one thread, against baselines measured in the same process:
+//   Decode/<type>/<rows>x<cols>: one activation row (a GEMV). GB/s of weight bytes read with the weights cold: the
+//     benchmark cycles through copies of the matrix filling kColdBytes (8x a 32 MiB L3), as a decode step streams a
+//     whole model. x_stream = that GB/s over a plain streaming read of a buffer of the same size (the bound).
+//   Prefill/<type>/<rows>x<cols>/n:128: 128 activation rows, activation quantization included, weights warm.
+//     GFLOP/s (2 * rows * cols * n per call); x_f32 = over the f32 kernels' prefill of the same shape.
+//
+//   bench_kernels [--quick] [google-benchmark flags]        TANDEM_KERNELS=scalar|avx2 picks the kernels
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+#include "kernels/types.h"
+
+namespace {
+
+using namespace tandem::kernels;
+
+bool g_quick = false;
+bool g_warm = false;  // --warm: decode weights that fit in L3 (kernel speed without the memory bound)
+std::size_t g_cold_bytes = std::size_t{256} << 20;
+double g_stream_gbps = 0;
+double g_f32_prefill_gflops = 0;
+constexpr std::int64_t kPrefillRows = 128;
+
+struct Shape {
+  std::int64_t rows;
+  std::int64_t cols;
+};
+
+std::string shape_name(Shape s) { return std::to_string(s.rows) + "x" + std::to_string(s.cols); }
+
+std::vector<float> gaussian(std::size_t n, float sigma, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, sigma);
+  std::vector<float> x(n);
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
+// `copies` copies of a rows x cols matrix of type t, back to back. One 64-row tile is quantized by the reference
+// and repeated (the kernels' speed does not depend on the values).
+std::vector<std::uint8_t> make_weights(WType t, Shape s, std::size_t copies) {
+  const std::size_t rb = row_bytes(t, s.cols);
+  const std::int64_t tile_rows = std::min<std::int64_t>(64, s.rows);
+  const std::vector<float> x = gaussian(static_cast<std::size_t>(tile_rows * s.cols), 0.05f, 7);
+  std::vector<std::uint8_t> tile(rb * static_cast<std::size_t>(tile_rows));
+  for (std::int64_t r = 0; r < tile_rows; ++r) quantize_row(t, x.data() + r * s.cols, tile.data() + r * rb, s.cols);
+  const std::size_t matrix = rb * static_cast<std::size_t>(s.rows);
+  std::vector<std::uint8_t> w(matrix * copies);
+  for (std::size_t off = 0; off < w.size(); off += tile.size()) {
+    std::memcpy(w.data() + off, tile.data(), std::min(tile.size(), w.size() - off));
+  }
+  return w;
+}
+
+std::vector<std::uint8_t> make_acts(WType t, std::int64_t n, std::int64_t cols) {
+  const std::vector<float> x = gaussian(static_cast<std::size_t>(n * cols), 1.f, 9);
+  std::vector<std::uint8_t> a(act_row_bytes(t, cols) * static_cast<std::size_t>(n));
+  quantize_act(t, x.data(), cols, n, cols, a.data());
+  return a;
+}
+
+// CPU time of this thread: on a shared machine, wall time would count other processes' turns on the core. The
+// benchmarks below use Google Benchmark's CPU time for the same reason, so both sides of each ratio are CPU time.
+double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The bound: plain 16-byte loads over `bytes`, split into `streams` parts read side by side (the kernels read
+// several weight rows at once, and one stream alone does not reach the prefetchers' best). Best of a few passes.
+double stream_read_gbps(const std::vector<std::uint8_t>& buf, std::size_t streams) {
+  typedef std::uint32_t v4 __attribute__((vector_size(16)));
+  const std::size_t part = buf.size() / streams / 128 * 128;
+  double best = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    v4 acc[8] = {};
+    const double t0 = thread_seconds();
+    for (std::size_t i = 0; i < part; i += 128) {
+      for (std::size_t s = 0; s < streams; ++s) {
+        const std::uint8_t* p = buf.data() + s * part + i;
+        for (int k = 0; k < 8; ++k) {
+          v4 v;
+          std::memcpy(&v, p + static_cast<std::size_t>(k) * 16, 16);
+          acc[k] += v;
+        }
+      }
+    }
+    benchmark::DoNotOptimize(acc);
+    const double sec = thread_seconds() - t0;
+    best = std::max(best, static_cast<double>(part * streams) / sec / 1e9);
+  }
+  return best;
+}
+
+void BM_Decode(benchmark::State& state, WType t, Shape s) {
+  const std::size_t matrix = row_bytes(t, s.cols) * static_cast<std::size_t>(s.rows);
+  const std::size_t copies = g_warm ? 1 : std::max<std::size_t>(2, g_cold_bytes / matrix);
+  const std::vector<std::uint8_t> w = make_weights(t, s, copies);
+  const std::vector<std::uint8_t> a = make_acts(t, 1, s.cols);
+  std::vector<float> y(static_cast<std::size_t>(s.rows));
+  std::size_t k = 0;
+  for (auto _ : state) {
+    matmul_rows(t, w.data() + k * matrix, s.cols, a.data(), 1, y.data(), s.rows, 0, s.rows);
+    benchmark::DoNotOptimize(y.data());
+    k = k + 1 == copies ? 0 : k + 1;
+  }
+  const double gb = static_cast<double>(matrix) * static_cast<double>(state.iterations()) / 1e9;
+  state.counters["GB/s"] = benchmark::Counter(gb, benchmark::Counter::kIsRate);
+  state.counters["x_stream"] = benchmark::Counter(gb / g_stream_gbps, benchmark::Counter::kIsRate);
+  state.counters["MiB"] = static_cast<double>(matrix) / 1048576.0;
+}
+
+// One prefill call: quantize n activation rows, multiply. Returns GFLOP per call.
+struct Prefill {
+  WType t;
+  Shape s;
+  std::vector<std::uint8_t> w;
+  std::vector<float> x;
+  std::vector<std::uint8_t> a;
+  std::vector<float> y;
+
+  Prefill(WType type, Shape shape)
+      : t(type),
+        s(shape),
+        w(make_weights(type, shape, 1)),
+        x(gaussian(static_cast<std::size_t>(kPrefillRows * shape.cols), 1.f, 5)),
+        a(act_row_bytes(type, shape.cols) * static_cast<std::size_t>(kPrefillRows)),
+        y(static_cast<std::size_t>(kPrefillRows * shape.rows)) {}
+
+  void run() {
+    quantize_act(t, x.data(), s.cols, kPrefillRows, s.cols, a.data());
+    matmul_rows(t, w.data(), s.cols, a.data(), kPrefillRows, y.data(), s.rows, 0, s.rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  double gflop() const { return 2.0 * static_cast<double>(s.rows * s.cols * kPrefillRows) / 1e9; }
+};
+
+void BM_Prefill(benchmark::State& state, WType t, Shape s) {
+  Prefill p(t, s);
+  for (auto _ : state) p.run();
+  const double gf = p.gflop() * static_cast<double>(state.iterations());
+  state.counters["GFLOP/s"] = benchmark::Counter(gf, benchmark::Counter::kIsRate);
+  state.counters["x_f32"] = benchmark::Counter(gf / g_f32_prefill_gflops, benchmark::Counter::kIsRate);
+}
+
+double f32_prefill_gflops(Shape s) {
+  Prefill p(WType::f32, s);
+  p.run();
+  int calls = 0;
+  const double t0 = thread_seconds();
+  double elapsed = 0;
+  while (elapsed < (g_quick ? 0.2 : 0.5)) {
+    p.run();
+    ++calls;
+    elapsed = thread_seconds() - t0;
+  }
+  return p.gflop() * calls / elapsed;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) g_quick = true;
+    else if (std::strcmp(argv[i], "--warm") == 0) g_warm = true;
+    else rest.push_back(argv[i]);
+  }
+  int rargc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rargc, rest.data());
+  if (g_quick) g_cold_bytes = std::size_t{96} << 20;
+
+  // The 134M preset's matrices: FFN up/gate (2048 x 768), FFN down (768 x 2048), the output head (32000 x 768).
+  const std::vector<Shape> decode_shapes = g_quick ? std::vector<Shape>{{2048, 768}}
+                                                   : std::vector<Shape>{{2048, 768}, {768, 2048}, {32000, 768}};
+  const Shape prefill_shape{2048, 768};
+  {
+    const std::vector<std::uint8_t> buf(g_cold_bytes, 1);
+    for (std::size_t streams : {1, 2, 4, 8}) g_stream_gbps = std::max(g_stream_gbps, stream_read_gbps(buf, streams));
+  }
+  g_f32_prefill_gflops = f32_prefill_gflops(prefill_shape);
+  std::printf("cpu: %s\nkernels: %s\nstreaming read of %zu MiB (best of 1/2/4/8 streams): %.2f GB/s (decode bound)\n"
+              "f32 prefill %s n=%lld: %.2f GFLOP/s (prefill baseline)\n\n",
+              cpu_model().c_str(), std::string(isa_name(active_isa())).c_str(), g_cold_bytes >> 20, g_stream_gbps,
+              shape_name(prefill_shape).c_str(), static_cast<long long>(kPrefillRows), g_f32_prefill_gflops);
+
+  const double min_time = g_quick ? 0.1 : 0.3;
+  for (WType t : kAllWTypes) {
+    const std::string tn(wtype_name(t));
+    for (Shape s : decode_shapes) {
+      benchmark::RegisterBenchmark(("Decode/" + tn + "/" + shape_name(s)).c_str(), BM_Decode, t, s)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(min_time);
+    }
+  }
+  for (WType t : kAllWTypes) {
+    const std::string tn(wtype_name(t));
+    benchmark::RegisterBenchmark(
+        ("Prefill/" + tn + "/" + shape_name(prefill_shape) + "/n:" + std::to_string(kPrefillRows)).c_str(),
+        BM_Prefill, t, prefill_shape)
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(min_time);
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
