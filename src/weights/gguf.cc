@@ -23,7 +23,7 @@ constexpr std::uint64_t kMaxNestedElements = 1ull << 16;
 constexpr int kMaxArrayDepth = 8;
 constexpr std::uint32_t kMaxDims = 4;
 // Smallest encodings, to reject counts that cannot fit in the rest of the file before looping over them.
-constexpr std::uint64_t kMinKvBytes = 8 + 1 + 4 + 1;           // key length, 1-byte key, type, u8 value
+constexpr std::uint64_t kMinKvBytes = 8 + 1 + 4 + 1;                  // key length, 1-byte key, type, u8 value
 constexpr std::uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims, one dim, type, offset
 
 // ggml_type ids → block layout (ggml.c type_traits). Removed ids (4, 5, 31–33, 36–38) stay unknown.
@@ -32,44 +32,15 @@ struct GgmlRow {
   GgmlTypeInfo info;
 };
 constexpr GgmlRow kGgmlTypes[] = {
-    {0, {"f32", 1, 4}},        {1, {"f16", 1, 2}},        {2, {"q4_0", 32, 18}},     {3, {"q4_1", 32, 20}},
-    {6, {"q5_0", 32, 22}},     {7, {"q5_1", 32, 24}},     {8, {"q8_0", 32, 34}},     {9, {"q8_1", 32, 36}},
-    {10, {"q2_K", 256, 84}},   {11, {"q3_K", 256, 110}},  {12, {"q4_K", 256, 144}},  {13, {"q5_K", 256, 176}},
-    {14, {"q6_K", 256, 210}},  {15, {"q8_K", 256, 292}},  {16, {"iq2_xxs", 256, 66}}, {17, {"iq2_xs", 256, 74}},
-    {18, {"iq3_xxs", 256, 98}}, {19, {"iq1_s", 256, 50}}, {20, {"iq4_nl", 32, 18}},  {21, {"iq3_s", 256, 110}},
-    {22, {"iq2_s", 256, 82}},  {23, {"iq4_xs", 256, 136}}, {24, {"i8", 1, 1}},       {25, {"i16", 1, 2}},
-    {26, {"i32", 1, 4}},       {27, {"i64", 1, 8}},       {28, {"f64", 1, 8}},       {29, {"iq1_m", 256, 56}},
-    {30, {"bf16", 1, 2}},      {34, {"tq1_0", 256, 54}},  {35, {"tq2_0", 256, 66}},  {39, {"mxfp4", 32, 17}},
+    {0, {"f32", 1, 4}},         {1, {"f16", 1, 2}},         {2, {"q4_0", 32, 18}},      {3, {"q4_1", 32, 20}},
+    {6, {"q5_0", 32, 22}},      {7, {"q5_1", 32, 24}},      {8, {"q8_0", 32, 34}},      {9, {"q8_1", 32, 36}},
+    {10, {"q2_K", 256, 84}},    {11, {"q3_K", 256, 110}},   {12, {"q4_K", 256, 144}},   {13, {"q5_K", 256, 176}},
+    {14, {"q6_K", 256, 210}},   {15, {"q8_K", 256, 292}},   {16, {"iq2_xxs", 256, 66}}, {17, {"iq2_xs", 256, 74}},
+    {18, {"iq3_xxs", 256, 98}}, {19, {"iq1_s", 256, 50}},   {20, {"iq4_nl", 32, 18}},   {21, {"iq3_s", 256, 110}},
+    {22, {"iq2_s", 256, 82}},   {23, {"iq4_xs", 256, 136}}, {24, {"i8", 1, 1}},         {25, {"i16", 1, 2}},
+    {26, {"i32", 1, 4}},        {27, {"i64", 1, 8}},        {28, {"f64", 1, 8}},        {29, {"iq1_m", 256, 56}},
+    {30, {"bf16", 1, 2}},       {34, {"tq1_0", 256, 54}},   {35, {"tq2_0", 256, 66}},   {39, {"mxfp4", 32, 17}},
 };
-
-// The ggml types Tandem computes with (ids fixed by ggml; kernels/types.h has the same table).
-std::optional<kernels::WType> wtype_of(std::uint32_t id) {
-  switch (id) {
-    case 0: return kernels::WType::f32;
-    case 1: return kernels::WType::f16;
-    case 30: return kernels::WType::bf16;
-    case 8: return kernels::WType::q8_0;
-    case 2: return kernels::WType::q4_0;
-    case 12: return kernels::WType::q4_K;
-    case 13: return kernels::WType::q5_K;
-    case 14: return kernels::WType::q6_K;
-    default: return std::nullopt;
-  }
-}
-
-std::uint32_t ggml_id_of(kernels::WType t) {
-  switch (t) {
-    case kernels::WType::f32: return 0;
-    case kernels::WType::f16: return 1;
-    case kernels::WType::bf16: return 30;
-    case kernels::WType::q8_0: return 8;
-    case kernels::WType::q4_0: return 2;
-    case kernels::WType::q4_K: return 12;
-    case kernels::WType::q5_K: return 13;
-    case kernels::WType::q6_K: return 14;
-  }
-  return 0xFFFFFFFFu;
-}
 
 bool is_number_type(GgufType t) { return gguf_scalar_size(t) != 0; }
 
@@ -114,8 +85,8 @@ class Cursor {
   std::uint64_t left() const { return b_.size() - pos_; }
 
   Failure error(const std::string& ctx, const std::string& what, Errc code = Errc::format_error) const {
-    return fail(code, origin_ + ": " + ctx + (ctx.empty() ? "" : ": ") + what + " (at offset " +
-                          std::to_string(pos_) + ")");
+    return fail(code,
+                origin_ + ": " + ctx + (ctx.empty() ? "" : ": ") + what + " (at offset " + std::to_string(pos_) + ")");
   }
 
   Result<std::uint64_t> uint(int n, const std::string& ctx, const char* what) {
@@ -156,11 +127,11 @@ class Cursor {
   std::uint64_t pos_ = 0;
 };
 
-#define GGUF_ASSIGN(lhs, expr)                           \
-  do {                                                   \
-    auto _r = (expr);                                    \
+#define GGUF_ASSIGN(lhs, expr)                             \
+  do {                                                     \
+    auto _r = (expr);                                      \
     if (!_r) return ::tandem::fail(std::move(_r).error()); \
-    lhs = std::move(*_r);                                \
+    lhs = std::move(*_r);                                  \
   } while (0)
 
 struct Budget {
@@ -220,12 +191,12 @@ Status read_array(Cursor& c, const std::string& ctx, int depth, Budget& budget, 
   }
   // Arrays of arrays: each element is (u32 type, u64 count, data), at least 12 bytes.
   if (n > c.left() / 12) {
-    return c.error(ctx, arr + " needs at least " + std::to_string(n) + " × 12 bytes, only " +
-                            std::to_string(c.left()) + " left in the file");
+    return c.error(ctx, arr + " needs at least " + std::to_string(n) + " × 12 bytes, only " + std::to_string(c.left()) +
+                            " left in the file");
   }
   if (n > budget.nested) {
-    return c.error(ctx, arr + ": more nested-array elements in the file than the limit of " +
-                            std::to_string(kMaxNestedElements));
+    return c.error(
+        ctx, arr + ": more nested-array elements in the file than the limit of " + std::to_string(kMaxNestedElements));
   }
   budget.nested -= n;
   v.arrays.reserve(static_cast<std::size_t>(n));
@@ -243,9 +214,7 @@ Status read_value(Cursor& c, GgufType type, const std::string& ctx, int depth, B
     case GgufType::u8:
     case GgufType::u16:
     case GgufType::u32:
-    case GgufType::u64:
-      GGUF_ASSIGN(v.u, c.uint(static_cast<int>(gguf_scalar_size(type)), ctx, "value"));
-      return {};
+    case GgufType::u64: GGUF_ASSIGN(v.u, c.uint(static_cast<int>(gguf_scalar_size(type)), ctx, "value")); return {};
     case GgufType::i8:
     case GgufType::i16:
     case GgufType::i32:
@@ -276,11 +245,8 @@ Status read_value(Cursor& c, GgufType type, const std::string& ctx, int depth, B
       GGUF_ASSIGN(v.u, c.uint(1, ctx, "value"));
       if (v.u > 1) return c.error(ctx, "bool value is " + std::to_string(v.u) + ", not 0 or 1");
       return {};
-    case GgufType::string:
-      GGUF_ASSIGN(v.str, c.str(ctx, "string", kMaxStringBytes));
-      return {};
-    case GgufType::array:
-      return read_array(c, ctx, depth, budget, v);
+    case GgufType::string: GGUF_ASSIGN(v.str, c.str(ctx, "string", kMaxStringBytes)); return {};
+    case GgufType::array: return read_array(c, ctx, depth, budget, v);
   }
   return c.error(ctx, "unknown value type " + std::to_string(static_cast<std::uint32_t>(type)));
 }
@@ -289,7 +255,8 @@ template <class T>
 std::vector<std::uint32_t> sorted_order(const std::vector<T>& items, std::string_view (*key)(const T&)) {
   std::vector<std::uint32_t> order(items.size());
   for (std::uint32_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return key(items[a]) < key(items[b]); });
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return key(items[a]) < key(items[b]); });
   return order;
 }
 
@@ -301,8 +268,8 @@ std::string_view tensor_key(const GgufTensorInfo& t) { return t.name; }
 // --- values -------------------------------------------------------------------------------------------------------
 
 std::string_view gguf_type_name(GgufType t) {
-  static constexpr std::string_view kNames[] = {"u8",     "i8",    "u16", "i16", "u32", "i32", "f32",
-                                                "bool",   "string", "array", "u64", "i64", "f64"};
+  static constexpr std::string_view kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                                "bool", "string", "array", "u64", "i64", "f64"};
   const auto k = static_cast<std::uint32_t>(t);
   return k < std::size(kNames) ? kNames[k] : "?";
 }
@@ -542,9 +509,7 @@ std::uint64_t GgufTensorInfo::rows() const {
   return r;
 }
 
-std::vector<std::int64_t> GgufTensorInfo::hf_shape() const {
-  return std::vector<std::int64_t>(ne.rbegin(), ne.rend());
-}
+std::vector<std::int64_t> GgufTensorInfo::hf_shape() const { return std::vector<std::int64_t>(ne.rbegin(), ne.rend()); }
 
 // --- reader -------------------------------------------------------------------------------------------------------
 
@@ -582,8 +547,9 @@ Status GgufFile::parse_all() {
   std::uint64_t v = 0;
   GGUF_ASSIGN(v, c.uint(4, "header", "version"));
   if (v == 1) {
-    return fail(Errc::unsupported, origin_ + ": GGUF version 1 is not supported (versions 2 and 3 are; convert the "
-                                             "model again with a current llama.cpp)");
+    return fail(Errc::unsupported, origin_ +
+                                       ": GGUF version 1 is not supported (versions 2 and 3 are; convert the "
+                                       "model again with a current llama.cpp)");
   }
   if (v != 2 && v != 3) {
     const bool big_endian = v == 0x02000000u || v == 0x03000000u;
@@ -627,12 +593,12 @@ Status GgufFile::parse_all() {
   }
   if (const GgufValue* al = find("general.alignment")) {
     if (al->type != GgufType::u32) {
-      return fail(Errc::format_error, origin_ + ": key 'general.alignment' must be a u32, got " +
-                                          std::string(gguf_type_name(al->type)));
+      return fail(Errc::format_error,
+                  origin_ + ": key 'general.alignment' must be a u32, got " + std::string(gguf_type_name(al->type)));
     }
     if (al->u == 0 || (al->u & (al->u - 1)) != 0) {
-      return fail(Errc::format_error, origin_ + ": key 'general.alignment' must be a power of two, got " +
-                                          std::to_string(al->u));
+      return fail(Errc::format_error,
+                  origin_ + ": key 'general.alignment' must be a power of two, got " + std::to_string(al->u));
     }
     alignment_ = al->u;
   } else {
@@ -669,7 +635,7 @@ Status GgufFile::parse_all() {
     GGUF_ASSIGN(ty, c.uint(4, ctx, "ggml type"));
     t.ggml_type = static_cast<std::uint32_t>(ty);
     GGUF_ASSIGN(t.offset, c.uint(8, ctx, "data offset"));
-    t.wtype = wtype_of(t.ggml_type);
+    t.wtype = kernels::wtype_from_ggml(static_cast<int>(t.ggml_type));
     const GgmlTypeInfo ti = ggml_type_info(t.ggml_type);
     t.size_known = ti.block_elems > 0;
     if (t.size_known) {
@@ -686,7 +652,8 @@ Status GgufFile::parse_all() {
   for (std::size_t k = 1; k < tensor_order_.size(); ++k) {
     const std::string& a = tensors_[tensor_order_[k - 1]].name;
     if (a == tensors_[tensor_order_[k]].name) {
-      return fail(Errc::format_error, origin_ + ": tensor " + detail::printable(a) + " appears twice in the tensor infos");
+      return fail(Errc::format_error,
+                  origin_ + ": tensor " + detail::printable(a) + " appears twice in the tensor infos");
     }
   }
   if (tensors_.empty()) return {};
@@ -704,8 +671,8 @@ Status GgufFile::parse_all() {
                                           " is not a multiple of the alignment " + std::to_string(alignment_));
     }
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      return fail(Errc::format_error, where + ": data [" + std::to_string(t.offset) + ", +" +
-                                          std::to_string(t.nbytes) + " bytes) runs past the end of the data section (" +
+      return fail(Errc::format_error, where + ": data [" + std::to_string(t.offset) + ", +" + std::to_string(t.nbytes) +
+                                          " bytes) runs past the end of the data section (" +
                                           std::to_string(data_size) + " bytes)");
     }
   }
@@ -801,7 +768,8 @@ Status GgufWriter::add_tensor(std::string name, std::uint32_t ggml_type, std::ve
                                               std::to_string(*nb) + " bytes, got " + std::to_string(data.size()));
     }
   }
-  tensors_.push_back(Tensor{std::move(name), ggml_type, std::move(ne), std::vector<std::byte>(data.begin(), data.end())});
+  tensors_.push_back(
+      Tensor{std::move(name), ggml_type, std::move(ne), std::vector<std::byte>(data.begin(), data.end())});
   return {};
 }
 
@@ -809,10 +777,11 @@ Status GgufWriter::add_tensor(std::string name, kernels::WType type, const std::
                               std::span<const std::byte> data) {
   std::vector<std::uint64_t> ne;
   for (auto it = hf_shape.rbegin(); it != hf_shape.rend(); ++it) {
-    if (*it < 0) return fail(Errc::invalid_argument, "GGUF writer: tensor " + detail::printable(name) + ": negative dim");
+    if (*it < 0)
+      return fail(Errc::invalid_argument, "GGUF writer: tensor " + detail::printable(name) + ": negative dim");
     ne.push_back(static_cast<std::uint64_t>(*it));
   }
-  return add_tensor(std::move(name), ggml_id_of(type), std::move(ne), data);
+  return add_tensor(std::move(name), static_cast<std::uint32_t>(kernels::traits(type).ggml_id), std::move(ne), data);
 }
 
 namespace {
@@ -874,8 +843,8 @@ Result<std::string> GgufWriter::serialize() const {
     }
   }
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-    return fail(Errc::invalid_argument, "GGUF writer: alignment " + std::to_string(alignment) +
-                                            " is not a power of two");
+    return fail(Errc::invalid_argument,
+                "GGUF writer: alignment " + std::to_string(alignment) + " is not a power of two");
   }
   std::string out;
   out.append("GGUF");

@@ -25,8 +25,19 @@ namespace tandem::weights {
 
 // gguf_type: the metadata value types.
 enum class GgufType : std::uint32_t {
-  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8, array = 9, u64 = 10,
-  i64 = 11, f64 = 12,
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
 };
 std::string_view gguf_type_name(GgufType t);  // "u8", ..., "array"; "?" for values outside the enum
 // Bytes of one scalar value of type t in the file (0 for string and array).
@@ -92,7 +103,7 @@ struct GgufTensorInfo {
   std::optional<kernels::WType> wtype;
   bool size_known = true;
 
-  std::uint64_t rows() const;  // product of ne[1..]
+  std::uint64_t rows() const;                  // product of ne[1..]
   std::vector<std::int64_t> hf_shape() const;  // ne reversed (row-major, outermost first), as Hugging Face orders it
 };
 

@@ -1,12 +1,13 @@
 // ModelDir over a GGUF file: llama.* metadata → ModelConfig, GGUF tensor names → Hugging Face names, the tokenizer
 // from tokenizer.ggml.* as a SentencePiece ModelProto. docs/model-format.md ("GGUF") describes the rules.
+#include "weights/gguf_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
 
-#include "weights/gguf_model.h"
 #include "weights/json_util.h"
 #include "weights/model_dir.h"
 
@@ -26,9 +27,9 @@ constexpr double kMaxRopeFactor = 1024.0;
 
 // Per-layer suffixes: GGUF → HF (both without the ".weight" / ".bias" ending).
 constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
-    {"attn_norm", "input_layernorm"},       {"attn_q", "self_attn.q_proj"},     {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},         {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},          {"ffn_up", "mlp.up_proj"},          {"ffn_down", "mlp.down_proj"},
+    {"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},   {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},    {"ffn_up", "mlp.up_proj"},           {"ffn_down", "mlp.down_proj"},
 };
 constexpr std::pair<std::string_view, std::string_view> kGlobalNames[] = {
     {"token_embd", "model.embed_tokens"},
@@ -214,18 +215,20 @@ Result<std::string> sentencepiece_model_from_gguf(const GgufFile& f) {
   GM_ASSIGN(model, meta.opt_string("tokenizer.ggml.model"));
   if (!model) return fail(Errc::format_error, f.path() + ": has no tokenizer (key 'tokenizer.ggml.model' is missing)");
   if (*model == "gpt2") {
-    return fail(Errc::unsupported, f.path() + ": tokenizer.ggml.model \"gpt2\" (a byte-level BPE vocabulary) is not "
-                                              "supported yet; BPE vocabularies come with the tokenizer issue (#14)");
+    return fail(Errc::unsupported, f.path() +
+                                       ": tokenizer.ggml.model \"gpt2\" (a byte-level BPE vocabulary) is not "
+                                       "supported yet; BPE vocabularies come with the tokenizer issue (#14)");
   }
   if (*model != "llama") {
-    return fail(Errc::unsupported, f.path() + ": tokenizer.ggml.model " + Meta::show(*meta.get("tokenizer.ggml.model")) +
+    return fail(Errc::unsupported, f.path() + ": tokenizer.ggml.model " +
+                                       Meta::show(*meta.get("tokenizer.ggml.model")) +
                                        " is not supported (only \"llama\", SentencePiece)");
   }
   const GgufValue* tokens = meta.get("tokenizer.ggml.tokens");
   if (tokens == nullptr) return meta.error(Errc::format_error, "tokenizer.ggml.tokens", "is missing");
   if (tokens->type != GgufType::array || tokens->elem_type != GgufType::string) {
-    return meta.error(Errc::format_error, "tokenizer.ggml.tokens", "must be an array of strings, got " +
-                                                                       Meta::show(*tokens));
+    return meta.error(Errc::format_error, "tokenizer.ggml.tokens",
+                      "must be an array of strings, got " + Meta::show(*tokens));
   }
   const std::uint64_t n = tokens->count;
   if (n == 0) return meta.error(Errc::format_error, "tokenizer.ggml.tokens", "is empty");
@@ -234,8 +237,8 @@ Result<std::string> sentencepiece_model_from_gguf(const GgufFile& f) {
                       "has " + std::to_string(n) + " tokens, more than " + std::to_string(kMaxVocab));
   }
   const GgufValue* scores = meta.get("tokenizer.ggml.scores");
-  if (scores != nullptr && (scores->type != GgufType::array || scores->elem_type != GgufType::f32 ||
-                            scores->count != n)) {
+  if (scores != nullptr &&
+      (scores->type != GgufType::array || scores->elem_type != GgufType::f32 || scores->count != n)) {
     return meta.error(Errc::format_error, "tokenizer.ggml.scores",
                       "must be an array of " + std::to_string(n) + " f32 (one per token), got " + Meta::show(*scores) +
                           (scores->type == GgufType::array ? " of length " + std::to_string(scores->count) : ""));
@@ -305,9 +308,11 @@ Result<std::string> sentencepiece_model_from_gguf(const GgufFile& f) {
     pb_int(piece, 3, type[static_cast<std::size_t>(k)]);
     pb_bytes(out, 1, piece);
   }
-  auto piece_name = [&](std::int64_t id) -> const std::string& { return tokens->strings[static_cast<std::size_t>(id)]; };
+  auto piece_name = [&](std::int64_t id) -> const std::string& {
+    return tokens->strings[static_cast<std::size_t>(id)];
+  };
   std::string trainer;
-  pb_int(trainer, 3, 2);  // model_type BPE
+  pb_int(trainer, 3, 2);                  // model_type BPE
   if (has_bytes) pb_int(trainer, 35, 1);  // byte_fallback
   pb_int(trainer, 40, unk_id);
   pb_int(trainer, 41, bos.value_or(-1));
@@ -359,8 +364,8 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   std::optional<std::int64_t> ov;
   GM_ASSIGN(ov, meta.opt_int(p + "expert_count", 0, kMaxLayers));
   if (ov.value_or(0) > 0) {
-    return meta.error(Errc::unsupported, p + "expert_count", "is " + std::to_string(*ov) +
-                                                                 ": mixture-of-experts models are not supported");
+    return meta.error(Errc::unsupported, p + "expert_count",
+                      "is " + std::to_string(*ov) + ": mixture-of-experts models are not supported");
   }
   std::int64_t v = 0;
   GM_ASSIGN(v, meta.integer(p + "embedding_length", 1, kMaxHidden));
@@ -498,11 +503,11 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
     tv.shape = t.hf_shape();
     tv.type_supported = t.wtype.has_value();
     tv.type = t.wtype.value_or(kernels::WType::f32);
-    tv.dtype = !t.wtype                             ? DType::u8
-               : *t.wtype == kernels::WType::f32   ? DType::f32
-               : *t.wtype == kernels::WType::f16   ? DType::f16
-               : *t.wtype == kernels::WType::bf16  ? DType::bf16
-                                                   : DType::u8;
+    tv.dtype = !t.wtype                           ? DType::u8
+               : *t.wtype == kernels::WType::f32  ? DType::f32
+               : *t.wtype == kernels::WType::f16  ? DType::f16
+               : *t.wtype == kernels::WType::bf16 ? DType::bf16
+                                                  : DType::u8;
     if (t.wtype) tv.data = f.raw_tensor_bytes(t);
     m.tensors_.push_back(std::move(tv));
   }
@@ -534,8 +539,8 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
     const TensorView* t = m.tensor(name);
     const std::string gname = gguf_name_from_hf(name).value_or(name);
     if (t == nullptr) {
-      return fail(Errc::format_error, f.path() + ": required tensor '" + gname + "' (" + name + ") " +
-                                          shape_str(shape) + " is missing");
+      return fail(Errc::format_error,
+                  f.path() + ": required tensor '" + gname + "' (" + name + ") " + shape_str(shape) + " is missing");
     }
     if (t->shape != shape) {
       return fail(Errc::format_error, f.path() + ": tensor '" + gname + "' has shape " + shape_str(t->shape) +
@@ -546,8 +551,8 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
       auto r = f.tensor_data(*gi);
       return fail(std::move(r).error());
     }
-    const bool is_float = t->type == kernels::WType::f32 || t->type == kernels::WType::f16 ||
-                          t->type == kernels::WType::bf16;
+    const bool is_float =
+        t->type == kernels::WType::f32 || t->type == kernels::WType::f16 || t->type == kernels::WType::bf16;
     if (shape.size() == 1 && !is_float) {
       return fail(Errc::unsupported, f.path() + ": tensor '" + gname + "' has type " +
                                          std::string(kernels::wtype_name(t->type)) +

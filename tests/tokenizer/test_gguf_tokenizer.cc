@@ -158,8 +158,8 @@ TEST(GgufTokenizer, GeneratedVocabulary) {
   auto t2 = tok::Tokenizer::from_bytes(*m2->tokenizer_bytes(), "tiny-nospace");
   ASSERT_TRUE(t2.ok()) << t2.error().message;
   EXPECT_FALSE(t2->add_dummy_prefix());
-  EXPECT_EQ(t2->encode("hello"), (std::vector<tok::TokenId>{tiny_vocab_id("h"), tiny_vocab_id("e"),
-                                                            tiny_vocab_id("llo")}));
+  EXPECT_EQ(t2->encode("hello"),
+            (std::vector<tok::TokenId>{tiny_vocab_id("h"), tiny_vocab_id("e"), tiny_vocab_id("llo")}));
 }
 
 }  // namespace

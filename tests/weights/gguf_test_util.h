@@ -29,8 +29,8 @@ inline std::string shared_dir() {
 
 inline bool file_exists(const std::string& p) { return std::ifstream(p).good(); }
 
-#define SKIP_WITHOUT(path)                                                                                       \
-  if (!::tandem::weights::testing::file_exists(path))                                                           \
+#define SKIP_WITHOUT(path)                            \
+  if (!::tandem::weights::testing::file_exists(path)) \
   GTEST_SKIP() << (path) << " is absent: the real-data GGUF tests need ../shared/models (or TANDEM_SHARED_DIR)"
 
 // Little-endian byte builder for hand-made (often malformed) GGUF files.
@@ -84,8 +84,8 @@ inline std::vector<std::string> tiny_vocab() {
     std::snprintf(buf, sizeof buf, "<0x%02X>", i);
     v.push_back(buf);
   }
-  for (const char* p : {"\xE2\x96\x81", "h", "e", "l", "o", "w", "r", "d", "\xE2\x96\x81h", "ll", "\xE2\x96\x81w",
-                        "or", "ld", "\xE2\x96\x81he", "llo", "\xE2\x96\x81hello", "\xE2\x96\x81wor", "\xE2\x96\x81world"}) {
+  for (const char* p : {"\xE2\x96\x81", "h", "e", "l", "o", "w", "r", "d", "\xE2\x96\x81h", "ll", "\xE2\x96\x81w", "or",
+                        "ld", "\xE2\x96\x81he", "llo", "\xE2\x96\x81hello", "\xE2\x96\x81wor", "\xE2\x96\x81world"}) {
     v.push_back(p);
   }
   return v;
@@ -159,8 +159,8 @@ inline GgufWriter tiny_gguf(kernels::WType matrix_type = kernels::WType::f32, bo
       EXPECT_TRUE(st.ok()) << name << ": " << (st.ok() ? "" : st.error().message);
       return;
     }
-    const std::size_t bytes = kernels::row_bytes(t, shape.back()) *
-                              static_cast<std::size_t>(shape.size() == 2 ? shape[0] : 1);
+    const std::size_t bytes =
+        kernels::row_bytes(t, shape.back()) * static_cast<std::size_t>(shape.size() == 2 ? shape[0] : 1);
     const auto data = pattern(bytes, seed++);
     const Status st = w.add_tensor(name, t, shape, data);
     EXPECT_TRUE(st.ok()) << name << ": " << (st.ok() ? "" : st.error().message);

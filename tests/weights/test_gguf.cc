@@ -39,9 +39,9 @@ GgufValue scalar(GgufType t, double v) {
   }
 }
 
-const GgufType kScalarTypes[] = {GgufType::u8,  GgufType::i8,      GgufType::u16, GgufType::i16,
-                                 GgufType::u32, GgufType::i32,     GgufType::f32, GgufType::boolean,
-                                 GgufType::u64, GgufType::i64,     GgufType::f64};
+const GgufType kScalarTypes[] = {GgufType::u8,  GgufType::i8,  GgufType::u16, GgufType::i16,
+                                 GgufType::u32, GgufType::i32, GgufType::f32, GgufType::boolean,
+                                 GgufType::u64, GgufType::i64, GgufType::f64};
 
 TEST(GgufRoundTrip, EveryValueType) {
   GgufWriter w;
@@ -170,10 +170,10 @@ TEST(GgufRoundTrip, TensorsTypesAlignmentAndVersions) {
         std::size_t bytes;
       };
       const std::vector<T> ts = {
-          {"f32", 0, {3, 5}, 60},           {"f16", 1, {7}, 14},            {"bf16", 30, {2, 2, 2, 2}, 32},
-          {"q8_0", 8, {64, 3}, 2 * 34 * 3}, {"q4_0", 2, {32}, 18},          {"q4_K", 12, {256, 2}, 288},
-          {"q5_K", 13, {512}, 352},         {"q6_K", 14, {256}, 210},       {"q2_K", 10, {256}, 84},
-          {"iq4_xs", 23, {256}, 136},       {"unknown", 77, {5}, 13},       {"empty", 0, {0, 4}, 0},
+          {"f32", 0, {3, 5}, 60},           {"f16", 1, {7}, 14},      {"bf16", 30, {2, 2, 2, 2}, 32},
+          {"q8_0", 8, {64, 3}, 2 * 34 * 3}, {"q4_0", 2, {32}, 18},    {"q4_K", 12, {256, 2}, 288},
+          {"q5_K", 13, {512}, 352},         {"q6_K", 14, {256}, 210}, {"q2_K", 10, {256}, 84},
+          {"iq4_xs", 23, {256}, 136},       {"unknown", 77, {5}, 13}, {"empty", 0, {0, 4}, 0},
       };
       for (std::size_t k = 0; k < ts.size(); ++k) {
         ASSERT_TRUE(w.add_tensor(ts[k].name, ts[k].type, ts[k].ne, testing::pattern(ts[k].bytes, k)).ok()) << k;
@@ -365,9 +365,9 @@ Raw& tensor_info(Raw& r, std::string_view name, std::vector<std::uint64_t> ne, s
 }
 
 // A file with the given tensor infos and `data` bytes of data section.
-std::string with_tensors(const std::vector<std::tuple<std::string, std::vector<std::uint64_t>, std::uint32_t,
-                                                      std::uint64_t>>& ts,
-                         std::size_t data) {
+std::string with_tensors(
+    const std::vector<std::tuple<std::string, std::vector<std::uint64_t>, std::uint32_t, std::uint64_t>>& ts,
+    std::size_t data) {
   Raw r = Raw::header(ts.size(), 0);
   for (const auto& [n, ne, ty, off] : ts) tensor_info(r, n, ne, ty, off);
   return r.pad(32).bytes(data, '\x01').b;
@@ -388,16 +388,16 @@ TEST(GgufRobustness, HostileFiles) {
   cases.push_back({"key too long", Raw::header(0, 1).u64(70000).bytes(70000, 'k').b, Errc::format_error,
                    "key length 70000 exceeds the limit of 65535"});
   cases.push_back({"empty key", Raw::header(0, 1).str("").u32(0).bytes(2).b, Errc::format_error, "empty key"});
-  cases.push_back({"string past EOF", Raw::header(0, 1).str("k").u32(8).u64(1ull << 40).bytes(30).b,
-                   Errc::format_error, "key 'k': string length 1099511627776 exceeds the limit"});
-  cases.push_back({"string a bit past EOF", Raw::header(0, 1).str("k").u32(8).u64(100).bytes(30).b,
-                   Errc::format_error, "key 'k': string length 100 runs past the end"});
+  cases.push_back({"string past EOF", Raw::header(0, 1).str("k").u32(8).u64(1ull << 40).bytes(30).b, Errc::format_error,
+                   "key 'k': string length 1099511627776 exceeds the limit"});
+  cases.push_back({"string a bit past EOF", Raw::header(0, 1).str("k").u32(8).u64(100).bytes(30).b, Errc::format_error,
+                   "key 'k': string length 100 runs past the end"});
   cases.push_back({"string over 1 MiB", Raw::header(0, 1).str("k").u32(8).u64((1 << 20) + 1).bytes((1 << 20) + 1).b,
                    Errc::format_error, "exceeds the limit of 1048576 bytes"});
   cases.push_back({"unknown value type", Raw::header(0, 1).str("k").u32(13).bytes(8).b, Errc::format_error,
                    "key 'k': unknown value type 13"});
-  cases.push_back({"bool 2", Raw::header(0, 1).str("k").u32(7).bytes(1, '\x02').b, Errc::format_error,
-                   "bool value is 2"});
+  cases.push_back(
+      {"bool 2", Raw::header(0, 1).str("k").u32(7).bytes(1, '\x02').b, Errc::format_error, "bool value is 2"});
   cases.push_back({"bool array 3", Raw::header(0, 1).str("k").u32(9).u32(7).u64(2).bytes(1, '\x01').bytes(1, '\x03').b,
                    Errc::format_error, "bool array element 1 is 3"});
   cases.push_back({"truncated scalar", Raw::header(0, 1).str("k").u32(12).bytes(5).b, Errc::format_error,
@@ -419,12 +419,14 @@ TEST(GgufRobustness, HostileFiles) {
   {
     Raw r = Raw::header(0, 1).str("many").u32(9).u32(9).u64(65537);
     for (int k = 0; k < 65537; ++k) r.u32(4).u64(0);
-    cases.push_back({"nested budget", r.b, Errc::format_error, "more nested-array elements in the file than the limit"});
+    cases.push_back(
+        {"nested budget", r.b, Errc::format_error, "more nested-array elements in the file than the limit"});
   }
   {
     Raw r = Raw::header(0, 1).str("strs").u32(9).u32(8).u64((1ull << 22) + 1);
     r.bytes(((1ull << 22) + 1) * 8);
-    cases.push_back({"string budget", r.b, Errc::format_error, "more string-array elements in the file than the limit"});
+    cases.push_back(
+        {"string budget", r.b, Errc::format_error, "more string-array elements in the file than the limit"});
   }
   cases.push_back({"duplicate key", Raw::header(0, 2).str("k").u32(0).bytes(1).str("k").u32(4).u32(1).b,
                    Errc::format_error, "key 'k' appears twice"});

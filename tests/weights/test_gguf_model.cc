@@ -15,8 +15,8 @@ namespace {
 using kernels::WType;
 using testing::RawTensor;
 using testing::TempDir;
-using testing::TinyShape;
 using testing::tiny_gguf;
+using testing::TinyShape;
 
 std::string tiny_path() { return testing::shared_dir() + "/models/gguf-tiny"; }
 
@@ -72,8 +72,8 @@ TEST_P(RealGguf, OpensWithConfigTypesAndViews) {
     EXPECT_EQ(t->shape, shape) << name;
     EXPECT_EQ(t->type, type) << name;
     EXPECT_TRUE(t->type_supported);
-    EXPECT_EQ(t->data.size(), kernels::row_bytes(type, shape.back()) * static_cast<std::size_t>(shape.size() == 2
-                                                                                                  ? shape[0] : 1))
+    EXPECT_EQ(t->data.size(),
+              kernels::row_bytes(type, shape.back()) * static_cast<std::size_t>(shape.size() == 2 ? shape[0] : 1))
         << name;
     // Zero-copy: the view points into the mapping.
     EXPECT_GE(t->data.data(), mf->data()) << name;
@@ -100,13 +100,11 @@ TEST_P(RealGguf, OpensWithConfigTypesAndViews) {
 
 INSTANTIATE_TEST_SUITE_P(
     GgufTiny, RealGguf,
-    ::testing::Values(RealCase{"shared256-f16.gguf", "f32:5,f16:16", WType::f16, WType::f16, WType::f16, DType::f16},
-                      RealCase{"shared256-Q8_0.gguf", "f32:5,q8_0:16", WType::q8_0, WType::q8_0, WType::q8_0,
-                               DType::f32},
-                      RealCase{"shared256-Q4_0.gguf", "f32:5,q4_0:15,q6_K:1", WType::q4_0, WType::q4_0, WType::q6_K,
-                               DType::f32},
-                      RealCase{"shared256-Q4_K_M.gguf", "f32:5,q4_K:13,q6_K:3", WType::q4_K, WType::q4_K,
-                               WType::q6_K, DType::f32}),
+    ::testing::Values(
+        RealCase{"shared256-f16.gguf", "f32:5,f16:16", WType::f16, WType::f16, WType::f16, DType::f16},
+        RealCase{"shared256-Q8_0.gguf", "f32:5,q8_0:16", WType::q8_0, WType::q8_0, WType::q8_0, DType::f32},
+        RealCase{"shared256-Q4_0.gguf", "f32:5,q4_0:15,q6_K:1", WType::q4_0, WType::q4_0, WType::q6_K, DType::f32},
+        RealCase{"shared256-Q4_K_M.gguf", "f32:5,q4_K:13,q6_K:3", WType::q4_K, WType::q4_K, WType::q6_K, DType::f32}),
     [](const auto& info) {
       std::string n = info.param.file;
       n = n.substr(10, n.size() - 15);  // "shared256-" ... ".gguf"
@@ -307,19 +305,20 @@ TEST(GgufModel, MetadataRules) {
        "'general.architecture' is missing"},
       {"missing block count", [](GgufWriter& w) { w.erase("llama.block_count"); }, Errc::format_error,
        "'llama.block_count' is missing"},
-      {"string as integer",
-       [](GgufWriter& w) { w.set("llama.embedding_length", GgufValue::of_string("32")); }, Errc::format_error,
-       "'llama.embedding_length' must be an integer in [1, 65536], got \"32\""},
+      {"string as integer", [](GgufWriter& w) { w.set("llama.embedding_length", GgufValue::of_string("32")); },
+       Errc::format_error, "'llama.embedding_length' must be an integer in [1, 65536], got \"32\""},
       {"kv heads", [](GgufWriter& w) { w.set("llama.attention.head_count_kv", GgufValue::of_uint(GgufType::u32, 3)); },
        Errc::format_error, "'llama.attention.head_count_kv' (3) must divide"},
       {"experts", [](GgufWriter& w) { w.set("llama.expert_count", GgufValue::of_uint(GgufType::u32, 8)); },
        Errc::unsupported, "mixture-of-experts"},
-      {"eps", [](GgufWriter& w) { w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::f32, 0)); },
+      {"eps",
+       [](GgufWriter& w) { w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::f32, 0)); },
        Errc::format_error, "layer_norm_rms_epsilon' must be a number in (0, 1]"},
-      {"partial rotary", [](GgufWriter& w) { w.set("llama.rope.dimension_count", GgufValue::of_uint(GgufType::u32, 8)); },
+      {"partial rotary",
+       [](GgufWriter& w) { w.set("llama.rope.dimension_count", GgufValue::of_uint(GgufType::u32, 8)); },
        Errc::unsupported, "partial rotary"},
-      {"yarn", [](GgufWriter& w) { w.set("llama.rope.scaling.type", GgufValue::of_string("yarn")); },
-       Errc::unsupported, "'llama.rope.scaling.type' \"yarn\" is not supported"},
+      {"yarn", [](GgufWriter& w) { w.set("llama.rope.scaling.type", GgufValue::of_string("yarn")); }, Errc::unsupported,
+       "'llama.rope.scaling.type' \"yarn\" is not supported"},
       {"linear without factor", [](GgufWriter& w) { w.set("llama.rope.scaling.type", GgufValue::of_string("linear")); },
        Errc::format_error, "rope.scaling.factor' is missing"},
       {"vocab size", [](GgufWriter& w) { w.set("llama.vocab_size", GgufValue::of_uint(GgufType::u32, 100)); },
@@ -462,9 +461,9 @@ TEST(GgufPermute, QkRowsMatchConvertHfToGguf) {
   EXPECT_ERR(permute_qk_rows_for_gguf(hf, gguf, 3, 3), Errc::invalid_argument, "3 heads");
   EXPECT_ERR(permute_qk_rows_for_gguf(hf, std::span<std::byte>(gguf).first(6), 2, 3), Errc::invalid_argument,
              "24 bytes in, 6 out");
-  EXPECT_ERR(permute_qk_rows_for_gguf(std::span<const std::byte>(hf).first(18), std::span<std::byte>(gguf).first(18),
-                                      2, 3),
-             Errc::invalid_argument, "6 rows are not 2 heads");
+  EXPECT_ERR(
+      permute_qk_rows_for_gguf(std::span<const std::byte>(hf).first(18), std::span<std::byte>(gguf).first(18), 2, 3),
+      Errc::invalid_argument, "6 rows are not 2 heads");
 }
 
 }  // namespace
