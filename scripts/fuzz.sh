@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Fuzz the daemon side of the shared-memory rings (tests/ring/fuzz_ring_consumer.cc) with libFuzzer, ASan and UBSan.
+# Fuzz the daemon side of the shared-memory rings (tests/ring/fuzz_ring_consumer.cc) and the GGUF reader with the
+# model mapping and tokenizer rebuilt from it (tests/weights/fuzz_gguf.cc) with libFuzzer, ASan and UBSan.
 #
-#   scripts/fuzz.sh [--time SECONDS] [--runs N] [-- extra libFuzzer flags]
+#   scripts/fuzz.sh [--time SECONDS] [--runs N] [--target ring|gguf|all] [-- extra libFuzzer flags]
 #
 # Sets up (once) and updates the clang build dir build-fuzz (-Dfuzz=true, ASan+UBSan, -fsanitize=fuzzer-no-link on
-# everything the target links), builds only the fuzz target (-j1; never the LibTorch parts), runs it bounded by time
-# (default 60 s) and/or executions, and prints the number of executions. The growing corpus lives in
-# build-fuzz/fuzz-corpus/ring_consumer (seeded from tests/ring/corpus/), crashes in build-fuzz/fuzz-artifacts/.
+# everything the targets link), builds only the fuzz targets (-j1; never the LibTorch parts), runs each one bounded
+# by time (default 60 s each) and/or executions, and prints the number of executions. The growing corpora live in
+# build-fuzz/fuzz-corpus/ring_consumer (seeded from tests/ring/corpus/) and build-fuzz/fuzz-corpus/gguf (seeded from
+# build-fuzz/fuzz-seeds/gguf, written by fuzz_gguf_make_corpus), crashes in build-fuzz/fuzz-artifacts/.
 #
 # Exit status: 0 = no finding, 77 = skipped (clang or libFuzzer missing: apt-get install clang libclang-rt-14-dev),
 # anything else = a crash, leak, timeout or sanitizer report (see the log), or a build failure.
@@ -18,6 +20,7 @@ build=${TANDEM_FUZZ_BUILD_DIR:-$root/build-fuzz}
 cxx=${CXX_FUZZ:-clang++}
 time_s=""
 runs=""
+target_sel=all
 extra=()
 
 usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -26,12 +29,14 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s=${2:?--time needs SECONDS}; shift 2 ;;
     --runs) runs=${2:?--runs needs N}; shift 2 ;;
+    --target) target_sel=${2:?--target needs ring, gguf or all}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "fuzz.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
 done
 if [ -z "$time_s" ] && [ -z "$runs" ]; then time_s=60; fi
+case "$target_sel" in ring|gguf|all) ;; *) echo "fuzz.sh: --target must be ring, gguf or all" >&2; exit 2 ;; esac
 for v in "$time_s" "$runs"; do
   if [ -n "$v" ] && ! [[ "$v" =~ ^[0-9]+$ ]]; then echo "fuzz.sh: '$v' is not a number" >&2; exit 2; fi
 done
@@ -71,40 +76,66 @@ if [ ! -f "$build/build.ninja" ]; then
     -Dcpp_args="-fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
     >"$build/fuzz-setup.log" 2>&1 || { cat "$build/fuzz-setup.log" >&2; exit 1; }
 fi
-# Only the fuzz target and what it links (core, ring, daemon options); ninja re-runs meson itself when needed.
-ninja -C "$build" -j1 tests/ring/fuzz_ring_consumer >"$build/fuzz-build.log" 2>&1 \
+# Only the fuzz targets and what they link (core, ring, daemon options; weights, kernels, tokenizer); ninja re-runs
+# meson itself when needed.
+ninja_targets=()
+case "$target_sel" in
+  ring) ninja_targets=(tests/ring/fuzz_ring_consumer) ;;
+  gguf) ninja_targets=(tests/weights/fuzz_gguf tests/weights/fuzz_gguf_make_corpus) ;;
+  all) ninja_targets=(tests/ring/fuzz_ring_consumer tests/weights/fuzz_gguf tests/weights/fuzz_gguf_make_corpus) ;;
+esac
+ninja -C "$build" -j1 "${ninja_targets[@]}" >"$build/fuzz-build.log" 2>&1 \
   || { tail -50 "$build/fuzz-build.log" >&2; echo "fuzz.sh: build failed (log: $build/fuzz-build.log)" >&2; exit 1; }
-target="$build/tests/ring/fuzz_ring_consumer"
-if [ ! -x "$target" ]; then
-  echo "fuzz.sh: $target was not built (meson warning in $build/meson-logs?)" >&2
-  exit 1
-fi
 
 # --- run -----------------------------------------------------------------------------------------------------------
-corpus="$build/fuzz-corpus/ring_consumer"
 artifacts="$build/fuzz-artifacts/"
-mkdir -p "$corpus" "$artifacts"
-args=(-timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$artifacts")
-[ -n "$time_s" ] && args+=(-max_total_time="$time_s")
-[ -n "$runs" ] && args+=(-runs="$runs")
-log="$build/fuzz-run.log"
-echo "fuzz.sh: $target ${args[*]} ${extra[*]:-} $corpus $root/tests/ring/corpus"
-start=$(date +%s)
-set +e
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1:${ASAN_OPTIONS:-}" \
-UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}" \
-  "$target" "${args[@]}" "${extra[@]}" "$corpus" "$root/tests/ring/corpus" >"$log" 2>&1
-rc=$?
-set -e
-end=$(date +%s)
-execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-if [ -z "$execs" ]; then
-  execs=$(grep -o '#[0-9]\+' "$log" | tail -1 | tr -d '#' || true)
+mkdir -p "$artifacts"
+
+# run_target NAME BINARY MAX_LEN CORPUS SEED_DIR: one bounded libFuzzer run; returns its exit status.
+run_target() {
+  local name=$1 target=$2 max_len=$3 corpus=$4 seeds=$5
+  if [ ! -x "$target" ]; then
+    echo "fuzz.sh: $target was not built (meson warning in $build/meson-logs?)" >&2
+    return 1
+  fi
+  mkdir -p "$corpus"
+  local args=(-timeout=10 -rss_limit_mb=2048 -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$artifacts")
+  [ -n "$time_s" ] && args+=(-max_total_time="$time_s")
+  [ -n "$runs" ] && args+=(-runs="$runs")
+  local log="$build/fuzz-run-$name.log"
+  echo "fuzz.sh: $target ${args[*]} ${extra[*]:-} $corpus $seeds"
+  local start end rc execs
+  start=$(date +%s)
+  set +e
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1:${ASAN_OPTIONS:-}" \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}" \
+    "$target" "${args[@]}" "${extra[@]}" "$corpus" "$seeds" >"$log" 2>&1
+  rc=$?
+  set -e
+  end=$(date +%s)
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  if [ -z "$execs" ]; then
+    execs=$(grep -o '#[0-9]\+' "$log" | tail -1 | tr -d '#' || true)
+  fi
+  if [ $rc -ne 0 ]; then
+    tail -60 "$log"
+    echo "fuzz.sh: $name FAILED (exit $rc) after ${execs:-?} executions in $((end - start)) s; log: $log; artifacts: $artifacts"
+    return $rc
+  fi
+  grep -E '^(stat::|Done )' "$log" || true
+  echo "fuzz.sh: $name OK: ${execs:-?} executions in $((end - start)) s, no crash/leak/sanitizer report (corpus: $(ls "$corpus" | wc -l) units)"
+  return 0
+}
+
+status=0
+if [ "$target_sel" != gguf ]; then
+  run_target ring "$build/tests/ring/fuzz_ring_consumer" 8192 "$build/fuzz-corpus/ring_consumer" \
+    "$root/tests/ring/corpus" || status=$?
 fi
-if [ $rc -ne 0 ]; then
-  tail -60 "$log"
-  echo "fuzz.sh: FAILED (exit $rc) after ${execs:-?} executions in $((end - start)) s; log: $log; artifacts: $artifacts"
-  exit $rc
+if [ "$target_sel" != ring ] && [ $status -eq 0 ]; then
+  seeds="$build/fuzz-seeds/gguf"
+  rm -rf "$seeds" && mkdir -p "$seeds"
+  "$build/tests/weights/fuzz_gguf_make_corpus" "$seeds" || { echo "fuzz.sh: writing the GGUF seeds failed" >&2; exit 1; }
+  run_target gguf "$build/tests/weights/fuzz_gguf" 32768 "$build/fuzz-corpus/gguf" "$seeds" || status=$?
 fi
-grep -E '^(stat::|Done )' "$log" || true
-echo "fuzz.sh: OK: ${execs:-?} executions in $((end - start)) s, no crash/leak/sanitizer report (corpus: $(ls "$corpus" | wc -l) units)"
+exit $status

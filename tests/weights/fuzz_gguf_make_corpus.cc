@@ -1,0 +1,162 @@
+// Writes the seed corpus of fuzz_gguf with GgufWriter (scripts/fuzz.sh runs it into build-fuzz/fuzz-seeds/gguf; the
+// seeds are generated, not checked in):
+//   fuzz_gguf_make_corpus DIR
+// Every metadata value type with nested arrays and tensors of many ggml types; two tiny Llama models (q8_0 with a
+// byte-fallback vocabulary and tied output; f16 untied with a small vocabulary, a chat template and rope scaling);
+// a vocabulary-only file; a version-2 file with alignment 64.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/types.h"
+#include "weights/gguf.h"
+
+using namespace tandem;
+using namespace tandem::weights;
+
+namespace {
+
+std::vector<std::byte> bytes(std::size_t n, unsigned seed) {
+  std::vector<std::byte> out(n);
+  std::uint32_t x = 2654435761u * (seed + 1);
+  for (auto& b : out) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    b = static_cast<std::byte>(x & 0xFF);
+  }
+  return out;
+}
+
+void vocab(GgufWriter& w, bool byte_pieces) {
+  std::vector<std::string> t = {"<unk>", "<s>", "</s>"};
+  std::vector<std::int32_t> types = {2, 3, 3};
+  if (byte_pieces) {
+    char buf[8];
+    for (int i = 0; i < 256; ++i) {
+      std::snprintf(buf, sizeof buf, "<0x%02X>", i);
+      t.push_back(buf);
+      types.push_back(6);
+    }
+  }
+  for (const char* p :
+       {"\xE2\x96\x81", "H", "e", "l", "o", "\xE2\x96\x81H", "ll", "llo", "\xE2\x96\x81He", "<|user|>"}) {
+    t.push_back(p);
+    types.push_back(std::string(p) == "<|user|>" ? 4 : 1);
+  }
+  std::vector<float> scores(t.size());
+  for (std::size_t i = 0; i < t.size(); ++i) scores[i] = -static_cast<float>(i);
+  w.set("tokenizer.ggml.model", GgufValue::of_string("llama"));
+  w.set("tokenizer.ggml.tokens", GgufValue::of_strings(t));
+  w.set("tokenizer.ggml.scores", GgufValue::of_f32s(scores));
+  w.set("tokenizer.ggml.token_type", GgufValue::of_i32s(types));
+  w.set("tokenizer.ggml.bos_token_id", GgufValue::of_uint(GgufType::u32, 1));
+  w.set("tokenizer.ggml.eos_token_id", GgufValue::of_uint(GgufType::u32, 2));
+  w.set("tokenizer.ggml.unknown_token_id", GgufValue::of_uint(GgufType::u32, 0));
+  w.set("tokenizer.ggml.add_bos_token", GgufValue::of_bool(true));
+  w.set("tokenizer.ggml.add_space_prefix", GgufValue::of_bool(true));
+}
+
+GgufWriter llama(kernels::WType mt, bool byte_pieces, bool tied) {
+  GgufWriter w;
+  const int hidden = 32, inter = 32, heads = 2, kv_heads = 1, hd = hidden / heads;
+  w.set("general.architecture", GgufValue::of_string("llama"));
+  w.set("llama.context_length", GgufValue::of_uint(GgufType::u32, 64));
+  w.set("llama.embedding_length", GgufValue::of_uint(GgufType::u32, hidden));
+  w.set("llama.block_count", GgufValue::of_uint(GgufType::u32, 1));
+  w.set("llama.feed_forward_length", GgufValue::of_uint(GgufType::u32, inter));
+  w.set("llama.attention.head_count", GgufValue::of_uint(GgufType::u32, heads));
+  w.set("llama.attention.head_count_kv", GgufValue::of_uint(GgufType::u32, kv_heads));
+  w.set("llama.rope.freq_base", GgufValue::of_float(GgufType::f32, 10000.0));
+  w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::f32, 1e-5));
+  w.set("llama.rope.dimension_count", GgufValue::of_uint(GgufType::u32, hd));
+  vocab(w, byte_pieces);
+  const std::int64_t nv = byte_pieces ? 269 : 13;
+  unsigned seed = 0;
+  auto add = [&](const char* name, kernels::WType t, std::vector<std::int64_t> shape) {
+    const std::size_t rows = shape.size() == 2 ? static_cast<std::size_t>(shape[0]) : 1;
+    const auto data = bytes(kernels::row_bytes(t, shape.back()) * rows, seed++);
+    if (!w.add_tensor(name, t, shape, data).ok()) std::abort();
+  };
+  add("token_embd.weight", mt, {nv, hidden});
+  add("blk.0.attn_norm.weight", kernels::WType::f32, {hidden});
+  add("blk.0.attn_q.weight", mt, {heads * hd, hidden});
+  add("blk.0.attn_k.weight", mt, {kv_heads * hd, hidden});
+  add("blk.0.attn_v.weight", mt, {kv_heads * hd, hidden});
+  add("blk.0.attn_output.weight", mt, {hidden, heads * hd});
+  add("blk.0.ffn_norm.weight", kernels::WType::f32, {hidden});
+  add("blk.0.ffn_gate.weight", mt, {inter, hidden});
+  add("blk.0.ffn_up.weight", mt, {inter, hidden});
+  add("blk.0.ffn_down.weight", mt, {hidden, inter});
+  add("output_norm.weight", kernels::WType::f32, {hidden});
+  if (!tied) add("output.weight", mt, {nv, hidden});
+  return w;
+}
+
+GgufWriter all_types() {
+  GgufWriter w;
+  w.set("u8", GgufValue::of_uint(GgufType::u8, 200));
+  w.set("i8", GgufValue::of_int(GgufType::i8, -5));
+  w.set("u16", GgufValue::of_uint(GgufType::u16, 65000));
+  w.set("i16", GgufValue::of_int(GgufType::i16, -300));
+  w.set("u32", GgufValue::of_uint(GgufType::u32, 32));
+  w.set("i32", GgufValue::of_int(GgufType::i32, -70000));
+  w.set("f32", GgufValue::of_float(GgufType::f32, 1.5));
+  w.set("bool", GgufValue::of_bool(true));
+  w.set("str", GgufValue::of_string("hello"));
+  w.set("u64", GgufValue::of_uint(GgufType::u64, 1ull << 40));
+  w.set("i64", GgufValue::of_int(GgufType::i64, -(1ll << 40)));
+  w.set("f64", GgufValue::of_float(GgufType::f64, 0.25));
+  w.set("arr.u8", GgufValue::of_array(GgufType::u8, {GgufValue::of_uint(GgufType::u8, 1)}));
+  w.set("arr.bool", GgufValue::of_array(GgufType::boolean, {GgufValue::of_bool(true), GgufValue::of_bool(false)}));
+  w.set("arr.str", GgufValue::of_strings({"a", "bc", ""}));
+  w.set("arr.nested", GgufValue::of_array(GgufType::array, {GgufValue::of_i32s(std::vector<std::int32_t>{1, 2}),
+                                                            GgufValue::of_strings({"x"})}));
+  const std::pair<std::uint32_t, std::vector<std::uint64_t>> ts[] = {
+      {0, {4, 2}}, {1, {8}}, {30, {4}}, {8, {32}}, {2, {32}}, {12, {256}}, {13, {256}}, {14, {256}}, {10, {256}},
+  };
+  unsigned seed = 100;
+  for (const auto& [type, ne] : ts) {
+    const GgmlTypeInfo ti = ggml_type_info(type);
+    std::size_t n = ti.block_bytes * (ne[0] / static_cast<std::uint64_t>(ti.block_elems));
+    for (std::size_t d = 1; d < ne.size(); ++d) n *= ne[d];
+    if (!w.add_tensor("t." + std::string(ti.name), type, ne, bytes(n, seed++)).ok()) std::abort();
+  }
+  return w;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  GgufWriter f16 = llama(kernels::WType::f16, false, false);
+  f16.set("tokenizer.chat_template", GgufValue::of_string("{% for m in messages %}<|user|>{{ m }}{% endfor %}"));
+  f16.set("llama.rope.scaling.type", GgufValue::of_string("linear"));
+  f16.set("llama.rope.scaling.factor", GgufValue::of_float(GgufType::f32, 2.0));
+  GgufWriter voc;
+  voc.set("general.architecture", GgufValue::of_string("llama"));
+  vocab(voc, true);
+  GgufWriter v2(64, 2);
+  v2.set("general.architecture", GgufValue::of_string("llama"));
+  if (!v2.add_tensor("t", 0, {3}, bytes(12, 9)).ok()) return 1;
+  const std::pair<const char*, const GgufWriter*> seeds[] = {
+      {"all_types.gguf", nullptr}, {"llama_q8_0_bytes_tied.gguf", nullptr},
+      {"llama_f16.gguf", &f16},    {"vocab_only.gguf", &voc},
+      {"v2_align64.gguf", &v2},
+  };
+  const GgufWriter types = all_types();
+  const GgufWriter q8 = llama(kernels::WType::q8_0, true, true);
+  for (const auto& [name, w] : seeds) {
+    const GgufWriter& src = w != nullptr ? *w : std::string(name) == "all_types.gguf" ? types : q8;
+    const Status st = src.write(dir + "/" + name);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", st.error().message.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
