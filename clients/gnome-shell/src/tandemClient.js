@@ -41,7 +41,9 @@ export function loadInterfaces(extensionDir) {
 // "…NotAuthorized: holding the GPU needs root or group 'tandem-admin'" → {kind, group, message}
 export function classifyError(e) {
     const remote = Gio.DBusError.is_remote_error(e) ? Gio.DBusError.get_remote_error(e) : '';
-    const message = Gio.DBusError.is_remote_error(e) ? Gio.DBusError.strip_remote_error(e) || e.message : e.message;
+    if (remote)
+        Gio.DBusError.strip_remote_error(e);  // in place: "GDBus.Error:NAME: text" → "text"
+    const message = e.message;
     if (remote === 'io.tandem.Tandem1.Error.NotAuthorized' || remote === 'org.freedesktop.DBus.Error.AccessDenied') {
         const m = /group '([^']+)'/.exec(message);
         return {kind: 'not-authorized', group: m ? m[1] : '', message, remote};
@@ -255,7 +257,8 @@ export class TandemClient {
             try {
                 [list] = p.call_finish(res).recursiveUnpack();
             } catch (e) {
-                if (!e.matches(Gio.IOErrorEnum, Gio.IOErrorEnum.CANCELLED))
+                // Cancelled (destroy()), or tandemd left meanwhile (the owner change refreshes again): no news.
+                if (!e.matches(Gio.IOErrorEnum, Gio.IOErrorEnum.CANCELLED) && this.present)
                     log(`tandem: ListModels: ${e.message}`);
                 return;
             }
@@ -287,7 +290,8 @@ export class TandemClient {
                         } catch (e) {
                             if (e.matches(Gio.IOErrorEnum, Gio.IOErrorEnum.CANCELLED))
                                 return;
-                            log(`tandem: ${m.path}: ${e.message}`);
+                            if (this.present)
+                                log(`tandem: ${m.path}: ${e.message}`);
                         }
                         if (--pending === 0)
                             done();
