@@ -7,8 +7,11 @@
 
 let _classes = null;  // GObject classes are registered once per Shell process, not per enable()
 
+// The memory bar's colours (stylesheet.css has the same for the bar itself).
+const MEMORY_COLORS = {ours: '#3584e4', foreign: '#e66100', margin: '#f6d32d', free: '#9a9996'};
+
 function defineClasses(d) {
-    const {GObject, St, Clutter, QuickSettings, PopupMenu} = d;
+    const {GObject, GLib, St, QuickSettings, PopupMenu} = d;
 
     // A horizontal bar of segments (ours, foreign, margin, free) in proportion to their fractions.
     const MemoryBar = GObject.registerClass(
@@ -147,7 +150,12 @@ function defineClasses(d) {
             if (v.memory) {
                 this._memoryBar.visible = true;
                 this._memoryBar.setSegments(v.memory.segments);
-                this._memoryCaption.text = v.memory.caption;
+                // The caption with a colour key: a square in each segment's colour before its label.
+                const esc = t => GLib.markup_escape_text(t, -1);
+                const keys = v.memory.segments.map(sg => `<span foreground="${MEMORY_COLORS[sg.kind]}">■</span>` +
+                    `\u00a0${esc(sg.label).replace(/ /g, '\u00a0')}`);
+                this._memoryCaption.clutter_text.set_markup(`${esc(v.memory.title)}\n${keys[0]}   ${keys[1]}\n` +
+                    `${keys[2]}   ${keys[3]}`);
             } else {
                 this._memoryBar.visible = false;
                 this._memoryCaption.text = v.memoryNote || '';

@@ -105,9 +105,9 @@ export function memoryBar(memory) {
         seg('margin', margin, _('kept free %s').replace('%s', formatBytes(margin))),
         seg('free', free, _('free %s').replace('%s', formatBytes(free))),
     ];
-    const caption = _('GPU memory (%s): ').replace('%s', formatBytes(total)) +
-        segments.map(s => s.label).join(' · ');
-    return {segments, caption};
+    const title = _('GPU memory (%s)').replace('%s', formatBytes(total));
+    const caption = `${title}: ${segments.map(s => s.label).join(' · ')}`;
+    return {segments, title, caption};
 }
 
 function replicaText(r, gpuLayers) {
