@@ -14,6 +14,7 @@ PACKAGES=(
   debhelper devscripts lintian
   clang libclang-rt-14-dev llvm
   python3
+  gjs    # the GNOME Shell extension's model test (tests/gnome-shell); gnome-shell itself is only for run_shell_test.sh
 )
 
 if [ "$(id -u)" != 0 ]; then
