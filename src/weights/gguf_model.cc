@@ -304,7 +304,7 @@ Result<std::string> sentencepiece_model_from_gguf(const GgufFile& f) {
   for (std::uint64_t k = 0; k < n; ++k) {
     piece.clear();
     pb_bytes(piece, 1, tokens->strings[static_cast<std::size_t>(k)]);
-    pb_float(piece, 2, scores != nullptr ? static_cast<float>(*scores->float_at(k)) : 0.0F);
+    pb_float(piece, 2, scores != nullptr ? static_cast<float>(scores->float_at(k).value_or(0.0)) : 0.0F);
     pb_int(piece, 3, type[static_cast<std::size_t>(k)]);
     pb_bytes(out, 1, piece);
   }
@@ -537,7 +537,9 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   const TensorView* first = nullptr;
   for (const auto& [name, shape] : required_tensors(c)) {
     const TensorView* t = m.tensor(name);
-    const std::string gname = gguf_name_from_hf(name).value_or(name);
+    // The name in the file (a file may also use an HF name literally).
+    const auto named = gguf_name.find(name);
+    const std::string gname = named != gguf_name.end() ? named->second : gguf_name_from_hf(name).value_or(name);
     if (t == nullptr) {
       return fail(Errc::format_error,
                   f.path() + ": required tensor '" + gname + "' (" + name + ") " + shape_str(shape) + " is missing");

@@ -263,6 +263,11 @@ TEST(GgufModel, UnsupportedTypesOnExtraAndRequiredTensors) {
   std::map<std::string, RawTensor> r{{"blk.1.attn_q.weight", RawTensor{99, {32, 32}, testing::pattern(100, 3)}}};
   auto bad = open_written(dir, tiny_gguf(WType::f32, false, {}, r), "bad.gguf");
   EXPECT_ERR(bad, Errc::unsupported, "'blk.1.attn_q.weight' has type ggml type 99");
+  // A file that uses the HF name itself for a required tensor, in an unknown type.
+  r = {{"output_norm.weight", RawTensor{0, {}, {}}}};
+  GgufWriter literal = tiny_gguf(WType::f32, false, {}, r);
+  ASSERT_TRUE(literal.add_tensor("model.norm.weight", 99, {32}, testing::pattern(64, 5)).ok());
+  EXPECT_ERR(open_written(dir, literal, "lit.gguf"), Errc::unsupported, "'model.norm.weight' has type ggml type 99");
   // A norm in a block-quantized type.
   r = {{"blk.0.ffn_norm.weight", RawTensor{8, {32}, testing::pattern(34, 4)}}};
   EXPECT_ERR(open_written(dir, tiny_gguf(WType::f32, false, {}, r), "n.gguf"), Errc::unsupported,
