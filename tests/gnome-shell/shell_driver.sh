@@ -53,7 +53,9 @@ shot_menu() {  # shot_menu NAME: the quick settings menu with the Tandem toggle'
   # The area: the quick settings menu's box and the top bar above it (the panel icon).
   box=$(ev "const a = Main.panel.statusArea.quickSettings.menu.box; const [x, y] = a.get_transformed_position(); \
 const [w, h] = a.get_transformed_size(); const x0 = Math.max(0, Math.floor(x) - 24); \
-[x0, 0, Math.min(global.stage.width - x0, Math.ceil(w) + 48), Math.min(global.stage.height, Math.ceil(y + h) + 24)].join(' ')" |
+const t = $EXT.stateObj._ui.indicator.toggle.menu.actor; const [, ty] = t.get_transformed_position(); \
+const bottom = Math.max(y + h, ty + t.get_transformed_size()[1]); \
+[x0, 0, Math.min(global.stage.width - x0, Math.ceil(w) + 48), Math.min(global.stage.height, Math.ceil(bottom) + 24)].join(' ')" |
     tr -d '"')
   read -r x y w h <<<"$box"
   gdbus call --session --dest org.gnome.Shell --object-path /org/gnome/Shell/Screenshot \
