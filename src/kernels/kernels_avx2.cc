@@ -102,14 +102,14 @@ template <class Src, int R, int C>
 struct FloatTile {
   using T = typename Src::T;
 
-  static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, std::size_t pf,
-                          __m256 (&acc)[R][C]) {
+  static constexpr int kLine = 64 / sizeof(T);  // elements per cache line: 2 or 4 steps
+
+  static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, __m256 (&acc)[R][C]) {
     __m256 xv[C];
     TANDEM_UNROLL
     for (int c = 0; c < C; ++c) xv[c] = Src::load(ac[c] + k);
     TANDEM_UNROLL
     for (int r = 0; r < R; ++r) {
-      if (pf != 0) prefetch(wr[r] + k, pf);
       const __m256 wv = Src::load(wr[r] + k);
       TANDEM_UNROLL
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
@@ -132,7 +132,13 @@ struct FloatTile {
     }
     std::int64_t k = 0;
     const std::size_t pf = prefetch_offset(R, wrb);
-    for (; k + 8 <= cols; k += 8) step(wr, ac, k, pf, acc);
+    for (; k + kLine <= cols; k += kLine) {
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) prefetch(wr[r] + k, pf);  // one prefetch per row and cache line
+      TANDEM_UNROLL
+      for (int i = 0; i < kLine; i += 8) step(wr, ac, k + i, acc);
+    }
+    for (; k + 8 <= cols; k += 8) step(wr, ac, k, acc);
     if (k < cols) {
       T wt[R][8];
       T at[C][8];
@@ -151,7 +157,7 @@ struct FloatTile {
         std::memcpy(at[c], ac[c] + k, bytes);
         ap[c] = at[c];
       }
-      step(wp, ap, 0, 0, acc);
+      step(wp, ap, 0, acc);
     }
     TANDEM_UNROLL
     for (int c = 0; c < C; ++c) {
