@@ -218,6 +218,11 @@ struct DbusServer::Impl {
   Creds resolve_uid(std::uint32_t uid, std::vector<gid_t> extra_gids);
 };
 
+// The caller's uid is the EUID the bus itself reports (GetConnectionCredentials "UnixUserID": SO_PEERCRED at
+// connect time, the same uid the bus policy applies). sd-bus fills the *real* UID, the GID and the supplementary
+// groups only by reading the caller's /proc/PID/status, which the unit hides (ProtectProc=invisible, and
+// PrivateUsers=yes maps other users to nobody): under systemd getCredsUid() fails for every caller
+// (tests/system/run.sh). Groups come from the user database in resolve_uid(); /proc's are a bonus when visible.
 Creds DbusServer::Impl::resolve(const sdbus::Message& msg) {
   std::vector<gid_t> extra;
   try {
@@ -225,7 +230,7 @@ Creds DbusServer::Impl::resolve(const sdbus::Message& msg) {
     extra.push_back(msg.getCredsGid());
   } catch (const sdbus::Error&) {
   }
-  return resolve_uid(msg.getCredsUid(), std::move(extra));
+  return resolve_uid(msg.getCredsEuid(), std::move(extra));
 }
 
 Creds DbusServer::Impl::resolve_uid(std::uint32_t uid, std::vector<gid_t> extra_gids) {

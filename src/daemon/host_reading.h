@@ -1,5 +1,7 @@
 // Reads the host-memory numbers the guard decides on: /proc/meminfo MemAvailable and, when the daemon runs in a
-// cgroup v2 with a memory limit (systemd's MemoryMax=), memory.max and memory.current of its own cgroup.
+// cgroup with a memory limit (systemd's MemoryMax=), the limit and usage of its own cgroup and its ancestors:
+// memory.max/memory.current on cgroup v2, memory.limit_in_bytes/memory.usage_in_bytes of the memory controller on
+// cgroup v1 and the hybrid layout (v1 controllers plus an empty v2 tree).
 #pragma once
 
 #include <cstdint>
