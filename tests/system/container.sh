@@ -363,7 +363,7 @@ ct_pid1() {
   umount -l /.oldroot
   rmdir /.oldroot
   set +e
-  exec /lib/systemd/systemd --system --log-target=console --log-level=info --show-status=no
+  exec /lib/systemd/systemd --system --show-status=no
 }
 
 if [ "${1:-}" = --pid1 ]; then
