@@ -12,6 +12,8 @@
 #   TANDEM_PKG_KEEP=1   keep the work directory (/tmp/tandem-pkg.*: the .deb files, logs)
 #   TANDEM_PKG_JOBS=N   parallel jobs of the package build (default 2)
 #   TANDEM_PKG_DEBS=DIR skip the build: test the .deb/.changes/.buildinfo files in DIR (e.g. a kept work directory)
+#   TANDEM_PKG_OUT=DIR  copy the built .deb/.changes/.buildinfo files into DIR (.ci/run: tests/system/run.sh then
+#                       installs the same packages under a real systemd instead of building them again)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
@@ -101,6 +103,10 @@ for p in "${PACKAGES[@]}"; do
   [ -f "$WORK/${p}_${VERSION}_${a}.deb" ] || abort "built ${p}_${VERSION}_${a}.deb"
 done
 ok "built ${PACKAGES[*]}"
+if [ -n "${TANDEM_PKG_OUT:-}" ]; then
+  mkdir -p "$TANDEM_PKG_OUT" && cp "$WORK"/*.deb "$WORK"/*.changes "$WORK"/*.buildinfo "$TANDEM_PKG_OUT/" &&
+    echo "   (copied the packages to $TANDEM_PKG_OUT)"
+fi
 
 # --- 2. lintian ----------------------------------------------------------------------------------------------------
 echo "== lintian"
