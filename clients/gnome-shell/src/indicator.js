@@ -235,8 +235,15 @@ export function createIndicator(d) {
     let lastView = null;
     const sync = snap => {
         lastView = P.present(snap, appName);
+        // The extension stays enabled on the lock screen (metadata.json: a hold must survive locking), where the
+        // quick settings are reachable: nobody changes the hold from there.
+        if (Main.sessionMode.isLocked) {
+            lastView.sensitive = false;
+            lastView.holdSwitch = {...lastView.holdSwitch, sensitive: false};
+        }
         indicator.sync(lastView);
     };
+    const sessionId = Main.sessionMode.connect('updated', () => sync(client.snapshot()));
     const notifier = new P.Notifier();
     let notification = null;
     const changedId = client.connect('changed', snap => {
@@ -265,6 +272,7 @@ export function createIndicator(d) {
             return notification;
         },
         destroy() {
+            Main.sessionMode.disconnect(sessionId);
             client.disconnect(changedId);
             client.disconnect(degradedId);
             client.destroy();
