@@ -89,6 +89,8 @@ for _ in $(seq 1 900); do
   sleep 0.1
 done
 note "gnome-shell $(gnome-shell --version | cut -d' ' -f3) up after $((SECONDS - t0)) s"
+OVERLAY="Main.panel.statusArea.quickSettings.menu._overlay.get_children().length"
+overlay0=$(ev "$OVERLAY")
 ev "Main.extensionManager.enableExtension('$UUID')" >/dev/null
 for _ in $(seq 1 50); do [ "$(ev "$EXT.state")" = 1 ] && break; sleep 0.1; done
 st=$(ev "$EXT.state")
@@ -159,6 +161,7 @@ sleep 0.5
 [ "$(ev "Main.panel.statusArea.quickSettings._indicators.get_children().includes(globalThis._tandemInd)")" = false ] ||
   fail "the indicator is still in the panel after disable"
 ev "delete globalThis._tandemInd; true" >/dev/null
+[ "$(ev "$OVERLAY")" = "$overlay0" ] || fail "the toggle's menu stayed in the quick settings overlay after disable"
 
 # --- the Shell's log: no error from the extension ----------------------------------------------------------------------
 if grep -nE "tandem@tandem.io|tandem:|tandem/|indicator\.js|tandemClient\.js|presentation\.js" "$LOG" |

@@ -171,6 +171,10 @@ function defineClasses(d) {
                 this.menu.disconnect(this._menuOpenId);
                 this._menuOpenId = 0;
             }
+            // Shell 43 adds the menu's actor to the quick settings overlay and never removes it: destroy it here.
+            const menu = this.menu;
+            this.menu = null;
+            menu?.destroy();
             super.destroy();
         }
     });
