@@ -162,6 +162,13 @@ sleep 0.5
   fail "the indicator is still in the panel after disable"
 ev "delete globalThis._tandemInd; true" >/dev/null
 [ "$(ev "$OVERLAY")" = "$overlay0" ] || fail "the toggle's menu stayed in the quick settings overlay after disable"
+# Enabled again (the GObject classes are registered once per Shell process): back as before.
+ev "Main.extensionManager.enableExtension('$UUID')" >/dev/null
+sleep 0.5
+[ "$(ev "$EXT.state")" = 1 ] || fail "extension state after re-enabling: $(ev "$EXT.state"); error: $(ev "$EXT.error")"
+wait_view 10 state normal
+ev "Main.extensionManager.disableExtension('$UUID')" >/dev/null
+note "disabled, enabled again, disabled: indicator and menu removed each time"
 
 # --- the Shell's log: no error from the extension ----------------------------------------------------------------------
 if grep -nE "tandem@tandem.io|tandem:|tandem/|indicator\.js|tandemClient\.js|presentation\.js" "$LOG" |
