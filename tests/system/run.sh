@@ -103,7 +103,10 @@ else
   fail "postinst: enabled and not started without a model" "is-enabled=$(S is-enabled tandemd 2>&1) is-active=$(S is-active tandemd 2>&1)"
 fi
 # Users: alice may submit (group tandem), bob may not; alice's home must stay invisible to the daemon.
-ct useradd -m -G tandem alice && ct useradd -m bob && ct sh -c 'echo secret >/home/alice/secret'
+# carol administers (group tandem-admin: the bus policy's admin rules, which the dbus package's trigger reloads
+# after postinst created the group).
+ct useradd -m -G tandem alice && ct useradd -m bob && ct useradd -m -G tandem-admin carol &&
+  ct sh -c 'echo secret >/home/alice/secret'
 
 # --- 1. start ----------------------------------------------------------------------------------------------------
 echo "== start"
@@ -283,9 +286,16 @@ else
   show <"$CT_WORK/pol.err"
   fail "Policy write refused for a non-admin" "exit $rc"
 fi
+if as carol tandemctl policy set max_delay_ms=25000 >/dev/null 2>"$CT_WORK/pol-carol.err" &&
+  ct_t 30 tandemctl --json status | grep -q '"max_delay_ms":25000'; then
+  pass "a Policy write by carol (group tandem-admin) is applied"
+else
+  show <"$CT_WORK/pol-carol.err"
+  fail "Policy write by a tandem-admin member" "not applied"
+fi
 if ct_t 30 tandemctl policy set max_delay_ms=20000 >/dev/null 2>"$CT_WORK/pol-root.err" &&
   ct_t 30 tandemctl --json status | grep -q '"max_delay_ms":20000'; then
-  pass "a Policy write by root (admin) is applied"
+  pass "a Policy write by root is applied"
 else
   show <"$CT_WORK/pol-root.err"
   fail "Policy write by root" "not applied"
@@ -348,7 +358,11 @@ fi
 
 # --- 7. stop drains --------------------------------------------------------------------------------------------------
 echo "== stop"
-for _ in 1 2 3; do as alice tandemctl run --detach --max-tokens 200 "Permission is hereby granted" >/dev/null 2>&1; done
+sjobs=()
+for _ in 1 2 3; do
+  id=$(as alice tandemctl run --detach --max-tokens 200 "Permission is hereby granted" 2>/dev/null)
+  [ -n "$id" ] && sjobs+=("$id")
+done
 C=$(mark)
 t0=$(ct_now)
 S stop tandemd >"$CT_WORK/stop.out" 2>&1
@@ -364,7 +378,7 @@ else
   fail "systemctl stop drains" "exit $rc, ${STOP_S} s, Result=$res, ExecMainStatus=$code"
 fi
 
-# --- 8. D-Bus activation ---------------------------------------------------------------------------------------------
+# --- 8. D-Bus activation (also: what became of the jobs that were running at the stop) -----------------------------
 echo "== activation"
 C=$(mark)
 t0=$(ct_now)
@@ -378,6 +392,20 @@ else
   show <"$CT_WORK/act.out"
   J --since "$C" -u dbus | tail -10 | show
   fail "D-Bus activation" "exit $rc, ActiveState $(prop tandemd ActiveState)"
+fi
+drained=0 outcomes=""
+for id in "${sjobs[@]}"; do
+  j=$(as alice tandemctl --json job "$id" 2>/dev/null)
+  st=$(grep -o '"state":"[a-z]*"' <<<"$j" | head -1 | cut -d'"' -f4)
+  outcomes+="$id:$st "
+  if [ "$st" = completed ] || { [ "$st" = failed ] && grep -q '"resumable":true' <<<"$j"; }; then
+    drained=$((drained + 1))
+  fi
+done
+if [ "${#sjobs[@]}" -gt 0 ] && [ "$drained" = "${#sjobs[@]}" ]; then
+  pass "the jobs in flight at the stop finished or ended resumable (none lost)" "$outcomes"
+else
+  fail "jobs in flight at the stop" "${#sjobs[@]} submitted: $outcomes"
 fi
 
 # --- 9. watchdog -----------------------------------------------------------------------------------------------------
