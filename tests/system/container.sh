@@ -168,7 +168,7 @@ ct_cgroup_dir() {
 # when empty). A new cpuset cgroup gets its parent's CPUs and memory nodes (v1 starts it empty: no task may join).
 CT_CGROUP_MADE=()
 ct_mkcgroup() {
-  local h=$1 path=$2 d=$1 part
+  local path=$2 d=$1 part
   local IFS=/
   for part in ${path#/}; do
     d="$d/$part"
@@ -206,7 +206,7 @@ ct_boot() {
     </dev/null >"$CT_WORK/console.log" 2>&1 &
   local unshare_pid=$! i
   for i in $(seq 1 100); do
-    CT_PID=$(cat "/proc/$unshare_pid/task/$unshare_pid/children" 2>/dev/null | awk '{ print $1 }')
+    CT_PID=$(awk '{ print $1 }' "/proc/$unshare_pid/task/$unshare_pid/children" 2>/dev/null)
     [ -n "$CT_PID" ] && break
     sleep 0.05
   done
@@ -294,20 +294,13 @@ ct_teardown() {
   if [ -n "$CT_WORK" ]; then
     findmnt -rn -o TARGET | grep "^$CT_WORK/" | sort -r | while read -r m; do umount -l "$m"; done
   fi
-  # The cgroups systemd created under ours (empty once its processes are gone), deepest first, then the ones
-  # ct_boot made on the way (only if empty: rmdir never removes a cgroup that still has members or children).
+  # The cgroups systemd created under ours, deepest first (twice, a second apart: nothing may come back), then the
+  # ones ct_boot made on the way (only if empty: rmdir never removes a cgroup that has members or children).
   if [ -n "$CT_CGROUP" ]; then
-    local controllers path dir k
-    while IFS=: read -r _ controllers path; do
-      dir=$(ct_cgroup_dir "$controllers")$CT_CGROUP
-      [ -d "$dir" ] || continue
-      for i in $(seq 1 20); do
-        find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null
-        [ -d "$dir" ] || break
-        sleep 0.2
-      done
-      [ -d "$dir" ] && echo "container: cgroup $dir still there (processes left?)"
-    done </proc/self/cgroup
+    ct_cgroup_cleanup
+    sleep 1
+    ct_cgroup_cleanup
+    local k
     for ((k = ${#CT_CGROUP_MADE[@]} - 1; k >= 0; k--)); do
       [ -d "${CT_CGROUP_MADE[k]}" ] && rmdir "${CT_CGROUP_MADE[k]}" 2>/dev/null
     done
@@ -324,10 +317,32 @@ ct_teardown() {
   fi
 }
 
+# Removes CT_CGROUP in every hierarchy (v1 controllers, name=systemd, the v2 tree). A process still in it can only
+# be one of the container's (its PID namespace is gone by now, but an exiting task may linger): SIGKILL by PID.
+ct_cgroup_cleanup() {
+  local dirs=() left=() d pids
+  case $CT_CGROUP in /tandem-systest-?*) ;; *) return 0 ;; esac  # never anything but our own directory
+  for d in /sys/fs/cgroup/*"$CT_CGROUP" "/sys/fs/cgroup$CT_CGROUP"; do [ -d "$d" ] && dirs+=("$d"); done
+  [ "${#dirs[@]}" = 0 ] && return 0
+  for _ in $(seq 1 50); do
+    pids=$(find "${dirs[@]}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    [ -n "${pids// /}" ] && kill -KILL $pids 2>/dev/null
+    left=()
+    for d in "${dirs[@]}"; do
+      [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+      [ -d "$d" ] && left+=("$d")
+    done
+    [ "${#left[@]}" = 0 ] && return 0
+    sleep 0.2
+  done
+  echo "container: cgroups left behind: ${left[*]}"
+}
+
 # --- the container's first process -----------------------------------------------------------------------------
 # bash container.sh --pid1 LOWER WORK CGROUP: PID 1 of the new PID namespace, in the new mount namespace.
 ct_pid1() {
-  local lower=$1 work=$2 cgroup=$3 r="$2/root" line controllers path dir n
+  local lower=$1 work=$2 cgroup=$3 r="$2/root" controllers dir n
   set -e
   # Into the container's cgroup in every hierarchy (created by ct_boot), so systemd manages only that subtree.
   while IFS=: read -r _ controllers path; do
