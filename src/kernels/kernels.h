@@ -26,7 +26,9 @@ void set_isa_for_testing(Isa i);
 void quantize_act(WType t, const float* x, std::int64_t ldx, std::int64_t n, std::int64_t cols, void* act);
 
 // y[i][r] = dot(W row r, act row i) for r in [r0, r1), i in [0, n). W is `rows` x `cols` of type t, rows of
-// row_bytes(t, cols) bytes, contiguous. y has row stride ldy floats. Cache-blocked when n > 1.
+// row_bytes(t, cols) bytes, contiguous. y has row stride ldy floats. Cache-blocked when n > 1. cols must be a
+// positive multiple of the type's block size (asserted). Each y[i][r] is a function of W row r and act row i only,
+// bit for bit: splitting [r0, r1) across threads or batching activation rows never changes a result.
 void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std::int64_t n, float* y,
                  std::int64_t ldy, std::int64_t r0, std::int64_t r1);
 

@@ -56,11 +56,6 @@ inline float hsum8(__m256 v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-inline float hsum4(__m128 s) {
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float h2f(std::uint16_t h) { return _cvtsh_ss(h); }
 
@@ -73,7 +68,8 @@ inline std::size_t prefetch_offset(int rows, std::size_t wrb) {
   return tile * ((kPrefetchBytes + tile - 1) / tile);
 }
 inline void prefetch(const void* p, std::size_t off) {
-  _mm_prefetch(static_cast<const char*>(p) + off, _MM_HINT_T0);
+  // The address may lie past the matrix: form it as an integer, not by pointer arithmetic.
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + off), _MM_HINT_T0);
 }
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -177,28 +173,8 @@ using BF16Tile = FloatTile<BF16Src, R, C>;
 // ---- q8_0 / q4_0 weights x q8_0 activations -------------------------------------------------------------------
 
 // Per block and (row, activation): 8 exact int32 lanes, each the sum of 4 products; acc = fma(d_w * d_a,
-// float(lanes), acc); hsum8 at the end. The products d_w * d_a are computed a chunk of blocks at a time (F16C, 8
-// at once) into a small table, so the inner loop only broadcasts them from L1.
-constexpr int kScaleChunk = 32;  // blocks per scale table
-
-// The f16 scales of `count` (<= 8) consecutive blocks as floats (zeros past count). Composed in general registers
-// rather than stored as 16-bit values and reloaded as a vector, which would stall on store-to-load forwarding.
-template <class Block>
-inline __m256 load_d8(const Block* b, int count) {
-  std::uint64_t lo = 0;
-  std::uint64_t hi = 0;
-  if (count == 8) {
-    TANDEM_UNROLL
-    for (int i = 0; i < 4; ++i) lo |= static_cast<std::uint64_t>(b[i].d) << (16 * i);
-    TANDEM_UNROLL
-    for (int i = 0; i < 4; ++i) hi |= static_cast<std::uint64_t>(b[4 + i].d) << (16 * i);
-  } else {
-    for (int i = 0; i < count; ++i) {
-      (i < 4 ? lo : hi) |= static_cast<std::uint64_t>(b[i].d) << (16 * (i % 4));
-    }
-  }
-  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
-}
+// float(lanes), acc); hsum8 at the end. Each f16 scale is broadcast and converted in one step (vpbroadcastw +
+// vcvtph2ps gives it in all 8 lanes), so d_w * d_a is one vector multiply, the reference's f32 product.
 
 // q8_0 levels in [-128, 127] (the sign trick: |w| unsigned times sign(w) * a).
 struct Q8_0Levels {
