@@ -109,6 +109,7 @@ MemoryBreakdown finish(const EstimatorConfig& cfg, const ModelShape& m, const Re
         sat_mul(MemoryEstimator::activation_bytes(m, 1, b.kv_tokens, m.act_elem_bytes, with_logits), r.batch);
   }
   b.activation_bytes = std::max(b.prefill_activation_bytes, b.decode_activation_bytes);
+  if (layers > 0) b.activation_bytes = sat_add(b.activation_bytes, m.dequant_workspace_bytes);
   const std::uint64_t base = sat_add(sat_add(b.weights_bytes, b.kv_bytes), b.activation_bytes);
   b.fragmentation_bytes = fragmentation(cfg.fragmentation_fraction, base);
   b.total_bytes = sat_add(base, b.fragmentation_bytes);

@@ -28,6 +28,9 @@ struct ModelShape {
   std::uint32_t act_elem_bytes = 2;  // bytes per activation element
   bool tied_embeddings = false;      // lm_head shares the embedding matrix
   std::uint64_t weights_bytes_override = 0;  // measured size of the weight files; 0 = compute from the shape
+  // Temporary bytes to expand one stored (quantized or converted) weight matrix before its matmul on the
+  // accelerator; added to every forward's activations. 0 when weights are used as stored.
+  std::uint64_t dequant_workspace_bytes = 0;
 
   Status validate() const;
 };
