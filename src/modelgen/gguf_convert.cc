@@ -1,0 +1,342 @@
+#include "modelgen/gguf_convert.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "kernels/quant.h"
+#include "tokenizer/tokenizer.h"
+#include "weights/gguf.h"
+#include "weights/model_dir.h"
+
+namespace tandem::modelgen {
+
+namespace {
+
+using kernels::WType;
+using weights::GgufType;
+using weights::GgufValue;
+
+struct RecipeInfo {
+  Recipe recipe;
+  std::string_view name;
+  WType type;
+};
+constexpr RecipeInfo kRecipes[] = {
+    {Recipe::f32, "F32", WType::f32},          {Recipe::f16, "F16", WType::f16},
+    {Recipe::bf16, "BF16", WType::bf16},       {Recipe::q8_0, "Q8_0", WType::q8_0},
+    {Recipe::q4_0, "Q4_0", WType::q4_0},       {Recipe::q4_K_S, "Q4_K_S", WType::q4_K},
+    {Recipe::q4_K_M, "Q4_K_M", WType::q4_K},   {Recipe::q5_K_S, "Q5_K_S", WType::q5_K},
+    {Recipe::q5_K_M, "Q5_K_M", WType::q5_K},   {Recipe::q6_K, "Q6_K", WType::q6_K},
+};
+
+const RecipeInfo& info(Recipe r) {
+  for (const auto& i : kRecipes)
+    if (i.recipe == r) return i;
+  return kRecipes[0];
+}
+
+bool is_quantized(WType t) { return t != WType::f32 && t != WType::f16 && t != WType::bf16; }
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// llama.cpp's "more bits" rule for the first and last eighth of the layers and every third one between.
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// A tensor to write: its GGUF name and dims, its stored type and bytes (a view into the source or `owned`).
+struct SrcTensor {
+  std::string name;
+  std::vector<std::uint64_t> ne;
+  WType type = WType::f32;
+  std::span<const std::byte> data;
+  std::vector<std::byte> owned;
+};
+
+struct Source {
+  std::vector<std::pair<std::string, GgufValue>> metadata;  // in order
+  std::vector<SrcTensor> tensors;
+  std::optional<weights::GgufFile> gguf;  // keeps the mapping alive (GGUF source)
+  std::optional<weights::ModelDir> hf;    // keeps the mappings alive (HF source)
+  std::uint32_t alignment = 32;
+};
+
+// The layer of "blk.N.*" (-1 for the others): llama-quantize writes tensors sorted by (layer, name).
+int layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  int v = 0;
+  std::size_t i = 4;
+  if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && v < 1000000)
+    v = v * 10 + (name[i++] - '0');
+  return v;
+}
+
+std::string gguf_path_of(const std::string& in) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(in, ec)) return in;
+  if (!fs::is_directory(in, ec)) return {};
+  if (fs::exists(fs::path(in) / "config.json", ec)) return {};
+  std::string found;
+  for (const auto& e : fs::directory_iterator(in, ec))
+    if (e.path().extension() == ".gguf") {
+      if (!found.empty()) return {};
+      found = e.path().string();
+    }
+  return found;
+}
+
+Result<Source> from_gguf(const std::string& path) {
+  auto f = weights::GgufFile::open(path);
+  if (!f) return fail(std::move(f).error());
+  Source s;
+  s.alignment = static_cast<std::uint32_t>(f->alignment());
+  s.metadata = f->metadata();
+  for (const auto& t : f->tensors()) {
+    if (!t.wtype)
+      return fail(Errc::unsupported, path + ": tensor '" + t.name + "' has type " + weights::ggml_type_label(t.ggml_type) +
+                                         ", which Tandem does not convert");
+    SrcTensor st;
+    st.name = t.name;
+    st.ne = t.ne;
+    st.type = *t.wtype;
+    st.data = f->raw_tensor_bytes(t);
+    s.tensors.push_back(std::move(st));
+  }
+  s.gguf = std::move(f).value();
+  return s;
+}
+
+// HF tensor names → GGUF names (llama.cpp's llama tensor map).
+std::optional<std::string> gguf_name_of(const std::string& hf) {
+  static const std::map<std::string, std::string> top = {{"model.embed_tokens.weight", "token_embd.weight"},
+                                                         {"model.norm.weight", "output_norm.weight"},
+                                                         {"lm_head.weight", "output.weight"}};
+  if (auto it = top.find(hf); it != top.end()) return it->second;
+  static const std::pair<const char*, const char*> per_layer[] = {
+      {"input_layernorm.weight", "attn_norm.weight"},       {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},         {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},          {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"}};
+  const std::string prefix = "model.layers.";
+  if (hf.rfind(prefix, 0) != 0) return std::nullopt;
+  const auto dot = hf.find('.', prefix.size());
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
+  const std::string rest = hf.substr(dot + 1);
+  for (const auto& [h, g] : per_layer)
+    if (rest == h) return "blk." + layer + "." + g;
+  return std::nullopt;
+}
+
+Result<Source> from_hf(const std::string& dir_path) {
+  auto dir = weights::ModelDir::open(dir_path);
+  if (!dir) return fail(std::move(dir).error());
+  const weights::ModelConfig& c = dir->config();
+  if (c.rope_scaling != weights::RopeScaling::none)
+    return fail(Errc::unsupported, dir_path + ": rope_scaling other than none is not written to GGUF yet");
+  auto tok_bytes = dir->tokenizer_bytes();
+  if (!tok_bytes) return fail(std::move(tok_bytes).error());
+  auto tok = tok::Tokenizer::from_bytes(*tok_bytes, dir->tokenizer_path());
+  if (!tok) return fail(std::move(tok).error());
+
+  Source s;
+  auto u32 = [](std::uint64_t v) { return GgufValue::of_uint(GgufType::u32, v); };
+  auto f32 = [](double v) { return GgufValue::of_float(GgufType::f32, v); };
+  auto& md = s.metadata;
+  md.emplace_back("general.architecture", GgufValue::of_string("llama"));
+  md.emplace_back("general.type", GgufValue::of_string("model"));
+  md.emplace_back("general.name", GgufValue::of_string(std::filesystem::path(dir_path).filename().string()));
+  md.emplace_back("llama.block_count", u32(static_cast<std::uint64_t>(c.num_layers)));
+  md.emplace_back("llama.context_length", u32(static_cast<std::uint64_t>(c.max_position_embeddings)));
+  md.emplace_back("llama.embedding_length", u32(static_cast<std::uint64_t>(c.hidden_size)));
+  md.emplace_back("llama.feed_forward_length", u32(static_cast<std::uint64_t>(c.intermediate_size)));
+  md.emplace_back("llama.attention.head_count", u32(static_cast<std::uint64_t>(c.num_heads)));
+  md.emplace_back("llama.attention.head_count_kv", u32(static_cast<std::uint64_t>(c.num_kv_heads)));
+  md.emplace_back("llama.rope.freq_base", f32(c.rope_theta));
+  md.emplace_back("llama.attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
+  md.emplace_back("llama.vocab_size", u32(static_cast<std::uint64_t>(c.vocab_size)));
+  md.emplace_back("llama.rope.dimension_count", u32(static_cast<std::uint64_t>(c.head_dim)));
+  md.emplace_back("tokenizer.ggml.model", GgufValue::of_string("llama"));
+  md.emplace_back("tokenizer.ggml.pre", GgufValue::of_string("default"));
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<std::int32_t> types;
+  for (int id = 0; id < tok->vocab_size(); ++id) {
+    pieces.push_back(tok->piece(id));
+    scores.push_back(tok->score(id));
+    types.push_back(static_cast<std::int32_t>(tok->type(id)));
+  }
+  md.emplace_back("tokenizer.ggml.tokens", GgufValue::of_strings(std::move(pieces)));
+  md.emplace_back("tokenizer.ggml.scores", GgufValue::of_f32s(scores));
+  md.emplace_back("tokenizer.ggml.token_type", GgufValue::of_i32s(types));
+  if (tok->bos_id() >= 0) md.emplace_back("tokenizer.ggml.bos_token_id", u32(static_cast<std::uint64_t>(tok->bos_id())));
+  if (tok->eos_id() >= 0) md.emplace_back("tokenizer.ggml.eos_token_id", u32(static_cast<std::uint64_t>(tok->eos_id())));
+  if (tok->unk_id() >= 0)
+    md.emplace_back("tokenizer.ggml.unknown_token_id", u32(static_cast<std::uint64_t>(tok->unk_id())));
+  md.emplace_back("tokenizer.ggml.add_bos_token",
+                  GgufValue::of_bool(dir->tokenizer_settings().add_bos_token.value_or(true)));
+  md.emplace_back("tokenizer.ggml.add_eos_token",
+                  GgufValue::of_bool(dir->tokenizer_settings().add_eos_token.value_or(false)));
+  if (!dir->tokenizer_settings().chat_template.empty())
+    md.emplace_back("tokenizer.chat_template", GgufValue::of_string(dir->tokenizer_settings().chat_template));
+
+  for (const auto& [hf_name, shape] : weights::ModelDir::required_tensors(c)) {
+    const weights::TensorView* tv = dir->tensor(hf_name);
+    auto g = gguf_name_of(hf_name);
+    if (!tv || !g) return fail(Errc::internal, dir_path + ": no GGUF name for tensor '" + hf_name + "'");
+    SrcTensor st;
+    st.name = *g;
+    for (auto it = tv->shape.rbegin(); it != tv->shape.rend(); ++it) st.ne.push_back(static_cast<std::uint64_t>(*it));
+    st.type = tv->type;
+    const bool q = ends_with(hf_name, "q_proj.weight"), k = ends_with(hf_name, "k_proj.weight");
+    if (q || k) {
+      st.owned.resize(tv->data.size());
+      const std::size_t rb = kernels::row_bytes(tv->type, tv->shape.back());
+      TANDEM_TRY(weights::permute_qk_rows_for_gguf(tv->data, st.owned, q ? c.num_heads : c.num_kv_heads, rb));
+      st.data = st.owned;
+    } else {
+      st.data = tv->data;
+    }
+    s.tensors.push_back(std::move(st));
+  }
+  s.hf = std::move(dir).value();  // the views point into its mappings
+  return s;
+}
+
+// Rows [r0, r1) of `t` converted to `out_type` into `out` (row_bytes(out_type, ne0) per row).
+void convert_rows(const SrcTensor& t, WType out_type, std::byte* out, std::uint64_t r0, std::uint64_t r1) {
+  const auto cols = static_cast<std::int64_t>(t.ne[0]);
+  const std::size_t in_rb = kernels::row_bytes(t.type, cols), out_rb = kernels::row_bytes(out_type, cols);
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (std::uint64_t r = r0; r < r1; ++r) {
+    kernels::dequantize_row(t.type, t.data.data() + r * in_rb, row.data(), cols);
+    kernels::quantize_row(out_type, row.data(), out + r * out_rb, cols);
+  }
+}
+
+}  // namespace
+
+Result<Recipe> parse_recipe(std::string_view name) {
+  std::string up(name);
+  for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  std::string known;
+  for (const auto& i : kRecipes) {
+    if (i.name == up) return i.recipe;
+    known += (known.empty() ? "" : ", ") + std::string(i.name);
+  }
+  return fail(Errc::invalid_argument, "unknown quantization type '" + std::string(name) + "' (one of " + known + ")");
+}
+
+std::string_view recipe_name(Recipe r) { return info(r).name; }
+WType recipe_default_type(Recipe r) { return info(r).type; }
+
+Result<WType> recipe_type(Recipe r, const TensorSlot& t) {
+  // Only matrices named *weight that are not norms are quantized (llama.cpp's tensor_allows_quantization).
+  const bool matrix = t.ne.size() >= 2 && ends_with(t.name, "weight") &&
+                      t.name.find("_norm.weight") == std::string::npos;
+  if (!matrix) return t.stored;
+  WType type = recipe_default_type(r);
+  if (!is_quantized(type)) return type;  // F32 / F16 / BF16: a conversion of every matrix
+
+  const bool output = t.name == "output.weight";
+  const bool embd = t.name == "token_embd.weight";
+  const std::uint64_t ncols = t.ne[0];
+  if (output || (t.tied && embd)) {
+    const auto blk = static_cast<std::uint64_t>(kernels::traits(type).block_elems);
+    if (ncols % blk != 0) type = WType::q8_0;
+    else if (type != WType::q8_0) type = WType::q6_K;
+  } else if (t.name.find("attn_v.weight") != std::string::npos) {
+    if ((r == Recipe::q4_K_M || r == Recipe::q5_K_M) && use_more_bits(t.attn_v_index, t.attn_v_count))
+      type = WType::q6_K;
+    else if (r == Recipe::q4_K_S && t.attn_v_index < 4)
+      type = WType::q5_K;
+  } else if (t.name.find("ffn_down") != std::string::npos) {
+    const int i = t.ffn_down_index, n = t.ffn_down_count;
+    if ((r == Recipe::q4_K_M || r == Recipe::q5_K_M) && use_more_bits(i, n)) type = WType::q6_K;
+    else if (r == Recipe::q4_K_S && i < n / 8) type = WType::q5_K;
+  }
+  // Shapes the type's blocks do not divide fall back as llama.cpp does.
+  const auto blk = static_cast<std::uint64_t>(kernels::traits(type).block_elems);
+  if (ncols % blk != 0) {
+    if (type == WType::q6_K) type = WType::q8_0;
+    else if (type == WType::q4_K || type == WType::q5_K)
+      return fail(Errc::unsupported, "tensor '" + t.name + "': " + std::to_string(ncols) + " columns are not a multiple "
+                                     "of 256; llama.cpp would fall back to q5_0/q5_1, which Tandem does not implement");
+    if (ncols % static_cast<std::uint64_t>(kernels::traits(type).block_elems) != 0) type = WType::f16;
+  }
+  return type;
+}
+
+Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& out, Recipe r, int threads) {
+  if (threads < 1 || threads > 256)
+    return fail(Errc::invalid_argument, "threads must be in [1, 256], got " + std::to_string(threads));
+  const std::string gguf_in = gguf_path_of(in);
+  auto src = gguf_in.empty() ? from_hf(in) : from_gguf(gguf_in);
+  if (!src) return fail(std::move(src).error());
+  Source& s = *src;
+
+  // Tensor order: non-layer tensors first, then by layer, by name within each (llama-quantize's order).
+  std::stable_sort(s.tensors.begin(), s.tensors.end(), [](const SrcTensor& a, const SrcTensor& b) {
+    const int la = layer_of(a.name), lb = layer_of(b.name);
+    return la != lb ? la < lb : a.name < b.name;
+  });
+  int attn_v_count = 0, ffn_down_count = 0;
+  bool tied = true;
+  for (const auto& t : s.tensors) {
+    attn_v_count += t.name.find("attn_v.weight") != std::string::npos;
+    ffn_down_count += t.name.find("ffn_down") != std::string::npos;
+    tied = tied && t.name != "output.weight";
+  }
+
+  // Metadata: the source's, in order, with general.quantization_version and general.file_type (re)appended last.
+  weights::GgufWriter w(s.alignment);
+  for (const auto& [k, v] : s.metadata)
+    if (k != "general.quantization_version" && k != "general.file_type") w.set(k, v);
+  w.set("general.quantization_version", GgufValue::of_uint(GgufType::u32, 2));
+  w.set("general.file_type", GgufValue::of_uint(GgufType::u32, static_cast<std::uint32_t>(r)));
+
+  ConvertStats st;
+  int attn_v_i = 0, ffn_down_i = 0;
+  for (const auto& t : s.tensors) {
+    TensorSlot slot{t.name, t.ne, t.type, attn_v_i, attn_v_count, ffn_down_i, ffn_down_count, tied};
+    attn_v_i += t.name.find("attn_v.weight") != std::string::npos;
+    ffn_down_i += t.name.find("ffn_down") != std::string::npos;
+    auto type = recipe_type(r, slot);
+    if (!type) return fail(std::move(type).error());
+    std::uint64_t rows = 1;
+    for (std::size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
+    std::vector<std::byte> data;
+    std::span<const std::byte> bytes = t.data;
+    if (*type != t.type) {
+      data.resize(kernels::row_bytes(*type, static_cast<std::int64_t>(t.ne[0])) * rows);
+      const int T = rows >= 64 ? threads : 1;
+      std::vector<std::thread> pool;
+      for (int i = 1; i < T; ++i)
+        pool.emplace_back(convert_rows, std::cref(t), *type, data.data(), rows * static_cast<std::uint64_t>(i) / T,
+                          rows * static_cast<std::uint64_t>(i + 1) / T);
+      convert_rows(t, *type, data.data(), 0, rows / static_cast<std::uint64_t>(T));
+      for (auto& th : pool) th.join();
+      bytes = data;
+      ++st.quantized;
+    }
+    TANDEM_TRY(w.add_tensor(t.name, static_cast<std::uint32_t>(kernels::traits(*type).ggml_id), t.ne, bytes));
+    st.tensors++;
+    st.bytes_in += t.data.size();
+    st.bytes_out += bytes.size();
+    st.types.emplace_back(t.name, *type);
+  }
+  TANDEM_TRY(w.write(out));
+  std::error_code ec;
+  st.file_bytes = std::filesystem::file_size(out, ec);
+  return st;
+}
+
+}  // namespace tandem::modelgen
