@@ -31,7 +31,7 @@ const char* kUsage =
     "  --threads N          intra-op threads (default 1)\n"
     "  --device D           cpu (default) | sim[:BYTES] (simulated accelerator, default 8G) | cuda[:INDEX]\n"
     "  --accel-layers K     with --device sim/cuda: the first K layers run there, the rest on the CPU (default all)\n"
-    "  --dtype f32|bf16|f16 compute dtype (default f32)\n"
+    "  --dtype auto|f32|bf16|f16  how float weights are held (default auto: as stored)\n"
     "  --block-size N       KV cache block size in tokens (default 16)\n"
     "  --prefill-chunk N    prefill at most N tokens per forward (default: all at once)\n"
     "  --ids                print the generated token ids to stderr\n"
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
                  "rss: %.1f MiB\n"
                  "device: %s, %d of %d layers there, %.1f MiB weights + %.1f MiB KV accounted there\n",
                  model_dir.c_str(), static_cast<double>(m->files().parameter_count()) / 1e6,
-                 std::string(weights::dtype_name(m->files().dtype())).c_str(),
+                 m->files().type_summary().c_str(),
                  std::string(engine::compute_dtype_name(lo.dtype)).c_str(), lo.threads,
                  m->fingerprint().digest.c_str(), ls.total_ms, ls.open_ms, ls.weights_ms,
                  static_cast<double>(ls.weight_bytes) / 1048576.0,

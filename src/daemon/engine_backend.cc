@@ -27,9 +27,13 @@ struct EngineBackend::Entry {
 
 namespace {
 
-std::uint32_t dtype_bytes(engine::ComputeDType d) { return d == engine::ComputeDType::f32 ? 4 : 2; }
+// Activation / KV element size on the accelerator (engine/model.h: f32 unless a 16-bit dtype is asked for).
+std::uint32_t dtype_bytes(engine::ComputeDType d) {
+  return d == engine::ComputeDType::bf16 || d == engine::ComputeDType::f16 ? 2 : 4;
+}
 
-policy::ModelShape shape_of(const std::string& name, const weights::ModelConfig& c, engine::ComputeDType d) {
+policy::ModelShape shape_of(const std::string& name, const engine::Model& model, engine::ComputeDType d) {
+  const weights::ModelConfig& c = model.config();
   policy::ModelShape s;
   s.name = name;
   s.layers = static_cast<std::uint32_t>(c.num_layers);
@@ -43,6 +47,9 @@ policy::ModelShape shape_of(const std::string& name, const weights::ModelConfig&
   s.kv_elem_bytes = dtype_bytes(d);
   s.act_elem_bytes = dtype_bytes(d);
   s.tied_embeddings = c.tie_word_embeddings;
+  // Weights at their held size (quantized blocks as stored), and the workspace to expand one matrix.
+  s.weights_bytes_override = model.held_weight_bytes();
+  s.dequant_workspace_bytes = model.dequant_workspace_bytes(dtype_bytes(d));
   return s;
 }
 
@@ -103,7 +110,7 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
     const auto& model = *m;
     ModelInfo info;
     info.name = mc.name;
-    info.shape = shape_of(mc.name, model->config(), *dt);
+    info.shape = shape_of(mc.name, *model, *dt);
     info.revision = mc.revision;
     info.dtype = std::string(engine::compute_dtype_name(*dt));
     info.template_name = std::string(gen::template_name(model->prompt_template()));

@@ -14,10 +14,14 @@
 #include <cstring>
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <sstream>
 
 #include "core/sha256.h"
+#include "engine/dequant.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
 #if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -34,55 +38,100 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-at::ScalarType scalar_of(weights::DType d) {
-  switch (d) {
-    case weights::DType::f32: return at::kFloat;
-    case weights::DType::f16: return at::kHalf;
-    case weights::DType::bf16: return at::kBFloat16;
-    default: return at::kFloat;  // ModelDir only admits f32/f16/bf16 for model tensors
+using kernels::WType;
+
+bool is_float_type(WType t) { return t == WType::f32 || t == WType::f16 || t == WType::bf16; }
+
+at::ScalarType scalar_of(WType t) {
+  switch (t) {
+    case WType::f16: return at::kHalf;
+    case WType::bf16: return at::kBFloat16;
+    default: return at::kFloat;
   }
 }
 
-at::ScalarType scalar_of(ComputeDType d) {
+// The type float weights are held in for a compute dtype (`auto`: as stored); quantized weights never change.
+WType held_type(WType stored, ComputeDType d) {
+  if (!is_float_type(stored)) return stored;
   switch (d) {
-    case ComputeDType::f32: return at::kFloat;
-    case ComputeDType::bf16: return at::kBFloat16;
-    case ComputeDType::f16: return at::kHalf;
+    case ComputeDType::f32: return WType::f32;
+    case ComputeDType::bf16: return WType::bf16;
+    case ComputeDType::f16: return WType::f16;
+    case ComputeDType::auto_: break;
   }
-  return at::kFloat;
+  return stored;
 }
 
-// A weight as a tensor: zero-copy over the mapping when dtype and alignment allow, else one converted copy.
-at::Tensor weight_tensor(const weights::TensorView& tv, at::ScalarType target, std::uint64_t& copied) {
-  const at::ScalarType stored = scalar_of(tv.dtype);
-  const auto elem = static_cast<std::uintptr_t>(weights::dtype_size(tv.dtype));
-  auto* ptr = const_cast<std::byte*>(tv.data.data());  // read-only mapping: never written through
-  at::Tensor t;
-  if (reinterpret_cast<std::uintptr_t>(ptr) % elem == 0) {
-    t = at::from_blob(ptr, tv.shape, at::TensorOptions().dtype(stored));
-    if (stored == target) return t;
-  } else {
-    t = at::empty(tv.shape, at::TensorOptions().dtype(stored));
-    std::memcpy(t.data_ptr(), ptr, tv.data.size());
-    if (stored == target) {
-      copied += tv.data.size();
-      return t;
+// A weight matrix [rows, cols] as the kernels see it: `type` blocks in `data` (the mapping, zero-copy, or an owned
+// converted copy in `host`), and on an accelerator layer `dev`: the same bytes there (uint8 [rows, row_bytes] for
+// quantized types, a typed tensor for float types), expanded one matrix at a time before its matmul.
+struct Weight {
+  WType type = WType::f32;
+  std::int64_t rows = 0, cols = 0;
+  const std::byte* data = nullptr;
+  at::Tensor host;  // owner of converted or realigned bytes (undefined when zero-copy)
+  at::Tensor dev;   // accelerator copy (undefined on the CPU)
+
+  std::uint64_t bytes() const { return kernels::row_bytes(type, cols) * static_cast<std::uint64_t>(rows); }
+
+  // The bytes as a CPU tensor (typed for float types, uint8 rows for quantized ones), zero-copy.
+  at::Tensor cpu_tensor() const {
+    auto* p = const_cast<std::byte*>(data);  // read-only mapping: never written through
+    if (is_float_type(type)) return at::from_blob(p, {rows, cols}, at::TensorOptions().dtype(scalar_of(type)));
+    return at::from_blob(p, {rows, static_cast<std::int64_t>(kernels::row_bytes(type, cols))},
+                         at::TensorOptions().dtype(at::kByte));
+  }
+};
+
+// A matrix from the files, converted to the held type when that differs (counted in `copied`); otherwise a
+// zero-copy view (copied once when the mapping is misaligned for the element size).
+Weight make_weight(const weights::TensorView& tv, ComputeDType d, std::uint64_t& copied) {
+  Weight w;
+  w.rows = tv.shape.size() == 2 ? tv.shape[0] : 1;
+  w.cols = tv.shape.empty() ? 0 : tv.shape.back();
+  const WType stored = tv.type;
+  w.type = held_type(stored, d);
+  w.data = tv.data.data();
+  const auto elem = is_float_type(stored) ? static_cast<std::uintptr_t>(kernels::traits(stored).block_bytes) : 2;
+  if (w.type != stored) {
+    std::vector<float> row(static_cast<std::size_t>(w.cols));
+    const std::size_t in_rb = kernels::row_bytes(stored, w.cols), out_rb = kernels::row_bytes(w.type, w.cols);
+    w.host = at::empty({static_cast<std::int64_t>(out_rb * static_cast<std::uint64_t>(w.rows))},
+                       at::TensorOptions().dtype(at::kByte));
+    auto* out = static_cast<std::byte*>(w.host.data_ptr());
+    for (std::int64_t r = 0; r < w.rows; ++r) {
+      kernels::dequantize_row(stored, w.data + static_cast<std::size_t>(r) * in_rb, row.data(), w.cols);
+      kernels::quantize_row(w.type, row.data(), out + static_cast<std::size_t>(r) * out_rb, w.cols);
     }
+    w.data = out;
+    copied += w.bytes();
+  } else if (reinterpret_cast<std::uintptr_t>(w.data) % elem != 0) {
+    w.host = at::empty({static_cast<std::int64_t>(tv.data.size())}, at::TensorOptions().dtype(at::kByte));
+    std::memcpy(w.host.data_ptr(), tv.data.data(), tv.data.size());
+    w.data = static_cast<const std::byte*>(w.host.data_ptr());
+    copied += tv.data.size();
   }
-  at::Tensor c = t.to(target).contiguous();
-  copied += static_cast<std::uint64_t>(c.numel()) * c.element_size();
-  return c;
+  return w;
+}
+
+// A 1-D weight (norms) as an f32 CPU tensor.
+at::Tensor vector_f32(const weights::TensorView& tv) {
+  const std::int64_t n = tv.shape.empty() ? 0 : tv.shape.back();
+  at::Tensor t = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+  kernels::dequantize_row(tv.type, tv.data.data(), t.data_ptr<float>(), n);
+  return t;
 }
 
 // Content identity without reading every byte: SHA-256 over 64 evenly spaced 4 KiB windows of each shard, plus
 // its last 4 KiB. Together with the header digest this tells apart checkpoints of the same shape (a fine-tune
 // changes all weights); a change confined to unsampled bytes goes unseen — ModelDir::content_digest() reads all.
 std::string sampled_content_digest(const weights::ModelDir& dir) {
+  using weights::MappedFile;
   Sha256 h;
   constexpr std::size_t kWindow = 4096, kWindows = 64;
-  for (const auto& shard : dir.shards()) {
-    const std::byte* p = shard.file().data();
-    const std::size_t n = shard.file().size();
+  for (const MappedFile* f : dir.mapped_files()) {
+    const std::byte* p = f->data();
+    const std::size_t n = f->size();
     for (std::size_t i = 0; i < kWindows; ++i) {
       const std::size_t off = n > kWindow ? (n - kWindow) / kWindows * i : 0;
       h.update(std::span(p + off, std::min(kWindow, n - off)));
@@ -102,10 +151,11 @@ void single_threaded_kernels() {
 }
 
 struct Layer {
-  at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  at::Tensor attn_norm, mlp_norm;  // f32 on the CPU; the activation dtype on the accelerator
+  Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   bool on_accel = false;
 
-  std::vector<at::Tensor*> all() { return {&attn_norm, &wq, &wk, &wv, &wo, &mlp_norm, &w_gate, &w_up, &w_down}; }
+  std::vector<Weight*> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
 };
 
 std::uint64_t tensor_bytes(const at::Tensor& t) {
@@ -121,6 +171,7 @@ struct DeviceFault {
 
 std::string_view compute_dtype_name(ComputeDType d) {
   switch (d) {
+    case ComputeDType::auto_: return "auto";
     case ComputeDType::f32: return "f32";
     case ComputeDType::bf16: return "bf16";
     case ComputeDType::f16: return "f16";
@@ -129,9 +180,9 @@ std::string_view compute_dtype_name(ComputeDType d) {
 }
 
 Result<ComputeDType> parse_compute_dtype(std::string_view s) {
-  for (auto d : {ComputeDType::f32, ComputeDType::bf16, ComputeDType::f16})
+  for (auto d : {ComputeDType::auto_, ComputeDType::f32, ComputeDType::bf16, ComputeDType::f16})
     if (compute_dtype_name(d) == s) return d;
-  return fail(Errc::invalid_argument, "unknown compute dtype '" + std::string(s) + "' (f32, bf16, f16)");
+  return fail(Errc::invalid_argument, "unknown compute dtype '" + std::string(s) + "' (auto, f32, bf16, f16)");
 }
 
 struct Model::Impl {
@@ -141,12 +192,17 @@ struct Model::Impl {
   LoadStats stats;
   gen::Fingerprint fingerprint;
   gen::TemplateKind templ = gen::TemplateKind::raw;
+  // Activations and KV on the accelerator (f32, or the requested 16-bit dtype there); the CPU computes in f32.
   at::ScalarType dtype = at::kFloat;
   int max_context = 0;
 
-  at::Tensor embed, final_norm, lm_head;
+  Weight embed, lm_head;  // lm_head aliases embed's bytes when tied
+  at::Tensor final_norm;  // f32 (a device copy in `dtype` when the head runs on the accelerator)
   std::vector<Layer> layers;
   at::Tensor inv_freq;  // [head_dim / 2], f32
+  bool rope_interleaved = false;  // GGUF llama: rotate pairs (2i, 2i+1); HF: rotate halves (i, i + hd/2)
+  std::vector<std::byte> act_buf;  // prepared activations of the current matmul (guarded by compute_mu)
+  std::uint64_t dequant_ws = 0;   // largest accelerator dequantization workspace of one matrix
 
   // Paged KV pool: per layer [num_blocks * block_size, kv_heads, head_dim] for K and for V.
   std::mutex kv_mu;  // guards the allocator (sequences may be created/released from several threads)
@@ -165,6 +221,22 @@ struct Model::Impl {
   std::vector<device::Allocation> accel_allocs;  // weights and KV pool; void after a device loss
   device::Site current_site = device::Site::prefill;
 
+  // The types the matrices are held in (after any load-time conversion), as "type:count" in kAllWTypes order;
+  // norms are always f32. What decides the CPU kernels' results, so it is part of the fingerprint (the
+  // requested dtype is not: `auto` and `f32` on an f32 file are the same replica).
+  std::string held_type_summary() {
+    std::map<WType, int> n;
+    n[WType::f32] += 1 + 2 * static_cast<int>(layers.size());  // final norm + two per layer
+    n[embed.type]++;
+    if (!cfg().tie_word_embeddings) n[lm_head.type]++;
+    for (Layer& l : layers)
+      for (const Weight* w : l.matrices()) n[w->type]++;
+    std::string out;
+    for (WType t : kernels::kAllWTypes)
+      if (n.count(t)) out += (out.empty() ? "" : ",") + std::string(kernels::wtype_name(t)) + ":" + std::to_string(n[t]);
+    return out;
+  }
+
   bool device_lost() const {
     if (!accel) return false;
     if (accel->lost()) return true;
@@ -178,69 +250,77 @@ struct Model::Impl {
 
   const weights::ModelConfig& cfg() const { return dir.config(); }
 
-  // x @ W^T, split by output rows across the model's worker pool (each BLAS call single-threaded). A one-row
-  // input (decode) goes through matrix-vector products: sgemm on one row reads weights 2-4x slower than gemv
-  // (TOOLCHAIN.md).
-  at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const {
-    const std::int64_t rows = w.size(0), n = x.size(0);
-    if (w.is_cuda()) return at::matmul(x, w.t());
+  // x @ W^T. On the CPU through Tandem's kernels (kernels.h): the activations are prepared once for the weight
+  // type (q8_0 / q8_K blocks, f16, bf16, f32), then the output rows are split across the model's worker pool.
+  // On the accelerator the stored blocks are expanded into a workspace matrix and multiplied with ATen.
+  at::Tensor linear(const at::Tensor& x, const Weight& w) {
+    if (w.dev.defined()) {
+      const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, x.scalar_type());
+      return at::matmul(x, m.t());
+    }
+    const at::Tensor xf = x.to(at::kFloat).contiguous();
+    const std::int64_t n = xf.size(0), rows = w.rows, cols = w.cols;
+    const std::size_t arb = kernels::act_row_bytes(w.type, cols);
+    if (act_buf.size() < arb * static_cast<std::size_t>(n)) act_buf.resize(arb * static_cast<std::size_t>(n));
+    kernels::quantize_act(w.type, xf.data_ptr<float>(), cols, n, cols, act_buf.data());
+    at::Tensor out = at::empty({n, rows}, at::TensorOptions().dtype(at::kFloat));
+    float* y = out.data_ptr<float>();
     const int T = pool->size();
-    if (T == 1 || rows < 256) {
-      if (n == 1) return at::mv(w, x.reshape({x.size(1)})).reshape({1, rows});
-      return at::matmul(x, w.t());
+    if (T == 1 || rows < 64) {
+      kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, 0, rows);
+      return out;
     }
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(T));
-    auto chunked = [&](auto&& body) {
-      pool->run([&](int i) {
-        try {
-          c10::InferenceMode guard;
-          body(rows * i / T, rows * (i + 1) / T);
-        } catch (...) {
-          errors[static_cast<std::size_t>(i)] = std::current_exception();
-        }
-      });
-      for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
-    };
-    if (n == 1) {
-      const at::Tensor xv = x.reshape({x.size(1)});
-      at::Tensor out = at::empty({rows}, x.options());
-      chunked([&](std::int64_t b, std::int64_t e) {
-        at::Tensor o = out.slice(0, b, e);
-        at::mv_out(o, w.slice(0, b, e), xv);
-      });
-      return out.reshape({1, rows});
-    }
-    at::Tensor out_t = at::empty({rows, n}, x.options());
-    const at::Tensor xt = x.t();
-    chunked([&](std::int64_t b, std::int64_t e) {
-      at::Tensor o = out_t.slice(0, b, e);
-      at::mm_out(o, w.slice(0, b, e), xt);
+    // Row ranges on 16-row boundaries (whole register tiles); each output element is computed the same way
+    // whatever the split, so the thread count never changes the result.
+    const std::int64_t tiles = (rows + 15) / 16;
+    pool->run([&](int i) {
+      const std::int64_t r0 = std::min(rows, tiles * i / T * 16), r1 = std::min(rows, tiles * (i + 1) / T * 16);
+      if (r0 < r1) kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, r0, r1);
     });
-    return out_t.t().contiguous();
+    return out;
+  }
+
+  // Embedding rows for `ids`, as f32 [n, hidden], read from the CPU copy of the matrix (any weight type).
+  at::Tensor embed_rows(const std::vector<std::int64_t>& ids) const {
+    const auto n = static_cast<std::int64_t>(ids.size());
+    at::Tensor x = at::empty({n, embed.cols}, at::TensorOptions().dtype(at::kFloat));
+    const std::size_t rb = kernels::row_bytes(embed.type, embed.cols);
+    for (std::int64_t i = 0; i < n; ++i)
+      kernels::dequantize_row(embed.type, embed.data + static_cast<std::size_t>(ids[static_cast<std::size_t>(i)]) * rb,
+                              x.data_ptr<float>() + i * embed.cols, embed.cols);
+    return x;
   }
 
   at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
     const at::Tensor xf = x.to(at::kFloat);
     const at::Tensor r = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + cfg().rms_norm_eps);
-    return (xf * r).to(dtype) * w;
+    return (xf * r).to(w.scalar_type()) * w;
   }
 
-  // cos/sin tables [n, head_dim] for absolute positions pos0 .. pos0+n-1 (HF "rotate_half" convention).
+  // cos/sin tables for absolute positions pos0 .. pos0+n-1: [n, head_dim / 2] (the angle of pair i).
   std::pair<at::Tensor, at::Tensor> rope_tables(std::int64_t pos0, std::int64_t n) const {
     const at::Tensor pos = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kFloat));  // on the CPU
     const at::Tensor freqs = at::outer(pos, inv_freq);
-    const at::Tensor emb = at::cat({freqs, freqs}, -1);
-    return {emb.cos(), emb.sin()};
+    return {freqs.cos(), freqs.sin()};
   }
 
-  static at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-    // x: [n, heads, hd]; cos/sin: [n, hd] broadcast over heads.
-    const std::int64_t half = x.size(-1) / 2;
+  // x: [n, heads, hd]; cos/sin: [n, hd / 2] broadcast over heads. Pair i is (i, i + hd/2) in the HF layout
+  // ("rotate_half") and (2i, 2i+1) in GGUF's (llama.cpp permutes Q/K rows when converting; the dot products of
+  // queries and keys are the same either way).
+  at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
+    const std::int64_t n = x.size(0), h = x.size(1), hd = x.size(2), half = hd / 2;
     const at::Tensor xf = x.to(at::kFloat);
-    const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-    const at::Tensor rot = at::cat({-x2, x1}, -1);
-    return (xf * cos.unsqueeze(1) + rot * sin.unsqueeze(1)).to(x.scalar_type());
+    const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
+    at::Tensor out;
+    if (rope_interleaved) {
+      const at::Tensor p = xf.view({n, h, half, 2});
+      const at::Tensor x1 = p.select(3, 0), x2 = p.select(3, 1);
+      out = at::stack({x1 * c - x2 * s, x2 * c + x1 * s}, 3).view({n, h, hd});
+    } else {
+      const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+      out = at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+    }
+    return out.to(x.scalar_type());
   }
 
   // q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal. → [n, H*hd]
@@ -263,17 +343,17 @@ struct Model::Impl {
     }
     const at::Tensor probs = at::softmax(scores, -1);
     const at::Tensor out = at::bmm(probs, vh);  // [kvh, g*n, hd]
-    return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(dtype);
+    return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(q.scalar_type());
   }
 
   // The transformer over `ids` at positions pos0..; `kv_step(layer, k, v)` stores the new K/V and returns the
-  // keys/values visible to this step (all positions 0 .. pos0+n-1).
+  // keys/values visible to this step (all positions 0 .. pos0+n-1). CPU layers compute in f32; accelerator
+  // layers in `dtype` on their device.
   template <class KvStep>
   at::Tensor run(const std::vector<std::int64_t>& ids, std::int64_t pos0, bool all_logits, KvStep&& kv_step) {
     const auto& c = cfg();
     const auto n = static_cast<std::int64_t>(ids.size());
-    const at::Tensor idt = at::tensor(ids, at::TensorOptions().dtype(at::kLong));
-    at::Tensor x = embed.index_select(0, idt);
+    at::Tensor x = embed_rows(ids);
     const auto [cpu_cos, cpu_sin] = rope_tables(pos0, n);
     at::Tensor acc_cos, acc_sin;
     if (accel_dev.is_cuda()) {
@@ -283,7 +363,8 @@ struct Model::Impl {
     for (std::size_t li = 0; li < layers.size(); ++li) {
       const Layer& l = layers[li];
       const at::Device dev = l.attn_norm.device();
-      if (x.device() != dev) x = x.to(dev);
+      const at::ScalarType st = l.on_accel ? dtype : at::kFloat;
+      if (x.device() != dev || x.scalar_type() != st) x = x.to(dev, st);
       const at::Tensor& cos = dev.is_cuda() ? acc_cos : cpu_cos;
       const at::Tensor& sin = dev.is_cuda() ? acc_sin : cpu_sin;
       const at::Tensor h = rmsnorm(x, l.attn_norm);
@@ -296,10 +377,11 @@ struct Model::Impl {
       x = x + linear(at::silu(linear(h2, l.w_gate)) * linear(h2, l.w_up), l.w_down);
       if (l.on_accel) {
         // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
-        if (auto st = accel->check(current_site); !st) throw DeviceFault{std::move(st).error()};
+        if (auto st2 = accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
       }
     }
-    if (x.device() != final_norm.device()) x = x.to(final_norm.device());
+    const at::ScalarType head_st = head_on_accel ? dtype : at::kFloat;
+    if (x.device() != final_norm.device() || x.scalar_type() != head_st) x = x.to(final_norm.device(), head_st);
     x = rmsnorm(x, final_norm);
     if (!all_logits) x = x.narrow(0, n - 1, 1);
     return linear(x, lm_head).to(at::kFloat).to(at::kCPU).contiguous();
@@ -311,7 +393,6 @@ struct Model::Impl {
     const auto& c = cfg();
     accel_dev = accel->kind() == device::Kind::cuda ? at::Device(at::kCUDA, static_cast<at::DeviceIndex>(accel->torch_index()))
                                                    : at::Device(at::kCPU);
-    auto copy = [&](const at::Tensor& t) { return accel_dev.is_cuda() ? t.to(accel_dev) : t.clone(); };
 #if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
     // Observed memory on CUDA includes LibTorch's caching allocator: reserved (held from the driver) and
     // allocated (in live tensors). Not verified on a GPU yet (docs/cuda.md).
@@ -325,10 +406,17 @@ struct Model::Impl {
       });
     }
 #endif
+    // Weights go at their stored size (raw blocks for quantized types; float types in their held type); norms in
+    // the activation dtype.
+    auto place = [&](Weight& w) {
+      w.dev = accel_dev.is_cuda() ? w.cpu_tensor().to(accel_dev) : w.cpu_tensor().clone();
+      dequant_ws = std::max(dequant_ws, dequantize_aten_workspace(w.type, w.rows, w.cols, at::elementSize(dtype)));
+    };
+    auto place_norm = [&](const at::Tensor& t) { return t.to(accel_dev, dtype); };
     for (int li = 0; li < accel_layers; ++li) {
       Layer& l = layers[static_cast<std::size_t>(li)];
-      std::uint64_t bytes = 0;
-      for (at::Tensor* t : l.all()) bytes += tensor_bytes(*t);
+      std::uint64_t bytes = (tensor_bytes(l.attn_norm) + tensor_bytes(l.mlp_norm)) / 4 * at::elementSize(dtype);
+      for (Weight* w : l.matrices()) bytes += w->bytes();
       auto a = accel->allocate(bytes, device::Site::weights);
       if (!a) {
         Error e = std::move(a).error();
@@ -336,12 +424,14 @@ struct Model::Impl {
         return fail(std::move(e));
       }
       accel_allocs.push_back(std::move(a).value());
-      for (at::Tensor* t : l.all()) *t = copy(*t);
+      for (Weight* w : l.matrices()) place(*w);
+      l.attn_norm = place_norm(l.attn_norm);
+      l.mlp_norm = place_norm(l.mlp_norm);
       l.on_accel = true;
       stats.accel_weight_bytes += bytes;
     }
     if (accel_layers == c.num_layers) {
-      const std::uint64_t bytes = tensor_bytes(final_norm) + tensor_bytes(lm_head);
+      const std::uint64_t bytes = tensor_bytes(final_norm) / 4 * at::elementSize(dtype) + lm_head.bytes();
       auto a = accel->allocate(bytes, device::Site::weights);
       if (!a) {
         Error e = std::move(a).error();
@@ -349,8 +439,8 @@ struct Model::Impl {
         return fail(std::move(e));
       }
       accel_allocs.push_back(std::move(a).value());
-      final_norm = copy(final_norm);
-      lm_head = copy(lm_head);  // tied: a device copy of the embedding matrix; lookups still read the mapping
+      final_norm = place_norm(final_norm);
+      place(lm_head);  // tied: a device copy of the embedding matrix; lookups still read the CPU bytes
       head_on_accel = true;
       stats.accel_weight_bytes += bytes;
     }
@@ -377,12 +467,17 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
   auto dir = weights::ModelDir::open(path);
   if (!dir) return fail(std::move(dir).error());
-  auto tokenizer = tok::Tokenizer::load_file(dir->tokenizer_path());
+  auto tok_bytes = dir->tokenizer_bytes();
+  if (!tok_bytes) return fail(std::move(tok_bytes).error());
+  const std::string tok_origin = dir->format() == weights::ModelDir::Format::gguf
+                                     ? dir->model_path() + " (tokenizer.ggml.*)"
+                                     : dir->tokenizer_path();
+  auto tokenizer = tok::Tokenizer::from_bytes(*tok_bytes, tok_origin);
   if (!tokenizer) return fail(std::move(tokenizer).error());
   const weights::ModelConfig cfg = dir->config();
   if (tokenizer->vocab_size() > cfg.vocab_size)
-    return fail(Errc::format_error, path + "/tokenizer.model: " + std::to_string(tokenizer->vocab_size()) +
-                                        " pieces but config.json vocab_size is " + std::to_string(cfg.vocab_size));
+    return fail(Errc::format_error, tok_origin + ": " + std::to_string(tokenizer->vocab_size()) +
+                                        " pieces but the model's vocabulary size is " + std::to_string(cfg.vocab_size));
   if (cfg.head_dim % 2 != 0)
     return fail(Errc::unsupported, path + "/config.json: head_dim must be even for rotary embeddings");
 
@@ -403,7 +498,14 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
   Impl& im = *m->impl_;
   im.max_context = max_context;
   im.stats.open_ms = open_ms;
-  im.dtype = scalar_of(opts.dtype);
+  // Activations on the accelerator: f32, or the requested 16-bit type (f16 only on CUDA: ATen's CPU matmuls, which
+  // the simulated device runs, have no f16 kernels). The CPU path computes in f32 whatever the weight types.
+  im.dtype = opts.dtype == ComputeDType::bf16 ? at::kBFloat16
+             : opts.dtype == ComputeDType::f16 && opts.accelerator &&
+                       opts.accelerator->kind() == device::Kind::cuda
+                 ? at::kHalf
+                 : at::kFloat;
+  im.rope_interleaved = cfg.rope_interleaved;
   im.stats.weight_bytes = im.dir.weight_bytes();
 
   if (!opts.template_name.empty()) {
@@ -422,17 +524,24 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
     im.pool = std::make_unique<WorkerPool>(opts.threads, [] { single_threaded_kernels(); });
     c10::InferenceMode guard;
     std::uint64_t copied = 0;
-    auto w = [&](const std::string& name) { return weight_tensor(*im.dir.tensor(name), im.dtype, copied); };
+    auto tensor = [&](const std::string& name) -> const weights::TensorView& { return *im.dir.tensor(name); };
+    auto w = [&](const std::string& name) { return make_weight(tensor(name), opts.dtype, copied); };
     im.embed = w("model.embed_tokens.weight");
-    im.final_norm = w("model.norm.weight");
+    im.final_norm = vector_f32(tensor("model.norm.weight"));
     im.lm_head = cfg.tie_word_embeddings ? im.embed : w("lm_head.weight");
     for (int i = 0; i < cfg.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
-      im.layers.push_back(Layer{w(p + "input_layernorm.weight"), w(p + "self_attn.q_proj.weight"),
-                                w(p + "self_attn.k_proj.weight"), w(p + "self_attn.v_proj.weight"),
-                                w(p + "self_attn.o_proj.weight"), w(p + "post_attention_layernorm.weight"),
-                                w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight"),
-                                w(p + "mlp.down_proj.weight")});
+      Layer l;
+      l.attn_norm = vector_f32(tensor(p + "input_layernorm.weight"));
+      l.mlp_norm = vector_f32(tensor(p + "post_attention_layernorm.weight"));
+      l.wq = w(p + "self_attn.q_proj.weight");
+      l.wk = w(p + "self_attn.k_proj.weight");
+      l.wv = w(p + "self_attn.v_proj.weight");
+      l.wo = w(p + "self_attn.o_proj.weight");
+      l.w_gate = w(p + "mlp.gate_proj.weight");
+      l.w_up = w(p + "mlp.up_proj.weight");
+      l.w_down = w(p + "mlp.down_proj.weight");
+      im.layers.push_back(std::move(l));
     }
     im.stats.resident_copy_bytes = copied;
 
@@ -454,6 +563,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
           f = (1.0 - smooth) * f / cfg.rope_factor + smooth * f;
         }
       }
+      if (i < cfg.rope_freq_factors.size()) f /= cfg.rope_freq_factors[i];  // GGUF rope_freqs.weight
       inv[i] = static_cast<float>(f);
     }
     im.inv_freq = at::tensor(inv, at::TensorOptions().dtype(at::kFloat));
@@ -467,12 +577,18 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
       TANDEM_TRY(im.place_on_accelerator());
     }
 
+    // KV pool: accelerator layers in the activation dtype there, CPU layers in f32 (what the CPU computes in).
     const std::int64_t slots = blocks * opts.kv_block_size;
-    const std::uint64_t layer_kv_bytes = static_cast<std::uint64_t>(slots) * cfg.num_kv_heads * cfg.head_dim *
-                                         static_cast<std::uint64_t>(at::elementSize(im.dtype)) * 2;
+    const auto kv_layer_bytes = [&](at::ScalarType st) {
+      return static_cast<std::uint64_t>(slots) * cfg.num_kv_heads * cfg.head_dim *
+             static_cast<std::uint64_t>(at::elementSize(st)) * 2;
+    };
     for (int i = 0; i < cfg.num_layers; ++i) {
-      auto opt = at::TensorOptions().dtype(im.dtype);
-      if (i < im.accel_layers) {
+      const bool on_accel = i < im.accel_layers;
+      const at::ScalarType st = on_accel ? im.dtype : at::kFloat;
+      auto opt = at::TensorOptions().dtype(st);
+      const std::uint64_t layer_kv_bytes = kv_layer_bytes(st);
+      if (on_accel) {
         auto a = im.accel->allocate(layer_kv_bytes, device::Site::kv_pool);
         if (!a) {
           Error e = std::move(a).error();
@@ -485,8 +601,8 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
       }
       im.k_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, opt));
       im.v_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, opt));
+      im.stats.kv_pool_bytes += layer_kv_bytes;
     }
-    im.stats.kv_pool_bytes = layer_kv_bytes * static_cast<std::uint64_t>(cfg.num_layers);
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     const bool oom = what.find("alloc") != std::string::npos || what.find("memory") != std::string::npos;
@@ -499,7 +615,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
   im.stats.weights_ms = ms_since(t1);
   if (opts.prefault) {
     const auto t2 = Clock::now();
-    for (const auto& shard : im.dir.shards()) shard.file().prefault();
+    for (const weights::MappedFile* f : im.dir.mapped_files()) f->prefault();
     im.stats.prefault_ms = ms_since(t2);
   }
 
@@ -513,7 +629,8 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
          << ";rope_scaling=" << static_cast<int>(cfg.rope_scaling) << ":" << cfg.rope_factor << ":"
          << cfg.rope_low_freq_factor << ":" << cfg.rope_high_freq_factor << ":" << cfg.rope_original_max_positions
          << ";vocab=" << cfg.vocab_size << ";tied=" << cfg.tie_word_embeddings
-         << ";max_positions=" << cfg.max_position_embeddings;  // not the context in force: a limit, announced apart
+         << ";max_positions=" << cfg.max_position_embeddings << ";rope_interleaved=" << cfg.rope_interleaved << ";freq_factors=";
+    for (float f : cfg.rope_freq_factors) arch << f << ",";  // not the context in force: a limit, announced apart
     std::ostringstream stops;
     for (auto id : m->eos_ids()) stops << "eos:" << id << ";";
     for (const auto& s : gen::template_stops(im.templ)) stops << "str:" << s.size() << ":" << s << ";";
@@ -522,8 +639,10 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
         {"tokenizer", Sha256::hex(Sha256::of(im.tokenizer.model_bytes()))},
         {"weights", im.dir.header_digest() + ";" + sampled_content_digest(im.dir)},
         {"revision", opts.revision},
-        {"weights_dtype", std::string(weights::dtype_name(im.dir.dtype()))},
-        {"compute_dtype", std::string(compute_dtype_name(opts.dtype))},
+        {"weights_types", im.held_type_summary()},
+        {"accel_activations", std::string(opts.dtype == ComputeDType::bf16  ? "bf16"
+                                          : opts.dtype == ComputeDType::f16 ? "f16"
+                                                                            : "f32")},
         {"template", std::string(gen::template_name(im.templ))},
         {"add_bos", m->add_bos() ? "1" : "0"},
         {"sampling_defaults", m->default_sampling().describe()},
@@ -565,7 +684,32 @@ std::uint64_t Model::workspace_bytes(std::int64_t n, std::int64_t context) const
   std::uint64_t bytes = per_token * u(n) + 2 * u(c.num_heads) * u(n) * u(context) * 4 +
                         2 * u(context) * u(c.num_kv_heads) * u(c.head_dim) * (elem + 4);
   if (im.head_on_accel) bytes += u(n) * u(c.vocab_size) * 4;
-  return bytes;
+  // Plus one weight matrix expanded from its stored blocks before its matmul (0 when stored as the dtype).
+  return bytes + im.dequant_ws;
+}
+
+std::uint64_t Model::held_weight_bytes() const {
+  const Impl& im = *impl_;
+  std::uint64_t b = im.embed.bytes() + tensor_bytes(im.final_norm);
+  if (!im.cfg().tie_word_embeddings) b += im.lm_head.bytes();
+  for (const Layer& l : im.layers) {
+    b += tensor_bytes(l.attn_norm) + tensor_bytes(l.mlp_norm);
+    for (const Weight* w : const_cast<Layer&>(l).matrices()) b += w->bytes();
+  }
+  return b;
+}
+
+std::uint64_t Model::dequant_workspace_bytes(std::size_t act_elem) const {
+  const Impl& im = *impl_;
+  std::uint64_t ws = 0;
+  auto consider = [&](const Weight& w) {
+    if (is_float_type(w.type) && kernels::traits(w.type).block_bytes == act_elem) return;
+    ws = std::max(ws, dequantize_aten_workspace(w.type, w.rows, w.cols, act_elem));
+  };
+  consider(im.lm_head);
+  for (const Layer& l : im.layers)
+    for (const Weight* w : const_cast<Layer&>(l).matrices()) consider(*w);
+  return ws;
 }
 
 gen::SamplingParams Model::default_sampling() const {

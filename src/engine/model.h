@@ -21,12 +21,16 @@ namespace tandem::engine {
 
 using TokenId = std::int32_t;
 
-enum class ComputeDType { f32, bf16, f16 };
+// How float weights (f32/f16/bf16 tensors) are held: `auto` as stored; f32/bf16/f16 converted once at load.
+// Quantized tensors (q8_0, q4_0, q4_K, q5_K, q6_K) are always used as stored. The CPU computes activations in f32
+// through Tandem's kernels (docs/kernels.md); on an accelerator the activations and KV are f32, or bf16 / f16
+// when asked for (f16 on CUDA only: the simulated device runs ATen's CPU kernels, which have no f16 matmul).
+enum class ComputeDType { auto_, f32, bf16, f16 };
 std::string_view compute_dtype_name(ComputeDType d);
-Result<ComputeDType> parse_compute_dtype(std::string_view s);  // "f32", "bf16", "f16"
+Result<ComputeDType> parse_compute_dtype(std::string_view s);  // "auto", "f32", "bf16", "f16"
 
 struct LoadOptions {
-  ComputeDType dtype = ComputeDType::f32;  // weights stored in another dtype are converted once at load
+  ComputeDType dtype = ComputeDType::auto_;
   int threads = 1;                        // intra-op threads for matmuls (set per model, applied on each call)
   int kv_block_size = 16;                 // tokens per KV block
   std::int64_t kv_blocks = 0;             // 0: enough for `max_sequences` sequences of `max_context` tokens
@@ -117,6 +121,12 @@ class Model : public std::enable_shared_from_this<Model> {
   // Bytes an activation workspace needs on the accelerator for a forward of `n` new tokens over `context`
   // positions (accounted there for the duration of the forward; 0 without an accelerator).
   std::uint64_t workspace_bytes(std::int64_t n, std::int64_t context) const;
+  // Bytes of the weights as this replica holds them (quantized blocks as stored, float matrices in their held
+  // type, norms in f32): what a full placement on an accelerator copies there.
+  std::uint64_t held_weight_bytes() const;
+  // Bytes to expand the largest weight matrix for one matmul on an accelerator with activations of `act_elem`
+  // bytes (0 when every matrix is already in that element type).
+  std::uint64_t dequant_workspace_bytes(std::size_t act_elem) const;
 
   // Tokenizes a rendered template (text segments encoded, BOS/EOS inserted as ids).
   std::vector<TokenId> encode(const std::vector<gen::Segment>& segments) const;

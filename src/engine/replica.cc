@@ -45,7 +45,7 @@ Status Replica::load_locked(bool prefault) {
   }
   if (prefault && !prefaulted_) {
     const auto t0 = Clock::now();
-    for (const auto& shard : model_->files().shards()) shard.file().prefault();
+    for (const weights::MappedFile* f : model_->files().mapped_files()) f->prefault();
     times_.page_in_ms = ms_since(t0);
     prefaulted_ = true;
   }

@@ -524,7 +524,7 @@ TEST(DaemonConfig, EveryRangeViolationNamesFileKeyAndRange) {
       {"[[model]]\nname = \"bad name\"\ndir = \"/m\"",
        "model[0].name: must be 1-64 characters of [A-Za-z0-9_.-], got \"bad name\"", true},
       {model_with("dtype = \"f64\""),
-       "model[\"m\"].dtype: must be one of \"f32\", \"bf16\", \"f16\", got \"f64\"", true},
+       "model[\"m\"].dtype: must be one of \"auto\", \"f32\", \"bf16\", \"f16\", got \"f64\"", true},
       {model_with("template = \"alpaca\""),
        "model[\"m\"].template: must be one of \"\", \"raw\", \"llama2\", \"chatml\", \"zephyr\", got \"alpaca\"", true},
       {model_with("replica_mode = \"on-demand\""),

@@ -197,9 +197,11 @@ TEST(Model, FingerprintSameFilesSameSettingsAndExplainsDifferences) {
   auto a = load(dir), b = load(dir);
   EXPECT_EQ(a->fingerprint().digest, b->fingerprint().digest);
   engine::LoadOptions lo;
+  lo.dtype = engine::ComputeDType::f32;  // `auto` on an f32 file holds f32: the same replica
+  EXPECT_EQ(load(dir, lo)->fingerprint().digest, a->fingerprint().digest);
   lo.dtype = engine::ComputeDType::bf16;
   auto c = load(dir, lo);
-  EXPECT_EQ(a->fingerprint().diff(c->fingerprint()), std::vector<std::string>{"compute_dtype"});
+  EXPECT_EQ(a->fingerprint().diff(c->fingerprint()), (std::vector<std::string>{"weights_types", "accel_activations"}));
   lo = {};
   lo.template_name = "chatml";
   auto d = load(dir, lo);

@@ -1,0 +1,138 @@
+#include "engine/dequant.h"
+
+#include <ATen/ATen.h>
+
+namespace tandem::engine {
+
+namespace {
+
+using kernels::WType;
+
+// Blocks as [N, block_bytes] uint8.
+at::Tensor blocks_of(const at::Tensor& stored, WType t) {
+  const auto bb = static_cast<std::int64_t>(kernels::traits(t).block_bytes);
+  return stored.contiguous().view({-1, bb});
+}
+
+// A little-endian f16 field at byte `off` of each block, as f32 [N, 1].
+at::Tensor half_at(const at::Tensor& b, std::int64_t off) {
+  return b.narrow(1, off, 2).contiguous().view(at::kHalf).to(at::kFloat);
+}
+
+at::Tensor u8(const at::Tensor& b, std::int64_t off, std::int64_t len) { return b.narrow(1, off, len); }
+
+at::Tensor lo4(const at::Tensor& q) { return at::bitwise_and(q, 0x0F); }
+at::Tensor hi4(const at::Tensor& q) { return at::bitwise_right_shift(q, 4); }
+
+// The 6-bit scales and mins of q4_K / q5_K (ggml's get_scale_min_k4), as f32 [N, 8] each.
+std::pair<at::Tensor, at::Tensor> scale_min_k4(const at::Tensor& s) {
+  const at::Tensor a = s.narrow(1, 0, 4), b = s.narrow(1, 4, 4), c = s.narrow(1, 8, 4);
+  const at::Tensor sc = at::cat({at::bitwise_and(a, 63),
+                                 at::bitwise_or(at::bitwise_and(c, 0x0F),
+                                                at::bitwise_left_shift(at::bitwise_right_shift(a, 6), 4))},
+                                1);
+  const at::Tensor mn = at::cat({at::bitwise_and(b, 63),
+                                 at::bitwise_or(at::bitwise_right_shift(c, 4),
+                                                at::bitwise_left_shift(at::bitwise_right_shift(b, 6), 4))},
+                                1);
+  return {sc.to(at::kFloat), mn.to(at::kFloat)};
+}
+
+at::Tensor q8_0(const at::Tensor& b) {
+  const at::Tensor d = half_at(b, 0);
+  const at::Tensor q = u8(b, 2, 32).contiguous().view(at::kChar).to(at::kFloat);
+  return d * q;  // x = d * q
+}
+
+at::Tensor q4_0(const at::Tensor& b) {
+  const at::Tensor d = half_at(b, 0);
+  const at::Tensor qs = u8(b, 2, 16);
+  const at::Tensor q = at::cat({lo4(qs), hi4(qs)}, 1).to(at::kFloat) - 8.0f;  // exact: small integers
+  return q * d;  // x = (q - 8) * d
+}
+
+// q4_K: chunk c of 32 bytes holds sub-block 2c in its low nibbles and 2c+1 in its high nibbles;
+// x = (d * sc) * q - (dmin * m).
+at::Tensor q4_K(const at::Tensor& b) {
+  const std::int64_t N = b.size(0);
+  const at::Tensor d = half_at(b, 0), dmin = half_at(b, 2);
+  auto [sc, mn] = scale_min_k4(u8(b, 4, 12));
+  const at::Tensor qs = u8(b, 16, 128).reshape({N, 4, 1, 32});
+  const at::Tensor q = at::cat({lo4(qs), hi4(qs)}, 2).reshape({N, 8, 32}).to(at::kFloat);
+  const at::Tensor D = (d * sc).unsqueeze(2), M = (dmin * mn).unsqueeze(2);
+  return (D * q - M).reshape({N, 256});
+}
+
+// q5_K: as q4_K with bit s of qh[l] (l in 0..31) the fifth bit of element l of sub-block s.
+at::Tensor q5_K(const at::Tensor& b) {
+  const std::int64_t N = b.size(0);
+  const at::Tensor d = half_at(b, 0), dmin = half_at(b, 2);
+  auto [sc, mn] = scale_min_k4(u8(b, 4, 12));
+  const at::Tensor qh = u8(b, 16, 32).unsqueeze(1);  // [N, 1, 32]
+  const at::Tensor bits = at::arange(8, b.options().dtype(at::kByte)).view({1, 8, 1});
+  const at::Tensor high = at::bitwise_left_shift(at::bitwise_and(at::bitwise_right_shift(qh, bits), 1), 4);
+  const at::Tensor qs = u8(b, 48, 128).reshape({N, 4, 1, 32});
+  const at::Tensor low = at::cat({lo4(qs), hi4(qs)}, 2).reshape({N, 8, 32});
+  const at::Tensor q = at::bitwise_or(low, high).to(at::kFloat);
+  const at::Tensor D = (d * sc).unsqueeze(2), M = (dmin * mn).unsqueeze(2);
+  return (D * q - M).reshape({N, 256});
+}
+
+// q6_K: two halves of 128 elements; half h uses ql[64h .. 64h+63], qh[32h .. 32h+31], scales[8h .. 8h+7].
+// Element 32k + l (k = 0..3, l = 0..31) of a half: low 4 bits from ql[l + 32 (k & 1)] (k < 2: low nibble, else
+// high), high 2 bits from qh[l] >> 2k; scale index l / 16 + 2k; x = (d * sc) * (q - 32).
+at::Tensor q6_K(const at::Tensor& b) {
+  const std::int64_t N = b.size(0);
+  const at::Tensor ql = u8(b, 0, 128).reshape({N, 2, 2, 32});   // [N, half, j, l]: ql[64h + 32j + l]
+  const at::Tensor qh = u8(b, 128, 64).reshape({N, 2, 1, 32});  // [N, half, 1, l]
+  const at::Tensor sc = u8(b, 192, 16).contiguous().view(at::kChar).to(at::kFloat).reshape({N, 2, 4, 2});
+  const at::Tensor d = half_at(b, 208).reshape({N, 1, 1, 1});
+  const at::Tensor low = at::cat({lo4(ql), hi4(ql)}, 2);  // [N, half, k = 0..3, l]: k = 0,1 low; 2,3 high
+  const at::Tensor shifts = at::arange(0, 8, 2, b.options().dtype(at::kByte)).view({1, 1, 4, 1});
+  const at::Tensor high = at::bitwise_and(at::bitwise_right_shift(qh, shifts), 3);
+  const at::Tensor q = (at::bitwise_or(low, at::bitwise_left_shift(high, 4)).to(at::kFloat) - 32.0f)
+                           .reshape({N, 2, 4, 2, 16});  // l = 16 * (l / 16) + l % 16
+  const at::Tensor D = (d * sc).unsqueeze(4);            // [N, half, k, l / 16, 1]
+  return (D * q).reshape({N, 256});
+}
+
+}  // namespace
+
+at::Tensor dequantize_aten(const at::Tensor& stored, WType t, std::int64_t cols, at::ScalarType out) {
+  switch (t) {
+    case WType::f32:
+    case WType::f16:
+    case WType::bf16:
+      return stored.to(out);
+    default:
+      break;
+  }
+  const std::int64_t rows = stored.size(0);
+  const at::Tensor b = blocks_of(stored, t);
+  at::Tensor y;
+  switch (t) {
+    case WType::q8_0: y = q8_0(b); break;
+    case WType::q4_0: y = q4_0(b); break;
+    case WType::q4_K: y = q4_K(b); break;
+    case WType::q5_K: y = q5_K(b); break;
+    case WType::q6_K: y = q6_K(b); break;
+    default: break;
+  }
+  y = y.reshape({rows, cols});
+  return out == at::kFloat ? y : y.to(out);
+}
+
+std::uint64_t dequantize_aten_workspace(WType t, std::int64_t rows, std::int64_t cols, std::size_t out_elem) {
+  const auto n = static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols);
+  switch (t) {
+    case WType::f32:
+    case WType::f16:
+    case WType::bf16:
+      return n * out_elem;
+    default:
+      // Byte-sized nibble/bit planes (≤ 3 live at once), the f32 quants, the f32 result and the output copy.
+      return n * (3 + 4 + 4 + out_elem);
+  }
+}
+
+}  // namespace tandem::engine
