@@ -3,6 +3,8 @@
 // blocking for prefill. The ISA-specific tiles live in kernels_avx2.cc behind dispatch.h.
 #include "kernels/kernels.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cassert>
@@ -60,13 +62,22 @@ const KernelTable& scalar_table() { return kScalarTable; }
 
 namespace {
 
+#if defined(TANDEM_KERNELS_HAVE_AVX2)
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+  return (c & bit_F16C) != 0;
+}
+#endif
+
 bool cpu_has(Isa i) {
   switch (i) {
     case Isa::scalar: return true;
     case Isa::avx2:
 #if defined(TANDEM_KERNELS_HAVE_AVX2)
-      // libgcc's checks include the OS's support for the YMM state (XGETBV).
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      // The compiler's checks include the OS's support for the YMM state (XGETBV). clang 14 has no "f16c" name for
+      // __builtin_cpu_supports, so F16C (CPUID leaf 1, ECX bit 29) is read directly.
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 #else
       return false;
 #endif
