@@ -77,38 +77,50 @@ inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const
 
 // ---- f32 / f16 / bf16 -----------------------------------------------------------------------------------------
 
+// A source gives kHalves vectors of 8 floats per step of 8 * kHalves elements. Which element lands in which lane
+// is the source's business; weights and activations are loaded alike, so the products pair up.
 struct F32Src {
   using T = float;
-  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static constexpr int kHalves = 1;
+  static __m256 load(const float* p, int) { return _mm256_loadu_ps(p); }
 };
 struct F16Src {
   using T = std::uint16_t;
-  static __m256 load(const std::uint16_t* p) { return _mm256_cvtph_ps(load128(p)); }
+  static constexpr int kHalves = 1;
+  static __m256 load(const std::uint16_t* p, int) { return _mm256_cvtph_ps(load128(p)); }
 };
+// bf16: 16 elements per step; interleaving zeros below each 16-bit value widens it to f32 in one instruction per
+// 8 elements (half 0: elements 0-3 and 8-11, half 1: 4-7 and 12-15).
 struct BF16Src {
   using T = std::uint16_t;
-  static __m256 load(const std::uint16_t* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
+  static constexpr int kHalves = 2;
+  static __m256 load(const std::uint16_t* p, int half) {
+    const __m256i v = load256(p);
+    const __m256i z = _mm256_setzero_si256();
+    return _mm256_castsi256_ps(half == 0 ? _mm256_unpacklo_epi16(z, v) : _mm256_unpackhi_epi16(z, v));
   }
 };
 
-// One accumulator chain of 8 lanes per output element: acc = fma(w[k..k+8), x[k..k+8), acc), a zero-padded last
-// step for cols % 8, then hsum8.
+// One accumulator chain of 8 lanes per output element: acc = fma(w, x, acc) over the steps of kStep elements in
+// order (the source's halves in order within a step), a zero-padded last step for cols % kStep, then hsum8.
 template <class Src, int R, int C>
 struct FloatTile {
   using T = typename Src::T;
-
-  static constexpr int kLine = 64 / sizeof(T);  // elements per cache line: 2 or 4 steps
+  static constexpr int kStep = 8 * Src::kHalves;
+  static constexpr int kLine = 64 / sizeof(T);  // elements per cache line: 1, 2 or 4 steps
 
   static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, __m256 (&acc)[R][C]) {
-    __m256 xv[C];
     TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) xv[c] = Src::load(ac[c] + k);
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const __m256 wv = Src::load(wr[r] + k);
+    for (int h = 0; h < Src::kHalves; ++h) {
+      __m256 xv[C];
       TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+      for (int c = 0; c < C; ++c) xv[c] = Src::load(ac[c] + k, h);
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m256 wv = Src::load(wr[r] + k, h);
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+      }
     }
   }
 
@@ -132,12 +144,12 @@ struct FloatTile {
       TANDEM_UNROLL
       for (int r = 0; r < R; ++r) prefetch(wr[r] + k, pf);  // one prefetch per row and cache line
       TANDEM_UNROLL
-      for (int i = 0; i < kLine; i += 8) step(wr, ac, k + i, acc);
+      for (int i = 0; i < kLine; i += kStep) step(wr, ac, k + i, acc);
     }
-    for (; k + 8 <= cols; k += 8) step(wr, ac, k, acc);
+    for (; k + kStep <= cols; k += kStep) step(wr, ac, k, acc);
     if (k < cols) {
-      T wt[R][8];
-      T at[C][8];
+      T wt[R][kStep];
+      T at[C][kStep];
       const T* wp[R];
       const T* ap[C];
       std::memset(wt, 0, sizeof(wt));
