@@ -129,7 +129,9 @@ Isa detected_isa() { return cpu_has(Isa::avx2) ? Isa::avx2 : Isa::scalar; }
 
 Isa active_isa() { return table().isa; }
 
-void set_isa_for_testing(Isa i) { g_table.store(&table_for(cpu_has(i) ? i : detected_isa()), std::memory_order_release); }
+void set_isa_for_testing(Isa i) {
+  g_table.store(&table_for(cpu_has(i) ? i : detected_isa()), std::memory_order_release);
+}
 
 void quantize_act(WType t, const float* x, std::int64_t ldx, std::int64_t n, std::int64_t cols, void* act) {
   const detail::TypeKernels& k = table()[t];

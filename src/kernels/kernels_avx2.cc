@@ -520,7 +520,8 @@ void quantize_bf16(const float* x, void* out, std::int64_t cols) {
     for (int h = 0; h < 2; ++h) {
       const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k + 8 * h));
       const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-      const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+      const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));
+      const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
       const __m256i nanv = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
       const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
       r[h] = _mm256_blendv_epi8(rounded, nanv, is_nan);
