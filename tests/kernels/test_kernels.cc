@@ -17,6 +17,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "kernels/types.h"
@@ -133,8 +137,10 @@ TEST(KernelsDispatch, IsaNamesAndSelection) {
   EXPECT_EQ(active_isa(), detected_isa());  // avx2 where the CPU has it, else the fallback
   set_isa_for_testing(detected_isa());
 #if defined(__x86_64__)
-  const bool cpu_avx2 =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 14 has no "f16c" name for __builtin_cpu_supports.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  const bool cpu_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   EXPECT_EQ(detected_isa(), cpu_avx2 ? Isa::avx2 : Isa::scalar);
 #endif
 }
