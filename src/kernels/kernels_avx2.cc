@@ -554,29 +554,19 @@ inline __m256i pack_i32_to_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
   return _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// q8_0 as quantize_act_ref: d = amax / 127, id = 1 / d, q = round(x * id) with std::round's ties away from zero.
+// q8_0 as quantize_act_ref: d = f16(amax / 127), id = 127 / amax, q = x * id rounded to nearest even (cvtps in the
+// default MXCSR mode), as llama.cpp's x86 quantize_row_q8_0.
 void quantize_q8_0(const float* x, void* out, std::int64_t cols) {
   auto* y = static_cast<BlockQ8_0*>(out);
   const std::int64_t nb = cols / QK8_0;
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256 half = _mm256_set1_ps(0.5f);
-  const __m256 one = _mm256_set1_ps(1.0f);
   for (std::int64_t i = 0; i < nb; ++i, x += QK8_0) {
     const float amax = abs_max(x, QK8_0);
-    const float d = amax / 127;
-    const float id = d != 0.f ? 1.0f / d : 0.0f;
-    y[i].d = f32_to_f16(d);
+    y[i].d = f32_to_f16(amax / 127.f);
+    const float id = amax != 0.f ? 127.f / amax : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
     __m256i q[4];
     TANDEM_UNROLL
-    for (int v = 0; v < 4; ++v) {
-      const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), vid);
-      const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __m256 frac = abs_ps(_mm256_sub_ps(p, t));  // exact
-      const __m256 away = _mm256_or_ps(_mm256_and_ps(p, sign), one);
-      const __m256 rounded = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), away));
-      q[v] = _mm256_cvttps_epi32(rounded);
-    }
+    for (int v = 0; v < 4; ++v) q[v] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), vid));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), pack_i32_to_i8(q[0], q[1], q[2], q[3]));
   }
 }

@@ -179,6 +179,20 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, std::int64_t nb) {
   }
 }
 
+// q8_0 *activations* as llama.cpp's x86 CPU backend prepares them (its quantize_row_q8_0, which its AVX2 and
+// AVX-512 builds both run), not as its _ref: id = 127 / amax rather than 1 / (amax / 127), and ties to even. The
+// stored scale is the same f16(amax / 127). Weights keep quantize_q8_0 above (what llama-quantize writes).
+void quantize_act_q8_0(const float* x, BlockQ8_0* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, x += QK8_0) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+    y[i].d = f32_to_f16(amax / 127.f);
+    const float id = amax != 0.f ? 127.f / amax : 0.0f;
+    for (int j = 0; j < QK8_0; ++j)
+      y[i].qs[j] = static_cast<std::int8_t>(static_cast<int>(std::nearbyint(x[j] * id)));  // default mode: to even
+  }
+}
+
 void quantize_q4_0(const float* x, BlockQ4_0* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i, x += QK4_0) {
     float amax = 0.0f;
@@ -601,7 +615,7 @@ void quantize_act_ref(WType t, const float* x, void* out, std::int64_t n) {
     case AType::f32: quantize_row(WType::f32, x, out, n); return;
     case AType::f16: quantize_row(WType::f16, x, out, n); return;
     case AType::bf16: quantize_row(WType::bf16, x, out, n); return;
-    case AType::q8_0: quantize_q8_0(x, static_cast<BlockQ8_0*>(out), n / QK8_0); return;
+    case AType::q8_0: quantize_act_q8_0(x, static_cast<BlockQ8_0*>(out), n / QK8_0); return;
     case AType::q8_K: quantize_q8_K(x, static_cast<BlockQ8_K*>(out), n / QK_K); return;
   }
 }

@@ -166,7 +166,7 @@ TEST(KernelsDispatch, EnvironmentOverride) {
 
 // ---- activation quantization ----------------------------------------------------------------------------------
 
-// Rows that probe the rounding rules: ties at .5 after scaling (q8_0 rounds them away from zero, q8_K to even),
+// Rows that probe the rounding rules: ties at .5 after scaling (q8_0 and q8_K activations both round them to even),
 // equal magnitudes of both signs (q8_K takes the first), zero blocks, tiny and large values.
 std::vector<std::vector<float>> probe_rows(std::mt19937& rng, std::int64_t cols) {
   std::vector<std::vector<float>> rows;

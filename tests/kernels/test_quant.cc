@@ -516,7 +516,21 @@ TEST(KernelsAct, FormatsPerWeightType) {
       case AType::f32: EXPECT_EQ(act, quantize(WType::f32, x)); break;
       case AType::f16: EXPECT_EQ(act, quantize(WType::f16, x)); break;
       case AType::bf16: EXPECT_EQ(act, quantize(WType::bf16, x)); break;
-      case AType::q8_0: EXPECT_EQ(act, quantize(WType::q8_0, x)); break;  // quantize_row_q8_0_ref both ways
+      case AType::q8_0: {
+        // llama.cpp's x86 activation quantizer: scale f16(amax / 127), q = x * (127 / amax) rounded to even.
+        for (int b = 0; b < 256 / QK8_0; ++b) {
+          BlockQ8_0 blk;
+          std::memcpy(&blk, act.data() + b * sizeof(BlockQ8_0), sizeof blk);
+          float amax = 0;
+          for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[b * QK8_0 + j]));
+          EXPECT_EQ(blk.d, f32_to_f16(amax / 127.f));
+          for (int j = 0; j < QK8_0; ++j) {
+            const float p = x[b * QK8_0 + j] * (127.f / amax);
+            EXPECT_EQ(blk.qs[j], static_cast<int>(std::nearbyint(p))) << b << ":" << j;
+          }
+        }
+        break;
+      }
       case AType::q8_K: {
         const std::vector<double> a = decode_act(t, act, 256);
         for (int i = 0; i < 256; ++i) EXPECT_NEAR(a[i], x[i], 4.5 / 127);
@@ -524,6 +538,25 @@ TEST(KernelsAct, FormatsPerWeightType) {
       }
     }
   }
+}
+
+// q8_0 activations round ties to even (llama.cpp's CPU quantize_row_q8_0), unlike the q8_0 weight quantizer
+// (quantize_row_q8_0_ref: ties away from zero).
+TEST(KernelsAct, Q8_0ActivationTiesGoToEven) {
+  std::vector<float> x(QK8_0, 0.f);
+  x[0] = 127.f;  // amax 127: id = 1, so x.5 is a tie
+  x[1] = 2.5f;
+  x[2] = -3.5f;
+  x[3] = 4.5f;
+  BlockQ8_0 act, w;
+  quantize_act_ref(WType::q8_0, x.data(), &act, QK8_0);
+  quantize_row(WType::q8_0, x.data(), &w, QK8_0);
+  EXPECT_EQ(act.qs[1], 2);
+  EXPECT_EQ(act.qs[2], -4);
+  EXPECT_EQ(act.qs[3], 4);
+  EXPECT_EQ(w.qs[1], 3);  // the weight quantizer: away from zero
+  EXPECT_EQ(w.qs[2], -4);
+  EXPECT_EQ(w.qs[3], 5);
 }
 
 // ---- dot products ----------------------------------------------------------------------------------------------
