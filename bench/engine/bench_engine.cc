@@ -22,6 +22,7 @@
 #include "engine/generation.h"
 #include "engine/model.h"
 #include "engine/replica.h"
+#include "modelgen/gguf_convert.h"
 #include "modelgen/modelgen.h"
 
 namespace {
@@ -52,6 +53,33 @@ std::string model_dir(const std::string& preset, weights::DType dt) {
     }
   }
   return dir;
+}
+
+// The benchmark shape in a GGUF weight type / mix, converted from the f32 model by tandem-quantize's code (the same
+// file can be timed with llama.cpp's llama-bench: its path is printed). "" when the shape cannot take the type
+// (the tiny preset's 128-wide rows are no multiple of the k-quants' 256).
+std::string gguf_variant(const std::string& preset, const std::string& recipe) {
+  const std::string path = g_models + "/" + preset + "-" + recipe + ".gguf";
+  if (!std::filesystem::exists(path)) {
+    auto r = modelgen::parse_recipe(recipe);
+    auto st = r ? modelgen::convert_to_gguf(model_dir(preset, weights::DType::f32), path, *r, 2)
+                : Result<modelgen::ConvertStats>(fail(r.error()));
+    if (!st) {
+      std::fprintf(stderr, "bench_engine: %s %s skipped: %s\n", preset.c_str(), recipe.c_str(),
+                   st.error().message.c_str());
+      return {};
+    }
+  }
+  std::printf("bench_engine: %s %s: %s\n", preset.c_str(), recipe.c_str(), path.c_str());
+  return path;
+}
+
+// Bytes one decode step reads: every matrix and norm, not the embedding table (one row of it) unless tied.
+double decode_bytes(const engine::Model& m) {
+  double b = 0;
+  for (const auto& t : m.files().tensors())
+    if (t.name != "model.embed_tokens.weight" || m.config().tie_word_embeddings) b += static_cast<double>(t.data.size());
+  return b;
 }
 
 std::shared_ptr<engine::Model> load(const std::string& dir, engine::ComputeDType dt, int threads) {
@@ -158,7 +186,7 @@ void BM_DecodeSim(benchmark::State& state, std::string dir, engine::ComputeDType
 // 16-byte vector accumulators so the loop is bound by memory, not by the adds.
 void BM_WeightStream(benchmark::State& state, std::string dir, int threads) {
   auto m = load(dir, engine::ComputeDType::f32, 1);
-  for (const auto& shard : m->files().shards()) shard.file().prefault();  // page tables populated, as in decode
+  for (const weights::MappedFile* f : m->files().mapped_files()) f->prefault();  // page tables populated
   std::uint64_t bytes = 0;
   for (const auto& t : m->files().tensors()) bytes += t.data.size();
   // Each thread reads its share of every tensor (as the row split does).
@@ -213,9 +241,16 @@ void BM_Prefill(benchmark::State& state, std::string dir, engine::ComputeDType d
 }
 
 void BM_Decode(benchmark::State& state, std::string dir, engine::ComputeDType dt, int threads) {
+  const double rss0 = static_cast<double>(rss_kib()) / 1024.0;
   auto m = load(dir, dt, threads);
+  for (const weights::MappedFile* f : m->files().mapped_files()) f->prefault();
   if (!time_decode(state, m)) return;
   state.counters["rss_MiB"] = static_cast<double>(rss_kib()) / 1024.0;
+  // Resident memory beyond the mapped weights and the KV pool (the "≤ KV + 64 MiB").
+  state.counters["rss_beyond_weights_kv_MiB"] =
+      static_cast<double>(rss_kib()) / 1024.0 - rss0 -
+      static_cast<double>(m->load_stats().weight_bytes + m->load_stats().kv_pool_bytes) / 1048576.0;
+  state.counters["read_MiB"] = decode_bytes(*m) / 1048576.0;
 }
 
 // Collects results so the summary can print ratios against the bandwidth baseline.
@@ -240,9 +275,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
       const std::string threads = name.substr(name.rfind('/') + 1);  // "threads:N"
       const auto base = values_.find("WeightStream/" + model + "/" + threads);
       if (base == values_.end()) continue;
-      const double gbs = base->second.at("GB/s"), mib = base->second.at("weight_MiB");
-      // bf16 compute reads half the bytes of the f32 file when the file is f32 and was converted
-      const double bytes_per_tok = mib * 1048576.0 * (name.find("/bf16/") != std::string::npos ? 0.5 : 1.0);
+      const double gbs = base->second.at("GB/s");
+      const double bytes_per_tok = c.at("read_MiB") * 1048576.0;
       const double bound = gbs * 1e9 / bytes_per_tok;
       std::printf("%-44s %10.1f %12.1f %7.0f%%\n", name.c_str(), c.at("tok/s"), bound, 100.0 * c.at("tok/s") / bound);
     }
@@ -291,14 +325,14 @@ int main(int argc, char** argv) {
                                    f32, engine::ComputeDType::bf16, layers)
           ->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
     }
-    for (auto dt : {engine::ComputeDType::f32, engine::ComputeDType::bf16}) {
-      const std::string dn(engine::compute_dtype_name(dt));
-      // bf16 compute runs on a bf16 file (zero-copy), f32 on the f32 file.
-      const std::string dir = dt == engine::ComputeDType::f32 ? f32 : model_dir(p, weights::DType::bf16);
+    // Every weight type the CPU kernels serve: f32 from the HF directory, the others as GGUF files.
+    for (const std::string v : {"f32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K_M"}) {
+      const std::string dir = v == "f32" ? f32 : gguf_variant(p, v);
+      if (dir.empty()) continue;
       for (int t : {1, 2}) {
-        const std::string tag = p + "/" + dn + "/threads:" + std::to_string(t);
-        benchmark::RegisterBenchmark(("Prefill128/" + tag).c_str(), BM_Prefill, dir, dt, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 2 : 4)->UseRealTime();
-        benchmark::RegisterBenchmark(("Decode/" + tag).c_str(), BM_Decode, dir, dt, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
+        const std::string tag = p + "/" + v + "/threads:" + std::to_string(t);
+        benchmark::RegisterBenchmark(("Prefill128/" + tag).c_str(), BM_Prefill, dir, engine::ComputeDType::auto_, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 2 : 3)->UseRealTime();
+        benchmark::RegisterBenchmark(("Decode/" + tag).c_str(), BM_Decode, dir, engine::ComputeDType::auto_, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
       }
     }
   }
