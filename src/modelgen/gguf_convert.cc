@@ -11,6 +11,7 @@
 #include "kernels/quant.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/gguf.h"
+#include "weights/gguf_model.h"
 #include "weights/model_dir.h"
 
 namespace tandem::modelgen {
@@ -113,29 +114,6 @@ Result<Source> from_gguf(const std::string& path) {
   return s;
 }
 
-// HF tensor names → GGUF names (llama.cpp's llama tensor map).
-std::optional<std::string> gguf_name_of(const std::string& hf) {
-  static const std::map<std::string, std::string> top = {{"model.embed_tokens.weight", "token_embd.weight"},
-                                                         {"model.norm.weight", "output_norm.weight"},
-                                                         {"lm_head.weight", "output.weight"}};
-  if (auto it = top.find(hf); it != top.end()) return it->second;
-  static const std::pair<const char*, const char*> per_layer[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},       {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},         {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},          {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"}};
-  const std::string prefix = "model.layers.";
-  if (hf.rfind(prefix, 0) != 0) return std::nullopt;
-  const auto dot = hf.find('.', prefix.size());
-  if (dot == std::string::npos) return std::nullopt;
-  const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
-  const std::string rest = hf.substr(dot + 1);
-  for (const auto& [h, g] : per_layer)
-    if (rest == h) return "blk." + layer + "." + g;
-  return std::nullopt;
-}
-
 Result<Source> from_hf(const std::string& dir_path) {
   auto dir = weights::ModelDir::open(dir_path);
   if (!dir) return fail(std::move(dir).error());
@@ -190,7 +168,7 @@ Result<Source> from_hf(const std::string& dir_path) {
 
   for (const auto& [hf_name, shape] : weights::ModelDir::required_tensors(c)) {
     const weights::TensorView* tv = dir->tensor(hf_name);
-    auto g = gguf_name_of(hf_name);
+    auto g = weights::gguf_name_from_hf(hf_name);
     if (!tv || !g) return fail(Errc::internal, dir_path + ": no GGUF name for tensor '" + hf_name + "'");
     SrcTensor st;
     st.name = *g;

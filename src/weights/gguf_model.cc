@@ -9,21 +9,13 @@
 #include <map>
 
 #include "weights/json_util.h"
+#include "weights/model_limits.h"
 #include "weights/model_dir.h"
 
 namespace tandem::weights {
 namespace {
 
-// The same bounds as config.json (model_dir.cc, docs/model-format.md).
-constexpr std::int64_t kMaxHidden = 65536;
-constexpr std::int64_t kMaxIntermediate = 4 * 65536;
-constexpr std::int64_t kMaxLayers = 1024;
-constexpr std::int64_t kMaxHeads = 1024;
-constexpr std::int64_t kMaxHeadDim = 1024;
-constexpr std::int64_t kMaxVocab = 1 << 24;
-constexpr std::int64_t kMaxPositions = 1 << 24;
-constexpr double kMaxRopeTheta = 1e12;
-constexpr double kMaxRopeFactor = 1024.0;
+using namespace limits;  // the same bounds as config.json (weights/model_limits.h)
 
 // Per-layer suffixes: GGUF → HF (both without the ".weight" / ".bias" ending).
 constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {

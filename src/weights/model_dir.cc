@@ -11,6 +11,7 @@
 
 #include "core/sha256.h"
 #include "weights/json_util.h"
+#include "weights/model_limits.h"
 
 namespace tandem::weights {
 
@@ -20,18 +21,7 @@ namespace {
 
 constexpr std::uint64_t kMaxJsonFileBytes = 64ull * 1024 * 1024;  // config / index / tokenizer_config / generation
 
-// Upper bounds for config.json (documented in docs/model-format.md). Generous for today's Llama-family models,
-// small enough that products of them cannot overflow 64 bits.
-constexpr std::int64_t kMaxHidden = 65536;
-constexpr std::int64_t kMaxIntermediate = 4 * 65536;
-constexpr std::int64_t kMaxLayers = 1024;
-constexpr std::int64_t kMaxHeads = 1024;
-constexpr std::int64_t kMaxHeadDim = 1024;
-constexpr std::int64_t kMaxVocab = 1 << 24;
-constexpr std::int64_t kMaxPositions = 1 << 24;
-constexpr std::int64_t kMaxTokenId = (std::int64_t{1} << 31) - 1;
-constexpr double kMaxRopeTheta = 1e12;
-constexpr double kMaxRopeFactor = 1024.0;
+using namespace limits;  // the bounds shared with GGUF metadata (weights/model_limits.h)
 
 std::string shape_str(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
