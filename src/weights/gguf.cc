@@ -7,12 +7,15 @@
 #include <limits>
 #include <utility>
 
+#include "weights/gguf_internal.h"
 #include "weights/json_util.h"
 
 namespace tandem::weights {
+
+using namespace gguf_detail;
+
 namespace {
 
-constexpr std::uint64_t kDefaultAlignment = 32;
 // Limits for untrusted files (docs/model-format.md). Strings hold chat templates (tens of KiB at most today);
 // names and keys are short. Total string-array elements bound the vector<string> the reader builds (a vocabulary
 // has up to ~260k tokens, BPE merges as many again); nested arrays (rare) have their own small budget.
@@ -21,7 +24,6 @@ constexpr std::uint64_t kMaxNameBytes = 65535;
 constexpr std::uint64_t kMaxStringElements = 1ull << 22;
 constexpr std::uint64_t kMaxNestedElements = 1ull << 16;
 constexpr int kMaxArrayDepth = 8;
-constexpr std::uint32_t kMaxDims = 4;
 // Smallest encodings, to reject counts that cannot fit in the rest of the file before looping over them.
 constexpr std::uint64_t kMinKvBytes = 8 + 1 + 4 + 1;                  // key length, 1-byte key, type, u8 value
 constexpr std::uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims, one dim, type, offset
@@ -44,31 +46,6 @@ constexpr GgmlRow kGgmlTypes[] = {
 
 bool is_number_type(GgufType t) { return gguf_scalar_size(t) != 0; }
 
-std::string dims_str(const std::vector<std::uint64_t>& ne) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
-  return s + "]";
-}
-
-// Bytes of a tensor of a known ggml type: row_bytes(ne0) × rows. nullopt with `why` set on a bad shape.
-std::optional<std::uint64_t> tensor_bytes(const GgmlTypeInfo& ti, const std::vector<std::uint64_t>& ne,
-                                          std::string& why) {
-  const auto blk = static_cast<std::uint64_t>(ti.block_elems);
-  if (ne[0] % blk != 0) {
-    why = "row length ne[0] = " + std::to_string(ne[0]) + " is not a multiple of the " + std::string(ti.name) +
-          " block size " + std::to_string(blk);
-    return std::nullopt;
-  }
-  std::uint64_t n = (ne[0] / blk);
-  bool overflow = __builtin_mul_overflow(n, static_cast<std::uint64_t>(ti.block_bytes), &n);
-  for (std::size_t d = 1; d < ne.size(); ++d) overflow = overflow || __builtin_mul_overflow(n, ne[d], &n);
-  if (std::find(ne.begin(), ne.end(), 0) != ne.end()) return 0;
-  if (overflow) {
-    why = "size of " + dims_str(ne) + " " + std::string(ti.name) + " overflows 64 bits";
-    return std::nullopt;
-  }
-  return n;
-}
 
 std::uint64_t le(const std::byte* p, int n) {
   std::uint64_t v = 0;
@@ -265,6 +242,65 @@ std::string_view tensor_key(const GgufTensorInfo& t) { return t.name; }
 
 }  // namespace
 
+// --- shared with the writer (gguf_internal.h) -----------------------------------------------------------------
+
+namespace gguf_detail {
+
+std::string dims_str(const std::vector<std::uint64_t>& ne) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+// Bytes of a tensor of a known ggml type: row_bytes(ne0) × rows. nullopt with `why` set on a bad shape.
+std::optional<std::uint64_t> tensor_bytes(const GgmlTypeInfo& ti, const std::vector<std::uint64_t>& ne,
+                                          std::string& why) {
+  const auto blk = static_cast<std::uint64_t>(ti.block_elems);
+  if (ne[0] % blk != 0) {
+    why = "row length ne[0] = " + std::to_string(ne[0]) + " is not a multiple of the " + std::string(ti.name) +
+          " block size " + std::to_string(blk);
+    return std::nullopt;
+  }
+  std::uint64_t n = (ne[0] / blk);
+  bool overflow = __builtin_mul_overflow(n, static_cast<std::uint64_t>(ti.block_bytes), &n);
+  for (std::size_t d = 1; d < ne.size(); ++d) overflow = overflow || __builtin_mul_overflow(n, ne[d], &n);
+  if (std::find(ne.begin(), ne.end(), 0) != ne.end()) return 0;
+  if (overflow) {
+    why = "size of " + dims_str(ne) + " " + std::string(ti.name) + " overflows 64 bits";
+    return std::nullopt;
+  }
+  return n;
+}
+
+// The little-endian bytes of scalar `v` as type t.
+void put_scalar(std::string& out, GgufType t, const GgufValue& v) {
+  std::uint64_t bits = 0;
+  switch (t) {
+    case GgufType::u8:
+    case GgufType::u16:
+    case GgufType::u32:
+    case GgufType::u64:
+    case GgufType::boolean: bits = v.u; break;
+    case GgufType::i8:
+    case GgufType::i16:
+    case GgufType::i32:
+    case GgufType::i64: bits = static_cast<std::uint64_t>(v.i); break;
+    case GgufType::f32: {
+      const auto x = static_cast<float>(v.f);
+      std::uint32_t b = 0;
+      std::memcpy(&b, &x, 4);
+      bits = b;
+      break;
+    }
+    case GgufType::f64: std::memcpy(&bits, &v.f, 8); break;
+    case GgufType::string:
+    case GgufType::array: return;
+  }
+  for (std::size_t k = 0; k < gguf_scalar_size(t); ++k) out.push_back(static_cast<char>((bits >> (8 * k)) & 0xFF));
+}
+
+}  // namespace gguf_detail
+
 // --- values -------------------------------------------------------------------------------------------------------
 
 std::string_view gguf_type_name(GgufType t) {
@@ -335,34 +371,6 @@ GgufValue GgufValue::of_string(std::string v) {
   return x;
 }
 
-namespace {
-// The little-endian bytes of scalar `v` as type t.
-void put_scalar(std::string& out, GgufType t, const GgufValue& v) {
-  std::uint64_t bits = 0;
-  switch (t) {
-    case GgufType::u8:
-    case GgufType::u16:
-    case GgufType::u32:
-    case GgufType::u64:
-    case GgufType::boolean: bits = v.u; break;
-    case GgufType::i8:
-    case GgufType::i16:
-    case GgufType::i32:
-    case GgufType::i64: bits = static_cast<std::uint64_t>(v.i); break;
-    case GgufType::f32: {
-      const auto x = static_cast<float>(v.f);
-      std::uint32_t b = 0;
-      std::memcpy(&b, &x, 4);
-      bits = b;
-      break;
-    }
-    case GgufType::f64: std::memcpy(&bits, &v.f, 8); break;
-    case GgufType::string:
-    case GgufType::array: return;
-  }
-  for (std::size_t k = 0; k < gguf_scalar_size(t); ++k) out.push_back(static_cast<char>((bits >> (8 * k)) & 0xFF));
-}
-}  // namespace
 
 GgufValue GgufValue::of_array(GgufType elem, const std::vector<GgufValue>& items) {
   GgufValue x;
@@ -725,220 +733,6 @@ Result<std::span<const std::byte>> GgufFile::tensor_data(const GgufTensorInfo& t
 
 std::span<const std::byte> GgufFile::header_bytes() const {
   return bytes().subspan(0, static_cast<std::size_t>(header_end_));
-}
-
-// --- writer -------------------------------------------------------------------------------------------------------
-
-GgufWriter::GgufWriter(std::uint32_t alignment, std::uint32_t version) : alignment_(alignment), version_(version) {}
-
-void GgufWriter::set(std::string key, GgufValue value) {
-  for (auto& [k, v] : metadata_) {
-    if (k == key) {
-      v = std::move(value);
-      return;
-    }
-  }
-  metadata_.emplace_back(std::move(key), std::move(value));
-}
-
-bool GgufWriter::erase(std::string_view key) {
-  const auto it = std::find_if(metadata_.begin(), metadata_.end(), [&](const auto& kv) { return kv.first == key; });
-  if (it == metadata_.end()) return false;
-  metadata_.erase(it);
-  return true;
-}
-
-Status GgufWriter::add_tensor(std::string name, std::uint32_t ggml_type, std::vector<std::uint64_t> ne,
-                              std::span<const std::byte> data) {
-  const std::string where = "GGUF writer: tensor " + detail::printable(name);
-  if (name.empty()) return fail(Errc::invalid_argument, "GGUF writer: empty tensor name");
-  if (ne.empty() || ne.size() > kMaxDims) {
-    return fail(Errc::invalid_argument, where + ": " + std::to_string(ne.size()) + " dims (1 to 4 allowed)");
-  }
-  for (const auto& t : tensors_) {
-    if (t.name == name) return fail(Errc::invalid_argument, where + " added twice");
-  }
-  const GgmlTypeInfo ti = ggml_type_info(ggml_type);
-  if (ti.block_elems > 0) {
-    std::string why;
-    const auto nb = tensor_bytes(ti, ne, why);
-    if (!nb) return fail(Errc::invalid_argument, where + ": " + why);
-    if (*nb != data.size()) {
-      return fail(Errc::invalid_argument, where + ": " + dims_str(ne) + " " + std::string(ti.name) + " needs " +
-                                              std::to_string(*nb) + " bytes, got " + std::to_string(data.size()));
-    }
-  }
-  tensors_.push_back(
-      Tensor{std::move(name), ggml_type, std::move(ne), std::vector<std::byte>(data.begin(), data.end())});
-  return {};
-}
-
-Status GgufWriter::add_tensor(std::string name, kernels::WType type, const std::vector<std::int64_t>& hf_shape,
-                              std::span<const std::byte> data) {
-  std::vector<std::uint64_t> ne;
-  for (auto it = hf_shape.rbegin(); it != hf_shape.rend(); ++it) {
-    if (*it < 0)
-      return fail(Errc::invalid_argument, "GGUF writer: tensor " + detail::printable(name) + ": negative dim");
-    ne.push_back(static_cast<std::uint64_t>(*it));
-  }
-  return add_tensor(std::move(name), static_cast<std::uint32_t>(kernels::traits(type).ggml_id), std::move(ne), data);
-}
-
-namespace {
-
-void put_u(std::string& out, std::uint64_t v, int n) {
-  for (int k = 0; k < n; ++k) out.push_back(static_cast<char>((v >> (8 * k)) & 0xFF));
-}
-
-void put_str(std::string& out, std::string_view s) {
-  put_u(out, s.size(), 8);
-  out.append(s);
-}
-
-Status put_value(std::string& out, const GgufValue& v, const std::string& key, bool with_type) {
-  const auto bad = [&] {
-    return fail(Errc::invalid_argument, "GGUF writer: key " + detail::printable(key) +
-                                            ": inconsistent value (type, element type, count and elements disagree)");
-  };
-  if (with_type) put_u(out, static_cast<std::uint32_t>(v.type), 4);
-  if (v.type == GgufType::string) {
-    put_str(out, v.str);
-    return {};
-  }
-  if (v.type != GgufType::array) {
-    if (gguf_scalar_size(v.type) == 0) return bad();
-    put_scalar(out, v.type, v);
-    return {};
-  }
-  put_u(out, static_cast<std::uint32_t>(v.elem_type), 4);
-  put_u(out, v.count, 8);
-  if (v.elem_type == GgufType::string) {
-    if (v.strings.size() != v.count) return bad();
-    for (const auto& s : v.strings) put_str(out, s);
-  } else if (v.elem_type == GgufType::array) {
-    if (v.arrays.size() != v.count) return bad();
-    for (const auto& a : v.arrays) {
-      if (a.type != GgufType::array) return bad();
-      TANDEM_TRY(put_value(out, a, key, false));
-    }
-  } else {
-    const std::size_t sz = gguf_scalar_size(v.elem_type);
-    if (sz == 0 || v.raw.size() != v.count * sz) return bad();
-    out.append(v.raw);
-  }
-  return {};
-}
-
-}  // namespace
-
-Result<std::string> GgufWriter::serialize() const {
-  std::uint64_t alignment = alignment_;
-  bool write_alignment = alignment_ != kDefaultAlignment;
-  for (const auto& [k, v] : metadata_) {
-    if (k.empty()) return fail(Errc::invalid_argument, "GGUF writer: empty key");
-    if (k == "general.alignment") {
-      if (v.type != GgufType::u32) return fail(Errc::invalid_argument, "GGUF writer: general.alignment must be a u32");
-      alignment = v.u;
-      write_alignment = false;
-    }
-  }
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-    return fail(Errc::invalid_argument,
-                "GGUF writer: alignment " + std::to_string(alignment) + " is not a power of two");
-  }
-  std::string out;
-  out.append("GGUF");
-  put_u(out, version_, 4);
-  put_u(out, tensors_.size(), 8);
-  put_u(out, metadata_.size() + (write_alignment ? 1 : 0), 8);
-  for (const auto& [k, v] : metadata_) {
-    put_str(out, k);
-    TANDEM_TRY(put_value(out, v, k, true));
-  }
-  if (write_alignment) {
-    put_str(out, "general.alignment");
-    TANDEM_TRY(put_value(out, GgufValue::of_uint(GgufType::u32, alignment), "general.alignment", true));
-  }
-  auto pad = [&](std::uint64_t n) { return (n + alignment - 1) / alignment * alignment; };
-  std::uint64_t offset = 0;
-  for (const auto& t : tensors_) {
-    put_str(out, t.name);
-    put_u(out, t.ne.size(), 4);
-    for (auto d : t.ne) put_u(out, d, 8);
-    put_u(out, t.ggml_type, 4);
-    put_u(out, offset, 8);
-    offset = pad(offset + t.data.size());
-  }
-  if (!tensors_.empty()) out.resize(pad(out.size()), '\0');
-  for (const auto& t : tensors_) {
-    out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
-    out.resize(pad(out.size()), '\0');
-  }
-  return out;
-}
-
-Status GgufWriter::write(const std::string& path) const {
-  auto bytes = serialize();
-  if (!bytes) return fail(Errc::invalid_argument, path + ": " + bytes.error().message);
-  const std::string tmp = path + ".tmp";
-  std::FILE* fp = std::fopen(tmp.c_str(), "wb");
-  if (fp == nullptr) return fail(Errc::io_error, tmp + ": cannot create: " + std::strerror(errno));
-  bool ok = std::fwrite(bytes->data(), 1, bytes->size(), fp) == bytes->size();
-  const int err = errno;
-  if (std::fclose(fp) != 0) ok = false;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return fail(Errc::io_error, tmp + ": write failed: " + std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    return fail(Errc::io_error, path + ": rename from " + tmp + " failed: " + std::strerror(e));
-  }
-  return {};
-}
-
-// --- Q/K row permutation ------------------------------------------------------------------------------------------
-
-namespace {
-Status permute_rows(std::span<const std::byte> in, std::span<std::byte> out, int n_heads, std::size_t row_bytes,
-                    bool to_gguf) {
-  const char* what = to_gguf ? "permute_qk_rows_for_gguf" : "unpermute_qk_rows_from_gguf";
-  if (n_heads <= 0 || row_bytes == 0 || in.size() != out.size() || in.size() % row_bytes != 0) {
-    return fail(Errc::invalid_argument, std::string(what) + ": " + std::to_string(in.size()) + " bytes in, " +
-                                            std::to_string(out.size()) + " out, rows of " + std::to_string(row_bytes) +
-                                            " bytes, " + std::to_string(n_heads) + " heads");
-  }
-  const std::size_t rows = in.size() / row_bytes;
-  const auto heads = static_cast<std::size_t>(n_heads);
-  if (rows % heads != 0 || (rows / heads) % 2 != 0) {
-    return fail(Errc::invalid_argument, std::string(what) + ": " + std::to_string(rows) + " rows are not " +
-                                            std::to_string(n_heads) + " heads of an even head_dim");
-  }
-  const std::size_t hd = rows / heads;
-  for (std::size_t h = 0; h < heads; ++h) {
-    for (std::size_t j = 0; j < hd / 2; ++j) {
-      for (std::size_t s = 0; s < 2; ++s) {
-        const std::size_t g = h * hd + 2 * j + s;       // GGUF row
-        const std::size_t f = h * hd + s * hd / 2 + j;  // HF row
-        const std::size_t src = to_gguf ? f : g;
-        const std::size_t dst = to_gguf ? g : f;
-        std::memcpy(out.data() + dst * row_bytes, in.data() + src * row_bytes, row_bytes);
-      }
-    }
-  }
-  return {};
-}
-}  // namespace
-
-Status permute_qk_rows_for_gguf(std::span<const std::byte> hf, std::span<std::byte> gguf, int n_heads,
-                                std::size_t row_bytes) {
-  return permute_rows(hf, gguf, n_heads, row_bytes, true);
-}
-
-Status unpermute_qk_rows_from_gguf(std::span<const std::byte> gguf, std::span<std::byte> hf, int n_heads,
-                                   std::size_t row_bytes) {
-  return permute_rows(gguf, hf, n_heads, row_bytes, false);
 }
 
 #undef GGUF_ASSIGN
