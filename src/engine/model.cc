@@ -20,6 +20,7 @@
 
 #include "core/sha256.h"
 #include "engine/dequant.h"
+#include "engine/weight.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
@@ -39,88 +40,6 @@ double ms_since(Clock::time_point t0) {
 }
 
 using kernels::WType;
-
-bool is_float_type(WType t) { return t == WType::f32 || t == WType::f16 || t == WType::bf16; }
-
-at::ScalarType scalar_of(WType t) {
-  switch (t) {
-    case WType::f16: return at::kHalf;
-    case WType::bf16: return at::kBFloat16;
-    default: return at::kFloat;
-  }
-}
-
-// The type float weights are held in for a compute dtype (`auto`: as stored); quantized weights never change.
-WType held_type(WType stored, ComputeDType d) {
-  if (!is_float_type(stored)) return stored;
-  switch (d) {
-    case ComputeDType::f32: return WType::f32;
-    case ComputeDType::bf16: return WType::bf16;
-    case ComputeDType::f16: return WType::f16;
-    case ComputeDType::auto_: break;
-  }
-  return stored;
-}
-
-// A weight matrix [rows, cols] as the kernels see it: `type` blocks in `data` (the mapping, zero-copy, or an owned
-// converted copy in `host`), and on an accelerator layer `dev`: the same bytes there (uint8 [rows, row_bytes] for
-// quantized types, a typed tensor for float types), expanded one matrix at a time before its matmul.
-struct Weight {
-  WType type = WType::f32;
-  std::int64_t rows = 0, cols = 0;
-  const std::byte* data = nullptr;
-  at::Tensor host;  // owner of converted or realigned bytes (undefined when zero-copy)
-  at::Tensor dev;   // accelerator copy (undefined on the CPU)
-
-  std::uint64_t bytes() const { return kernels::row_bytes(type, cols) * static_cast<std::uint64_t>(rows); }
-
-  // The bytes as a CPU tensor (typed for float types, uint8 rows for quantized ones), zero-copy.
-  at::Tensor cpu_tensor() const {
-    auto* p = const_cast<std::byte*>(data);  // read-only mapping: never written through
-    if (is_float_type(type)) return at::from_blob(p, {rows, cols}, at::TensorOptions().dtype(scalar_of(type)));
-    return at::from_blob(p, {rows, static_cast<std::int64_t>(kernels::row_bytes(type, cols))},
-                         at::TensorOptions().dtype(at::kByte));
-  }
-};
-
-// A matrix from the files, converted to the held type when that differs (counted in `copied`); otherwise a
-// zero-copy view (copied once when the mapping is misaligned for the element size).
-Weight make_weight(const weights::TensorView& tv, ComputeDType d, std::uint64_t& copied) {
-  Weight w;
-  w.rows = tv.shape.size() == 2 ? tv.shape[0] : 1;
-  w.cols = tv.shape.empty() ? 0 : tv.shape.back();
-  const WType stored = tv.type;
-  w.type = held_type(stored, d);
-  w.data = tv.data.data();
-  const auto elem = is_float_type(stored) ? static_cast<std::uintptr_t>(kernels::traits(stored).block_bytes) : 2;
-  if (w.type != stored) {
-    std::vector<float> row(static_cast<std::size_t>(w.cols));
-    const std::size_t in_rb = kernels::row_bytes(stored, w.cols), out_rb = kernels::row_bytes(w.type, w.cols);
-    w.host = at::empty({static_cast<std::int64_t>(out_rb * static_cast<std::uint64_t>(w.rows))},
-                       at::TensorOptions().dtype(at::kByte));
-    auto* out = static_cast<std::byte*>(w.host.data_ptr());
-    for (std::int64_t r = 0; r < w.rows; ++r) {
-      kernels::dequantize_row(stored, w.data + static_cast<std::size_t>(r) * in_rb, row.data(), w.cols);
-      kernels::quantize_row(w.type, row.data(), out + static_cast<std::size_t>(r) * out_rb, w.cols);
-    }
-    w.data = out;
-    copied += w.bytes();
-  } else if (reinterpret_cast<std::uintptr_t>(w.data) % elem != 0) {
-    w.host = at::empty({static_cast<std::int64_t>(tv.data.size())}, at::TensorOptions().dtype(at::kByte));
-    std::memcpy(w.host.data_ptr(), tv.data.data(), tv.data.size());
-    w.data = static_cast<const std::byte*>(w.host.data_ptr());
-    copied += tv.data.size();
-  }
-  return w;
-}
-
-// A 1-D weight (norms) as an f32 CPU tensor.
-at::Tensor vector_f32(const weights::TensorView& tv) {
-  const std::int64_t n = tv.shape.empty() ? 0 : tv.shape.back();
-  at::Tensor t = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
-  kernels::dequantize_row(tv.type, tv.data.data(), t.data_ptr<float>(), n);
-  return t;
-}
 
 // Content identity without reading every byte: SHA-256 over 64 evenly spaced 4 KiB windows of each shard, plus
 // its last 4 KiB. Together with the header digest this tells apart checkpoints of the same shape (a fine-tune
@@ -258,37 +177,7 @@ struct Model::Impl {
       const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, x.scalar_type());
       return at::matmul(x, m.t());
     }
-    const at::Tensor xf = x.to(at::kFloat).contiguous();
-    const std::int64_t n = xf.size(0), rows = w.rows, cols = w.cols;
-    const std::size_t arb = kernels::act_row_bytes(w.type, cols);
-    if (act_buf.size() < arb * static_cast<std::size_t>(n)) act_buf.resize(arb * static_cast<std::size_t>(n));
-    kernels::quantize_act(w.type, xf.data_ptr<float>(), cols, n, cols, act_buf.data());
-    at::Tensor out = at::empty({n, rows}, at::TensorOptions().dtype(at::kFloat));
-    float* y = out.data_ptr<float>();
-    const int T = pool->size();
-    if (T == 1 || rows < 64) {
-      kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, 0, rows);
-      return out;
-    }
-    // Row ranges on 16-row boundaries (whole register tiles); each output element is computed the same way
-    // whatever the split, so the thread count never changes the result.
-    const std::int64_t tiles = (rows + 15) / 16;
-    pool->run([&](int i) {
-      const std::int64_t r0 = std::min(rows, tiles * i / T * 16), r1 = std::min(rows, tiles * (i + 1) / T * 16);
-      if (r0 < r1) kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, r0, r1);
-    });
-    return out;
-  }
-
-  // Embedding rows for `ids`, as f32 [n, hidden], read from the CPU copy of the matrix (any weight type).
-  at::Tensor embed_rows(const std::vector<std::int64_t>& ids) const {
-    const auto n = static_cast<std::int64_t>(ids.size());
-    at::Tensor x = at::empty({n, embed.cols}, at::TensorOptions().dtype(at::kFloat));
-    const std::size_t rb = kernels::row_bytes(embed.type, embed.cols);
-    for (std::int64_t i = 0; i < n; ++i)
-      kernels::dequantize_row(embed.type, embed.data + static_cast<std::size_t>(ids[static_cast<std::size_t>(i)]) * rb,
-                              x.data_ptr<float>() + i * embed.cols, embed.cols);
-    return x;
+    return cpu_linear(x, w, *pool, act_buf);
   }
 
   at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
@@ -353,7 +242,7 @@ struct Model::Impl {
   at::Tensor run(const std::vector<std::int64_t>& ids, std::int64_t pos0, bool all_logits, KvStep&& kv_step) {
     const auto& c = cfg();
     const auto n = static_cast<std::int64_t>(ids.size());
-    at::Tensor x = embed_rows(ids);
+    at::Tensor x = embedding_rows(embed, ids);
     const auto [cpu_cos, cpu_sin] = rope_tables(pos0, n);
     at::Tensor acc_cos, acc_sin;
     if (accel_dev.is_cuda()) {
