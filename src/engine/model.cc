@@ -1,4 +1,4 @@
-// The Llama forward pass in LibTorch (the only translation unit of the engine that includes ATen).
+// Loading a model and its forward pass in LibTorch (the compute side of Model; the text side is model_text.cc).
 #include "engine/model.h"
 
 #include <ATen/ATen.h>
@@ -20,6 +20,7 @@
 
 #include "core/sha256.h"
 #include "engine/dequant.h"
+#include "engine/model_impl.h"
 #include "engine/weight.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
@@ -69,14 +70,6 @@ void single_threaded_kernels() {
   if (openblas) openblas(1);
 }
 
-struct Layer {
-  at::Tensor attn_norm, mlp_norm;  // f32 on the CPU; the activation dtype on the accelerator
-  Weight wq, wk, wv, wo, w_gate, w_up, w_down;
-  bool on_accel = false;
-
-  std::vector<Weight*> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
-};
-
 std::uint64_t tensor_bytes(const at::Tensor& t) {
   return static_cast<std::uint64_t>(t.numel()) * static_cast<std::uint64_t>(t.element_size());
 }
@@ -104,238 +97,188 @@ Result<ComputeDType> parse_compute_dtype(std::string_view s) {
   return fail(Errc::invalid_argument, "unknown compute dtype '" + std::string(s) + "' (auto, f32, bf16, f16)");
 }
 
-struct Model::Impl {
-  weights::ModelDir dir;
-  tok::Tokenizer tokenizer;
-  LoadOptions opts;
-  LoadStats stats;
-  gen::Fingerprint fingerprint;
-  gen::TemplateKind templ = gen::TemplateKind::raw;
-  // Activations and KV on the accelerator (f32, or the requested 16-bit dtype there); the CPU computes in f32.
-  at::ScalarType dtype = at::kFloat;
-  int max_context = 0;
+// The types the matrices are held in (after any load-time conversion), as "type:count" in kAllWTypes order;
+// norms are always f32. What decides the CPU kernels' results, so it is part of the fingerprint (the
+// requested dtype is not: `auto` and `f32` on an f32 file are the same replica).
+std::string Model::Impl::held_type_summary() {
+  std::map<WType, int> n;
+  n[WType::f32] += 1 + 2 * static_cast<int>(layers.size());  // final norm + two per layer
+  n[embed.type]++;
+  if (!cfg().tie_word_embeddings) n[lm_head.type]++;
+  for (Layer& l : layers)
+    for (const Weight* w : l.matrices()) n[w->type]++;
+  std::string out;
+  for (WType t : kernels::kAllWTypes)
+    if (n.count(t)) out += (out.empty() ? "" : ",") + std::string(kernels::wtype_name(t)) + ":" + std::to_string(n[t]);
+  return out;
+}
 
-  Weight embed, lm_head;  // lm_head aliases embed's bytes when tied
-  at::Tensor final_norm;  // f32 (a device copy in `dtype` when the head runs on the accelerator)
-  std::vector<Layer> layers;
-  at::Tensor inv_freq;  // [head_dim / 2], f32
-  bool rope_interleaved = false;  // GGUF llama: rotate pairs (2i, 2i+1); HF: rotate halves (i, i + hd/2)
-  std::vector<std::byte> act_buf;  // prepared activations of the current matmul (guarded by compute_mu)
-  std::uint64_t dequant_ws = 0;   // largest accelerator dequantization workspace of one matrix
-
-  // Paged KV pool: per layer [num_blocks * block_size, kv_heads, head_dim] for K and for V.
-  std::mutex kv_mu;  // guards the allocator (sequences may be created/released from several threads)
-  gen::KvBlockAllocator kv;
-  std::vector<at::Tensor> k_pool, v_pool;
-  gen::SeqId next_seq = 1;
-
-  std::unique_ptr<WorkerPool> pool;
-  std::mutex compute_mu;  // one forward at a time per model: the pool and the KV pool tensors are shared
-
-  // Accelerator placement (see LoadOptions::accelerator).
-  std::shared_ptr<device::Device> accel;
-  at::Device accel_dev{at::kCPU};
-  int accel_layers = 0;
-  bool head_on_accel = false;
-  std::vector<device::Allocation> accel_allocs;  // weights and KV pool; void after a device loss
-  device::Site current_site = device::Site::prefill;
-
-  // The types the matrices are held in (after any load-time conversion), as "type:count" in kAllWTypes order;
-  // norms are always f32. What decides the CPU kernels' results, so it is part of the fingerprint (the
-  // requested dtype is not: `auto` and `f32` on an f32 file are the same replica).
-  std::string held_type_summary() {
-    std::map<WType, int> n;
-    n[WType::f32] += 1 + 2 * static_cast<int>(layers.size());  // final norm + two per layer
-    n[embed.type]++;
-    if (!cfg().tie_word_embeddings) n[lm_head.type]++;
-    for (Layer& l : layers)
-      for (const Weight* w : l.matrices()) n[w->type]++;
-    std::string out;
-    for (WType t : kernels::kAllWTypes)
-      if (n.count(t)) out += (out.empty() ? "" : ",") + std::string(kernels::wtype_name(t)) + ":" + std::to_string(n[t]);
-    return out;
+// x @ W^T. On the CPU through Tandem's kernels (kernels.h): the activations are prepared once for the weight
+// type (q8_0 / q8_K blocks, f16, bf16, f32), then the output rows are split across the model's worker pool.
+// On the accelerator the stored blocks are expanded into a workspace matrix and multiplied with ATen.
+at::Tensor Model::Impl::linear(const at::Tensor& x, const Weight& w) {
+  if (w.dev.defined()) {
+    const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, x.scalar_type());
+    return at::matmul(x, m.t());
   }
+  return cpu_linear(x, w, *pool, act_buf);
+}
 
-  bool device_lost() const {
-    if (!accel) return false;
-    if (accel->lost()) return true;
-    for (const auto& a : accel_allocs)
-      if (!a.valid()) return true;
-    return false;
+at::Tensor Model::Impl::rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor r = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + cfg().rms_norm_eps);
+  return (xf * r).to(w.scalar_type()) * w;
+}
+
+// cos/sin tables for absolute positions pos0 .. pos0+n-1: [n, head_dim / 2] (the angle of pair i).
+std::pair<at::Tensor, at::Tensor> Model::Impl::rope_tables(std::int64_t pos0, std::int64_t n) const {
+  const at::Tensor pos = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kFloat));  // on the CPU
+  const at::Tensor freqs = at::outer(pos, inv_freq);
+  return {freqs.cos(), freqs.sin()};
+}
+
+// x: [n, heads, hd]; cos/sin: [n, hd / 2] broadcast over heads. Pair i is (i, i + hd/2) in the HF layout
+// ("rotate_half") and (2i, 2i+1) in GGUF's (llama.cpp permutes Q/K rows when converting; the dot products of
+// queries and keys are the same either way).
+at::Tensor Model::Impl::apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
+  const std::int64_t n = x.size(0), h = x.size(1), hd = x.size(2), half = hd / 2;
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
+  at::Tensor out;
+  if (rope_interleaved) {
+    const at::Tensor p = xf.view({n, h, half, 2});
+    const at::Tensor x1 = p.select(3, 0), x2 = p.select(3, 1);
+    out = at::stack({x1 * c - x2 * s, x2 * c + x1 * s}, 3).view({n, h, hd});
+  } else {
+    const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+    out = at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
   }
+  return out.to(x.scalar_type());
+}
 
-  Impl(weights::ModelDir d, tok::Tokenizer t, LoadOptions o, int blocks)
-      : dir(std::move(d)), tokenizer(std::move(t)), opts(std::move(o)), kv(blocks, opts.kv_block_size) {}
+// q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal. → [n, H*hd]
+at::Tensor Model::Impl::attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                     std::int64_t pos0) const {
+  const std::int64_t n = q.size(0), H = q.size(1), hd = q.size(2);
+  const std::int64_t kvh = keys.size(1), L = keys.size(0), g = H / kvh;
+  const at::Tensor qh = q.to(at::kFloat).view({n, kvh, g, hd}).permute({1, 2, 0, 3}).reshape({kvh, g * n, hd});
+  const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
+  const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
+  at::Tensor scores = at::bmm(qh, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
+  if (n > 1 || pos0 + n < L) {
+    // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i
+    const auto on = at::TensorOptions().device(q.device());
+    const at::Tensor qi = at::arange(pos0, pos0 + n, on.dtype(at::kLong)).unsqueeze(1);
+    const at::Tensor kj = at::arange(0, L, on.dtype(at::kLong)).unsqueeze(0);
+    const at::Tensor mask = at::zeros({n, L}, on.dtype(at::kFloat))
+                                .masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
+    scores = scores.view({kvh, g, n, L}).add_(mask).view({kvh, g * n, L});
+  }
+  const at::Tensor probs = at::softmax(scores, -1);
+  const at::Tensor out = at::bmm(probs, vh);  // [kvh, g*n, hd]
+  return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(q.scalar_type());
+}
 
-  const weights::ModelConfig& cfg() const { return dir.config(); }
-
-  // x @ W^T. On the CPU through Tandem's kernels (kernels.h): the activations are prepared once for the weight
-  // type (q8_0 / q8_K blocks, f16, bf16, f32), then the output rows are split across the model's worker pool.
-  // On the accelerator the stored blocks are expanded into a workspace matrix and multiplied with ATen.
-  at::Tensor linear(const at::Tensor& x, const Weight& w) {
-    if (w.dev.defined()) {
-      const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, x.scalar_type());
-      return at::matmul(x, m.t());
+// The transformer over `ids` at positions pos0..; `kv_step(layer, k, v)` stores the new K/V and returns the
+// keys/values visible to this step (all positions 0 .. pos0+n-1). CPU layers compute in f32; accelerator
+// layers in `dtype` on their device.
+template <class KvStep>
+at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, std::int64_t pos0, bool all_logits, KvStep&& kv_step) {
+  const auto& c = cfg();
+  const auto n = static_cast<std::int64_t>(ids.size());
+  at::Tensor x = embedding_rows(embed, ids);
+  const auto [cpu_cos, cpu_sin] = rope_tables(pos0, n);
+  at::Tensor acc_cos, acc_sin;
+  if (accel_dev.is_cuda()) {
+    acc_cos = cpu_cos.to(accel_dev);
+    acc_sin = cpu_sin.to(accel_dev);
+  }
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const Layer& l = layers[li];
+    const at::Device dev = l.attn_norm.device();
+    const at::ScalarType st = l.on_accel ? dtype : at::kFloat;
+    if (x.device() != dev || x.scalar_type() != st) x = x.to(dev, st);
+    const at::Tensor& cos = dev.is_cuda() ? acc_cos : cpu_cos;
+    const at::Tensor& sin = dev.is_cuda() ? acc_sin : cpu_sin;
+    const at::Tensor h = rmsnorm(x, l.attn_norm);
+    const at::Tensor q = apply_rope(linear(h, l.wq).view({n, c.num_heads, c.head_dim}), cos, sin);
+    const at::Tensor k = apply_rope(linear(h, l.wk).view({n, c.num_kv_heads, c.head_dim}), cos, sin);
+    const at::Tensor v = linear(h, l.wv).view({n, c.num_kv_heads, c.head_dim});
+    const auto [keys, values] = kv_step(li, k, v);
+    x = x + linear(attention(q, keys, values, pos0), l.wo);
+    const at::Tensor h2 = rmsnorm(x, l.mlp_norm);
+    x = x + linear(at::silu(linear(h2, l.w_gate)) * linear(h2, l.w_up), l.w_down);
+    if (l.on_accel) {
+      // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
+      if (auto st2 = accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
     }
-    return cpu_linear(x, w, *pool, act_buf);
   }
+  const at::ScalarType head_st = head_on_accel ? dtype : at::kFloat;
+  if (x.device() != final_norm.device() || x.scalar_type() != head_st) x = x.to(final_norm.device(), head_st);
+  x = rmsnorm(x, final_norm);
+  if (!all_logits) x = x.narrow(0, n - 1, 1);
+  return linear(x, lm_head).to(at::kFloat).to(at::kCPU).contiguous();
+}
 
-  at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
-    const at::Tensor xf = x.to(at::kFloat);
-    const at::Tensor r = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + cfg().rms_norm_eps);
-    return (xf * r).to(w.scalar_type()) * w;
-  }
-
-  // cos/sin tables for absolute positions pos0 .. pos0+n-1: [n, head_dim / 2] (the angle of pair i).
-  std::pair<at::Tensor, at::Tensor> rope_tables(std::int64_t pos0, std::int64_t n) const {
-    const at::Tensor pos = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kFloat));  // on the CPU
-    const at::Tensor freqs = at::outer(pos, inv_freq);
-    return {freqs.cos(), freqs.sin()};
-  }
-
-  // x: [n, heads, hd]; cos/sin: [n, hd / 2] broadcast over heads. Pair i is (i, i + hd/2) in the HF layout
-  // ("rotate_half") and (2i, 2i+1) in GGUF's (llama.cpp permutes Q/K rows when converting; the dot products of
-  // queries and keys are the same either way).
-  at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
-    const std::int64_t n = x.size(0), h = x.size(1), hd = x.size(2), half = hd / 2;
-    const at::Tensor xf = x.to(at::kFloat);
-    const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
-    at::Tensor out;
-    if (rope_interleaved) {
-      const at::Tensor p = xf.view({n, h, half, 2});
-      const at::Tensor x1 = p.select(3, 0), x2 = p.select(3, 1);
-      out = at::stack({x1 * c - x2 * s, x2 * c + x1 * s}, 3).view({n, h, hd});
-    } else {
-      const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-      out = at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
-    }
-    return out.to(x.scalar_type());
-  }
-
-  // q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal. → [n, H*hd]
-  at::Tensor attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                       std::int64_t pos0) const {
-    const std::int64_t n = q.size(0), H = q.size(1), hd = q.size(2);
-    const std::int64_t kvh = keys.size(1), L = keys.size(0), g = H / kvh;
-    const at::Tensor qh = q.to(at::kFloat).view({n, kvh, g, hd}).permute({1, 2, 0, 3}).reshape({kvh, g * n, hd});
-    const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
-    const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
-    at::Tensor scores = at::bmm(qh, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
-    if (n > 1 || pos0 + n < L) {
-      // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i
-      const auto on = at::TensorOptions().device(q.device());
-      const at::Tensor qi = at::arange(pos0, pos0 + n, on.dtype(at::kLong)).unsqueeze(1);
-      const at::Tensor kj = at::arange(0, L, on.dtype(at::kLong)).unsqueeze(0);
-      const at::Tensor mask = at::zeros({n, L}, on.dtype(at::kFloat))
-                                  .masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
-      scores = scores.view({kvh, g, n, L}).add_(mask).view({kvh, g * n, L});
-    }
-    const at::Tensor probs = at::softmax(scores, -1);
-    const at::Tensor out = at::bmm(probs, vh);  // [kvh, g*n, hd]
-    return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(q.scalar_type());
-  }
-
-  // The transformer over `ids` at positions pos0..; `kv_step(layer, k, v)` stores the new K/V and returns the
-  // keys/values visible to this step (all positions 0 .. pos0+n-1). CPU layers compute in f32; accelerator
-  // layers in `dtype` on their device.
-  template <class KvStep>
-  at::Tensor run(const std::vector<std::int64_t>& ids, std::int64_t pos0, bool all_logits, KvStep&& kv_step) {
-    const auto& c = cfg();
-    const auto n = static_cast<std::int64_t>(ids.size());
-    at::Tensor x = embedding_rows(embed, ids);
-    const auto [cpu_cos, cpu_sin] = rope_tables(pos0, n);
-    at::Tensor acc_cos, acc_sin;
-    if (accel_dev.is_cuda()) {
-      acc_cos = cpu_cos.to(accel_dev);
-      acc_sin = cpu_sin.to(accel_dev);
-    }
-    for (std::size_t li = 0; li < layers.size(); ++li) {
-      const Layer& l = layers[li];
-      const at::Device dev = l.attn_norm.device();
-      const at::ScalarType st = l.on_accel ? dtype : at::kFloat;
-      if (x.device() != dev || x.scalar_type() != st) x = x.to(dev, st);
-      const at::Tensor& cos = dev.is_cuda() ? acc_cos : cpu_cos;
-      const at::Tensor& sin = dev.is_cuda() ? acc_sin : cpu_sin;
-      const at::Tensor h = rmsnorm(x, l.attn_norm);
-      const at::Tensor q = apply_rope(linear(h, l.wq).view({n, c.num_heads, c.head_dim}), cos, sin);
-      const at::Tensor k = apply_rope(linear(h, l.wk).view({n, c.num_kv_heads, c.head_dim}), cos, sin);
-      const at::Tensor v = linear(h, l.wv).view({n, c.num_kv_heads, c.head_dim});
-      const auto [keys, values] = kv_step(li, k, v);
-      x = x + linear(attention(q, keys, values, pos0), l.wo);
-      const at::Tensor h2 = rmsnorm(x, l.mlp_norm);
-      x = x + linear(at::silu(linear(h2, l.w_gate)) * linear(h2, l.w_up), l.w_down);
-      if (l.on_accel) {
-        // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
-        if (auto st2 = accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
-      }
-    }
-    const at::ScalarType head_st = head_on_accel ? dtype : at::kFloat;
-    if (x.device() != final_norm.device() || x.scalar_type() != head_st) x = x.to(final_norm.device(), head_st);
-    x = rmsnorm(x, final_norm);
-    if (!all_logits) x = x.narrow(0, n - 1, 1);
-    return linear(x, lm_head).to(at::kFloat).to(at::kCPU).contiguous();
-  }
-
-  // Moves layers [0, accel_layers) (and the head when all layers go) to the accelerator, accounting every byte
-  // there first; a refusal fails the load with the device's typed error.
-  Status place_on_accelerator() {
-    const auto& c = cfg();
-    accel_dev = accel->kind() == device::Kind::cuda ? at::Device(at::kCUDA, static_cast<at::DeviceIndex>(accel->torch_index()))
-                                                   : at::Device(at::kCPU);
+// Moves layers [0, accel_layers) (and the head when all layers go) to the accelerator, accounting every byte
+// there first; a refusal fails the load with the device's typed error.
+Status Model::Impl::place_on_accelerator() {
+  const auto& c = cfg();
+  accel_dev = accel->kind() == device::Kind::cuda ? at::Device(at::kCUDA, static_cast<at::DeviceIndex>(accel->torch_index()))
+                                                 : at::Device(at::kCPU);
 #if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
-    // Observed memory on CUDA includes LibTorch's caching allocator: reserved (held from the driver) and
-    // allocated (in live tensors). Not verified on a GPU yet (docs/cuda.md).
-    if (auto* cuda = dynamic_cast<device::CudaDevice*>(accel.get())) {
-      const int index = accel->torch_index();
-      cuda->set_allocator_stats([index] {
-        const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
-        const auto agg = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
-        return std::pair<std::uint64_t, std::uint64_t>(static_cast<std::uint64_t>(st.reserved_bytes[agg].current),
-                                                       static_cast<std::uint64_t>(st.allocated_bytes[agg].current));
-      });
-    }
-#endif
-    // Weights go at their stored size (raw blocks for quantized types; float types in their held type); norms in
-    // the activation dtype.
-    auto place = [&](Weight& w) {
-      w.dev = accel_dev.is_cuda() ? w.cpu_tensor().to(accel_dev) : w.cpu_tensor().clone();
-      dequant_ws = std::max(dequant_ws, dequantize_aten_workspace(w.type, w.rows, w.cols, at::elementSize(dtype)));
-    };
-    auto place_norm = [&](const at::Tensor& t) { return t.to(accel_dev, dtype); };
-    for (int li = 0; li < accel_layers; ++li) {
-      Layer& l = layers[static_cast<std::size_t>(li)];
-      std::uint64_t bytes = (tensor_bytes(l.attn_norm) + tensor_bytes(l.mlp_norm)) / 4 * at::elementSize(dtype);
-      for (Weight* w : l.matrices()) bytes += w->bytes();
-      auto a = accel->allocate(bytes, device::Site::weights);
-      if (!a) {
-        Error e = std::move(a).error();
-        e.message = dir.dir() + ": weights of layer " + std::to_string(li) + " on " + accel->name() + ": " + e.message;
-        return fail(std::move(e));
-      }
-      accel_allocs.push_back(std::move(a).value());
-      for (Weight* w : l.matrices()) place(*w);
-      l.attn_norm = place_norm(l.attn_norm);
-      l.mlp_norm = place_norm(l.mlp_norm);
-      l.on_accel = true;
-      stats.accel_weight_bytes += bytes;
-    }
-    if (accel_layers == c.num_layers) {
-      const std::uint64_t bytes = tensor_bytes(final_norm) / 4 * at::elementSize(dtype) + lm_head.bytes();
-      auto a = accel->allocate(bytes, device::Site::weights);
-      if (!a) {
-        Error e = std::move(a).error();
-        e.message = dir.dir() + ": LM head on " + accel->name() + ": " + e.message;
-        return fail(std::move(e));
-      }
-      accel_allocs.push_back(std::move(a).value());
-      final_norm = place_norm(final_norm);
-      place(lm_head);  // tied: a device copy of the embedding matrix; lookups still read the CPU bytes
-      head_on_accel = true;
-      stats.accel_weight_bytes += bytes;
-    }
-    return {};
+  // Observed memory on CUDA includes LibTorch's caching allocator: reserved (held from the driver) and
+  // allocated (in live tensors). Not verified on a GPU yet (docs/cuda.md).
+  if (auto* cuda = dynamic_cast<device::CudaDevice*>(accel.get())) {
+    const int index = accel->torch_index();
+    cuda->set_allocator_stats([index] {
+      const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+      const auto agg = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+      return std::pair<std::uint64_t, std::uint64_t>(static_cast<std::uint64_t>(st.reserved_bytes[agg].current),
+                                                     static_cast<std::uint64_t>(st.allocated_bytes[agg].current));
+    });
   }
-};
+#endif
+  // Weights go at their stored size (raw blocks for quantized types; float types in their held type); norms in
+  // the activation dtype.
+  auto place = [&](Weight& w) {
+    w.dev = accel_dev.is_cuda() ? w.cpu_tensor().to(accel_dev) : w.cpu_tensor().clone();
+    dequant_ws = std::max(dequant_ws, dequantize_aten_workspace(w.type, w.rows, w.cols, at::elementSize(dtype)));
+  };
+  auto place_norm = [&](const at::Tensor& t) { return t.to(accel_dev, dtype); };
+  for (int li = 0; li < accel_layers; ++li) {
+    Layer& l = layers[static_cast<std::size_t>(li)];
+    std::uint64_t bytes = (tensor_bytes(l.attn_norm) + tensor_bytes(l.mlp_norm)) / 4 * at::elementSize(dtype);
+    for (Weight* w : l.matrices()) bytes += w->bytes();
+    auto a = accel->allocate(bytes, device::Site::weights);
+    if (!a) {
+      Error e = std::move(a).error();
+      e.message = dir.dir() + ": weights of layer " + std::to_string(li) + " on " + accel->name() + ": " + e.message;
+      return fail(std::move(e));
+    }
+    accel_allocs.push_back(std::move(a).value());
+    for (Weight* w : l.matrices()) place(*w);
+    l.attn_norm = place_norm(l.attn_norm);
+    l.mlp_norm = place_norm(l.mlp_norm);
+    l.on_accel = true;
+    stats.accel_weight_bytes += bytes;
+  }
+  if (accel_layers == c.num_layers) {
+    const std::uint64_t bytes = tensor_bytes(final_norm) / 4 * at::elementSize(dtype) + lm_head.bytes();
+    auto a = accel->allocate(bytes, device::Site::weights);
+    if (!a) {
+      Error e = std::move(a).error();
+      e.message = dir.dir() + ": LM head on " + accel->name() + ": " + e.message;
+      return fail(std::move(e));
+    }
+    accel_allocs.push_back(std::move(a).value());
+    final_norm = place_norm(final_norm);
+    place(lm_head);  // tied: a device copy of the embedding matrix; lookups still read the CPU bytes
+    head_on_accel = true;
+    stats.accel_weight_bytes += bytes;
+  }
+  return {};
+}
 
 Model::Model() = default;
 Model::~Model() = default;
@@ -356,16 +299,12 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
   auto dir = weights::ModelDir::open(path);
   if (!dir) return fail(std::move(dir).error());
-  auto tok_bytes = dir->tokenizer_bytes();
-  if (!tok_bytes) return fail(std::move(tok_bytes).error());
-  const std::string tok_origin = dir->format() == weights::ModelDir::Format::gguf
-                                     ? dir->model_path() + " (tokenizer.ggml.*)"
-                                     : dir->tokenizer_path();
-  auto tokenizer = tok::Tokenizer::from_bytes(*tok_bytes, tok_origin);
+  auto tokenizer = load_tokenizer(*dir);
   if (!tokenizer) return fail(std::move(tokenizer).error());
+  const std::string& tok_origin = tokenizer->origin;
   const weights::ModelConfig cfg = dir->config();
-  if (tokenizer->vocab_size() > cfg.vocab_size)
-    return fail(Errc::format_error, tok_origin + ": " + std::to_string(tokenizer->vocab_size()) +
+  if (tokenizer->tokenizer.vocab_size() > cfg.vocab_size)
+    return fail(Errc::format_error, tok_origin + ": " + std::to_string(tokenizer->tokenizer.vocab_size()) +
                                         " pieces but the model's vocabulary size is " + std::to_string(cfg.vocab_size));
   if (cfg.head_dim % 2 != 0)
     return fail(Errc::unsupported, path + "/config.json: head_dim must be even for rotary embeddings");
@@ -382,7 +321,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
   auto m = std::shared_ptr<Model>(new Model());
   const double open_ms = ms_since(t0);
-  m->impl_ = std::make_unique<Impl>(std::move(dir).value(), std::move(tokenizer).value(), opts,
+  m->impl_ = std::make_unique<Impl>(std::move(dir).value(), std::move(tokenizer->tokenizer), opts,
                                     static_cast<int>(blocks));
   Impl& im = *m->impl_;
   im.max_context = max_context;
@@ -397,13 +336,10 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
   im.rope_interleaved = cfg.rope_interleaved;
   im.stats.weight_bytes = im.dir.weight_bytes();
 
-  if (!opts.template_name.empty()) {
-    auto t = gen::parse_template(opts.template_name);
+  {
+    auto t = select_template(im.dir, opts);
     if (!t) return fail(std::move(t).error());
     im.templ = *t;
-  } else if (!im.dir.tokenizer_settings().template_guess.empty()) {
-    auto t = gen::parse_template(im.dir.tokenizer_settings().template_guess);
-    if (t) im.templ = *t;
   }
 
   single_threaded_kernels();
@@ -520,23 +456,17 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
          << ";vocab=" << cfg.vocab_size << ";tied=" << cfg.tie_word_embeddings
          << ";max_positions=" << cfg.max_position_embeddings << ";rope_interleaved=" << cfg.rope_interleaved << ";freq_factors=";
     for (float f : cfg.rope_freq_factors) arch << f << ",";  // not the context in force: a limit, announced apart
-    std::ostringstream stops;
-    for (auto id : m->eos_ids()) stops << "eos:" << id << ";";
-    for (const auto& s : gen::template_stops(im.templ)) stops << "str:" << s.size() << ":" << s << ";";
-    im.fingerprint = gen::Fingerprint::make({
+    std::vector<std::pair<std::string, std::string>> parts = {
         {"architecture", arch.str()},
-        {"tokenizer", Sha256::hex(Sha256::of(im.tokenizer.model_bytes()))},
         {"weights", im.dir.header_digest() + ";" + sampled_content_digest(im.dir)},
         {"revision", opts.revision},
         {"weights_types", im.held_type_summary()},
         {"accel_activations", std::string(opts.dtype == ComputeDType::bf16  ? "bf16"
                                           : opts.dtype == ComputeDType::f16 ? "f16"
                                                                             : "f32")},
-        {"template", std::string(gen::template_name(im.templ))},
-        {"add_bos", m->add_bos() ? "1" : "0"},
-        {"sampling_defaults", m->default_sampling().describe()},
-        {"stop_rules", stops.str()},
-    });
+    };
+    for (auto& p : im.text_fingerprint(*m)) parts.push_back(std::move(p));
+    im.fingerprint = gen::Fingerprint::make(std::move(parts));
   }
   im.stats.total_ms = ms_since(t0);
   return m;
@@ -544,9 +474,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
 const weights::ModelConfig& Model::config() const { return impl_->cfg(); }
 const weights::ModelDir& Model::files() const { return impl_->dir; }
-const tok::Tokenizer& Model::tokenizer() const { return impl_->tokenizer; }
 const gen::Fingerprint& Model::fingerprint() const { return impl_->fingerprint; }
-gen::TemplateKind Model::prompt_template() const { return impl_->templ; }
 const LoadStats& Model::load_stats() const { return impl_->stats; }
 const LoadOptions& Model::options() const { return impl_->opts; }
 int Model::max_context() const { return impl_->max_context; }
@@ -601,32 +529,6 @@ std::uint64_t Model::dequant_workspace_bytes(std::size_t act_elem) const {
   return ws;
 }
 
-gen::SamplingParams Model::default_sampling() const {
-  gen::SamplingParams p;
-  const auto& g = impl_->dir.generation();
-  const bool sample = g.do_sample.value_or(false);
-  p.temperature = sample ? g.temperature.value_or(1.0) : 0.0;
-  if (g.top_k) p.top_k = *g.top_k;
-  if (g.top_p) p.top_p = *g.top_p;
-  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
-  return p;
-}
-
-std::vector<TokenId> Model::eos_ids() const {
-  std::vector<TokenId> out;
-  auto add = [&](int id) {
-    if (id >= 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
-  };
-  for (int id : impl_->dir.generation().eos_token_ids) add(id);
-  for (int id : impl_->cfg().eos_token_ids) add(id);
-  add(impl_->tokenizer.eos_id());
-  return out;
-}
-
-bool Model::add_bos() const {
-  return impl_->dir.tokenizer_settings().add_bos_token.value_or(true) && impl_->tokenizer.bos_id() >= 0;
-}
-
 KvStats Model::kv_stats() const {
   std::lock_guard lock(impl_->kv_mu);
   KvStats s;
@@ -639,36 +541,6 @@ KvStats Model::kv_stats() const {
                                           static_cast<std::uint64_t>(s.used_blocks)
                                     : 0;
   return s;
-}
-
-std::vector<TokenId> Model::encode(const std::vector<gen::Segment>& segments) const {
-  std::vector<TokenId> out;
-  for (const auto& s : segments) {
-    switch (s.kind) {
-      case gen::Segment::bos:
-        if (add_bos()) out.push_back(impl_->tokenizer.bos_id());
-        break;
-      case gen::Segment::eos:
-        if (impl_->tokenizer.eos_id() >= 0) out.push_back(impl_->tokenizer.eos_id());
-        break;
-      case gen::Segment::text: {
-        auto ids = impl_->tokenizer.encode(s.content);
-        out.insert(out.end(), ids.begin(), ids.end());
-        break;
-      }
-    }
-  }
-  return out;
-}
-
-Result<std::vector<TokenId>> Model::encode_chat(const std::vector<gen::Message>& messages) const {
-  auto segs = gen::render(impl_->templ, messages);
-  if (!segs) return fail(std::move(segs).error());
-  return encode(*segs);
-}
-
-std::vector<TokenId> Model::encode_text(std::string_view text) const {
-  return encode({{gen::Segment::bos, {}}, {gen::Segment::text, std::string(text)}});
 }
 
 Result<std::unique_ptr<Sequence>> Model::new_sequence() {

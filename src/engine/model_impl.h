@@ -1,0 +1,107 @@
+// Model::Impl, the state of a loaded replica, shared by the engine's translation units: model.cc (loading, the
+// forward pass, the accelerator placement: the methods declared here are defined there) and model_text.cc (the
+// text side: tokenizer, prompt template, encode, stop ids, sampling defaults). Engine-internal. It includes ATen's
+// Tensor type (the weights and KV pool are tensors) but no ATen operator headers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/weight.h"
+#include "engine/worker_pool.h"
+
+namespace tandem::engine {
+
+// One transformer layer's weights.
+struct Layer {
+  at::Tensor attn_norm, mlp_norm;  // f32 on the CPU; the activation dtype on the accelerator
+  Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+  bool on_accel = false;
+
+  std::vector<Weight*> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
+};
+
+// The tokenizer of a model directory or GGUF file (model_text.cc). `origin` names its source in messages.
+struct LoadedTokenizer {
+  tok::Tokenizer tokenizer;
+  std::string origin;
+};
+Result<LoadedTokenizer> load_tokenizer(const weights::ModelDir& dir);
+// The prompt template: the configured name when given, else the one recognised from the chat template, else raw
+// (model_text.cc).
+Result<gen::TemplateKind> select_template(const weights::ModelDir& dir, const LoadOptions& opts);
+
+struct Model::Impl {
+  weights::ModelDir dir;
+  tok::Tokenizer tokenizer;
+  LoadOptions opts;
+  LoadStats stats;
+  gen::Fingerprint fingerprint;
+  gen::TemplateKind templ = gen::TemplateKind::raw;
+  // Activations and KV on the accelerator (f32, or the requested 16-bit dtype there); the CPU computes in f32.
+  at::ScalarType dtype = at::kFloat;
+  int max_context = 0;
+
+  Weight embed, lm_head;  // lm_head aliases embed's bytes when tied
+  at::Tensor final_norm;  // f32 (a device copy in `dtype` when the head runs on the accelerator)
+  std::vector<Layer> layers;
+  at::Tensor inv_freq;  // [head_dim / 2], f32
+  bool rope_interleaved = false;  // GGUF llama: rotate pairs (2i, 2i+1); HF: rotate halves (i, i + hd/2)
+  std::vector<std::byte> act_buf;  // prepared activations of the current matmul (guarded by compute_mu)
+  std::uint64_t dequant_ws = 0;   // largest accelerator dequantization workspace of one matrix
+
+  // Paged KV pool: per layer [num_blocks * block_size, kv_heads, head_dim] for K and for V.
+  std::mutex kv_mu;  // guards the allocator (sequences may be created/released from several threads)
+  gen::KvBlockAllocator kv;
+  std::vector<at::Tensor> k_pool, v_pool;
+  gen::SeqId next_seq = 1;
+
+  std::unique_ptr<WorkerPool> pool;
+  std::mutex compute_mu;  // one forward at a time per model: the pool and the KV pool tensors are shared
+
+  // Accelerator placement (see LoadOptions::accelerator).
+  std::shared_ptr<device::Device> accel;
+  at::Device accel_dev{at::kCPU};
+  int accel_layers = 0;
+  bool head_on_accel = false;
+  std::vector<device::Allocation> accel_allocs;  // weights and KV pool; void after a device loss
+  device::Site current_site = device::Site::prefill;
+
+  Impl(weights::ModelDir d, tok::Tokenizer t, LoadOptions o, int blocks)
+      : dir(std::move(d)), tokenizer(std::move(t)), opts(std::move(o)), kv(blocks, opts.kv_block_size) {}
+
+  const weights::ModelConfig& cfg() const { return dir.config(); }
+
+  bool device_lost() const {
+    if (!accel) return false;
+    if (accel->lost()) return true;
+    for (const auto& a : accel_allocs)
+      if (!a.valid()) return true;
+    return false;
+  }
+
+  // Text side (model_text.cc): the fingerprint components that decide how text becomes ids and when to stop.
+  std::vector<std::pair<std::string, std::string>> text_fingerprint(const Model& m) const;
+
+  // Compute side (model.cc).
+  std::string held_type_summary();
+  at::Tensor linear(const at::Tensor& x, const Weight& w);
+  at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const;
+  std::pair<at::Tensor, at::Tensor> rope_tables(std::int64_t pos0, std::int64_t n) const;
+  at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                       std::int64_t pos0) const;
+  template <class KvStep>
+  at::Tensor run(const std::vector<std::int64_t>& ids, std::int64_t pos0, bool all_logits, KvStep&& kv_step);
+  Status place_on_accelerator();
+};
+
+}  // namespace tandem::engine
