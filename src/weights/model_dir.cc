@@ -465,8 +465,10 @@ Result<ModelDir> ModelDir::open(const std::string& dir_in) {
       return fail(std::move(text).error());
     }
   }
-  if (!detail::is_regular_file(m.tokenizer_path())) {
-    return fail(Errc::not_found, m.tokenizer_path() + ": file not found (the SentencePiece model is required)");
+  // The tokenizer: a SentencePiece tokenizer.model, or a Hugging Face tokenizer.json (BPE), at least one.
+  if (!detail::is_regular_file(m.tokenizer_path()) && !detail::is_regular_file(m.tokenizer_json_path())) {
+    return fail(Errc::not_found, dir + ": no tokenizer: neither tokenizer.model (SentencePiece) nor tokenizer.json "
+                                       "(Hugging Face tokenizers) found");
   }
 
   // Weights: a single model.safetensors (preferred when present, as in transformers) or an index with shards.

@@ -1,6 +1,6 @@
 // A model directory in the Hugging Face layout used by Llama-family checkpoints:
 //   config.json, model.safetensors | model-0000N-of-0000M.safetensors + model.safetensors.index.json,
-//   tokenizer.model, and optionally generation_config.json, tokenizer_config.json;
+//   tokenizer.model and/or tokenizer.json, and optionally generation_config.json, tokenizer_config.json;
 // or a llama.cpp GGUF file (a .gguf path, or a directory holding exactly one .gguf and no config.json), whose
 // metadata, tensor names and tokenizer are mapped to the same view (docs/model-format.md, "GGUF").
 // Everything read from disk is validated; a directory either opens as a complete, consistent model or fails with a
@@ -107,7 +107,9 @@ class ModelDir {
   // Opens and validates the directory: config.json parses; the safetensors file(s) open; with an index, every
   // tensor named lives in the listed shard, every listed shard exists, no tensor appears in two shards; all tensors
   // the config implies are present with the implied shapes (lm_head.weight unless tied), in one of f32/f16/bf16
-  // and all the same dtype; tokenizer.model exists. Extra tensors (e.g. rotary inv_freq) are ignored.
+  // and all the same dtype; a tokenizer exists: tokenizer.model (SentencePiece) or tokenizer.json (Hugging Face
+  // tokenizers), either or both (not_found naming both when neither does). Extra tensors (e.g. rotary inv_freq) are
+  // ignored.
   // A path naming a regular file, or a directory without config.json that holds exactly one *.gguf, opens as GGUF:
   // general.architecture "llama", its llama.* metadata mapped to ModelConfig (rope_interleaved = true), tensors
   // renamed to the HF names with HF-order shapes, mixed weight types allowed (1-D norms f32/f16/bf16); the
@@ -134,8 +136,14 @@ class ModelDir {
   const ModelConfig& config() const { return config_; }
   const GenerationDefaults& generation() const { return generation_; }
   const TokenizerSettings& tokenizer_settings() const { return tokenizer_settings_; }
-  // tokenizer.model in the directory; "" for GGUF (use tokenizer_bytes()).
+  // tokenizer.model in the directory; "" for GGUF (use tokenizer_bytes()). It may be absent when tokenizer.json is
+  // there (open() requires one of the two).
   std::string tokenizer_path() const { return format_ == Format::gguf ? std::string() : dir_ + "/tokenizer.model"; }
+  // tokenizer.json (Hugging Face tokenizers) in the directory; "" for GGUF. It may be absent when tokenizer.model
+  // is there.
+  std::string tokenizer_json_path() const {
+    return format_ == Format::gguf ? std::string() : dir_ + "/tokenizer.json";
+  }
   // The one float dtype of the weights for hf_dir. For GGUF: the float type (F32/F16/BF16) when every required
   // matrix is stored in that one type; otherwise (quantized or mixed) F32, the type dequantized weights take —
   // type_summary() says what is stored.

@@ -161,10 +161,22 @@ TEST(ModelDir, MissingFiles) {
   write_model(d);
   std::filesystem::remove(d / "tokenizer.model");
   EXPECT_ERR(ModelDir::open(d.path()), Errc::not_found, "tokenizer.model");
+  EXPECT_ERR(ModelDir::open(d.path()), Errc::not_found, "tokenizer.json");
   write_file(d / "tokenizer.model", "x");
   std::filesystem::remove(d / "model.safetensors");
   EXPECT_ERR(ModelDir::open(d.path()), Errc::not_found, "model.safetensors");
   EXPECT_ERR(ModelDir::open(d / "does-not-exist"), Errc::not_found, "config.json");
+}
+
+TEST(ModelDir, TokenizerJsonAloneIsATokenizer) {
+  TempDir d;
+  write_model(d);
+  std::filesystem::remove(d / "tokenizer.model");
+  write_file(d / "tokenizer.json", "{}");
+  auto m = ModelDir::open(d.path());
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->tokenizer_json_path(), d / "tokenizer.json");
+  EXPECT_FALSE(std::filesystem::exists(m->tokenizer_path()));
 }
 
 TEST(ModelDir, MissingRequiredTensor) {
