@@ -1,6 +1,12 @@
-// SentencePiece tokenizer (tokenizer.model), implemented natively: Debian's libsentencepiece bundles a protobuf
-// that clashes with LibTorch's (TOOLCHAIN.md), so the engine never links it. Supports the BPE model type used by
-// Llama-family checkpoints, with byte fallback.
+// The tokenizer: two kinds behind one interface (docs/tokenizers.md).
+// - sentencepiece: SentencePiece tokenizer.model, implemented natively: Debian's libsentencepiece bundles a
+//   protobuf that clashes with LibTorch's (TOOLCHAIN.md), so the engine never links it. Supports the BPE model type
+//   used by Llama-family checkpoints, with byte fallback.
+// - bpe: Hugging Face tokenizer.json (model BPE: GPT-2-style byte-level BPE as Llama 3 / Qwen2 / SmolLM / DeepSeek
+//   ship it, and the SentencePiece-as-BPE style of Llama 2 / Mistral / Phi-3), or a GGUF "gpt2" vocabulary
+//   (BpeVocab). Regexes and normalization through ICU.
+// Special tokens are safe by default: text that spells a control token ("<s>", "<|eot_id|>") is encoded as text;
+// only EncodeOptions::parse_special or trusted TextPieces (chat-template text) turn such spellings into their ids.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +18,30 @@
 #include <vector>
 
 #include "core/result.h"
+#include "tokenizer/bpe_vocab.h"
+#include "tokenizer/piece_type.h"
 
 namespace tandem::tok {
 
-using TokenId = std::int32_t;
+namespace detail {
+class BpeModel;
+}
 
-enum class PieceType : std::uint8_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+enum class TokenizerKind : std::uint8_t { sentencepiece, bpe };
+
+struct EncodeOptions {
+  bool add_bos = false;
+  bool add_eos = false;
+  // Recognise spellings of special (control) tokens in the text as those tokens. Off: they are plain text.
+  bool parse_special = false;
+};
+
+// A part of a text for encode_pieces(): `trusted` text (a chat template's own text) may contain special tokens;
+// untrusted text (message content) never produces one.
+struct TextPiece {
+  std::string_view text;
+  bool trusted = false;
+};
 
 class Tokenizer {
  public:
@@ -25,6 +49,15 @@ class Tokenizer {
   // truncated), format_error (duplicate pieces, bad byte pieces, ids out of range), unsupported (not BPE).
   static Result<Tokenizer> load_file(const std::string& path);
   static Result<Tokenizer> from_bytes(std::string_view model_bytes, std::string origin);
+  // A Hugging Face tokenizer.json with model "BPE" (docs/tokenizers.md lists the normalizers, pre-tokenizers,
+  // decoders and post-processors read). Errors: parse_error (not JSON, a regex that does not compile), format_error
+  // (a missing or mistyped key, ids out of range, duplicate tokens, merges naming unknown tokens, invalid UTF-8),
+  // unsupported (WordPiece / Unigram / WordLevel models, an unknown normalizer / pre-tokenizer / decoder type),
+  // each naming `origin` and the key.
+  static Result<Tokenizer> from_hf_json(std::string_view tokenizer_json, std::string origin);
+  // A GGUF "gpt2" vocabulary (weights/gguf_tokenizer.h reads one). unsupported for an unknown pre name,
+  // format_error for inconsistent data. model_bytes() is then hf_json_from_bpe_vocab(v).
+  static Result<Tokenizer> from_bpe_vocab(const BpeVocab& v, std::string origin);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -32,7 +65,15 @@ class Tokenizer {
 
   // Encodes like sentencepiece's EncodeAsIds (dummy prefix, whitespace → "▁", BPE by piece score, byte fallback
   // for characters not in the vocabulary), then optionally prepends BOS / appends EOS.
+  // The bpe kind: Hugging Face's encode of the text (added tokens, normalizer, pre-tokenizer, BPE), BOS / EOS
+  // when asked and the tokenizer has them. Special-token spellings are text for both kinds.
   std::vector<TokenId> encode(std::string_view text, bool add_bos = false, bool add_eos = false) const;
+  std::vector<TokenId> encode(std::string_view text, const EncodeOptions& opts) const;
+  // The pieces' text concatenated and encoded as one text, except that a special token is recognised only where
+  // its whole spelling lies in trusted pieces (anywhere with opts.parse_special); the text between recognised
+  // specials is encoded as one run across piece boundaries. Non-special added tokens (bpe kind) and SentencePiece
+  // user-defined pieces are matched everywhere, as Hugging Face and sentencepiece do.
+  std::vector<TokenId> encode_pieces(std::span<const TextPiece> pieces, const EncodeOptions& opts = {}) const;
 
   // Decodes like sentencepiece's DecodeIds: control tokens (BOS/EOS/...) produce nothing, byte pieces are joined
   // into UTF-8 (invalid sequences become U+FFFD), "▁" becomes a space and the dummy-prefix space at the very
@@ -54,19 +95,35 @@ class Tokenizer {
   TokenId pad_id() const;
   bool add_dummy_prefix() const;
 
-  // The exact bytes the model was loaded from (for fingerprints).
+  TokenizerKind kind() const;
+  // Whether the tokenizer's own configuration adds BOS (tokenizer.json TemplateProcessing, GGUF add_bos_token;
+  // sentencepiece: it has a BOS piece). A model's tokenizer_config.json add_bos_token takes precedence.
+  bool adds_bos() const;
+  // The end-of-turn token: GGUF tokenizer.ggml.eot_token_id when set; else the first special token present of
+  // "<|eot_id|>", "<|im_end|>", "<|end|>", "<|eot|>", "<end_of_turn>", "<|endoftext|>"; else eos_id(); -1 none.
+  TokenId eot_id() const;
+  // Every control / special token id, ascending (BOS, EOS, <|im_start|>, ...).
+  std::vector<TokenId> special_ids() const;
+  // For fingerprints: the GGUF pre name ("llama-bpe", ...), or a canonical JSON description of tokenizer.json's
+  // normalizer + pre-tokenizer; "sentencepiece" for the sentencepiece kind.
+  const std::string& pre_tokenizer_name() const;
+
+  // The exact bytes the model was loaded from (for fingerprints): tokenizer.model, tokenizer.json, or for a GGUF
+  // BPE vocabulary its canonical tokenizer.json (hf_json_from_bpe_vocab).
   const std::string& model_bytes() const;
 
  private:
   friend class StreamDecoder;  // shares the decoding state machine (tokenizer.cc)
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Tokenizer(std::unique_ptr<detail::BpeModel> bpe);
+  std::unique_ptr<Impl> impl_;              // sentencepiece kind
+  std::unique_ptr<detail::BpeModel> bpe_;   // bpe kind
 };
 
 // Streaming-safe detokenization: feed token ids one at a time, get back only complete UTF-8 text. A multi-byte
-// character split across byte-fallback tokens is held back until it is complete; the concatenation of all
-// push() results plus flush() equals Tokenizer::decode() of the whole sequence.
+// character split across byte-fallback / byte-level tokens is held back until it is complete; the concatenation
+// of all push() results plus flush() equals Tokenizer::decode() of the whole sequence (both kinds).
 class StreamDecoder {
  public:
   // `at_text_start`: the first token begins the text, so the dummy-prefix space is dropped as decode() does. Pass
@@ -80,6 +137,7 @@ class StreamDecoder {
   const Tokenizer* tok_;
   std::string pending_;  // bytes of an incomplete UTF-8 sequence
   bool at_start_ = true;
+  int strip_left_ = 0;   // bpe: decoder Strip characters still to drop at the text start
 };
 
 }  // namespace tandem::tok
