@@ -62,7 +62,7 @@ class ChatTemplate {
   // of the same flag are merged; empty pieces are dropped.
   // Errors (all Errc::invalid_argument, message "<origin>:<line>: ..."): the template's raise_exception(msg)
   // ("template raised: <msg>"), runtime type errors and use of undefined values the way jinja2's default
-  // Undefined refuses them, and the limits (output bytes, 2M evaluation steps, 100k-item lists/range, macro
+  // Undefined refuses them, and the limits (output bytes, 1M evaluation steps, 100k-item lists/range, macro
   // depth 32). Unsupported methods met at run time: Errc::unsupported. Never throws.
   Result<std::vector<RenderedPiece>> render(const std::vector<Message>& messages,
                                             const ChatTemplateOptions& options) const;

@@ -37,6 +37,9 @@ const std::set<std::string, std::less<>>& test_names() {
         std::string(what) + ": unexpected value of type '" + kind_name(v.kind) + "'");
 }
 
+// Python's float() accepts decimal forms only (strtod would also take hex like "0x1").
+bool hex_float(const std::string& s) { return s.find_first_of("xXpP") != std::string::npos; }
+
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1f); }
 
 Text as_text(const Value& v) { return to_text(v); }
@@ -230,6 +233,7 @@ Value to_int(const Value& v, const CallArgs& args) {
       char* end = nullptr;
       long long i = std::strtoll(s.c_str(), &end, 10);
       if (errno == 0 && end && *end == '\0') return Value::integer(i);
+      if (hex_float(s)) return fallback;
       double d = std::strtod(s.c_str(), &end);  // Jinja falls back to int(float(s))
       if (end && *end == '\0' && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value::integer(static_cast<std::int64_t>(d));
       return fallback;
@@ -247,6 +251,7 @@ Value to_float(const Value& v, const CallArgs& args) {
     case Value::Kind::floating: return v;
     case Value::Kind::string: {
       std::string s = strip_text(v.s, true, true, nullptr).str();
+      if (hex_float(s)) return fallback;
       char* end = nullptr;
       double d = std::strtod(s.c_str(), &end);
       if (!s.empty() && end && *end == '\0') return Value::floating(d);

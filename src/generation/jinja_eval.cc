@@ -1,5 +1,6 @@
 #include "generation/jinja_eval.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <optional>
@@ -143,23 +144,32 @@ class Evaluator {
       items = std::move(kept);
     }
     const auto n = static_cast<std::int64_t>(items.size());
+    // The `loop` dict is built once and updated in place while nobody else holds it (cheap per iteration).
+    static const char* const kKeys[] = {"index", "index0", "revindex", "revindex0", "first", "last",
+                                        "length", "depth", "depth0", "previtem", "nextitem"};
+    Value loop;
     for (std::int64_t k = 0; k < n; ++k) {
       tick(s.line);
       const Value& item = items[static_cast<std::size_t>(k)];
-      Dict loop;
-      auto put = [&](const char* key, Value v) { loop.emplace_back(Text(key, true), std::move(v)); };
-      put("index", Value::integer(k + 1));
-      put("index0", Value::integer(k));
-      put("revindex", Value::integer(n - k));
-      put("revindex0", Value::integer(n - k - 1));
-      put("first", Value::boolean(k == 0));
-      put("last", Value::boolean(k == n - 1));
-      put("length", Value::integer(n));
-      put("depth", Value::integer(1));
-      put("depth0", Value::integer(0));
-      if (k > 0) put("previtem", items[static_cast<std::size_t>(k - 1)]);
-      if (k + 1 < n) put("nextitem", items[static_cast<std::size_t>(k + 1)]);
-      assign("loop", Value::make_dict(std::move(loop)));
+      if (!loop.dict || loop.dict.use_count() > 2) {  // held by `loop` here and the frame only
+        Dict fresh;
+        for (const char* key : kKeys) fresh.emplace_back(Text(key, true), Value());
+        loop = Value::make_dict(std::move(fresh));
+      }
+      Dict& d = *loop.dict;
+      d[0].second = Value::integer(k + 1);
+      d[1].second = Value::integer(k);
+      d[2].second = Value::integer(n - k);
+      d[3].second = Value::integer(n - k - 1);
+      d[4].second = Value::boolean(k == 0);
+      d[5].second = Value::boolean(k == n - 1);
+      d[6].second = Value::integer(n);
+      d[7].second = Value::integer(1);
+      d[8].second = Value::integer(0);
+      d[9].second = k > 0 ? items[static_cast<std::size_t>(k - 1)] : Value::undefined("previtem");
+      d[10].second = k + 1 < n ? items[static_cast<std::size_t>(k + 1)] : Value::undefined("nextitem");
+      loop.depth = std::max({1, d[9].second.depth + 1, d[10].second.depth + 1});
+      assign("loop", loop);
       bind_targets(s.targets, item, s.line);
       if (exec(s.body, out) == Flow::break_) break;
     }
@@ -167,9 +177,22 @@ class Evaluator {
     if (items.empty()) exec(s.else_body, out);
   }
 
+  static bool holds_namespace(const Value& v) {
+    if (v.kind == Value::Kind::ns) return true;
+    if (v.is_list())
+      for (const Value& x : *v.list)
+        if (holds_namespace(x)) return true;
+    if (v.kind == Value::Kind::dict)
+      for (const auto& e : *v.dict)
+        if (holds_namespace(e.second)) return true;
+    return false;
+  }
+
   void exec_set(const Stmt& s) {
     Value v = eval(*s.expr);
     if (!s.attr.empty()) {
+      // A namespace holding a namespace could form a cycle (a leak, and endless recursion in tojson/repr).
+      if (holds_namespace(v)) raise(Errc::unsupported, s.line, "unsupported: storing a namespace inside a namespace");
       Value ns = lookup(s.targets[0]);
       if (ns.kind != Value::Kind::ns)
         raise(Errc::invalid_argument, s.line, "cannot assign attribute '" + s.attr + "' of non-namespace '" + s.targets[0] + "'");

@@ -14,7 +14,7 @@ namespace tandem::gen::jinja {
 
 struct Limits {
   std::size_t max_output_bytes = 1 << 20;  // the rendered text, and any one string or captured block
-  std::size_t max_steps = 2'000'000;       // statements + expression nodes evaluated, loop iterations included
+  std::size_t max_steps = 1'000'000;       // statements + expression nodes evaluated, loop iterations included
   std::size_t max_items = 100'000;         // any one list (range(), split(), list repetition, concatenation)
   int max_call_depth = 32;                 // nested macro calls
 };

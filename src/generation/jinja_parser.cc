@@ -84,7 +84,7 @@ class Parser {
     while (true) {
       const Token& tok = peek();
       if (tok.kind == TK::eof) {
-        if (!ends.empty()) raise(Errc::format_error, tok.line, "missing '{% " + *ends.begin() + " %}'");
+        if (!ends.empty()) raise(Errc::format_error, tok.line, "missing '{% " + *ends.rbegin() + " %}'");
         break;
       }
       if (tok.kind == TK::text) {

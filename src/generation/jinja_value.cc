@@ -44,15 +44,27 @@ Value Value::string(Text t) {
   return v;
 }
 Value Value::string(std::string s, bool trusted) { return string(Text(std::move(s), trusted)); }
+namespace {
+int nested_depth(const Value& child, int depth) {
+  int d = std::max(depth, child.depth + 1);
+  if (d > kMaxValueDepth) raise(Errc::invalid_argument, 0, "value nested deeper than " + std::to_string(kMaxValueDepth));
+  return d;
+}
+}  // namespace
+
 Value Value::make_list(List items) {
   Value v;
   v.kind = Kind::list;
+  v.depth = 1;
+  for (const Value& x : items) v.depth = nested_depth(x, v.depth);
   v.list = std::make_shared<const List>(std::move(items));
   return v;
 }
 Value Value::make_dict(Dict items) {
   Value v;
   v.kind = Kind::dict;
+  v.depth = 1;
+  for (const auto& e : items) v.depth = nested_depth(e.second, v.depth);
   v.dict = std::make_shared<Dict>(std::move(items));
   return v;
 }

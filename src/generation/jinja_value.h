@@ -28,6 +28,8 @@ struct Value;
 using List = std::vector<Value>;
 using Dict = std::vector<std::pair<Text, Value>>;  // insertion-ordered, keys unique by bytes
 
+inline constexpr int kMaxValueDepth = 64;
+
 enum class Builtin { none, range, namespace_, raise_exception, strftime_now, dict };
 
 struct Value {
@@ -42,6 +44,7 @@ struct Value {
   const Stmt* macro = nullptr;  // function: a macro (else a builtin)
   Builtin builtin = Builtin::none;
   std::string name;  // undefined: the missing name (for messages); function: its name
+  int depth = 0;     // container nesting (0 for scalars); bounded by kMaxValueDepth so recursion stays shallow
 
   static Value undefined(std::string name = {});
   static Value none();
