@@ -89,7 +89,7 @@ std::vector<std::string> bpe_pre_regexes(const std::string& pre) {
 }
 
 std::string hf_json_from_bpe_vocab(const BpeVocab& v) {
-  using OJ = nlohmann::ordered_json;
+  using OJ = nlohmann::json;  // std::map objects: the 150k-entry vocab inserts in O(log n)
   OJ j;
   j["version"] = "1.0";
   j["truncation"] = nullptr;
@@ -143,7 +143,7 @@ std::string hf_json_from_bpe_vocab(const BpeVocab& v) {
   model["vocab"] = std::move(vocab);
   model["merges"] = std::move(merges);
   j["model"] = std::move(model);
-  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace tandem::tok

@@ -79,7 +79,7 @@ inline Result<Tokenizer> gguf_tokenizer(const std::string& path) {
 // normalizer, no pre-tokenizer, byte_fallback + fuse_unk, control pieces as special added tokens and user-defined
 // pieces as non-special ones, TemplateProcessing with BOS, decoders Replace / ByteFallback / Fuse / Strip.
 inline std::string llama2_style_json(const Tokenizer& sp) {
-  using J = nlohmann::ordered_json;
+  using J = nlohmann::json;
   const int n = sp.vocab_size();
   struct M {
     TokenId l, r;
