@@ -8,15 +8,17 @@ std::string_view template_name(TemplateKind k) {
     case TemplateKind::llama2: return "llama2";
     case TemplateKind::chatml: return "chatml";
     case TemplateKind::zephyr: return "zephyr";
+    case TemplateKind::model: return "model";
   }
   return "raw";
 }
 
 Result<TemplateKind> parse_template(std::string_view name) {
-  for (auto k : {TemplateKind::raw, TemplateKind::llama2, TemplateKind::chatml, TemplateKind::zephyr})
+  for (auto k : {TemplateKind::raw, TemplateKind::llama2, TemplateKind::chatml, TemplateKind::zephyr,
+                 TemplateKind::model})
     if (template_name(k) == name) return k;
   return fail(Errc::invalid_argument,
-              "unknown prompt template '" + std::string(name) + "' (known: raw, llama2, chatml, zephyr)");
+              "unknown prompt template '" + std::string(name) + "' (known: raw, llama2, chatml, zephyr, model)");
 }
 
 namespace {
@@ -41,14 +43,21 @@ Result<std::vector<Segment>> render_llama2(const std::vector<Message>& m) {
       return fail(Errc::invalid_argument, "llama2 template: roles must alternate user/assistant (message " +
                                               std::to_string(i) + " is '" + m[i].role + "')");
     if (expect_user) {
-      std::string t = "[INST] ";
-      if (first_user && !system.empty()) t += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
-      t += m[i].content + " [/INST]";
       out.push_back({Segment::bos, {}});
-      out.push_back({Segment::text, std::move(t)});
+      if (first_user && !system.empty()) {
+        out.push_back({Segment::markup, "[INST] <<SYS>>\n"});
+        out.push_back({Segment::text, system});
+        out.push_back({Segment::markup, "\n<</SYS>>\n\n"});
+      } else {
+        out.push_back({Segment::markup, "[INST] "});
+      }
+      out.push_back({Segment::text, m[i].content});
+      out.push_back({Segment::markup, " [/INST]"});
       first_user = false;
     } else {
-      out.push_back({Segment::text, " " + m[i].content + " "});
+      out.push_back({Segment::markup, " "});
+      out.push_back({Segment::text, m[i].content});
+      out.push_back({Segment::markup, " "});
       out.push_back({Segment::eos, {}});
     }
     expect_user = !expect_user;
@@ -77,23 +86,29 @@ Result<std::vector<Segment>> render(TemplateKind kind, const std::vector<Message
     case TemplateKind::llama2:
       return render_llama2(messages);
     case TemplateKind::chatml: {
-      std::string t;
-      for (const auto& m : messages) t += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      t += "<|im_start|>assistant\n";
       out.push_back({Segment::bos, {}});
-      out.push_back({Segment::text, std::move(t)});
+      for (const auto& m : messages) {
+        out.push_back({Segment::markup, "<|im_start|>" + m.role + "\n"});
+        out.push_back({Segment::text, m.content});
+        out.push_back({Segment::markup, "<|im_end|>\n"});
+      }
+      out.push_back({Segment::markup, "<|im_start|>assistant\n"});
       return out;
     }
     case TemplateKind::zephyr: {
       out.push_back({Segment::bos, {}});
       for (const auto& m : messages) {
-        out.push_back({Segment::text, "<|" + m.role + "|>\n" + m.content});
+        out.push_back({Segment::markup, "<|" + m.role + "|>\n"});
+        out.push_back({Segment::text, m.content});
         out.push_back({Segment::eos, {}});
-        out.push_back({Segment::text, "\n"});
+        out.push_back({Segment::markup, "\n"});
       }
-      out.push_back({Segment::text, "<|assistant|>\n"});
+      out.push_back({Segment::markup, "<|assistant|>\n"});
       return out;
     }
+    case TemplateKind::model:
+      return fail(Errc::invalid_argument,
+                  "the 'model' template is the model's own chat_template: the engine renders it (gen::ChatTemplate)");
   }
   return fail(Errc::internal, "unhandled template");
 }
@@ -103,7 +118,8 @@ std::vector<std::string> template_stops(TemplateKind kind) {
     case TemplateKind::chatml: return {"<|im_end|>"};
     case TemplateKind::zephyr: return {"<|user|>"};
     case TemplateKind::raw:
-    case TemplateKind::llama2: return {};
+    case TemplateKind::llama2:
+    case TemplateKind::model: return {};  // the model's end-of-turn ids stop it (Model::eos_ids)
   }
   return {};
 }
