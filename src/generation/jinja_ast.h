@@ -31,6 +31,7 @@ struct Expr {
     slice,    // a[b:c:d] — b, c, d may be null
     unary,    // name in {"-", "+", "not"} applied to a
     binary,   // a name b; name in {+ - * / // % ** ~ == != < > <= >= in notin and or}
+    chain,    // a op1 x1 op2 x2 ...: a chained comparison (args[i].name = op, args[i].value = operand)
     ternary,  // a if b else c (c may be null: undefined)
     call,     // a(args)
     filter,   // a | name(args); a is null inside a {% filter %} block head

@@ -260,6 +260,15 @@ class Evaluator {
       case Expr::Kind::slice: return slice(e);
       case Expr::Kind::unary: return unary(e);
       case Expr::Kind::binary: return binary(e);
+      case Expr::Kind::chain: {
+        Value left = eval(*e.a);
+        for (const Arg& step : e.args) {
+          Value right = eval(*step.value);
+          if (!truthy(compare_op(step.name, left, right, e.line))) return Value::boolean(false);
+          left = std::move(right);
+        }
+        return Value::boolean(true);
+      }
       case Expr::Kind::ternary:
         if (truthy(eval(*e.b))) return eval(*e.a);
         return e.c ? eval(*e.c) : Value::undefined();
@@ -386,6 +395,7 @@ class Evaluator {
   }
 
   Value binary(const Expr& e);
+  Value compare_op(const std::string& op, const Value& a, const Value& b, int line);
   Value arithmetic(const std::string& op, const Value& a, const Value& b, int line);
   Value call(const Expr& e);
   Value call_macro(const Stmt& m, CallArgs args, int line);
@@ -418,15 +428,19 @@ Value Evaluator::binary(const Expr& e) {
     t.append(to_text(b));
     return Value::string(std::move(t));
   }
+  return compare_op(op, a, b, e.line);
+}
+
+Value Evaluator::compare_op(const std::string& op, const Value& a, const Value& b, int line) {
   if (op == "==") return Value::boolean(equals(a, b));
   if (op == "!=") return Value::boolean(!equals(a, b));
-  if (op == "<") return Value::boolean(compare(a, b, e.line) < 0);
-  if (op == ">") return Value::boolean(compare(a, b, e.line) > 0);
-  if (op == "<=") return Value::boolean(compare(a, b, e.line) <= 0);
-  if (op == ">=") return Value::boolean(compare(a, b, e.line) >= 0);
-  if (op == "in") return Value::boolean(contains(b, a, e.line));
-  if (op == "notin") return Value::boolean(!contains(b, a, e.line));
-  return arithmetic(op, a, b, e.line);
+  if (op == "<") return Value::boolean(compare(a, b, line) < 0);
+  if (op == ">") return Value::boolean(compare(a, b, line) > 0);
+  if (op == "<=") return Value::boolean(compare(a, b, line) <= 0);
+  if (op == ">=") return Value::boolean(compare(a, b, line) >= 0);
+  if (op == "in") return Value::boolean(contains(b, a, line));
+  if (op == "notin") return Value::boolean(!contains(b, a, line));
+  return arithmetic(op, a, b, line);
 }
 
 Value Evaluator::arithmetic(const std::string& op, const Value& a, const Value& b, int line) {

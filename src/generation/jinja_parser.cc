@@ -358,6 +358,8 @@ class Parser {
   }
   ExprPtr parse_compare() {
     ExprPtr e = parse_math1();
+    ExprPtr chain;          // Python chains `a < b < c` as `a < b and b < c`
+    bool compared = false;  // e is this function's first comparison
     while (true) {
       int line = peek().line;
       std::string op;
@@ -371,11 +373,23 @@ class Parser {
         next();
         op = "notin";
       } else {
-        return e;
+        return chain ? std::move(chain) : std::move(e);
       }
-      e = binary(op, std::move(e), parse_math1(), line);
+      ExprPtr rhs = parse_math1();
+      if (!chain && compared) {
+        chain = node(Expr::Kind::chain, e->line);
+        chain->a = std::move(e->a);
+        chain->args.push_back(Arg{e->name, std::move(e->b)});
+      }
+      if (chain) {
+        chain->args.push_back(Arg{op, std::move(rhs)});
+      } else {
+        e = binary(op, std::move(e), std::move(rhs), line);
+        compared = true;
+      }
     }
   }
+
   ExprPtr parse_math1() {
     ExprPtr e = parse_concat();
     while (is_op("+") || is_op("-")) {

@@ -81,6 +81,7 @@ const Case kCases[] = {
   {"string_escapes", "{{ 'it\\'s' }}|{{ \"say \\\"hi\\\"\" }}|{{ 'tab\\tnl\\n' }}|{{ '\\u00e9\\x41' }}|{{ 'a\\\\b' }}|{{ 'a' 'b' }}", "it's|say \"hi\"|tab\tnl\n|éA|a\\b|ab"},
   {"literals_print_like_python", "{{ [none, true, 1.0, 'x', {'k': 'v'}] }}|{{ True }}{{ False }}{{ None }}", "[None, True, 1.0, 'x', {'k': 'v'}]|TrueFalseNone"},
   {"comparisons", "{{ 1 < 2 }}{{ 'a' < 'b' }}{{ [1, 2] == [1, 2] }}{{ 1 == 1.0 }}{{ 1 != '1' }}{{ 2 >= 3 }}", "TrueTrueTrueTrueTrueFalse"},
+  {"chained_comparisons", "{{ 1 < 2 < 3 }}{{ 3 > 2 > 1 }}{{ 1 < 3 < 2 }}{{ (3 > 2) > 1 }}{{ 1 == 1 in [1] }}", "TrueTrueFalseFalseTrue"},
   {"and_or_return_operands", "{{ 0 or 'b' }}|{{ 'a' and 'b' }}|{{ none or [] }}|{{ not 0 }}", "b|b|[]|True"},
   {"conditional_expression", "{{ 'y' if 1 > 2 else 'n' }}|{{ 'y' if false }}|", "n||"},
   {"tests", "{{ x is defined }}{{ none is none }}{{ 'a' is string }}{{ {} is mapping }}{{ [] is iterable }}{{ 1 is number }}{{ true is boolean }}{{ 3 is odd }}{{ 'a' is equalto 'a' }}{{ [1] is sequence }}{{ false is false }}{{ true is true }}{{ 1 is not none }}{{ x is not defined }}{{ 4 is divisibleby 2 }}",
