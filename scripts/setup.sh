@@ -10,6 +10,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtomlplusplus-dev nlohmann-json3-dev libsentencepiece-dev
+  libicu-dev  # the BPE tokenizers: Unicode-property regexes and normalization (docs/tokenizers.md)
   dbus dbus-daemon dbus-bin libglib2.0-bin systemd socat jq util-linux
   debhelper devscripts lintian
   clang libclang-rt-14-dev llvm
