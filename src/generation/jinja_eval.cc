@@ -132,17 +132,19 @@ class Evaluator {
   }
 
   void exec_for(const Stmt& s, Text& out) {
-    List items = iterate(eval(*s.expr), s.line);
+    Value seq = eval(*s.expr);  // a list is iterated in place (it is immutable); others are expanded first
+    std::shared_ptr<const List> held = seq.is_list() ? seq.list : std::make_shared<const List>(iterate(seq, s.line));
     frames_.emplace_back();
     if (s.cond) {
       List kept;
-      for (const Value& item : items) {
+      for (const Value& item : *held) {
         tick(s.line);
         bind_targets(s.targets, item, s.line);
         if (truthy(eval(*s.cond))) kept.push_back(item);
       }
-      items = std::move(kept);
+      held = std::make_shared<const List>(std::move(kept));
     }
+    const List& items = *held;
     const auto n = static_cast<std::int64_t>(items.size());
     // The `loop` dict is built once and updated in place while nobody else holds it (cheap per iteration).
     static const char* const kKeys[] = {"index", "index0", "revindex", "revindex0", "first", "last",

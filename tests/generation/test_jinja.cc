@@ -256,7 +256,7 @@ TEST(JinjaLimits, HostileTemplatesFailFastWithTypedErrors) {
     ASSERT_FALSE(r.ok()) << c.name;
     EXPECT_EQ(r.error().code, c.code) << c.name << ": " << r.error().message;
     EXPECT_NE(r.error().message.find(c.message), std::string::npos) << c.name << ": " << r.error().message;
-    EXPECT_LT(secs, 5.0) << c.name;
+    EXPECT_LT(secs, 30.0) << c.name;  // a hang guard: about 1 s at most in a release build, ~10x that under ASan
     std::printf("  %-18s %.3f s\n", c.name, secs);
   }
 }
