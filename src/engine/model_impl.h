@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/model.h"
+#include "generation/chat_template.h"
 #include "engine/weight.h"
 #include "engine/worker_pool.h"
 
@@ -24,6 +26,7 @@ namespace tandem::engine {
 struct Layer {
   at::Tensor attn_norm, mlp_norm;  // f32 on the CPU; the activation dtype on the accelerator
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+  at::Tensor bq, bk, bv;  // q/k/v biases (Qwen2): f32 on the CPU, the activation dtype there; undefined when none
   bool on_accel = false;
 
   std::vector<Weight*> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
@@ -35,9 +38,6 @@ struct LoadedTokenizer {
   std::string origin;
 };
 Result<LoadedTokenizer> load_tokenizer(const weights::ModelDir& dir);
-// The prompt template: the configured name when given, else the one recognised from the chat template, else raw
-// (model_text.cc).
-Result<gen::TemplateKind> select_template(const weights::ModelDir& dir, const LoadOptions& opts);
 
 struct Model::Impl {
   weights::ModelDir dir;
@@ -46,6 +46,10 @@ struct Model::Impl {
   LoadStats stats;
   gen::Fingerprint fingerprint;
   gen::TemplateKind templ = gen::TemplateKind::raw;
+  // TemplateKind::model: the model's own chat_template, parsed; or why it cannot be used (encode_chat's error).
+  std::shared_ptr<const gen::ChatTemplate> chat_template;
+  std::optional<Error> chat_template_error;
+  bool adds_bos = false;  // tok::model_adds_bos: tokenizer_config / GGUF setting, else the tokenizer's own
   // Activations and KV on the accelerator (f32, or the requested 16-bit dtype there); the CPU computes in f32.
   at::ScalarType dtype = at::kFloat;
   int max_context = 0;
@@ -54,6 +58,8 @@ struct Model::Impl {
   at::Tensor final_norm;  // f32 (a device copy in `dtype` when the head runs on the accelerator)
   std::vector<Layer> layers;
   at::Tensor inv_freq;  // [head_dim / 2], f32
+  float rope_mscale = 1.0F;  // cos/sin multiplier (Phi-3 LongRoPE's attention factor; 1 otherwise)
+  bool longrope_long = false;  // LongRoPE: the long factors are in use (max_context > original)
   bool rope_interleaved = false;  // GGUF llama: rotate pairs (2i, 2i+1); HF: rotate halves (i, i + hd/2)
   std::vector<std::byte> act_buf;  // prepared activations of the current matmul (guarded by compute_mu)
   std::uint64_t dequant_ws = 0;   // largest accelerator dequantization workspace of one matrix
@@ -90,10 +96,15 @@ struct Model::Impl {
 
   // Text side (model_text.cc): the fingerprint components that decide how text becomes ids and when to stop.
   std::vector<std::pair<std::string, std::string>> text_fingerprint(const Model& m) const;
+  // The prompt template (model_text.cc): the configured name when given ("model" requires a chat_template that
+  // parses); else the model's own chat_template when it has one (an unparsable one is kept as
+  // chat_template_error, so loading works and encode_chat reports it); else raw. Also sets adds_bos.
+  Status select_template();
 
   // Compute side (model.cc).
   std::string held_type_summary();
   at::Tensor linear(const at::Tensor& x, const Weight& w);
+  static at::Tensor biased(const at::Tensor& y, const at::Tensor& b);  // y + b when b is defined (in place)
   at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope_tables(std::int64_t pos0, std::int64_t n) const;
   at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;

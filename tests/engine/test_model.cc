@@ -215,12 +215,17 @@ TEST(Model, FingerprintSameFilesSameSettingsAndExplainsDifferences) {
   EXPECT_EQ(load(dir, lo)->fingerprint().digest, a->fingerprint().digest);
 }
 
-TEST(Model, TemplateGuessedFromTokenizerConfig) {
-  auto m = load(make_model("chatml", "test", weights::DType::f32, 1, 7, "{{ '<|im_start|>' + role }}"));
-  EXPECT_EQ(m->prompt_template(), gen::TemplateKind::chatml);
+TEST(Model, TemplateFromTokenizerConfig) {
+  // The model's own chat_template is rendered (tests/engine/test_model_text.cc covers it in depth); ChatML writes
+  // no BOS, as apply_chat_template.
+  auto m = load(make_model("chatml", "test", weights::DType::f32, 1, 7,
+                           "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+                           "'<|im_end|>\\n' }}{% endfor %}{{ '<|im_start|>assistant\\n' }}"));
+  EXPECT_EQ(m->prompt_template(), gen::TemplateKind::model);
   auto ids = m->encode_chat({{"user", "Hi"}});
-  ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(ids->front(), 1);  // BOS
+  ASSERT_TRUE(ids.ok()) << ids.error().message;
+  EXPECT_NE(ids->front(), 1);
+  EXPECT_EQ(*ids, m->tokenizer().encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
 }
 
 TEST(Model, ForwardErrorsAreTypedAndLeaveTheSequenceUsable) {
