@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "tokenizer/bpe_vocab.h"
 #include "tokenizer/piece_type.h"
 #include "tokenizer/unicode.h"
 
@@ -62,6 +63,10 @@ struct PreStep {
 };
 
 class BpeModel;
+// bpe_vocab.cc: whether the pre name's tokenizer.json sets ignore_merges (llama3), and the JSON object holding only
+// the normalizer / pre_tokenizer / post_processor / decoder that hf_json_from_bpe_vocab writes for `v`.
+bool bpe_pre_ignores_merges(const std::string& pre);
+std::string hf_json_components(const BpeVocab& v);
 // Parses tokenizer.json text into `m` (m.origin names it in errors) and calls finish() (hf_json.cc).
 Status read_hf_json(std::string_view text, BpeModel& m);
 

@@ -71,9 +71,78 @@ const std::vector<PreEntry>& pre_table() {
   return table;
 }
 
-bool ignores_merges(const std::string& pre) { return pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3"; }
+// A JSON string literal: quotes, backslashes and control characters escaped, invalid UTF-8 bytes as U+FFFD.
+void put_string(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out.push_back('\\');
+        out.push_back(static_cast<char>(c));
+      } else if (c < 0x20) {
+        out += "\\u00";
+        out.push_back(kHex[c >> 4]);
+        out.push_back(kHex[c & 15]);
+      } else {
+        out.push_back(static_cast<char>(c));
+      }
+      ++i;
+      continue;
+    }
+    const std::size_t n = detail::utf8_char_len(s, i);
+    if (n == 0) {
+      out.append(detail::kReplacementChar);
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  out.push_back('"');
+}
 
 }  // namespace
+
+namespace detail {
+
+bool bpe_pre_ignores_merges(const std::string& pre) { return pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3"; }
+
+std::string hf_json_components(const BpeVocab& v) {
+  using J = nlohmann::ordered_json;
+  J j = J::object();
+  j["normalizer"] = nullptr;
+  J pres = J::array();
+  for (const std::string& r : bpe_pre_regexes(v.pre)) {
+    pres.push_back(J{{"type", "Split"}, {"pattern", J{{"Regex", r}}}, {"behavior", "Isolated"}, {"invert", false}});
+  }
+  pres.push_back(J{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}});
+  j["pre_tokenizer"] = J{{"type", "Sequence"}, {"pretokenizers", std::move(pres)}};
+  const bool bos = v.add_bos && v.bos >= 0 && static_cast<std::size_t>(v.bos) < v.tokens.size();
+  const bool eos = v.add_eos && v.eos >= 0 && static_cast<std::size_t>(v.eos) < v.tokens.size();
+  if (bos || eos) {
+    J single = J::array();
+    J specials = J::object();
+    auto special = [&](TokenId id) {
+      const std::string& name = v.tokens[static_cast<std::size_t>(id)];
+      single.push_back(J{{"SpecialToken", J{{"id", name}, {"type_id", 0}}}});
+      specials[name] = J{{"id", name}, {"ids", J::array({id})}, {"tokens", J::array({name})}};
+    };
+    if (bos) special(v.bos);
+    single.push_back(J{{"Sequence", J{{"id", "A"}, {"type_id", 0}}}});
+    if (eos) special(v.eos);
+    j["post_processor"] = J{{"type", "TemplateProcessing"}, {"single", std::move(single)},
+                            {"pair", nullptr}, {"special_tokens", std::move(specials)}};
+  } else {
+    j["post_processor"] = J{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
+                            {"use_regex", false}};
+  }
+  j["decoder"] = J{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  return j.dump(-1, ' ', false, J::error_handler_t::replace);
+}
+
+}  // namespace detail
 
 std::vector<std::string> bpe_pre_names() {
   std::vector<std::string> out;
@@ -89,61 +158,51 @@ std::vector<std::string> bpe_pre_regexes(const std::string& pre) {
 }
 
 std::string hf_json_from_bpe_vocab(const BpeVocab& v) {
-  using OJ = nlohmann::json;  // std::map objects: the 150k-entry vocab inserts in O(log n)
-  OJ j;
-  j["version"] = "1.0";
-  j["truncation"] = nullptr;
-  j["padding"] = nullptr;
-  OJ added = OJ::array();
+  // Written by hand: a 150k-entry vocabulary through a JSON DOM costs far more than the loading it serves.
+  std::string out;
+  out.reserve(64 * v.tokens.size() + 1024);
+  out += "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[";
+  bool first = true;
   for (std::size_t i = 0; i < v.tokens.size(); ++i) {
     const PieceType t = i < v.types.size() ? v.types[i] : PieceType::normal;
     if (t != PieceType::control && t != PieceType::user_defined) continue;
-    added.push_back(OJ{{"id", i},          {"content", v.tokens[i]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false},  {"normalized", false},    {"special", t == PieceType::control}});
+    out += first ? "{\"id\":" : ",{\"id\":";
+    first = false;
+    out += std::to_string(i);
+    out += ",\"content\":";
+    put_string(out, v.tokens[i]);
+    out += ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":";
+    out += t == PieceType::control ? "true}" : "false}";
   }
-  j["added_tokens"] = std::move(added);
-  j["normalizer"] = nullptr;
-  OJ pres = OJ::array();
-  for (const std::string& r : bpe_pre_regexes(v.pre)) {
-    pres.push_back(OJ{{"type", "Split"}, {"pattern", OJ{{"Regex", r}}}, {"behavior", "Isolated"}, {"invert", false}});
-  }
-  pres.push_back(OJ{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}});
-  j["pre_tokenizer"] = OJ{{"type", "Sequence"}, {"pretokenizers", std::move(pres)}};
-  const bool bos = v.add_bos && v.bos >= 0 && static_cast<std::size_t>(v.bos) < v.tokens.size();
-  const bool eos = v.add_eos && v.eos >= 0 && static_cast<std::size_t>(v.eos) < v.tokens.size();
-  if (bos || eos) {
-    OJ single = OJ::array();
-    OJ specials = OJ::object();
-    auto special = [&](TokenId id) {
-      const std::string& name = v.tokens[static_cast<std::size_t>(id)];
-      single.push_back(OJ{{"SpecialToken", OJ{{"id", name}, {"type_id", 0}}}});
-      specials[name] = OJ{{"id", name}, {"ids", OJ::array({id})}, {"tokens", OJ::array({name})}};
-    };
-    if (bos) special(v.bos);
-    single.push_back(OJ{{"Sequence", OJ{{"id", "A"}, {"type_id", 0}}}});
-    if (eos) special(v.eos);
-    j["post_processor"] = OJ{{"type", "TemplateProcessing"}, {"single", std::move(single)},
-                             {"pair", nullptr}, {"special_tokens", std::move(specials)}};
+  out += "],";
+  const std::string comp = detail::hf_json_components(v);  // {"normalizer":...,"decoder":...}
+  out.append(comp, 1, comp.size() - 2);
+  out += ",\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":";
+  if (v.unk >= 0 && static_cast<std::size_t>(v.unk) < v.tokens.size()) {
+    put_string(out, v.tokens[static_cast<std::size_t>(v.unk)]);
   } else {
-    j["post_processor"] = OJ{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                             {"use_regex", false}};
+    out += "null";
   }
-  j["decoder"] = OJ{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-  OJ vocab = OJ::object();
-  for (std::size_t i = 0; i < v.tokens.size(); ++i) vocab[v.tokens[i]] = i;
-  OJ merges = OJ::array();
-  for (const auto& [a, b] : v.merges) merges.push_back(OJ::array({a, b}));
-  OJ model = {{"type", "BPE"},          {"dropout", nullptr},
-              {"unk_token", v.unk >= 0 && static_cast<std::size_t>(v.unk) < v.tokens.size()
-                                ? OJ(v.tokens[static_cast<std::size_t>(v.unk)])
-                                : OJ(nullptr)},
-              {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-              {"fuse_unk", false},      {"byte_fallback", false},
-              {"ignore_merges", ignores_merges(v.pre)}};
-  model["vocab"] = std::move(vocab);
-  model["merges"] = std::move(merges);
-  j["model"] = std::move(model);
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += ",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,"
+         "\"byte_fallback\":false,\"ignore_merges\":";
+  out += detail::bpe_pre_ignores_merges(v.pre) ? "true" : "false";
+  out += ",\"vocab\":{";
+  for (std::size_t i = 0; i < v.tokens.size(); ++i) {
+    if (i != 0) out.push_back(',');
+    put_string(out, v.tokens[i]);
+    out.push_back(':');
+    out += std::to_string(i);
+  }
+  out += "},\"merges\":[";
+  for (std::size_t k = 0; k < v.merges.size(); ++k) {
+    out += k == 0 ? "[" : ",[";
+    put_string(out, v.merges[k].first);
+    out.push_back(',');
+    put_string(out, v.merges[k].second);
+    out.push_back(']');
+  }
+  out += "]}}";
+  return out;
 }
 
 }  // namespace tandem::tok

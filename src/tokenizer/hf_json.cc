@@ -7,9 +7,10 @@
 
 namespace tandem::tok {
 namespace detail {
-namespace {
 
 using Json = nlohmann::json;
+
+namespace {
 
 constexpr std::size_t kMaxJsonBytes = 512u << 20;
 constexpr int kMaxDepth = 64;
@@ -353,15 +354,25 @@ Status read_post(const Reader& rd, const Json& n, const std::string& path, BpeMo
   return {};
 }
 
-Status set_token(const Reader& rd, BpeModel& m, std::int64_t id, std::string text, const std::string& key) {
-  if (id < 0 || id > kMaxId) return rd.bad(Errc::format_error, key, "id " + std::to_string(id) + " is out of range");
+template <class KeyFn>
+Status set_token(const Reader& rd, BpeModel& m, std::int64_t id, const std::string& text, KeyFn key) {
+  if (id < 0 || id > kMaxId) return rd.bad(Errc::format_error, key(), "id " + std::to_string(id) + " is out of range");
   const auto u = static_cast<std::size_t>(id);
-  if (u >= m.tokens.size()) m.tokens.resize(u + 1);
+  if (u >= m.tokens.size()) m.tokens.resize(std::max(u + 1, m.tokens.size() * 2));
   if (!m.tokens[u].empty() && m.tokens[u] != text) {
-    return rd.bad(Errc::format_error, key, "id " + std::to_string(id) + " is given to both '" + m.tokens[u] +
-                                               "' and '" + text + "'");
+    return rd.bad(Errc::format_error, key(), "id " + std::to_string(id) + " is given to both '" + m.tokens[u] +
+                                                 "' and '" + text + "'");
   }
-  m.tokens[u] = std::move(text);
+  m.tokens[u] = text;
+  return {};
+}
+
+// The normalizer, pre-tokenizer, decoder and post-processor of a tokenizer.json object (m.tokens already set).
+Status read_components(const Reader& rd, const Json& j, BpeModel& m) {
+  if (const auto n = j.find("normalizer"); n != j.end()) TANDEM_TRY(read_normalizer(rd, *n, "normalizer", m));
+  if (const auto n = j.find("pre_tokenizer"); n != j.end()) TANDEM_TRY(read_pre(rd, *n, "pre_tokenizer", m));
+  if (const auto n = j.find("decoder"); n != j.end()) TANDEM_TRY(read_decoder(rd, *n, "decoder", m));
+  if (const auto n = j.find("post_processor"); n != j.end()) TANDEM_TRY(read_post(rd, *n, "post_processor", m));
   return {};
 }
 
@@ -399,13 +410,15 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
   const auto vocab = model->find("vocab");
   if (vocab == model->end() || !vocab->is_object()) return rd.bad(Errc::format_error, "model.vocab", "must be an object");
   if (vocab->size() > static_cast<std::size_t>(kMaxId)) return rd.bad(Errc::format_error, "model.vocab", "is too large");
-  m.tokens.reserve(vocab->size());
-  for (const auto& [tok, idv] : vocab->items()) {
+  m.tokens.resize(vocab->size());
+  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+    const std::string& tok = it.key();
+    const Json& idv = it.value();
     if (!idv.is_number_integer()) return rd.wrong("model.vocab['" + tok + "']", idv, "an integer id");
     const std::int64_t id = idv.is_number_unsigned() && idv.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxId)
                                 ? -1
                                 : idv.get<std::int64_t>();
-    TANDEM_TRY(set_token(rd, m, id, tok, "model.vocab['" + tok + "']"));
+    TANDEM_TRY(set_token(rd, m, id, tok, [&] { return "model.vocab['" + tok + "']"; }));
   }
 
   if (const auto at = j.find("added_tokens"); at != j.end() && !at->is_null()) {
@@ -424,10 +437,11 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
       HJ_ASSIGN(t.lstrip, rd.boolean(a, "lstrip", path, false));
       HJ_ASSIGN(t.rstrip, rd.boolean(a, "rstrip", path, false));
       HJ_ASSIGN(t.single_word, rd.boolean(a, "single_word", path, false));
-      TANDEM_TRY(set_token(rd, m, id, t.content, path));
+      TANDEM_TRY(set_token(rd, m, id, t.content, [&] { return path; }));
       m.added.push_back(std::move(t));
     }
   }
+  while (!m.tokens.empty() && m.tokens.back().empty()) m.tokens.pop_back();  // the growth slack
   for (std::size_t i = 0; i < m.tokens.size(); ++i) {
     if (m.tokens[i].empty()) {
       return rd.bad(Errc::format_error, "model.vocab", "has no token with id " + std::to_string(i) + " (ids must be dense)");
@@ -446,26 +460,23 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
     m.merge_text.reserve(merges->size());
     for (std::size_t k = 0; k < merges->size(); ++k) {
       const Json& e = (*merges)[k];
-      const std::string path = "model.merges[" + std::to_string(k) + "]";
+      auto path = [&] { return "model.merges[" + std::to_string(k) + "]"; };
       if (e.is_string()) {
         const std::string& s = e.get_ref<const std::string&>();
         const auto sp = s.find(' ');
         if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-          return rd.bad(Errc::format_error, path, "'" + s + "' is not two tokens separated by one space");
+          return rd.bad(Errc::format_error, path(), "'" + s + "' is not two tokens separated by one space");
         }
         m.merge_text.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-        m.merge_text.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+        m.merge_text.emplace_back(e[0].get_ref<const std::string&>(), e[1].get_ref<const std::string&>());
       } else {
-        return rd.bad(Errc::format_error, path, "must be \"a b\" or [\"a\", \"b\"]");
+        return rd.bad(Errc::format_error, path(), "must be \"a b\" or [\"a\", \"b\"]");
       }
     }
   }
 
-  if (const auto n = j.find("normalizer"); n != j.end()) TANDEM_TRY(read_normalizer(rd, *n, "normalizer", m));
-  if (const auto n = j.find("pre_tokenizer"); n != j.end()) TANDEM_TRY(read_pre(rd, *n, "pre_tokenizer", m));
-  if (const auto n = j.find("decoder"); n != j.end()) TANDEM_TRY(read_decoder(rd, *n, "decoder", m));
-  if (const auto n = j.find("post_processor"); n != j.end()) TANDEM_TRY(read_post(rd, *n, "post_processor", m));
+  TANDEM_TRY(read_components(rd, j, m));
 
   // Special ids by spelling when the post-processor does not name them.
   auto by_name = [&](std::initializer_list<std::string_view> names) -> TokenId {
@@ -528,37 +539,40 @@ Result<Tokenizer> Tokenizer::from_bpe_vocab(const BpeVocab& v, std::string origi
     return fail(Errc::format_error, origin + ": " + std::to_string(v.types.size()) + " token types for " +
                                         std::to_string(v.tokens.size()) + " tokens");
   }
-  for (std::size_t i = 0; i < v.tokens.size(); ++i) {
-    if (!detail::utf8_valid(v.tokens[i])) {
-      return fail(Errc::format_error, origin + ": token " + std::to_string(i) + " is not valid UTF-8");
-    }
-  }
-  for (auto [name, id] : {std::pair{"bos", v.bos}, std::pair{"eos", v.eos}, std::pair{"eot", v.eot},
-                          std::pair{"unk", v.unk}, std::pair{"pad", v.pad}}) {
-    if (id < -1 || id >= static_cast<TokenId>(v.tokens.size())) {
-      return fail(Errc::format_error, origin + ": " + name + " id " + std::to_string(id) + " is out of range");
-    }
-  }
-  std::string json = hf_json_from_bpe_vocab(v);
   auto m = std::make_unique<detail::BpeModel>();
   m->origin = std::move(origin);
-  try {
-    TANDEM_TRY(detail::read_hf_json(json, *m));
-  } catch (const std::exception& e) {
-    return fail(Errc::format_error, m->origin + ": " + e.what());
+  // The vocabulary directly; the components from the same JSON that hf_json_from_bpe_vocab writes.
+  m->tokens = v.tokens;
+  m->types = v.types;
+  if (m->types.empty()) m->types.assign(m->tokens.size(), PieceType::normal);
+  for (std::size_t i = 0; i < m->tokens.size(); ++i) {
+    const PieceType t = m->types[i];
+    if (t == PieceType::control || t == PieceType::user_defined) {
+      m->added.push_back(detail::AddedToken{static_cast<TokenId>(i), m->tokens[i], t == PieceType::control, false,
+                                            false, false});
+    }
   }
-  if (!v.types.empty()) m->types = v.types;
-  if (m->types.size() != m->tokens.size()) m->types.resize(m->tokens.size(), PieceType::normal);
+  m->merge_text = v.merges;
+  m->ignore_merges = detail::bpe_pre_ignores_merges(v.pre);
   m->bos = v.bos;
   m->eos = v.eos;
   m->eot = v.eot;
   m->unk = v.unk;
   m->pad = v.pad;
-  m->adds_bos = v.add_bos;
-  m->adds_eos = v.add_eos;
+  try {
+    const detail::Json j = detail::Json::parse(detail::hf_json_components(v));
+    const detail::Reader rd(m->origin);
+    TANDEM_TRY(detail::read_components(rd, j, *m));
+  } catch (const std::exception& e) {
+    return fail(Errc::internal, m->origin + ": " + e.what());
+  }
+  m->bos = v.bos;  // the post-processor names the same ids; keep the vocabulary's even without add_bos
+  m->eos = v.eos;
+  m->adds_bos = v.add_bos && v.bos >= 0;
+  m->adds_eos = v.add_eos && v.eos >= 0;
   m->pre_name = v.pre;
   TANDEM_TRY(m->finish());
-  m->model_bytes = std::move(json);
+  m->model_bytes = hf_json_from_bpe_vocab(v);
   return Tokenizer(std::move(m));
 }
 
