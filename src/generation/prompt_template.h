@@ -40,6 +40,11 @@ struct Segment {
 // (rendered by the engine with the model's template).
 Result<std::vector<Segment>> render(TemplateKind kind, const std::vector<Message>& messages);
 
+// The Hugging Face chat_template (Jinja) text of a built-in kind as its model family ships it — Meta's Llama 2 chat
+// template, plain ChatML, HuggingFaceH4's Zephyr — for writers of test models (tandem-mkmodel --chat-template), so
+// a model carries a real template that gen::ChatTemplate renders. "" for raw and model.
+std::string_view builtin_template_source(TemplateKind kind);
+
 // Stop strings a template implies in addition to EOS (e.g. "<|im_end|>" for ChatML).
 std::vector<std::string> template_stops(TemplateKind kind);
 

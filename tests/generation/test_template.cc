@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "generation/chat_template.h"
 #include "generation/prompt_template.h"
 
 using namespace tandem::gen;
@@ -71,4 +72,22 @@ TEST(Template, Errors) {
   EXPECT_TRUE(template_stops(TemplateKind::model).empty());
   EXPECT_EQ(*parse_template("zephyr"), TemplateKind::zephyr);
   EXPECT_EQ(template_stops(TemplateKind::chatml), std::vector<std::string>{"<|im_end|>"});
+}
+
+TEST(Template, BuiltinSourcesAreRealTemplatesRenderingLikeTheBuiltins) {
+  const std::vector<Message> conv{{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  ChatTemplateOptions o;
+  o.bos_token = "<BOS>";
+  o.eos_token = "<EOS>";
+  for (auto k : {TemplateKind::llama2, TemplateKind::chatml, TemplateKind::zephyr}) {
+    auto t = ChatTemplate::parse(builtin_template_source(k), std::string(template_name(k)));
+    ASSERT_TRUE(t.ok()) << template_name(k) << ": " << t.error().message;
+    auto r = t->render(conv, o);
+    ASSERT_TRUE(r.ok()) << template_name(k) << ": " << r.error().message;
+    std::string want = flat(*render(k, conv));
+    // ChatML and Zephyr as shipped write no BOS; the built-ins start with one (the tokenizer adds it there).
+    if (k != TemplateKind::llama2) want = want.substr(5);
+    EXPECT_EQ(flatten(*r), want) << template_name(k);
+  }
+  EXPECT_TRUE(builtin_template_source(TemplateKind::raw).empty());
 }
