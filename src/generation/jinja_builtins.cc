@@ -338,7 +338,7 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args, 
     bool use = v.is_undefined() || (boolean && truthy(*boolean) && !truthy(v));
     return use ? (dflt ? *dflt : Value::string("", true)) : v;
   }
-  if (name == "safe") return v;
+  if (name == "safe") return v.is_string() ? v : Value::string(as_text(v));  // Markup(str(value))
   if (name == "trim") {
     const Value* chars = args.get(0, "chars");
     std::string cs = chars && !chars->is_none() ? as_text(*chars).str() : std::string();
@@ -381,6 +381,8 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args, 
     for (const auto& [k, x] : *v.dict) out.push_back(Value::make_list({Value::string(k), x}));
     return Value::make_list(std::move(out));
   }
+  if ((name == "int" || name == "float") && v.is_undefined())  // jinja2's Undefined refuses int()/float()
+    raise(Errc::invalid_argument, env.line, "'" + (v.name.empty() ? std::string("value") : v.name) + "' is undefined");
   if (name == "int") return to_int(v, args);
   if (name == "float") return to_float(v, args);
   if (name == "abs") {
@@ -389,6 +391,7 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args, 
       return Value::integer(v.i < 0 ? -v.i : v.i);
     }
     if (v.kind == Value::Kind::floating) return Value::floating(std::fabs(v.f));
+    if (v.kind == Value::Kind::boolean) return Value::integer(v.b ? 1 : 0);
     type_error(env, "abs", v);
   }
   if (name == "replace") {
@@ -436,7 +439,7 @@ bool apply_test(std::string_view name, const Value& v, const CallArgs& args, con
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_mapping();
   if (name == "iterable") return v.is_list() || v.is_string() || v.is_mapping() || v.is_undefined();
-  if (name == "sequence") return v.is_list() || v.is_string() || v.is_mapping();
+  if (name == "sequence") return v.is_list() || v.is_string() || v.is_mapping() || v.is_undefined();
   if (name == "number") return v.is_number();
   if (name == "integer") return v.kind == Value::Kind::integer;
   if (name == "float") return v.kind == Value::Kind::floating;
@@ -451,13 +454,21 @@ bool apply_test(std::string_view name, const Value& v, const CallArgs& args, con
   if (name == "ge") return compare(v, need_arg(), env.line) >= 0;
   if (name == "le") return compare(v, need_arg(), env.line) <= 0;
   if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (v.kind != Value::Kind::integer) type_error(env, name, v);
-    if (name == "odd") return v.i % 2 != 0;
-    if (name == "even") return v.i % 2 == 0;
+    if (v.kind == Value::Kind::floating) {
+      if (!std::isfinite(v.f)) return false;
+      double d = name == "divisibleby" ? static_cast<double>(int_arg(&need_arg(), 0, env, "divisibleby")) : 2.0;
+      if (d == 0) raise(Errc::invalid_argument, env.line, "divisibleby 0");
+      double m = std::fmod(v.f, d);
+      return name == "odd" ? m != 0 : m == 0;
+    }
+    if (v.kind != Value::Kind::integer && v.kind != Value::Kind::boolean) type_error(env, name, v);
+    const std::int64_t i = v.kind == Value::Kind::boolean ? v.b : v.i;  // a Python bool is an int
+    if (name == "odd") return i % 2 != 0;
+    if (name == "even") return i % 2 == 0;
     std::int64_t d = int_arg(&need_arg(), 0, env, "divisibleby");
     if (d == 0) raise(Errc::invalid_argument, env.line, "divisibleby 0");
     if (d == -1) return true;
-    return v.i % d == 0;
+    return i % d == 0;
   }
   if (name == "in") {
     const Value& c = need_arg();
@@ -466,10 +477,9 @@ bool apply_test(std::string_view name, const Value& v, const CallArgs& args, con
     if (c.is_mapping()) return v.is_string() && c.find(v.s.str()) != nullptr;
     type_error(env, "in", c);
   }
-  if (name == "lower" || name == "upper") {
-    if (!v.is_string()) return false;
+  if (name == "lower" || name == "upper") {  // str(value).islower() / .isupper()
     bool any = false;
-    for (char c : v.s.str()) {
+    for (char c : to_text(v).str()) {
       if (name == "lower" && c >= 'A' && c <= 'Z') return false;
       if (name == "upper" && c >= 'a' && c <= 'z') return false;
       any = any || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');

@@ -343,7 +343,7 @@ class Evaluator {
     } else if (obj.is_string()) {
       offs = utf8_offsets(obj.s.str());
       n = static_cast<std::int64_t>(offs.size()) - 1;
-    } else {
+    } else {  // jinja2 slices bypass getitem's fallback to undefined: a TypeError there too
       raise(Errc::invalid_argument, e.line, std::string("cannot slice '") + kind_name(obj.kind) + "'");
     }
     auto clamp = [&](std::optional<std::int64_t> v, std::int64_t dflt) {  // Python's PySlice_AdjustIndices

@@ -254,7 +254,7 @@ void repr_string(const Text& s, Text& out) {
 
 Text repr(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::undefined: return Text();
+    case Value::Kind::undefined: return Text("Undefined", true);  // jinja2's repr inside a printed container
     case Value::Kind::none: return Text("None", true);
     case Value::Kind::boolean: return Text(v.b ? "True" : "False", true);
     case Value::Kind::integer: return Text(std::to_string(v.i), true);

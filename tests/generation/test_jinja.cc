@@ -106,6 +106,8 @@ const Case kCases[] = {
   {"dict_literal_and_nested_access", "{% set d = {'a': {'b': [10, 20]}} %}{{ d.a.b[1] }}{{ d['a']['b'][0] }}", "2010"},
   {"int_float_conversions", "{{ 3.9 | int }}{{ '0x1' | int }}{{ 2 | float }}{{ '  7 ' | int }}", "302.07"},
   {"unique", "{{ [1, 2, 1, 3, 2] | unique | list }}", "[1, 2, 3]"},
+  {"differential_findings", "{{ {} | safe | first }}|{{ [x, 1] }}|{{ x is sequence }}|{{ ['a'] is lower }}|{{ 1e3 is divisibleby 2 }}|{{ true is odd }}|{{ true | abs }}",
+   "{|[Undefined, 1]|True|True|True|True|1"},
 };
 // clang-format on
 
@@ -153,6 +155,8 @@ const ErrorCase kErrors[] = {
   {"call_of_undefined", "{{ nothing() }}", Errc::invalid_argument, "'nothing' is undefined"},
   {"add_str_and_int", "{{ 'a' + 1 }}", Errc::invalid_argument, "unsupported operand types for +: 'str' and 'int'"},
   {"add_undefined", "{{ 'a' + x }}", Errc::invalid_argument, "'x' is undefined"},
+  {"int_of_undefined", "{{ x | int }}", Errc::invalid_argument, "'x' is undefined"},
+  {"slice_of_number", "{% set n = 5 %}{{ n[1:] }}", Errc::invalid_argument, "cannot slice 'int'"},
   {"division_by_zero", "{{ 1 // 0 }}", Errc::invalid_argument, "division by zero"},
   {"integer_overflow", "{{ 9223372036854775807 + 1 }}", Errc::invalid_argument, "integer overflow"},
   {"power_overflow", "{{ 10 ** 30 }}", Errc::invalid_argument, "integer overflow"},
