@@ -4,6 +4,7 @@
 #include "tokenizer/bpe_model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <queue>
 
 #include "tokenizer/tokenizer.h"
@@ -126,7 +127,77 @@ std::size_t prev_char(std::string_view s, std::size_t i) {
   return j;
 }
 
+inline std::uint64_t mum(std::uint64_t a, std::uint64_t b) {
+  const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
+  return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64);
+}
+
+std::uint64_t hash_bytes(std::string_view s) {
+  const char* p = s.data();
+  std::size_t n = s.size();
+  std::uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xA0761D6478BD642FULL);
+  while (n >= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = mum(h ^ w, 0xE7037ED1A0B428DBULL);
+    p += 8;
+    n -= 8;
+  }
+  std::uint64_t w = 0;
+  std::memcpy(&w, p, n);
+  return mum(h ^ w, 0x8EBC6AF09C88C6E3ULL);
+}
+
 }  // namespace
+
+void TokenIndex::build(const std::vector<std::string>* tokens, std::size_t n) {
+  tokens_ = tokens;
+  std::size_t cap = 16;
+  while (cap < n * 2) cap <<= 1;
+  slots_.assign(cap, Slot{0, -1});
+  mask_ = cap - 1;
+}
+
+TokenId TokenIndex::insert(TokenId id) {
+  const std::string& key = (*tokens_)[static_cast<std::size_t>(id)];
+  const std::uint64_t h = hash_bytes(key);
+  for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.id < 0) {
+      s = Slot{h, id};
+      return -1;
+    }
+    if (s.hash == h && (*tokens_)[static_cast<std::size_t>(s.id)] == key) return s.id;
+  }
+}
+
+TokenId TokenIndex::find(std::string_view key) const {
+  if (slots_.empty()) return -1;
+  const std::uint64_t h = hash_bytes(key);
+  for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.id < 0) return -1;
+    if (s.hash == h && (*tokens_)[static_cast<std::size_t>(s.id)] == key) return s.id;
+  }
+}
+
+void PairTable::build(std::size_t n) {
+  std::size_t cap = 16;
+  while (cap < n * 2) cap <<= 1;
+  slots_.assign(cap, Slot{kEmpty, 0});
+  mask_ = cap - 1;
+}
+
+void PairTable::insert_first(std::uint64_t key, std::uint64_t value) {
+  for (std::size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.key == key) return;
+    if (s.key == kEmpty) {
+      s = Slot{key, value};
+      return;
+    }
+  }
+}
 
 // --- tables ---------------------------------------------------------------------------------------------------------
 
@@ -136,16 +207,14 @@ Status BpeModel::finish() {
   if (n == 0) return err("the vocabulary is empty");
   if (n > kMaxTokens) return err("the vocabulary has " + std::to_string(n) + " tokens, more than the limit");
   if (types.size() != n) types.resize(n, PieceType::normal);
-  ids_.clear();
-  ids_.reserve(n * 2);
+  ids_.build(&tokens, n);
   for (std::size_t i = 0; i < n; ++i) {
     const std::string& t = tokens[i];
     if (t.empty()) return err("token " + std::to_string(i) + " is empty (ids must be dense)");
     if (t.size() > kMaxTokenBytes) return err("token " + std::to_string(i) + " is longer than the limit");
     if (!utf8_valid(t)) return err("token " + std::to_string(i) + " is not valid UTF-8");
-    const auto [it, fresh] = ids_.emplace(std::string_view(t), static_cast<TokenId>(i));
-    if (!fresh) {
-      return err("token " + std::to_string(i) + " '" + t + "' duplicates token " + std::to_string(it->second));
+    if (const TokenId prev = ids_.insert(static_cast<TokenId>(i)); prev >= 0) {
+      return err("token " + std::to_string(i) + " '" + t + "' duplicates token " + std::to_string(prev));
     }
   }
   for (auto [name, v] : {std::pair{"unk", unk}, std::pair{"bos", bos}, std::pair{"eos", eos}, std::pair{"eot", eot},
@@ -155,30 +224,29 @@ Status BpeModel::finish() {
                  " tokens");
     }
   }
-  merge_map_.clear();
-  merge_map_.reserve(merge_text.size() * 2);
+  merge_map_.build(merge_text.size());
   std::string joined;
   for (std::size_t r = 0; r < merge_text.size(); ++r) {
     const auto& [ta, tb] = merge_text[r];
-    const auto ia = ids_.find(ta);
-    const auto ib = ids_.find(tb);
-    if (ia == ids_.end() || ib == ids_.end()) {
+    const TokenId ia = ids_.find(ta);
+    const TokenId ib = ids_.find(tb);
+    if (ia < 0 || ib < 0) {
       return err("merge " + std::to_string(r) + " '" + ta + " " + tb + "' names a token that is not in the vocabulary");
     }
-    joined = ta;
+    joined.assign(ta);
     joined += tb;
-    const auto it = ids_.find(joined);
-    if (it == ids_.end()) {
+    const TokenId res = ids_.find(joined);
+    if (res < 0) {
       return err("merge " + std::to_string(r) + " '" + ta + " " + tb + "': '" + joined + "' is not in the vocabulary");
     }
-    const std::uint64_t key = (static_cast<std::uint64_t>(ia->second) << 32) | static_cast<std::uint32_t>(ib->second);
-    merge_map_.emplace(key, (static_cast<std::uint64_t>(r) << 32) | static_cast<std::uint32_t>(it->second));
+    const std::uint64_t key = (static_cast<std::uint64_t>(ia) << 32) | static_cast<std::uint32_t>(ib);
+    merge_map_.insert_first(key, (static_cast<std::uint64_t>(r) << 32) | static_cast<std::uint32_t>(res));
   }
   byte_tokens_.fill(-1);
   for (int b = 0; b < 256; ++b) {
     static constexpr char kHex[] = "0123456789ABCDEF";
     const std::string name = std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
-    if (const auto it = ids_.find(name); it != ids_.end()) byte_tokens_[static_cast<std::size_t>(b)] = it->second;
+    if (const TokenId id = ids_.find(name); id >= 0) byte_tokens_[static_cast<std::size_t>(b)] = id;
   }
   for (auto& v : added_by_first_) v.clear();
   for (std::size_t k = 0; k < added.size(); ++k) {
@@ -243,9 +311,9 @@ Status BpeModel::finish() {
 }
 
 std::optional<TokenId> BpeModel::find(std::string_view spelling) const {
-  const auto it = ids_.find(spelling);
-  if (it == ids_.end()) return std::nullopt;
-  return it->second;
+  const TokenId id = ids_.find(spelling);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 std::vector<TokenId> BpeModel::special_ids() const {
@@ -444,8 +512,8 @@ void BpeModel::pre_tokenize(std::string text, bool first_segment, std::vector<st
 void BpeModel::bpe_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.empty()) return;
   if (ignore_merges) {
-    if (const auto it = ids_.find(word); it != ids_.end()) {
-      out.push_back(it->second);
+    if (const TokenId id = ids_.find(word); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -460,8 +528,8 @@ void BpeModel::bpe_word(std::string_view word, std::vector<TokenId>& out) const 
     if (len == 0) len = 1;
     const std::string_view ch = word.substr(i, len);
     i += len;
-    if (const auto it = ids_.find(ch); it != ids_.end()) {
-      syms.push_back({it->second, 0, 0});
+    if (const TokenId id = ids_.find(ch); id >= 0) {
+      syms.push_back({id, 0, 0});
       continue;
     }
     if (byte_fallback) {
@@ -496,10 +564,9 @@ void BpeModel::bpe_word(std::string_view word, std::vector<TokenId>& out) const 
     if (l.next < 0) return;
     const Sym& r = syms[static_cast<std::size_t>(l.next)];
     const std::uint64_t key = (static_cast<std::uint64_t>(l.id) << 32) | static_cast<std::uint32_t>(r.id);
-    const auto it = merge_map_.find(key);
-    if (it == merge_map_.end()) return;
-    heap.push_back({static_cast<std::uint32_t>(it->second >> 32), pos, l.id, r.id,
-                    static_cast<TokenId>(it->second & 0xFFFFFFFFu)});
+    const std::uint64_t* v = merge_map_.find(key);
+    if (v == nullptr) return;
+    heap.push_back({static_cast<std::uint32_t>(*v >> 32), pos, l.id, r.id, static_cast<TokenId>(*v & 0xFFFFFFFFu)});
     std::push_heap(heap.begin(), heap.end(), std::greater<>());
   };
   for (int k = 0; k + 1 < n; ++k) consider(k);

@@ -70,6 +70,54 @@ std::string hf_json_components(const BpeVocab& v);
 // Parses tokenizer.json text into `m` (m.origin names it in errors) and calls finish() (hf_json.cc).
 Status read_hf_json(std::string_view text, BpeModel& m);
 
+// Open-addressing spelling → id table over a token vector (stored 64-bit hashes; no per-entry allocation).
+class TokenIndex {
+ public:
+  void build(const std::vector<std::string>* tokens, std::size_t n);
+  // Inserts tokens[id]; returns the id already holding that spelling, or -1.
+  TokenId insert(TokenId id);
+  TokenId find(std::string_view key) const;
+
+ private:
+  struct Slot {
+    std::uint64_t hash;
+    TokenId id;
+  };
+  const std::vector<std::string>* tokens_ = nullptr;
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+};
+
+// Open-addressing (left id, right id) → (rank, result id) table for the merge loop.
+class PairTable {
+ public:
+  void build(std::size_t n);
+  void insert_first(std::uint64_t key, std::uint64_t value);  // keeps an existing key's value
+  const std::uint64_t* find(std::uint64_t key) const {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.key == key) return &s.value;
+      if (s.key == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  static constexpr std::uint64_t kEmpty = ~0ULL;
+  static std::uint64_t mix(std::uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xFF51AFD7ED558CCDULL;
+    k ^= k >> 33;
+    return k;
+  }
+  struct Slot {
+    std::uint64_t key;
+    std::uint64_t value;
+  };
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+};
+
 class BpeModel {
  public:
   // --- configuration (filled by the loaders, then finish() builds the tables) ---
@@ -116,8 +164,8 @@ class BpeModel {
   void pre_tokenize(std::string text, bool first_segment, std::vector<std::string>& pieces) const;
   void bpe_word(std::string_view word, std::vector<TokenId>& out) const;
 
-  std::unordered_map<std::string_view, TokenId> ids_;
-  std::unordered_map<std::uint64_t, std::uint64_t> merge_map_;  // (left << 32 | right) → (rank << 32 | result)
+  TokenIndex ids_;
+  PairTable merge_map_;  // (left << 32 | right) → (rank << 32 | result)
   std::vector<std::string> surface_;                            // decoded bytes of each token ("" for specials)
   std::vector<std::uint8_t> is_special_;
   std::array<TokenId, 256> byte_tokens_{};                      // <0xXX> ids for byte_fallback (-1 absent)

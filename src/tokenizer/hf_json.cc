@@ -376,6 +376,158 @@ Status read_components(const Reader& rd, const Json& j, BpeModel& m) {
   return {};
 }
 
+
+// Parses tokenizer.json with a SAX handler that builds the DOM for everything except model.vocab and model.merges,
+// which are the bulk of a large file (150k entries each) and go straight into vectors (a DOM of them costs ~1 s).
+// In the DOM those two keys are left null; `captured` says whether they were objects / arrays as expected.
+struct Captured {
+  bool vocab = false;
+  bool merges = false;
+  std::vector<std::pair<std::string, std::int64_t>> vocab_items;  // id -1: out of range
+  std::vector<std::pair<std::string, std::string>> merge_items;
+  std::string error;  // a content error found while capturing (the message after the origin)
+};
+
+class CaptureSax : public nlohmann::json_sax<Json> {
+ public:
+  CaptureSax(Json& root, Captured& c) : dom_(root, false), c_(c) {}
+  bool syntax_error() const { return syntax_error_; }
+
+  bool null() override { return scalar("null") && (mode_ != Mode::none || dom_.null()); }
+  bool boolean(bool v) override { return scalar("boolean") && (mode_ != Mode::none || dom_.boolean(v)); }
+  bool number_integer(number_integer_t v) override {
+    if (mode_ == Mode::vocab) return vocab_id(v);
+    return scalar("integer") && (mode_ != Mode::none || dom_.number_integer(v));
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (mode_ == Mode::vocab) return vocab_id(v > static_cast<number_unsigned_t>(kMaxId) ? -1 : static_cast<std::int64_t>(v));
+    return scalar("integer") && (mode_ != Mode::none || dom_.number_unsigned(v));
+  }
+  bool number_float(number_float_t v, const string_t& str) override {
+    return scalar("number") && (mode_ != Mode::none || dom_.number_float(v, str));
+  }
+  bool binary(binary_t& v) override { return scalar("binary") && (mode_ != Mode::none || dom_.binary(v)); }
+  bool string(string_t& v) override {
+    if (mode_ == Mode::merges) {
+      if (in_pair_) {
+        if (pair_n_ < 2) pair_[pair_n_] = std::move(v);
+        ++pair_n_;
+        return true;
+      }
+      const auto sp = v.find(' ');
+      if (sp == std::string::npos || v.find(' ', sp + 1) != std::string::npos) {
+        return content("model.merges[" + std::to_string(c_.merge_items.size()) + "] '" + v +
+                       "' is not two tokens separated by one space");
+      }
+      c_.merge_items.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+      return true;
+    }
+    return scalar("string") && (mode_ != Mode::none || dom_.string(v));
+  }
+  bool start_object(std::size_t n) override {
+    ++depth_;
+    const Mode p = take_pending();
+    if (p == Mode::vocab) {
+      mode_ = Mode::vocab;
+      c_.vocab = true;
+      return true;
+    }
+    if (mode_ != Mode::none) return content(where() + " must not hold an object");
+    return dom_.start_object(n);
+  }
+  bool end_object() override {
+    take_pending();
+    --depth_;
+    if (mode_ == Mode::vocab) {
+      mode_ = Mode::none;
+      return dom_.null();
+    }
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) override {
+    ++depth_;
+    const Mode p = take_pending();
+    if (p == Mode::merges) {
+      mode_ = Mode::merges;
+      c_.merges = true;
+      return true;
+    }
+    if (mode_ == Mode::merges && !in_pair_) {
+      in_pair_ = true;
+      pair_n_ = 0;
+      return true;
+    }
+    if (mode_ != Mode::none) return content(where() + " must not hold this array");
+    return dom_.start_array(n);
+  }
+  bool end_array() override {
+    take_pending();
+    --depth_;
+    if (mode_ == Mode::merges && in_pair_) {
+      in_pair_ = false;
+      if (pair_n_ != 2) return content(where() + " must be \"a b\" or [\"a\", \"b\"]");
+      c_.merge_items.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
+      return true;
+    }
+    if (mode_ == Mode::merges) {
+      mode_ = Mode::none;
+      return dom_.null();
+    }
+    return dom_.end_array();
+  }
+  bool key(string_t& k) override {
+    if (mode_ == Mode::vocab) {
+      key_ = std::move(k);
+      return true;
+    }
+    pending_ = Mode::none;
+    if (depth_ == 1) top_key_ = k;
+    if (depth_ == 2 && top_key_ == "model") pending_ = k == "vocab" ? Mode::vocab : k == "merges" ? Mode::merges : Mode::none;
+    return dom_.key(k);
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    syntax_error_ = true;
+    return false;
+  }
+
+ private:
+  enum class Mode : std::uint8_t { none, vocab, merges };
+  Mode take_pending() {
+    const Mode p = pending_;
+    pending_ = Mode::none;
+    return p;
+  }
+  bool scalar(const char* kind) {
+    take_pending();
+    if (mode_ == Mode::none) return true;
+    return content(where() + " must not be " + kind);
+  }
+  bool vocab_id(std::int64_t id) {
+    c_.vocab_items.emplace_back(std::move(key_), id);
+    return true;
+  }
+  std::string where() const {
+    return mode_ == Mode::vocab ? "model.vocab['" + key_ + "']"
+                                : "model.merges[" + std::to_string(c_.merge_items.size()) + "]";
+  }
+  bool content(std::string msg) {
+    c_.error = std::move(msg);
+    return false;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<Json> dom_;
+  Captured& c_;
+  Mode mode_ = Mode::none;
+  Mode pending_ = Mode::none;
+  int depth_ = 0;
+  std::string top_key_;
+  std::string key_;
+  bool in_pair_ = false;
+  int pair_n_ = 0;
+  std::string pair_[2];
+  bool syntax_error_ = false;
+};
+
 }  // namespace
 
 Status read_hf_json(std::string_view text, BpeModel& m) {
@@ -384,8 +536,12 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
   if (text.size() > kMaxJsonBytes) return fail(Errc::format_error, origin + ": tokenizer.json is too large");
   if (!utf8_valid(text)) return fail(Errc::parse_error, origin + ": tokenizer.json is not valid UTF-8");
   if (json_depth(text) > kMaxDepth) return fail(Errc::parse_error, origin + ": JSON nesting is too deep");
-  Json j = Json::parse(text, nullptr, false);
-  if (j.is_discarded()) return fail(Errc::parse_error, origin + ": tokenizer.json is not valid JSON");
+  Json j;
+  Captured cap;
+  CaptureSax sax(j, cap);
+  const bool parsed = Json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json, true);
+  if (!cap.error.empty()) return fail(Errc::format_error, origin + ": " + cap.error);
+  if (!parsed || sax.syntax_error()) return fail(Errc::parse_error, origin + ": tokenizer.json is not valid JSON");
   if (!j.is_object()) return rd.wrong("the top level", j, "an object");
   const auto model = j.find("model");
   if (model == j.end() || !model->is_object()) return rd.bad(Errc::format_error, "model", "is missing or not an object");
@@ -407,19 +563,16 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
   HJ_ASSIGN(m.ignore_merges, rd.boolean(*model, "ignore_merges", "model", false));
   HJ_ASSIGN(m.fuse_unk, rd.boolean(*model, "fuse_unk", "model", false));
 
-  const auto vocab = model->find("vocab");
-  if (vocab == model->end() || !vocab->is_object()) return rd.bad(Errc::format_error, "model.vocab", "must be an object");
-  if (vocab->size() > static_cast<std::size_t>(kMaxId)) return rd.bad(Errc::format_error, "model.vocab", "is too large");
-  m.tokens.resize(vocab->size());
-  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    const std::string& tok = it.key();
-    const Json& idv = it.value();
-    if (!idv.is_number_integer()) return rd.wrong("model.vocab['" + tok + "']", idv, "an integer id");
-    const std::int64_t id = idv.is_number_unsigned() && idv.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxId)
-                                ? -1
-                                : idv.get<std::int64_t>();
+  if (!cap.vocab) return rd.bad(Errc::format_error, "model.vocab", "must be an object");
+  if (cap.vocab_items.size() > static_cast<std::size_t>(kMaxId)) {
+    return rd.bad(Errc::format_error, "model.vocab", "is too large");
+  }
+  m.tokens.resize(cap.vocab_items.size());
+  for (auto& [tok, id] : cap.vocab_items) {
     TANDEM_TRY(set_token(rd, m, id, tok, [&] { return "model.vocab['" + tok + "']"; }));
   }
+  cap.vocab_items.clear();
+  cap.vocab_items.shrink_to_fit();
 
   if (const auto at = j.find("added_tokens"); at != j.end() && !at->is_null()) {
     if (!at->is_array()) return rd.wrong("added_tokens", *at, "an array");
@@ -454,27 +607,10 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
   std::string unk;
   HJ_ASSIGN(unk, rd.string(*model, "unk_token", "model", ""));
 
-  const auto merges = model->find("merges");
-  if (merges != model->end() && !merges->is_null()) {
-    if (!merges->is_array()) return rd.wrong("model.merges", *merges, "an array");
-    m.merge_text.reserve(merges->size());
-    for (std::size_t k = 0; k < merges->size(); ++k) {
-      const Json& e = (*merges)[k];
-      auto path = [&] { return "model.merges[" + std::to_string(k) + "]"; };
-      if (e.is_string()) {
-        const std::string& s = e.get_ref<const std::string&>();
-        const auto sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-          return rd.bad(Errc::format_error, path(), "'" + s + "' is not two tokens separated by one space");
-        }
-        m.merge_text.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-        m.merge_text.emplace_back(e[0].get_ref<const std::string&>(), e[1].get_ref<const std::string&>());
-      } else {
-        return rd.bad(Errc::format_error, path(), "must be \"a b\" or [\"a\", \"b\"]");
-      }
-    }
+  if (const auto merges = model->find("merges"); merges != model->end() && !merges->is_null()) {
+    return rd.wrong("model.merges", *merges, "an array");  // captured arrays are left null in the DOM
   }
+  m.merge_text = std::move(cap.merge_items);
 
   TANDEM_TRY(read_components(rd, j, m));
 
