@@ -301,7 +301,9 @@ class Lexer {
 }  // namespace
 
 std::vector<Token> lex(std::string_view source) {
-  if (!source.empty() && source.back() == '\n') source.remove_suffix(1);  // keep_trailing_newline=False
+  // keep_trailing_newline=False: one trailing newline ("\n", "\r\n" or "\r") is dropped.
+  if (source.size() >= 2 && source.substr(source.size() - 2) == "\r\n") source.remove_suffix(2);
+  else if (!source.empty() && (source.back() == '\n' || source.back() == '\r')) source.remove_suffix(1);
   return Lexer(source).run();
 }
 

@@ -55,6 +55,7 @@ const Case kCases[] = {
   {"comment_dash", "a   {#- note -#}   b", "ab"},
   {"single_trailing_newline_dropped", "x\n\n", "x\n"},
   {"crlf_normalized", "a\r\nb", "a\nb"},
+  {"trailing_crlf_dropped", "x\r\n", "x"},
   {"loop_variables", "{% for x in ['a','b','c'] %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ x }};{% endfor %}",
    "10TrueFalse33a;21FalseFalse32b;32FalseTrue31c;"},
   {"loop_filter_and_length", "{% for x in range(6) if x is odd %}{{ x }}/{{ loop.length }} {% endfor %}", "1/3 3/3 5/3 "},
