@@ -23,6 +23,10 @@ constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
     {"attn_v", "self_attn.v_proj"},   {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
     {"ffn_gate", "mlp.gate_proj"},    {"ffn_up", "mlp.up_proj"},           {"ffn_down", "mlp.down_proj"},
 };
+// Phi-3's fused projections (llama.cpp: attn_qkv = [q; k; v] rows, ffn_up = [gate; up] rows, no ffn_gate).
+constexpr std::pair<std::string_view, std::string_view> kPhi3LayerNames[] = {
+    {"attn_qkv", "self_attn.qkv_proj"}, {"ffn_up", "mlp.gate_up_proj"},
+};
 constexpr std::pair<std::string_view, std::string_view> kGlobalNames[] = {
     {"token_embd", "model.embed_tokens"},
     {"output_norm", "model.norm"},
@@ -162,7 +166,7 @@ void pb_float(std::string& out, int field, float v) {
 
 }  // namespace
 
-std::optional<std::string> hf_name_from_gguf(std::string_view name) {
+std::optional<std::string> hf_name_from_gguf(std::string_view name, std::string_view arch) {
   std::string_view stem, suffix;
   if (!split_suffix(name, stem, suffix)) return std::nullopt;
   for (const auto& [g, h] : kGlobalNames) {
@@ -174,13 +178,18 @@ std::optional<std::string> hf_name_from_gguf(std::string_view name) {
   int layer = 0;
   if (dot == std::string_view::npos || !parse_layer(stem.substr(0, dot), layer)) return std::nullopt;
   const std::string_view part = stem.substr(dot + 1);
+  if (arch == "phi3") {
+    for (const auto& [g, h] : kPhi3LayerNames) {
+      if (part == g) return "model.layers." + std::to_string(layer) + "." + std::string(h) + std::string(suffix);
+    }
+  }
   for (const auto& [g, h] : kLayerNames) {
     if (part == g) return "model.layers." + std::to_string(layer) + "." + std::string(h) + std::string(suffix);
   }
   return std::nullopt;
 }
 
-std::optional<std::string> gguf_name_from_hf(std::string_view name) {
+std::optional<std::string> gguf_name_from_hf(std::string_view name, std::string_view arch) {
   std::string_view stem, suffix;
   if (!split_suffix(name, stem, suffix)) return std::nullopt;
   for (const auto& [g, h] : kGlobalNames) {
@@ -193,9 +202,22 @@ std::optional<std::string> gguf_name_from_hf(std::string_view name) {
   int layer = 0;
   if (dot == std::string_view::npos || !parse_layer(stem.substr(0, dot), layer)) return std::nullopt;
   const std::string_view part = stem.substr(dot + 1);
+  if (arch == "phi3") {
+    for (const auto& [g, h] : kPhi3LayerNames) {
+      if (part == h) return "blk." + std::to_string(layer) + "." + std::string(g) + std::string(suffix);
+    }
+    if (part == "mlp.up_proj" || part == "mlp.gate_proj") return std::nullopt;  // only the fused gate_up exists
+  }
   for (const auto& [g, h] : kLayerNames) {
     if (part == h) return "blk." + std::to_string(layer) + "." + std::string(g) + std::string(suffix);
   }
+  return std::nullopt;
+}
+
+std::optional<std::string> gguf_arch_of(std::string_view a) {
+  if (a == "LlamaForCausalLM" || a == "MistralForCausalLM") return "llama";
+  if (a == "Qwen2ForCausalLM") return "qwen2";
+  if (a == "Phi3ForCausalLM") return "phi3";
   return std::nullopt;
 }
 
@@ -347,11 +369,15 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   std::optional<std::string> arch;
   GM_ASSIGN(arch, meta.opt_string("general.architecture"));
   if (!arch) return meta.error(Errc::format_error, "general.architecture", "is missing");
-  if (*arch != "llama") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "phi3") {
     return meta.error(Errc::unsupported, "general.architecture",
-                      Meta::show(*meta.get("general.architecture")) + " is not supported (supported: llama)");
+                      Meta::show(*meta.get("general.architecture")) +
+                          " is not supported (supported: llama, qwen2, phi3)");
   }
-  c.architecture = "LlamaForCausalLM";
+  const bool phi3 = *arch == "phi3";
+  c.architecture = *arch == "llama" ? "LlamaForCausalLM" : phi3 ? "Phi3ForCausalLM" : "Qwen2ForCausalLM";
+  c.qkv_bias = *arch == "qwen2";  // llama.cpp requires blk.N.attn_{q,k,v}.bias for qwen2
+  c.fused_projections = phi3;     // blk.N.attn_qkv and the [gate; up] blk.N.ffn_up
   const std::string p = *arch + ".";
   std::optional<std::int64_t> ov;
   GM_ASSIGN(ov, meta.opt_int(p + "expert_count", 0, kMaxLayers));
@@ -431,7 +457,15 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   }
   GM_ASSIGN(v, meta.integer(p + "context_length", 1, kMaxPositions));
   c.max_position_embeddings = static_cast<int>(v);
-  c.rope_interleaved = true;  // llama.cpp's converter permuted q_proj / k_proj rows for ggml's interleaved RoPE
+  // llama.cpp's converter permuted q_proj / k_proj rows for ggml's interleaved RoPE only for llama; qwen2 and phi3
+  // keep the Hugging Face rows and rotate NEOX-style (llama_model_rope_type).
+  c.rope_interleaved = *arch == "llama";
+  // Sliding window: phi3.attention.sliding_window as llama.cpp's converter writes it (0 = none; llama.cpp itself
+  // does not apply it for phi3, Hugging Face does, and Tandem does); llama.attention.sliding_window for Mistral
+  // files written by Tandem (llama.cpp's converter writes none for Mistral, whose files then run with full
+  // attention, as in llama.cpp).
+  GM_ASSIGN(ov, meta.opt_int(p + "attention.sliding_window", 0, kMaxPositions));
+  if (ov.value_or(0) > 0 && *arch != "qwen2") c.sliding_window = static_cast<int>(*ov);
 
   // Vocabulary size: the embedding's rows; llama.vocab_size and the token list must agree with it.
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
@@ -480,11 +514,13 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   // Tensors under their HF names, HF-order shapes.
   std::map<std::string, std::string> gguf_name;  // HF name → GGUF name (messages)
   for (const GgufTensorInfo& t : f.tensors()) {
-    const std::optional<std::string> hf = hf_name_from_gguf(t.name);
+    const std::optional<std::string> hf = hf_name_from_gguf(t.name, *arch);
     const std::string name = hf.value_or(t.name);
     const std::string where = f.path() + ": tensor " + detail::printable(t.name);
-    if (hf && hf->size() > 5 && hf->compare(hf->size() - 5, 5, ".bias") == 0) {
-      return fail(Errc::unsupported, where + ": bias terms are not supported");
+    const bool qkv_bias_name = hf && (hf->ends_with("q_proj.bias") || hf->ends_with("k_proj.bias") ||
+                                      hf->ends_with("v_proj.bias"));
+    if (hf && hf->ends_with(".bias") && !(c.qkv_bias && qkv_bias_name)) {
+      return fail(Errc::unsupported, where + ": bias terms are not supported here (only q/k/v biases, for qwen2)");
     }
     if (!gguf_name.emplace(name, t.name).second) {
       return fail(Errc::format_error, where + " maps to " + detail::printable(name) + ", which tensor " +
@@ -524,6 +560,42 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
     }
   }
 
+  // Phi-3 LongRoPE: rope_factors_short.weight / rope_factors_long.weight (f32 [head_dim / 2], global), the
+  // original context (rope.scaling.original_context_length) and the attention factor (rope.scaling.attn_factor,
+  // else Hugging Face's rule).
+  const TensorView* rf_short = m.tensor("rope_factors_short.weight");
+  const TensorView* rf_long = m.tensor("rope_factors_long.weight");
+  if (rf_short != nullptr || rf_long != nullptr) {
+    if (!phi3) {
+      return fail(Errc::unsupported, f.path() + ": tensors rope_factors_short/long (LongRoPE) are supported for phi3 "
+                                                "only, not " + *arch);
+    }
+    for (const char* name : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
+      const TensorView* rf = m.tensor(name);
+      if (rf == nullptr) return fail(Errc::format_error, f.path() + ": tensor '" + name + "' is missing (LongRoPE "
+                                                                      "needs both rope_factors_short and _long)");
+      if (!rf->type_supported || rf->type != kernels::WType::f32 || rf->shape.size() != 1 ||
+          rf->shape[0] != c.head_dim / 2) {
+        return fail(Errc::format_error, f.path() + ": tensor '" + name + "' must be f32 [" +
+                                            std::to_string(c.head_dim / 2) + "] (head_dim / 2), got " +
+                                            shape_str(rf->shape));
+      }
+      std::vector<float>& out = name[13] == 's' ? c.rope_short_factors : c.rope_long_factors;
+      out.resize(static_cast<std::size_t>(c.head_dim / 2));
+      std::memcpy(out.data(), rf->data.data(), rf->data.size());
+      for (float x : out) {
+        if (!std::isfinite(x) || x <= 0.0F || x > kMaxRopeFactor) {
+          return fail(Errc::format_error, f.path() + ": tensor '" + name + "' holds " + num_str(x) +
+                                              "; factors must be in (0, " + num_str(kMaxRopeFactor) + "]");
+        }
+      }
+    }
+    c.rope_scaling = RopeScaling::longrope;
+    GM_ASSIGN(ov, meta.opt_int(p + "rope.scaling.original_context_length", 2, kMaxPositions));
+    c.rope_original_max_positions = ov ? static_cast<int>(*ov) : c.max_position_embeddings;
+    GM_ASSIGN(c.rope_attention_factor, meta.opt_num(p + "rope.scaling.attn_factor", 0.0, kMaxRopeFactor));
+  }
+
   // Required tensors: present, implied shape, a type Tandem computes with (norms in a float type).
   bool one_float_type = true;
   const TensorView* first = nullptr;
@@ -531,14 +603,15 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
     const TensorView* t = m.tensor(name);
     // The name in the file (a file may also use an HF name literally).
     const auto named = gguf_name.find(name);
-    const std::string gname = named != gguf_name.end() ? named->second : gguf_name_from_hf(name).value_or(name);
+    const std::string gname =
+        named != gguf_name.end() ? named->second : gguf_name_from_hf(name, *arch).value_or(name);
     if (t == nullptr) {
       return fail(Errc::format_error,
                   f.path() + ": required tensor '" + gname + "' (" + name + ") " + shape_str(shape) + " is missing");
     }
     if (t->shape != shape) {
       return fail(Errc::format_error, f.path() + ": tensor '" + gname + "' has shape " + shape_str(t->shape) +
-                                          " (HF order), expected " + shape_str(shape) + " from the llama.* metadata");
+                                          " (HF order), expected " + shape_str(shape) + " from the " + p + "* metadata");
     }
     if (!t->type_supported) {
       const GgufTensorInfo* gi = f.find_tensor(gname);
@@ -550,7 +623,7 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
     if (shape.size() == 1 && !is_float) {
       return fail(Errc::unsupported, f.path() + ": tensor '" + gname + "' has type " +
                                          std::string(kernels::wtype_name(t->type)) +
-                                         "; norm weights must be f32, f16 or bf16");
+                                         "; norm weights and biases must be f32, f16 or bf16");
     }
     if (shape.size() == 2) {
       if (first == nullptr) first = t;
@@ -558,6 +631,7 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
     }
   }
   m.dtype_ = one_float_type && first != nullptr ? first->dtype : DType::f32;
+  if (c.fused_projections) TANDEM_TRY(m.add_fused_views(f.path()));
 
   auto tok = sentencepiece_model_from_gguf(f);
   if (tok) {

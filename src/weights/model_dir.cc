@@ -189,9 +189,33 @@ Status parse_rope_scaling(const Json& v, const std::string& origin, ModelConfig&
     std::int64_t omp = 0;
     ASSIGN_OR_RETURN(omp, f.integer("original_max_position_embeddings", 1, kMaxPositions));
     c.rope_original_max_positions = static_cast<int>(omp);
+  } else if ((*type == "longrope" || *type == "su") && c.architecture == "Phi3ForCausalLM") {
+    c.rope_scaling = RopeScaling::longrope;
+    const std::size_t n = static_cast<std::size_t>(c.head_dim / 2);
+    for (const char* key : {"short_factor", "long_factor"}) {
+      const Json* a = f.get(key);
+      if (a == nullptr) return f.error(Errc::format_error, key, "is missing (longrope)");
+      if (!a->is_array() || a->size() != n) {
+        return f.error(Errc::format_error, key,
+                       "must be an array of " + std::to_string(n) + " numbers (head_dim / 2), got " + show(*a) +
+                           (a->is_array() ? " of length " + std::to_string(a->size()) : ""));
+      }
+      std::vector<float>& out = key[0] == 's' ? c.rope_short_factors : c.rope_long_factors;
+      for (std::size_t i = 0; i < n; ++i) {
+        const Json& x = (*a)[i];
+        const double d = x.is_number() ? x.get<double>() : NAN;
+        if (!std::isfinite(d) || d <= 0.0 || d > kMaxRopeFactor) {
+          return f.error(Errc::format_error, key,
+                         "element " + std::to_string(i) + " must be a number in (0, " + num_str(kMaxRopeFactor) +
+                             "], got " + show(x));
+        }
+        out.push_back(static_cast<float>(d));
+      }
+    }
+    ASSIGN_OR_RETURN(c.rope_attention_factor, f.opt_number("attention_factor", 0.0, false, kMaxRopeFactor));
   } else {
     return fail(Errc::unsupported, origin + ": rope_scaling type \"" + (type->size() <= 64 ? *type : "(long)") +
-                                       "\" is not supported (supported: llama3, linear)");
+                                       "\" is not supported (supported: llama3, linear; longrope/su for Phi3)");
   }
   return {};
 }
@@ -231,7 +255,10 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
 
   // Architecture: "architectures" (list, any supported entry) or, when absent, "model_type".
   static const std::pair<const char*, const char*> kArch[] = {{"LlamaForCausalLM", "llama"},
-                                                              {"MistralForCausalLM", "mistral"}};
+                                                              {"MistralForCausalLM", "mistral"},
+                                                              {"Qwen2ForCausalLM", "qwen2"},
+                                                              {"Phi3ForCausalLM", "phi3"}};
+  constexpr const char* kSupported = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM";
   if (const Json* a = f.get("architectures")) {
     if (!a->is_array() || a->empty()) {
       return f.error(Errc::format_error, "architectures", "must be a non-empty array of strings, got " + show(*a));
@@ -246,7 +273,7 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
     }
     if (c.architecture.empty()) {
       return f.error(Errc::unsupported, "architectures",
-                     show((*a)[0]) + " is not supported (supported: LlamaForCausalLM, MistralForCausalLM)");
+                     show((*a)[0]) + " is not supported (supported: " + kSupported + ")");
     }
   } else {
     std::optional<std::string> mt;
@@ -257,9 +284,13 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
     }
     if (c.architecture.empty()) {
       return f.error(Errc::unsupported, "model_type",
-                     "\"" + (mt->size() <= 64 ? *mt : "(long)") + "\" is not supported (supported: llama, mistral)");
+                     "\"" + (mt->size() <= 64 ? *mt : "(long)") +
+                         "\" is not supported (supported: llama, mistral, qwen2, phi3)");
     }
   }
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM", phi3 = c.architecture == "Phi3ForCausalLM";
+  c.qkv_bias = qwen2;
+  c.fused_projections = phi3;
 
   std::int64_t v = 0;
   ASSIGN_OR_RETURN(v, f.integer("hidden_size", 1, kMaxHidden));
@@ -312,8 +343,27 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
   ASSIGN_OR_RETURN(os, f.opt_string("torch_dtype"));
   c.torch_dtype = os.value_or("");
   if (c.torch_dtype.size() > 64) return f.error(Errc::format_error, "torch_dtype", "is too long");
+  // Sliding window: Mistral and Phi-3 apply it (transformers' MistralAttention / Phi3Attention); Llama has none;
+  // Qwen2 only with use_sliding_window (false in the released models; its max_window_layers rule is not
+  // implemented, so true is refused).
   ASSIGN_OR_RETURN(ov, f.opt_integer("sliding_window", 1, kMaxPositions));
-  if (ov) c.sliding_window = static_cast<int>(*ov);
+  if (ov && (c.architecture == "MistralForCausalLM" || phi3)) c.sliding_window = static_cast<int>(*ov);
+  if (qwen2) {
+    ASSIGN_OR_RETURN(ob, f.opt_bool("use_sliding_window"));
+    if (ob.value_or(false)) {
+      return f.error(Errc::unsupported, "use_sliding_window",
+                     "true is not supported (Qwen2's per-layer max_window_layers rule is not implemented)");
+    }
+  }
+  if (phi3) {
+    ASSIGN_OR_RETURN(od, f.opt_number("partial_rotary_factor", 0.0, false, 1.0));
+    if (od && *od < 1.0) {
+      return f.error(Errc::unsupported, "partial_rotary_factor",
+                     num_str(*od) + " is not supported (rotary embeddings over the whole head only)");
+    }
+    ASSIGN_OR_RETURN(ov, f.opt_integer("original_max_position_embeddings", 2, kMaxPositions));
+    if (c.rope_scaling == RopeScaling::longrope) c.rope_original_max_positions = ov ? static_cast<int>(*ov) : 4096;
+  }
   ASSIGN_OR_RETURN(c.bos_token_ids, f.token_ids("bos_token_id", c.vocab_size - 1));
   ASSIGN_OR_RETURN(c.eos_token_ids, f.token_ids("eos_token_id", c.vocab_size - 1));
   ASSIGN_OR_RETURN(os, f.opt_string("hidden_act"));
@@ -395,18 +445,31 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> ModelDir::require
   const std::int64_t hidden = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
   const std::int64_t q = std::int64_t{c.num_heads} * c.head_dim, kv = std::int64_t{c.num_kv_heads} * c.head_dim;
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
-  out.reserve(3 + 9 * static_cast<std::size_t>(std::max(c.num_layers, 0)));
+  out.reserve(3 + 12 * static_cast<std::size_t>(std::max(c.num_layers, 0)));
   out.push_back({"model.embed_tokens.weight", {vocab, hidden}});
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     out.push_back({p + "input_layernorm.weight", {hidden}});
-    out.push_back({p + "self_attn.q_proj.weight", {q, hidden}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, hidden}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, hidden}});
+    if (c.fused_projections) {
+      out.push_back({p + "self_attn.qkv_proj.weight", {q + 2 * kv, hidden}});
+    } else {
+      out.push_back({p + "self_attn.q_proj.weight", {q, hidden}});
+      out.push_back({p + "self_attn.k_proj.weight", {kv, hidden}});
+      out.push_back({p + "self_attn.v_proj.weight", {kv, hidden}});
+    }
+    if (c.qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
     out.push_back({p + "self_attn.o_proj.weight", {hidden, q}});
     out.push_back({p + "post_attention_layernorm.weight", {hidden}});
-    out.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
-    out.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+    if (c.fused_projections) {
+      out.push_back({p + "mlp.gate_up_proj.weight", {2 * inter, hidden}});
+    } else {
+      out.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
+      out.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+    }
     out.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
   }
   out.push_back({"model.norm.weight", {hidden}});
@@ -585,7 +648,51 @@ Result<ModelDir> ModelDir::open(const std::string& dir_in) {
     }
   }
   m.dtype_ = first->dtype;  // required_tensors() is never empty
+  if (c.fused_projections) TANDEM_TRY(m.add_fused_views(dir));
   return m;
+}
+
+Status ModelDir::add_fused_views(const std::string& origin) {
+  const ModelConfig& c = config_;
+  const std::int64_t q = std::int64_t{c.num_heads} * c.head_dim, kv = std::int64_t{c.num_kv_heads} * c.head_dim;
+  const std::int64_t inter = c.intermediate_size;
+  std::vector<TensorView> views;
+  auto split = [&](const std::string& fused, std::initializer_list<std::pair<std::string, std::int64_t>> parts) -> Status {
+    const TensorView* t = tensor(fused);  // present with the fused shape (checked as a required tensor)
+    const std::size_t rb = kernels::row_bytes(t->type, t->shape[1]);
+    std::int64_t row = 0;
+    for (const auto& [name, rows] : parts) {
+      if (tensor(name) != nullptr) {
+        return fail(Errc::format_error, origin + ": tensor '" + name + "' is present next to the fused '" + fused +
+                                            "' that holds its rows; the model must have one or the other");
+      }
+      TensorView v = *t;
+      v.name = name;
+      v.shape = {rows, t->shape[1]};
+      v.data = t->data.subspan(static_cast<std::size_t>(row) * rb, static_cast<std::size_t>(rows) * rb);
+      views.push_back(std::move(v));
+      row += rows;
+    }
+    return {};
+  };
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    TANDEM_TRY(split(p + "self_attn.qkv_proj.weight", {{p + "self_attn.q_proj.weight", q},
+                                                      {p + "self_attn.k_proj.weight", kv},
+                                                      {p + "self_attn.v_proj.weight", kv}}));
+    TANDEM_TRY(split(p + "mlp.gate_up_proj.weight", {{p + "mlp.gate_proj.weight", inter},
+                                                    {p + "mlp.up_proj.weight", inter}}));
+  }
+  for (auto& v : views) tensors_.push_back(std::move(v));
+  std::sort(tensors_.begin(), tensors_.end(), [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
+  return {};
+}
+
+double ModelConfig::longrope_attention_factor() const {
+  if (rope_attention_factor) return *rope_attention_factor;
+  const double s = static_cast<double>(max_position_embeddings) / rope_original_max_positions;
+  if (s <= 1.0) return 1.0;
+  return std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(rope_original_max_positions)));
 }
 
 const TensorView* ModelDir::tensor(const std::string& name) const {

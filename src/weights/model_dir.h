@@ -22,10 +22,12 @@
 
 namespace tandem::weights {
 
-enum class RopeScaling : std::uint8_t { none, llama3, linear };
+enum class RopeScaling : std::uint8_t { none, llama3, linear, longrope };
 
 struct ModelConfig {
-  std::string architecture;  // "LlamaForCausalLM" or "MistralForCausalLM"
+  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM" or "Phi3ForCausalLM" (GGUF: llama → Llama,
+  // qwen2 → Qwen2, phi3 → Phi3). What differs between them is carried by the fields below, not by the name.
+  std::string architecture;
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_layers = 0;
@@ -38,25 +40,50 @@ struct ModelConfig {
   double rope_factor = 1.0;            // linear / llama3
   double rope_low_freq_factor = 1.0;   // llama3
   double rope_high_freq_factor = 4.0;  // llama3
-  int rope_original_max_positions = 8192;  // llama3
+  // llama3: rope_scaling.original_max_position_embeddings. longrope (Phi-3): the top-level
+  // original_max_position_embeddings (Phi3Config's default 4096 when absent).
+  int rope_original_max_positions = 8192;
+  // longrope (Phi-3's "longrope", formerly "su"): per rotary pair i < head_dim/2 the inverse frequency is divided
+  // by short_factor[i] when the loaded context is <= rope_original_max_positions, else by long_factor[i] (llama.cpp's
+  // choice per context; Hugging Face switches per forward length), and cos/sin are multiplied by the attention
+  // factor (rope_scaling.attention_factor, else Hugging Face's rule: longrope_attention_factor()).
+  std::vector<float> rope_short_factors, rope_long_factors;
+  std::optional<double> rope_attention_factor;
   int vocab_size = 0;
   int max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   std::string torch_dtype;   // as written ("float32", "bfloat16", ...), may be empty
-  std::optional<int> sliding_window;  // Mistral; parsed, reported, not applied beyond max positions
+  // Sliding-window attention (Mistral; Phi-3 as Hugging Face applies it): the query at position i sees the keys at
+  // positions j with i - W < j <= i (W keys including its own), as transformers' sliding-window mask and
+  // llama.cpp's LLAMA_SWA_TYPE_STANDARD define it. nullopt: full causal attention.
+  std::optional<int> sliding_window;
+  // Qwen2: q_proj, k_proj and v_proj carry biases (self_attn.{q,k,v}_proj.bias); o_proj and the MLP do not.
+  bool qkv_bias = false;
+  // Phi-3: self_attn.qkv_proj.weight holds the rows of q, k, v in that order and mlp.gate_up_proj.weight those of
+  // gate, up; ModelDir adds zero-copy row-range views under the unfused names (q_proj, k_proj, v_proj, gate_proj,
+  // up_proj).
+  bool fused_projections = false;
   std::vector<int> bos_token_ids;
   std::vector<int> eos_token_ids;
   // RoPE pairing. false: Hugging Face's half-split rotation (element i pairs with i + head_dim/2). true: ggml's
   // interleaved rotation (element 2i pairs with 2i + 1), which GGUF llama files need because llama.cpp's converter
-  // permuted the rows of q_proj / k_proj per head (permute_qk_rows_for_gguf in weights/gguf.h).
+  // permuted the rows of q_proj / k_proj per head (permute_qk_rows_for_gguf in weights/gguf.h). GGUF qwen2 and phi3
+  // files are not permuted (llama.cpp rotates them NEOX-style, as Hugging Face does): false.
   bool rope_interleaved = false;
   // GGUF `rope_freqs.weight` (llama3-style files): per rotary pair i < head_dim/2, the inverse frequency is divided
   // by rope_freq_factors[i] (llama.cpp's "freq_factors"). Empty: none.
   std::vector<float> rope_freq_factors;
 
+  // Hugging Face's longrope attention factor: rope_attention_factor when given, else with
+  // s = max_position_embeddings / rope_original_max_positions: 1 when s <= 1, else sqrt(1 + ln s / ln original).
+  double longrope_attention_factor() const;
+  // Whether a replica loaded with `max_context` positions uses the long factors (max_context > original).
+  bool longrope_uses_long(int max_context) const { return max_context > rope_original_max_positions; }
+
   // Parses and validates config.json text. `origin` names the file in error messages. Errors: parse_error (not
   // JSON), format_error (missing/mistyped key, value out of range, heads not dividing), unsupported
-  // (architecture, attention_bias/mlp_bias true, hidden_act other than "silu", unknown rope_scaling type).
+  // (an architecture other than Llama/Mistral/Qwen2/Phi3, naming it; attention_bias/mlp_bias true; hidden_act
+  // other than "silu"; an unknown rope_scaling type; Qwen2's use_sliding_window true; partial_rotary_factor < 1).
   static Result<ModelConfig> parse(std::string_view json_text, const std::string& origin);
 };
 
@@ -149,7 +176,7 @@ class ModelDir {
   // type_summary() says what is stored.
   DType dtype() const { return dtype_; }
 
-  // Lookup of a required or extra tensor; nullptr if absent.
+  // Lookup of a required or extra tensor (or a view of a fused one); nullptr if absent.
   const TensorView* tensor(const std::string& name) const;
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
@@ -172,6 +199,9 @@ class ModelDir {
  private:
   ModelDir() = default;
   static Result<ModelDir> open_gguf(const std::string& file);  // gguf_model.cc
+  // For fused_projections: adds the row-range views q_proj/k_proj/v_proj of each qkv_proj and gate_proj/up_proj of
+  // each gate_up_proj (required tensors already validated). format_error when an unfused name is also present.
+  Status add_fused_views(const std::string& origin);
 
   Format format_ = Format::hf_dir;
   std::string dir_;

@@ -304,8 +304,10 @@ TEST(GgufModel, MetadataRules) {
     const char* needle;
   };
   const std::vector<Case> cases = {
-      {"architecture", [](GgufWriter& w) { w.set("general.architecture", GgufValue::of_string("qwen2")); },
-       Errc::unsupported, "general.architecture' \"qwen2\" is not supported"},
+      {"architecture", [](GgufWriter& w) { w.set("general.architecture", GgufValue::of_string("gemma")); },
+       Errc::unsupported, "general.architecture' \"gemma\" is not supported (supported: llama, qwen2, phi3)"},
+      {"qwen2 keys", [](GgufWriter& w) { w.set("general.architecture", GgufValue::of_string("qwen2")); },
+       Errc::format_error, "'qwen2.embedding_length' is missing"},
       {"no architecture", [](GgufWriter& w) { w.erase("general.architecture"); }, Errc::format_error,
        "'general.architecture' is missing"},
       {"missing block count", [](GgufWriter& w) { w.erase("llama.block_count"); }, Errc::format_error,
