@@ -1,4 +1,4 @@
-// tandem-mkmodel: writes a Llama-architecture model (HF layout, deterministic weights, real Llama 2 tokenizer).
+// tandem-mkmodel: writes a Llama-family model (HF layout or GGUF, deterministic weights, real Llama 2 tokenizer).
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -6,16 +6,20 @@
 
 #include "cli_args.h"
 #include "data_dir.h"
+#include "generation/prompt_template.h"
 #include "modelgen/gguf_convert.h"
 #include "modelgen/modelgen.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: tandem-mkmodel --out DIR [--preset test|tiny|134m] [--dtype f32|f16|bf16] [--seed N] [--shards N]\n"
+    "usage: tandem-mkmodel --out DIR [--preset test|tiny|134m|llama3|qwen2|mistral|phi3] [--dtype f32|f16|bf16]\n"
+    "                      [--seed N] [--shards N]\n"
     "                      [--tokenizer PATH] [--chat-template llama2|chatml|zephyr] [--format hf|gguf [--type T]]\n"
     "Writes config.json, model.safetensors (or shards + index), tokenizer.model, generation_config.json and\n"
-    "tokenizer_config.json. Weights are a deterministic function of (preset, seed, dtype).\n"
+    "tokenizer_config.json. Weights are a deterministic function of (preset, seed, dtype). The presets llama3,\n"
+    "qwen2, mistral and phi3 are tiny models of those architectures (Llama 3.2 rope scaling and tied head; Qwen2\n"
+    "q/k/v biases; Mistral sliding window 32; Phi-3 fused projections and LongRoPE).\n"
     "--format gguf writes one GGUF file at --out instead (llama.cpp's layout), in the --dtype or in --type T\n"
     "(Q8_0, Q4_0, Q4_K_M, ... as tandem-quantize takes them).\n";
 
@@ -46,11 +50,12 @@ int main(int argc, char** argv) {
       else if (f == "--shards") o.shards = cli::parse_number<int>(f, a.value(), 1, 64);
       else if (f == "--tokenizer") o.tokenizer_model = a.value();
       else if (f == "--chat-template") {
+        // The family's real Jinja template (rendered by the engine as the model's own).
         const auto v = a.value();
-        if (v == "llama2") o.chat_template = "{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}";
-        else if (v == "chatml") o.chat_template = "{{ '<|im_start|>' + message['role'] }}";
-        else if (v == "zephyr") o.chat_template = "{{ '<|user|>\\n' + message['content'] }}";
-        else throw cli::ArgError{"--chat-template: '" + std::string(v) + "' is not one of llama2, chatml, zephyr"};
+        auto k = gen::parse_template(v);
+        if (!k || gen::builtin_template_source(*k).empty())
+          throw cli::ArgError{"--chat-template: '" + std::string(v) + "' is not one of llama2, chatml, zephyr"};
+        o.chat_template = std::string(gen::builtin_template_source(*k));
       } else if (f == "-h" || f == "--help") {
         std::fputs(kUsage, stdout);
         return 0;

@@ -102,7 +102,7 @@ Result<ComputeDType> parse_compute_dtype(std::string_view s) {
 // requested dtype is not: `auto` and `f32` on an f32 file are the same replica).
 std::string Model::Impl::held_type_summary() {
   std::map<WType, int> n;
-  n[WType::f32] += 1 + 2 * static_cast<int>(layers.size());  // final norm + two per layer
+  n[WType::f32] += (1 + (2 + (cfg().qkv_bias ? 3 : 0)) * static_cast<int>(layers.size()));  // norms (+ biases)
   n[embed.type]++;
   if (!cfg().tie_word_embeddings) n[lm_head.type]++;
   for (Layer& l : layers)
@@ -124,6 +124,11 @@ at::Tensor Model::Impl::linear(const at::Tensor& x, const Weight& w) {
   return cpu_linear(x, w, *pool, act_buf);
 }
 
+at::Tensor Model::Impl::biased(const at::Tensor& y, const at::Tensor& b) {
+  if (!b.defined()) return y;
+  return y.add_(b);  // y is a fresh matmul result: [n, rows] + [rows]
+}
+
 at::Tensor Model::Impl::rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor r = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + cfg().rms_norm_eps);
@@ -134,6 +139,7 @@ at::Tensor Model::Impl::rmsnorm(const at::Tensor& x, const at::Tensor& w) const 
 std::pair<at::Tensor, at::Tensor> Model::Impl::rope_tables(std::int64_t pos0, std::int64_t n) const {
   const at::Tensor pos = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kFloat));  // on the CPU
   const at::Tensor freqs = at::outer(pos, inv_freq);
+  if (rope_mscale != 1.0F) return {freqs.cos().mul_(rope_mscale), freqs.sin().mul_(rope_mscale)};
   return {freqs.cos(), freqs.sin()};
 }
 
@@ -165,13 +171,17 @@ at::Tensor Model::Impl::attention(const at::Tensor& q, const at::Tensor& keys, c
   const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
   const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
   at::Tensor scores = at::bmm(qh, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
-  if (n > 1 || pos0 + n < L) {
-    // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i
+  const std::int64_t window = cfg().sliding_window.value_or(0);
+  if (n > 1 || pos0 + n < L || (window > 0 && L > window)) {
+    // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i, and with a sliding window W also
+    // j > pos0 + i - W (the W most recent positions, the query's own included)
     const auto on = at::TensorOptions().device(q.device());
     const at::Tensor qi = at::arange(pos0, pos0 + n, on.dtype(at::kLong)).unsqueeze(1);
     const at::Tensor kj = at::arange(0, L, on.dtype(at::kLong)).unsqueeze(0);
+    at::Tensor hidden = kj > qi;
+    if (window > 0) hidden = hidden.logical_or(kj <= qi - window);
     const at::Tensor mask = at::zeros({n, L}, on.dtype(at::kFloat))
-                                .masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
+                                .masked_fill_(hidden, -std::numeric_limits<float>::infinity());
     scores = scores.view({kvh, g, n, L}).add_(mask).view({kvh, g * n, L});
   }
   const at::Tensor probs = at::softmax(scores, -1);
@@ -201,9 +211,9 @@ at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, std::int64_t p
     const at::Tensor& cos = dev.is_cuda() ? acc_cos : cpu_cos;
     const at::Tensor& sin = dev.is_cuda() ? acc_sin : cpu_sin;
     const at::Tensor h = rmsnorm(x, l.attn_norm);
-    const at::Tensor q = apply_rope(linear(h, l.wq).view({n, c.num_heads, c.head_dim}), cos, sin);
-    const at::Tensor k = apply_rope(linear(h, l.wk).view({n, c.num_kv_heads, c.head_dim}), cos, sin);
-    const at::Tensor v = linear(h, l.wv).view({n, c.num_kv_heads, c.head_dim});
+    const at::Tensor q = apply_rope(biased(linear(h, l.wq), l.bq).view({n, c.num_heads, c.head_dim}), cos, sin);
+    const at::Tensor k = apply_rope(biased(linear(h, l.wk), l.bk).view({n, c.num_kv_heads, c.head_dim}), cos, sin);
+    const at::Tensor v = biased(linear(h, l.wv), l.bv).view({n, c.num_kv_heads, c.head_dim});
     const auto [keys, values] = kv_step(li, k, v);
     x = x + linear(attention(q, keys, values, pos0), l.wo);
     const at::Tensor h2 = rmsnorm(x, l.mlp_norm);
@@ -249,6 +259,8 @@ Status Model::Impl::place_on_accelerator() {
   for (int li = 0; li < accel_layers; ++li) {
     Layer& l = layers[static_cast<std::size_t>(li)];
     std::uint64_t bytes = (tensor_bytes(l.attn_norm) + tensor_bytes(l.mlp_norm)) / 4 * at::elementSize(dtype);
+    for (const at::Tensor* b : {&l.bq, &l.bk, &l.bv})
+      if (b->defined()) bytes += tensor_bytes(*b) / 4 * at::elementSize(dtype);
     for (Weight* w : l.matrices()) bytes += w->bytes();
     auto a = accel->allocate(bytes, device::Site::weights);
     if (!a) {
@@ -260,6 +272,8 @@ Status Model::Impl::place_on_accelerator() {
     for (Weight* w : l.matrices()) place(*w);
     l.attn_norm = place_norm(l.attn_norm);
     l.mlp_norm = place_norm(l.mlp_norm);
+    for (at::Tensor* b : {&l.bq, &l.bk, &l.bv})
+      if (b->defined()) *b = place_norm(*b);
     l.on_accel = true;
     stats.accel_weight_bytes += bytes;
   }
@@ -311,10 +325,6 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
   int max_context = opts.max_context > 0 ? opts.max_context : cfg.max_position_embeddings;
   if (max_context > cfg.max_position_embeddings) max_context = cfg.max_position_embeddings;
-  // Mistral-style sliding-window attention is not implemented: within the window it equals full attention, so
-  // the context is capped at the window instead of silently diverging beyond it.
-  if (cfg.sliding_window && *cfg.sliding_window > 0 && max_context > *cfg.sliding_window)
-    max_context = *cfg.sliding_window;
   const std::int64_t blocks_per_seq = (max_context + opts.kv_block_size - 1) / opts.kv_block_size;
   std::int64_t blocks = opts.kv_blocks > 0 ? opts.kv_blocks : blocks_per_seq * opts.max_sequences;
   if (blocks > (std::int64_t{1} << 30)) return fail(Errc::invalid_argument, "kv_blocks too large");
@@ -362,6 +372,11 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
       l.wq = w(p + "self_attn.q_proj.weight");
       l.wk = w(p + "self_attn.k_proj.weight");
       l.wv = w(p + "self_attn.v_proj.weight");
+      if (cfg.qkv_bias) {
+        l.bq = vector_f32(tensor(p + "self_attn.q_proj.bias"));
+        l.bk = vector_f32(tensor(p + "self_attn.k_proj.bias"));
+        l.bv = vector_f32(tensor(p + "self_attn.v_proj.bias"));
+      }
       l.wo = w(p + "self_attn.o_proj.weight");
       l.w_gate = w(p + "mlp.gate_proj.weight");
       l.w_up = w(p + "mlp.up_proj.weight");
@@ -370,11 +385,17 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
     }
     im.stats.resident_copy_bytes = copied;
 
-    // Rotary inverse frequencies, with Llama 3 / linear scaling when configured.
+    // Rotary inverse frequencies, with Llama 3 / linear / LongRoPE scaling when configured.
     std::vector<float> inv(static_cast<std::size_t>(cfg.head_dim / 2));
+    if (cfg.rope_scaling == weights::RopeScaling::longrope) {
+      im.longrope_long = cfg.longrope_uses_long(max_context);
+      im.rope_mscale = static_cast<float>(cfg.longrope_attention_factor());
+    }
     for (std::size_t i = 0; i < inv.size(); ++i) {
       double f = 1.0 / std::pow(cfg.rope_theta, (2.0 * static_cast<double>(i)) / cfg.head_dim);
-      if (cfg.rope_scaling == weights::RopeScaling::linear) {
+      if (cfg.rope_scaling == weights::RopeScaling::longrope) {
+        f /= (im.longrope_long ? cfg.rope_long_factors : cfg.rope_short_factors)[i];
+      } else if (cfg.rope_scaling == weights::RopeScaling::linear) {
         f /= cfg.rope_factor;
       } else if (cfg.rope_scaling == weights::RopeScaling::llama3) {
         const double low_wl = cfg.rope_original_max_positions / cfg.rope_low_freq_factor;
@@ -456,6 +477,15 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
          << ";vocab=" << cfg.vocab_size << ";tied=" << cfg.tie_word_embeddings
          << ";max_positions=" << cfg.max_position_embeddings << ";rope_interleaved=" << cfg.rope_interleaved << ";freq_factors=";
     for (float f : cfg.rope_freq_factors) arch << f << ",";  // not the context in force: a limit, announced apart
+    arch << ";qkv_bias=" << cfg.qkv_bias << ";fused=" << cfg.fused_projections
+         << ";sliding_window=" << cfg.sliding_window.value_or(0);
+    if (cfg.rope_scaling == weights::RopeScaling::longrope) {
+      // The factor set in use follows from max_context (announced apart) but decides the outputs: named here.
+      arch << ";longrope=" << (im.longrope_long ? "long" : "short") << ":mscale=" << im.rope_mscale << ":short=";
+      for (float f : cfg.rope_short_factors) arch << f << ",";
+      arch << ":long=";
+      for (float f : cfg.rope_long_factors) arch << f << ",";
+    }
     std::vector<std::pair<std::string, std::string>> parts = {
         {"architecture", arch.str()},
         {"weights", im.dir.header_digest() + ";" + sampled_content_digest(im.dir)},
@@ -478,6 +508,11 @@ const gen::Fingerprint& Model::fingerprint() const { return impl_->fingerprint; 
 const LoadStats& Model::load_stats() const { return impl_->stats; }
 const LoadOptions& Model::options() const { return impl_->opts; }
 int Model::max_context() const { return impl_->max_context; }
+std::vector<float> Model::rope_inv_freq() const {
+  const at::Tensor t = impl_->inv_freq.contiguous();
+  return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+}
+float Model::rope_attention_factor() const { return impl_->rope_mscale; }
 device::Device* Model::accelerator() const { return impl_->accel.get(); }
 int Model::accel_layers() const { return impl_->accel ? impl_->accel_layers : 0; }
 bool Model::device_lost() const { return impl_->device_lost(); }
@@ -511,6 +546,8 @@ std::uint64_t Model::held_weight_bytes() const {
   if (!im.cfg().tie_word_embeddings) b += im.lm_head.bytes();
   for (const Layer& l : im.layers) {
     b += tensor_bytes(l.attn_norm) + tensor_bytes(l.mlp_norm);
+    for (const at::Tensor* t : {&l.bq, &l.bk, &l.bv})
+      if (t->defined()) b += tensor_bytes(*t);
     for (const Weight* w : const_cast<Layer&>(l).matrices()) b += w->bytes();
   }
   return b;

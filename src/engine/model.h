@@ -1,5 +1,6 @@
-// A loaded Llama-family model replica and its paged KV cache. The public surface is torch-free (plain vectors),
-// so the CLI, the generation loop and their tests compile without LibTorch headers; only model.cc includes ATen.
+// A loaded model replica (Llama, Mistral, Qwen2, Phi-3: weights::ModelConfig) and its paged KV cache. The public
+// surface is torch-free (plain vectors), so the CLI, the generation loop and their tests compile without LibTorch
+// headers; only the engine's own translation units include ATen.
 #pragma once
 
 #include <cstdint>
@@ -112,6 +113,10 @@ class Model : public std::enable_shared_from_this<Model> {
   const LoadOptions& options() const;
   KvStats kv_stats() const;
   int max_context() const;
+  // The rotary inverse frequencies in use ([head_dim / 2], after any Llama 3 / linear / LongRoPE scaling and GGUF
+  // frequency factors) and the factor cos/sin are multiplied by (LongRoPE's attention factor, else 1).
+  std::vector<float> rope_inv_freq() const;
+  float rope_attention_factor() const;
   // The accelerator this replica uses (nullptr: CPU only) and how many layers run on it.
   device::Device* accelerator() const;
   int accel_layers() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -118,8 +119,10 @@ Result<Source> from_hf(const std::string& dir_path) {
   auto dir = weights::ModelDir::open(dir_path);
   if (!dir) return fail(std::move(dir).error());
   const weights::ModelConfig& c = dir->config();
-  if (c.rope_scaling != weights::RopeScaling::none)
-    return fail(Errc::unsupported, dir_path + ": rope_scaling other than none is not written to GGUF yet");
+  const std::optional<std::string> arch_name = weights::gguf_arch_of(c.architecture);
+  if (!arch_name) return fail(Errc::unsupported, dir_path + ": no GGUF architecture for " + c.architecture);
+  const std::string& arch = *arch_name;
+  const std::string p = arch + ".";
   auto tok_bytes = dir->tokenizer_bytes();
   if (!tok_bytes) return fail(std::move(tok_bytes).error());
   auto tok = tok::Tokenizer::from_bytes(*tok_bytes, dir->tokenizer_path());
@@ -129,19 +132,75 @@ Result<Source> from_hf(const std::string& dir_path) {
   auto u32 = [](std::uint64_t v) { return GgufValue::of_uint(GgufType::u32, v); };
   auto f32 = [](double v) { return GgufValue::of_float(GgufType::f32, v); };
   auto& md = s.metadata;
-  md.emplace_back("general.architecture", GgufValue::of_string("llama"));
+  md.emplace_back("general.architecture", GgufValue::of_string(arch));
   md.emplace_back("general.type", GgufValue::of_string("model"));
   md.emplace_back("general.name", GgufValue::of_string(std::filesystem::path(dir_path).filename().string()));
-  md.emplace_back("llama.block_count", u32(static_cast<std::uint64_t>(c.num_layers)));
-  md.emplace_back("llama.context_length", u32(static_cast<std::uint64_t>(c.max_position_embeddings)));
-  md.emplace_back("llama.embedding_length", u32(static_cast<std::uint64_t>(c.hidden_size)));
-  md.emplace_back("llama.feed_forward_length", u32(static_cast<std::uint64_t>(c.intermediate_size)));
-  md.emplace_back("llama.attention.head_count", u32(static_cast<std::uint64_t>(c.num_heads)));
-  md.emplace_back("llama.attention.head_count_kv", u32(static_cast<std::uint64_t>(c.num_kv_heads)));
-  md.emplace_back("llama.rope.freq_base", f32(c.rope_theta));
-  md.emplace_back("llama.attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
-  md.emplace_back("llama.vocab_size", u32(static_cast<std::uint64_t>(c.vocab_size)));
-  md.emplace_back("llama.rope.dimension_count", u32(static_cast<std::uint64_t>(c.head_dim)));
+  md.emplace_back(p + "block_count", u32(static_cast<std::uint64_t>(c.num_layers)));
+  md.emplace_back(p + "context_length", u32(static_cast<std::uint64_t>(c.max_position_embeddings)));
+  md.emplace_back(p + "embedding_length", u32(static_cast<std::uint64_t>(c.hidden_size)));
+  md.emplace_back(p + "feed_forward_length", u32(static_cast<std::uint64_t>(c.intermediate_size)));
+  md.emplace_back(p + "attention.head_count", u32(static_cast<std::uint64_t>(c.num_heads)));
+  md.emplace_back(p + "attention.head_count_kv", u32(static_cast<std::uint64_t>(c.num_kv_heads)));
+  md.emplace_back(p + "rope.freq_base", f32(c.rope_theta));
+  md.emplace_back(p + "attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
+  md.emplace_back(p + "vocab_size", u32(static_cast<std::uint64_t>(c.vocab_size)));
+  md.emplace_back(p + "rope.dimension_count", u32(static_cast<std::uint64_t>(c.head_dim)));
+  // Sliding window: phi3.attention.sliding_window as llama.cpp's converter writes it (0 = none); for Mistral a
+  // llama.attention.sliding_window key llama.cpp does not write (and ignores), so Tandem reads its own files back
+  // with the window.
+  if (arch == "phi3") {
+    md.emplace_back(p + "attention.sliding_window", u32(static_cast<std::uint64_t>(c.sliding_window.value_or(0))));
+  } else if (c.sliding_window) {
+    md.emplace_back(p + "attention.sliding_window", u32(static_cast<std::uint64_t>(*c.sliding_window)));
+  }
+  // RoPE scaling as llama.cpp's converter writes it: linear as metadata; llama3 as the rope_freqs.weight factors
+  // (LlamaModel.generate_extra_tensors); Phi-3 LongRoPE as rope_factors_short/long.weight, the original context and
+  // the attention factor (Phi3MiniModel).
+  std::vector<SrcTensor> extra;
+  auto f32_tensor = [&](const std::string& name, const std::vector<float>& v) {
+    SrcTensor st;
+    st.name = name;
+    st.ne = {v.size()};
+    st.type = WType::f32;
+    st.owned.resize(v.size() * sizeof(float));
+    std::memcpy(st.owned.data(), v.data(), st.owned.size());
+    st.data = st.owned;
+    extra.push_back(std::move(st));
+  };
+  switch (c.rope_scaling) {
+    case weights::RopeScaling::none: break;
+    case weights::RopeScaling::linear:
+      md.emplace_back(p + "rope.scaling.type", GgufValue::of_string("linear"));
+      md.emplace_back(p + "rope.scaling.factor", f32(c.rope_factor));
+      break;
+    case weights::RopeScaling::llama3: {
+      std::vector<float> factors;
+      const double low_wl = c.rope_original_max_positions / c.rope_low_freq_factor;
+      const double high_wl = c.rope_original_max_positions / c.rope_high_freq_factor;
+      for (int i = 0; i < c.head_dim / 2; ++i) {
+        const double freq = 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim);
+        const double wl = 2.0 * M_PI / freq;
+        if (wl < high_wl) {
+          factors.push_back(1.0F);
+        } else if (wl > low_wl) {
+          factors.push_back(static_cast<float>(c.rope_factor));
+        } else {
+          const double smooth = (c.rope_original_max_positions / wl - c.rope_low_freq_factor) /
+                                (c.rope_high_freq_factor - c.rope_low_freq_factor);
+          factors.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / c.rope_factor + smooth)));
+        }
+      }
+      f32_tensor("rope_freqs.weight", factors);
+      break;
+    }
+    case weights::RopeScaling::longrope:
+      md.emplace_back(p + "rope.scaling.original_context_length",
+                      u32(static_cast<std::uint64_t>(c.rope_original_max_positions)));
+      md.emplace_back(p + "rope.scaling.attn_factor", f32(c.longrope_attention_factor()));
+      f32_tensor("rope_factors_long.weight", c.rope_long_factors);
+      f32_tensor("rope_factors_short.weight", c.rope_short_factors);
+      break;
+  }
   md.emplace_back("tokenizer.ggml.model", GgufValue::of_string("llama"));
   md.emplace_back("tokenizer.ggml.pre", GgufValue::of_string("default"));
   std::vector<std::string> pieces;
@@ -168,14 +227,15 @@ Result<Source> from_hf(const std::string& dir_path) {
 
   for (const auto& [hf_name, shape] : weights::ModelDir::required_tensors(c)) {
     const weights::TensorView* tv = dir->tensor(hf_name);
-    auto g = weights::gguf_name_from_hf(hf_name);
+    auto g = weights::gguf_name_from_hf(hf_name, arch);
     if (!tv || !g) return fail(Errc::internal, dir_path + ": no GGUF name for tensor '" + hf_name + "'");
     SrcTensor st;
     st.name = *g;
     for (auto it = tv->shape.rbegin(); it != tv->shape.rend(); ++it) st.ne.push_back(static_cast<std::uint64_t>(*it));
     st.type = tv->type;
+    // Only llama files are permuted for ggml's interleaved RoPE; qwen2 and phi3 keep the HF rows (NEOX rotation).
     const bool q = ends_with(hf_name, "q_proj.weight"), k = ends_with(hf_name, "k_proj.weight");
-    if (q || k) {
+    if (arch == "llama" && (q || k)) {
       st.owned.resize(tv->data.size());
       const std::size_t rb = kernels::row_bytes(tv->type, tv->shape.back());
       TANDEM_TRY(weights::permute_qk_rows_for_gguf(tv->data, st.owned, q ? c.num_heads : c.num_kv_heads, rb));
@@ -185,6 +245,12 @@ Result<Source> from_hf(const std::string& dir_path) {
     }
     s.tensors.push_back(std::move(st));
   }
+  for (auto& e : extra) {
+    e.data = e.owned;  // (re-pointed after the moves)
+    s.tensors.push_back(std::move(e));
+  }
+  for (auto& t : s.tensors)
+    if (!t.owned.empty()) t.data = t.owned;
   s.hf = std::move(dir).value();  // the views point into its mappings
   return s;
 }

@@ -18,8 +18,9 @@ namespace fs = std::filesystem;
 std::uint64_t Shape::parameters() const {
   const std::uint64_t hd = static_cast<std::uint64_t>(hidden / heads);
   const std::uint64_t h = static_cast<std::uint64_t>(hidden);
+  const std::uint64_t biases = architecture == "Qwen2ForCausalLM" ? heads * hd + 2 * kv_heads * hd : 0;
   const std::uint64_t per_layer = 2 * h + h * heads * hd + 2 * h * kv_heads * hd + heads * hd * h +
-                                  3 * h * static_cast<std::uint64_t>(intermediate);
+                                  3 * h * static_cast<std::uint64_t>(intermediate) + biases;
   return static_cast<std::uint64_t>(vocab) * h * (tied ? 1 : 2) + h + per_layer * static_cast<std::uint64_t>(layers);
 }
 
@@ -45,7 +46,34 @@ Result<Shape> preset(std::string_view name) {
     s.max_positions = 2048;
     return s;
   }
-  return fail(Errc::invalid_argument, "unknown model preset '" + std::string(name) + "' (test, tiny, 134m)");
+  if (name == "llama3") {
+    s.rope_theta = 500000.0;
+    s.rope_scaling = "llama3";
+    s.rope_factor = 32.0;
+    s.original_max_positions = 8192;
+    s.tied = true;
+    return s;
+  }
+  if (name == "qwen2") {
+    s.architecture = "Qwen2ForCausalLM";
+    s.rope_theta = 1000000.0;
+    s.rms_eps = 1e-6;
+    s.tied = true;
+    return s;
+  }
+  if (name == "mistral") {
+    s.architecture = "MistralForCausalLM";
+    s.sliding_window = 32;
+    return s;
+  }
+  if (name == "phi3") {
+    s.architecture = "Phi3ForCausalLM";
+    s.rope_scaling = "longrope";
+    s.original_max_positions = 64;
+    return s;
+  }
+  return fail(Errc::invalid_argument,
+              "unknown model preset '" + std::string(name) + "' (test, tiny, 134m, llama3, qwen2, mistral, phi3)");
 }
 
 std::uint16_t float_to_bf16(float f) {
@@ -110,18 +138,41 @@ Status write_model(const std::string& dir, const Options& o) {
   fs::create_directories(dir, ec);
   if (ec) return fail(Errc::io_error, "cannot create " + dir + ": " + ec.message());
 
+  const std::string model_type = s.architecture == "MistralForCausalLM" ? "mistral"
+                                 : s.architecture == "Qwen2ForCausalLM" ? "qwen2"
+                                 : s.architecture == "Phi3ForCausalLM"  ? "phi3"
+                                                                        : "llama";
+  const int half = s.hidden / s.heads / 2;
+  std::ostringstream rope;
+  rope.precision(17);
+  if (s.rope_scaling == "llama3") {
+    rope << "{\"rope_type\": \"llama3\", \"factor\": " << s.rope_factor
+         << ", \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": "
+         << s.original_max_positions << "}";
+  } else if (s.rope_scaling == "longrope") {
+    rope << "{\"type\": \"longrope\", \"short_factor\": [";
+    for (int i = 0; i < half; ++i) rope << (i ? ", " : "") << 1.0 + 0.1 * i;
+    rope << "], \"long_factor\": [";
+    for (int i = 0; i < half; ++i) rope << (i ? ", " : "") << 1.0 + 0.75 * i;
+    rope << "]}";
+  } else {
+    rope << "null";
+  }
   std::ostringstream cfg;
-  cfg << "{\n  \"architectures\": [\"" << s.architecture << "\"],\n  \"model_type\": \""
-      << (s.architecture == "MistralForCausalLM" ? "mistral" : "llama") << "\",\n"
+  cfg << "{\n  \"architectures\": [\"" << s.architecture << "\"],\n  \"model_type\": \"" << model_type << "\",\n"
       << "  \"hidden_size\": " << s.hidden << ",\n  \"intermediate_size\": " << s.intermediate << ",\n"
       << "  \"num_hidden_layers\": " << s.layers << ",\n  \"num_attention_heads\": " << s.heads << ",\n"
       << "  \"num_key_value_heads\": " << s.kv_heads << ",\n  \"hidden_act\": \"silu\",\n"
       << "  \"max_position_embeddings\": " << s.max_positions << ",\n  \"rms_norm_eps\": " << s.rms_eps << ",\n"
-      << "  \"rope_theta\": " << s.rope_theta << ",\n  \"rope_scaling\": null,\n"
+      << "  \"rope_theta\": " << s.rope_theta << ",\n  \"rope_scaling\": " << rope.str() << ",\n"
       << "  \"vocab_size\": " << s.vocab << ",\n  \"tie_word_embeddings\": " << (s.tied ? "true" : "false") << ",\n"
       << "  \"torch_dtype\": \""
       << (o.dtype == weights::DType::f32 ? "float32" : o.dtype == weights::DType::f16 ? "float16" : "bfloat16")
-      << "\",\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"attention_bias\": false\n}\n";
+      << "\",\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"attention_bias\": false";
+  if (s.sliding_window > 0) cfg << ",\n  \"sliding_window\": " << s.sliding_window;
+  if (model_type == "qwen2") cfg << ",\n  \"use_sliding_window\": false";
+  if (model_type == "phi3") cfg << ",\n  \"original_max_position_embeddings\": " << s.original_max_positions;
+  cfg << "\n}\n";
   TANDEM_TRY(write_text(fs::path(dir) / "config.json", cfg.str()));
 
   if (o.write_generation_config)
@@ -149,6 +200,8 @@ Status write_model(const std::string& dir, const Options& o) {
   mc.head_dim = s.hidden / s.heads;
   mc.vocab_size = s.vocab;
   mc.tie_word_embeddings = s.tied;
+  mc.qkv_bias = model_type == "qwen2";
+  mc.fused_projections = model_type == "phi3";
   const auto required = weights::ModelDir::required_tensors(mc);
 
   const std::size_t esize = weights::dtype_size(o.dtype);
@@ -166,8 +219,10 @@ Status write_model(const std::string& dir, const Options& o) {
     } else if (name.find("norm") != std::string::npos) {
       std::fill(vals.begin(), vals.end(), 1.0f);
     } else {
-      // Uniform in [-a, a] with std 0.02 (a = 0.02·√3), four values per Philox call, keyed by (seed, tensor).
-      const float a = 0.02f * std::sqrt(3.0f);
+      // Uniform in [-a, a] with std 0.02 (a = 0.02·√3), four values per Philox call, keyed by (seed, tensor);
+      // biases with std 0.5, large enough to move the logits.
+      const bool bias = name.ends_with(".bias");
+      const float a = (bias ? 0.5f : 0.02f) * std::sqrt(3.0f);
       for (std::uint64_t i = 0; i < numel; i += 4) {
         const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32),
                                         static_cast<std::uint32_t>(ti), 0x5EED},

@@ -1,4 +1,4 @@
-// Writes Llama-architecture models in the Hugging Face layout (config.json, model.safetensors or shards + index,
+// Writes Llama-family models (Llama, Mistral, Qwen2, Phi-3) in the Hugging Face layout (config.json, model.safetensors or shards + index,
 // tokenizer.model, generation_config.json, tokenizer_config.json) with deterministic weights. Used by the
 // tandem-mkmodel tool, the tests and the benchmarks, so nothing needs a download.
 #pragma once
@@ -25,13 +25,25 @@ struct Shape {
   bool tied = false;
   double rope_theta = 10000.0;
   double rms_eps = 1e-5;
+  // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v biases) or Phi3ForCausalLM (fused qkv_proj and
+  // gate_up_proj).
   std::string architecture = "LlamaForCausalLM";
+  int sliding_window = 0;  // > 0: written as "sliding_window" (Mistral, Phi-3 apply it)
+  // "" (none), "llama3" (factor, low 1, high 4, original_max_positions) or "longrope" (Phi-3: short/long factors
+  // 1 + 0.1·i and 1 + 0.75·i per rotary pair i, original_max_positions as the top-level key).
+  std::string rope_scaling;
+  double rope_factor = 32.0;
+  int original_max_positions = 8192;
 
   std::uint64_t parameters() const;
 };
 
 // "test" (hidden 64, 2 layers, GQA 4/2), "tiny" (the bundled default: hidden 128, 4 layers, GQA 4/2, tied),
-// "134m" (hidden 768, 12 layers, 12 heads, FFN 2048, vocab 32000 — the benchmark shape).
+// "134m" (hidden 768, 12 layers, 12 heads, FFN 2048, vocab 32000 — the benchmark shape); per architecture, each
+// hidden 64, 2 layers, GQA 4/2, vocab 32000: "llama3" (Llama 3.2-style: rope_theta 500000, llama3 rope scaling
+// factor 32 over 8192 original positions, tied head), "qwen2" (q/k/v biases, tied head, rope_theta 1000000),
+// "mistral" (sliding window 32, so tests cross it), "phi3" (fused projections, LongRoPE over 64 original of 512
+// positions, untied).
 Result<Shape> preset(std::string_view name);
 
 struct Options {

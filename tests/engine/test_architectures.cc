@@ -1,0 +1,608 @@
+// The four architectures (Llama 3.x, Qwen2, Mistral, Phi-3) end to end: the engine's forward (paged and reference)
+// against a plain double-precision transformer written here from the Hugging Face definitions; the RoPE frequencies
+// against the llama3 / LongRoPE formulas; the HF directory and its GGUF give the same greedy tokens; Phi-3's fused
+// projections equal an unfused Llama with the same rows; Qwen2's biases are used; Mistral's window hides what lies
+// beyond it; the simulated accelerator agrees with the CPU; malformed configs and GGUF files fail typed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "device/simulated.h"
+#include "model_fixture.h"
+#include "modelgen/gguf_convert.h"
+#include "weights/gguf.h"
+#include "weights/gguf_model.h"
+
+namespace tandem {
+namespace {
+
+using testing::load;
+using testing::make_model;
+using testing::max_abs_diff;
+using json = nlohmann::json;
+
+const char* const kPresets[] = {"llama3", "qwen2", "mistral", "phi3"};
+
+std::vector<int> prompt(int n, int salt = 0) {
+  std::vector<int> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(3 + (i * 7919 + salt * 104729 + 17) % 31990);
+  return ids;
+}
+
+// --- a plain transformer in double precision, from the Hugging Face modeling code -------------------------------
+
+// Over an f32 Hugging Face directory (fused Phi-3 tensors read through ModelDir's row views). The rotary inverse
+// frequencies and the cos/sin factor come from the model under test (checked against their formulas apart).
+class PlainTransformer {
+ public:
+  PlainTransformer(const weights::ModelDir& d, std::vector<float> inv_freq, double mscale)
+      : d_(d), c_(d.config()), inv_(std::move(inv_freq)), mscale_(mscale) {}
+
+  // Logits of every position, [n][vocab].
+  std::vector<std::vector<double>> logits(const std::vector<int>& ids) const {
+    const int n = static_cast<int>(ids.size()), H = c_.hidden_size, hd = c_.head_dim, nh = c_.num_heads,
+              nkv = c_.num_kv_heads, half = hd / 2;
+    std::vector<std::vector<double>> x(static_cast<std::size_t>(n));
+    const float* emb = t("model.embed_tokens.weight");
+    for (int i = 0; i < n; ++i) x[i].assign(emb + std::size_t(ids[i]) * H, emb + std::size_t(ids[i] + 1) * H);
+    for (int l = 0; l < c_.num_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      std::vector<std::vector<double>> q(n), k(n), v(n);
+      for (int i = 0; i < n; ++i) {
+        const auto h = rms(x[i], p + "input_layernorm.weight");
+        q[i] = mv(p + "self_attn.q_proj.weight", h);
+        k[i] = mv(p + "self_attn.k_proj.weight", h);
+        v[i] = mv(p + "self_attn.v_proj.weight", h);
+        if (c_.qkv_bias) {
+          add(q[i], p + "self_attn.q_proj.bias");
+          add(k[i], p + "self_attn.k_proj.bias");
+          add(v[i], p + "self_attn.v_proj.bias");
+        }
+        auto rope = [&](std::vector<double>& a, int heads) {  // rotate_half pairing (i, i + hd/2)
+          for (int hh = 0; hh < heads; ++hh)
+            for (int j = 0; j < half; ++j) {
+              const double ang = static_cast<double>(i) * static_cast<double>(inv_[j]);
+              const double cs = std::cos(ang) * mscale_, sn = std::sin(ang) * mscale_;
+              double& x1 = a[std::size_t(hh * hd + j)];
+              double& x2 = a[std::size_t(hh * hd + j + half)];
+              const double a1 = x1 * cs - x2 * sn, a2 = x2 * cs + x1 * sn;
+              x1 = a1;
+              x2 = a2;
+            }
+        };
+        rope(q[i], nh);
+        rope(k[i], nkv);
+      }
+      const int W = c_.sliding_window.value_or(0);
+      for (int i = 0; i < n; ++i) {
+        std::vector<double> att(std::size_t(nh) * hd, 0.0);
+        for (int hh = 0; hh < nh; ++hh) {
+          const int g = hh / (nh / nkv);
+          std::vector<double> s;
+          double mx = -1e300;
+          const int j0 = W > 0 ? std::max(0, i - W + 1) : 0;  // keys j with i - W < j <= i
+          for (int j = j0; j <= i; ++j) {
+            double dot = 0;
+            for (int e = 0; e < hd; ++e) dot += q[i][std::size_t(hh * hd + e)] * k[j][std::size_t(g * hd + e)];
+            s.push_back(dot / std::sqrt(static_cast<double>(hd)));
+            mx = std::max(mx, s.back());
+          }
+          double z = 0;
+          for (double& e : s) z += (e = std::exp(e - mx));
+          for (int j = j0; j <= i; ++j)
+            for (int e = 0; e < hd; ++e)
+              att[std::size_t(hh * hd + e)] += s[std::size_t(j - j0)] / z * v[j][std::size_t(g * hd + e)];
+        }
+        const auto o = mv(p + "self_attn.o_proj.weight", att);
+        for (int e = 0; e < H; ++e) x[i][e] += o[e];
+        const auto h2 = rms(x[i], p + "post_attention_layernorm.weight");
+        auto gate = mv(p + "mlp.gate_proj.weight", h2);
+        const auto up = mv(p + "mlp.up_proj.weight", h2);
+        for (std::size_t e = 0; e < gate.size(); ++e) gate[e] = gate[e] / (1.0 + std::exp(-gate[e])) * up[e];
+        const auto down = mv(p + "mlp.down_proj.weight", gate);
+        for (int e = 0; e < H; ++e) x[i][e] += down[e];
+      }
+    }
+    std::vector<std::vector<double>> out;
+    const std::string head = c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    for (int i = 0; i < n; ++i) out.push_back(mv(head, rms(x[i], "model.norm.weight")));
+    return out;
+  }
+
+ private:
+  const float* t(const std::string& name) const {
+    const weights::TensorView* tv = d_.tensor(name);
+    EXPECT_TRUE(tv != nullptr && tv->dtype == weights::DType::f32) << name;
+    return reinterpret_cast<const float*>(tv->data.data());
+  }
+  std::vector<double> mv(const std::string& name, const std::vector<double>& x) const {
+    const weights::TensorView* tv = d_.tensor(name);
+    const auto rows = static_cast<std::size_t>(tv->shape[0]), cols = static_cast<std::size_t>(tv->shape[1]);
+    EXPECT_EQ(cols, x.size()) << name;
+    const float* w = t(name);
+    std::vector<double> y(rows, 0.0);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < cols; ++k) y[r] += static_cast<double>(w[r * cols + k]) * x[k];
+    return y;
+  }
+  void add(std::vector<double>& y, const std::string& name) const {
+    const float* b = t(name);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] += b[i];
+  }
+  std::vector<double> rms(const std::vector<double>& x, const std::string& name) const {
+    double ss = 0;
+    for (double e : x) ss += e * e;
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + c_.rms_norm_eps);
+    const float* w = t(name);
+    std::vector<double> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * w[i];
+    return y;
+  }
+
+  const weights::ModelDir& d_;
+  const weights::ModelConfig& c_;
+  std::vector<float> inv_;
+  double mscale_;
+};
+
+double max_diff(const std::vector<float>& a, std::size_t off, const std::vector<double>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[off + i]) - b[i]));
+  return m;
+}
+
+std::vector<int> greedy(engine::Model& m, const std::vector<int>& ids, int steps, std::vector<float>* first) {
+  auto seq = m.new_sequence();
+  EXPECT_TRUE(seq.ok());
+  std::vector<int> out;
+  auto logits = m.forward(**seq, ids);
+  EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.error().message);
+  if (!logits.ok()) return out;
+  if (first) *first = *logits;
+  for (int s = 0; s < steps; ++s) {
+    const auto& l = *logits;
+    out.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
+    if (s + 1 == steps) break;
+    logits = m.forward(**seq, std::vector<int>{out.back()});
+    if (!logits.ok()) break;
+  }
+  return out;
+}
+
+std::string gguf_of(const std::string& preset, modelgen::Recipe r = modelgen::Recipe::f32) {
+  const std::string hf = make_model("arch-" + preset, preset);
+  const std::string out = testing::temp_root() + "/arch-" + preset + "-" +
+                          std::string(modelgen::recipe_name(r)) + ".gguf";
+  if (!std::filesystem::exists(out)) {
+    auto st = modelgen::convert_to_gguf(hf, out, r);
+    EXPECT_TRUE(st.ok()) << st.error().message;
+  }
+  return out;
+}
+
+// --- the forward against the plain transformer ---------------------------------------------------------------
+
+TEST(Architectures, PagedAndReferenceForwardsEqualAPlainTransformerForEachArchitecture) {
+  for (const char* preset : kPresets) {
+    SCOPED_TRACE(preset);
+    const std::string dir = make_model(std::string("arch-") + preset, preset);
+    auto m = load(dir);
+    ASSERT_TRUE(m);
+    const auto ids = prompt(48);  // crosses Mistral's window of 32
+    const PlainTransformer plain(m->files(), m->rope_inv_freq(), m->rope_attention_factor());
+    const auto want = plain.logits(ids);
+    const std::size_t V = static_cast<std::size_t>(m->config().vocab_size);
+    auto ref = m->forward_reference(ids);
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_LT(max_diff(*ref, i * V, want[i]), 2e-4) << "position " << i;
+    // Paged: a prefill of 20, then one token at a time.
+    auto seq = m->new_sequence();
+    ASSERT_TRUE(seq.ok());
+    auto pre = m->forward(**seq, std::span(ids).first(20), true);
+    ASSERT_TRUE(pre.ok()) << pre.error().message;
+    for (std::size_t i = 0; i < 20; ++i) EXPECT_LT(max_diff(*pre, i * V, want[i]), 2e-4) << "prefill " << i;
+    for (std::size_t i = 20; i < ids.size(); ++i) {
+      auto l = m->forward(**seq, std::span(ids).subspan(i, 1));
+      ASSERT_TRUE(l.ok()) << l.error().message;
+      EXPECT_LT(max_diff(*l, 0, want[i]), 2e-4) << "decode " << i;
+    }
+  }
+}
+
+// --- RoPE frequencies by hand ------------------------------------------------------------------------------------
+
+TEST(Architectures, Llama3RopeFrequenciesFollowTheLlama3Formula) {
+  auto m = load(make_model("arch-llama3", "llama3"));
+  ASSERT_TRUE(m);
+  const auto& c = m->config();
+  EXPECT_EQ(c.rope_scaling, weights::RopeScaling::llama3);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  const auto inv = m->rope_inv_freq();
+  ASSERT_EQ(inv.size(), 8u);  // head_dim 16
+  int kept = 0, divided = 0, smoothed = 0;
+  for (std::size_t i = 0; i < inv.size(); ++i) {
+    // transformers' _compute_llama3_parameters with factor 32, low 1, high 4, original 8192, theta 500000.
+    const double base = 1.0 / std::pow(500000.0, 2.0 * static_cast<double>(i) / 16.0);
+    const double wl = 2.0 * M_PI / base;
+    double want = base;
+    if (wl < 8192.0 / 4.0) {
+      ++kept;
+    } else if (wl > 8192.0 / 1.0) {
+      want = base / 32.0;
+      ++divided;
+    } else {
+      const double smooth = (8192.0 / wl - 1.0) / (4.0 - 1.0);
+      want = (1.0 - smooth) * base / 32.0 + smooth * base;
+      ++smoothed;
+    }
+    EXPECT_NEAR(inv[i], want, 1e-6 * want) << "pair " << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(smoothed, 0) << "the preset should exercise all three llama3 bands";
+  EXPECT_EQ(m->rope_attention_factor(), 1.0F);
+}
+
+TEST(Architectures, Phi3LongRopeUsesTheLongFactorsBeyondTheOriginalContextAndHfAttentionFactor) {
+  const std::string dir = make_model("arch-phi3", "phi3");
+  // The preset: original 64 of 512 positions, short factor 1 + 0.1 i, long factor 1 + 0.75 i, theta 10000.
+  const double attn = std::sqrt(1.0 + std::log(512.0 / 64.0) / std::log(64.0));
+  for (const int ctx : {0, 64, 65}) {
+    engine::LoadOptions lo;
+    lo.max_context = ctx;
+    auto m = load(dir, lo);
+    ASSERT_TRUE(m);
+    const bool want_long = (ctx == 0 ? 512 : ctx) > 64;
+    const auto inv = m->rope_inv_freq();
+    ASSERT_EQ(inv.size(), 8u);
+    for (std::size_t i = 0; i < inv.size(); ++i) {
+      const double f = want_long ? 1.0 + 0.75 * static_cast<double>(i) : 1.0 + 0.1 * static_cast<double>(i);
+      const double want = 1.0 / (f * std::pow(10000.0, 2.0 * static_cast<double>(i) / 16.0));
+      EXPECT_NEAR(inv[i], want, 1e-6 * want) << "ctx " << ctx << " pair " << i;
+    }
+    EXPECT_NEAR(m->rope_attention_factor(), attn, 1e-6) << "ctx " << ctx;
+  }
+  engine::LoadOptions a, b;
+  a.max_context = 64;
+  b.max_context = 65;
+  EXPECT_NE(load(dir, a)->fingerprint().digest, load(dir, b)->fingerprint().digest)
+      << "the factor set in use decides the outputs, so it is part of the fingerprint";
+}
+
+// --- HF directory == its GGUF ------------------------------------------------------------------------------------
+
+TEST(Architectures, HfDirectoryAndItsGgufGiveIdenticalGreedyTokens) {
+  for (const char* preset : kPresets) {
+    SCOPED_TRACE(preset);
+    auto a = load(make_model(std::string("arch-") + preset, preset));
+    auto b = load(gguf_of(preset));
+    ASSERT_TRUE(a && b);
+    const bool llama_arch = std::string(preset) == "llama3" || std::string(preset) == "mistral";
+    EXPECT_EQ(b->config().rope_interleaved, llama_arch)
+        << "llama.cpp permutes Q/K rows only for its llama architecture (Mistral included)";
+    EXPECT_EQ(a->config().qkv_bias, b->config().qkv_bias);
+    EXPECT_EQ(a->config().fused_projections, b->config().fused_projections);
+    EXPECT_EQ(a->config().sliding_window, b->config().sliding_window);
+    EXPECT_EQ(a->config().tie_word_embeddings, b->config().tie_word_embeddings);
+    EXPECT_EQ(a->rope_attention_factor(), b->rope_attention_factor());
+    for (std::size_t i = 0; i < a->rope_inv_freq().size(); ++i)
+      EXPECT_NEAR(a->rope_inv_freq()[i], b->rope_inv_freq()[i], 1e-6 * a->rope_inv_freq()[i]) << i;
+    const auto ids = prompt(40, 1);
+    std::vector<float> la, lb;
+    const auto ga = greedy(*a, ids, 24, &la), gb = greedy(*b, ids, 24, &lb);
+    EXPECT_LT(max_abs_diff(la, lb), 1e-4f);
+    EXPECT_EQ(ga, gb);
+  }
+}
+
+TEST(Architectures, Phi3QuantizedGgufSplitsItsFusedBlocksAndAgreesOnCpuAndAccelerator) {
+  const std::string q8 = gguf_of("phi3", modelgen::Recipe::q8_0);
+  auto m = load(q8);
+  ASSERT_TRUE(m);
+  const weights::TensorView* qkv = m->files().tensor("model.layers.0.self_attn.qkv_proj.weight");
+  const weights::TensorView* k = m->files().tensor("model.layers.0.self_attn.k_proj.weight");
+  ASSERT_TRUE(qkv && k);
+  EXPECT_EQ(qkv->type, kernels::WType::q8_0);
+  EXPECT_EQ(k->type, kernels::WType::q8_0);
+  EXPECT_EQ(k->data.data(), qkv->data.data() + kernels::row_bytes(kernels::WType::q8_0, 64) * 64)
+      << "k_proj is a zero-copy view of rows [64, 96) of the fused blocks";
+  const auto ids = prompt(24, 2);
+  auto cpu = m->forward_reference(ids);
+  ASSERT_TRUE(cpu.ok());
+  // Quantized close to the f32 model.
+  auto f32 = load(gguf_of("phi3"))->forward_reference(ids);
+  ASSERT_TRUE(f32.ok());
+  EXPECT_LT(max_abs_diff(*cpu, *f32), 0.05f);
+  device::SimulatedConfig sc;
+  sc.capacity_bytes = 1ull << 30;
+  engine::LoadOptions lo;
+  lo.accelerator = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+  auto acc = load(q8, lo);
+  ASSERT_TRUE(acc);
+  auto on_acc = acc->forward_reference(ids);
+  ASSERT_TRUE(on_acc.ok()) << on_acc.error().message;
+  // Two kernel families: q8_0 activations on the CPU (llama.cpp's), f32 activations over the expanded blocks here.
+  EXPECT_LT(max_abs_diff(*cpu, *on_acc), 0.02f);
+  EXPECT_LT(max_abs_diff(*f32, *on_acc), 0.05f);
+}
+
+TEST(Architectures, SimulatedAcceleratorAgreesWithTheCpuForEachArchitecture) {
+  for (const char* preset : kPresets) {
+    SCOPED_TRACE(preset);
+    const std::string dir = make_model(std::string("arch-") + preset, preset);
+    auto cpu = load(dir);
+    for (const int layers : {1, -1}) {
+      device::SimulatedConfig sc;
+      sc.capacity_bytes = 1ull << 30;
+      engine::LoadOptions lo;
+      lo.accelerator = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+      lo.accel_layers = layers;
+      auto acc = load(dir, lo);
+      ASSERT_TRUE(cpu && acc);
+      const auto ids = prompt(40, 3);
+      std::vector<float> la, lb;
+      const auto ga = greedy(*cpu, ids, 12, &la), gb = greedy(*acc, ids, 12, &lb);
+      EXPECT_LT(max_abs_diff(la, lb), 1e-4f) << "accel layers " << layers;
+      EXPECT_EQ(ga, gb) << "accel layers " << layers;
+      EXPECT_EQ(cpu->fingerprint().digest, acc->fingerprint().digest);
+    }
+  }
+}
+
+// --- Phi-3 fused == Llama unfused; Qwen2 biases ------------------------------------------------------------------
+
+// Writes a model of `shape` whose tensors come from `map` (name → values).
+std::string write_from(const std::string& name, modelgen::Shape shape,
+                       const std::function<void(const std::string&, std::vector<float>&)>& map) {
+  modelgen::Options o;
+  o.shape = std::move(shape);
+  o.tokenizer_model = testing::tokenizer_path();
+  o.source = map;
+  const std::string dir = testing::temp_root() + "/" + name;
+  auto s = modelgen::write_model(dir, o);
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  return dir;
+}
+
+void copy_tensor(const weights::ModelDir& d, const std::string& name, std::vector<float>& out) {
+  const weights::TensorView* t = d.tensor(name);
+  ASSERT_TRUE(t != nullptr) << name;
+  ASSERT_EQ(t->data.size(), out.size() * sizeof(float)) << name;
+  std::memcpy(out.data(), t->data.data(), t->data.size());
+}
+
+TEST(Architectures, Phi3FusedProjectionsEqualAnUnfusedLlamaWithTheSameRows) {
+  modelgen::Shape phi = *modelgen::preset("phi3");
+  phi.rope_scaling.clear();  // the same RoPE as the Llama below
+  modelgen::Options o;
+  o.shape = phi;
+  o.tokenizer_model = testing::tokenizer_path();
+  o.seed = 11;
+  const std::string phi_dir = testing::temp_root() + "/arch-phi3-plain";
+  ASSERT_TRUE(modelgen::write_model(phi_dir, o).ok());
+  auto fused = load(phi_dir);
+  ASSERT_TRUE(fused);
+  modelgen::Shape llama = *modelgen::preset("test");
+  ASSERT_EQ(llama.hidden, phi.hidden);
+  ASSERT_EQ(llama.tied, phi.tied);
+  const weights::ModelDir& src = fused->files();
+  // Every unfused name is a view in the Phi-3 directory (q/k/v_proj, gate/up_proj): copy its rows.
+  const std::string llama_dir = write_from("arch-phi3-as-llama", llama,
+                                           [&](const std::string& n, std::vector<float>& out) { copy_tensor(src, n, out); });
+  auto unfused = load(llama_dir);
+  ASSERT_TRUE(unfused);
+  EXPECT_FALSE(unfused->config().fused_projections);
+  const auto ids = prompt(20, 4);
+  auto a = fused->forward_reference(ids), b = unfused->forward_reference(ids);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(max_abs_diff(*a, *b), 0.0f) << "the same rows through the same kernels";
+}
+
+TEST(Architectures, Qwen2BiasesAreAddedToQKAndVAndZeroBiasesEqualALlama) {
+  auto qwen = load(make_model("arch-qwen2", "qwen2"));
+  ASSERT_TRUE(qwen);
+  const weights::ModelDir& src = qwen->files();
+  modelgen::Shape zero_shape = *modelgen::preset("qwen2");
+  const std::string zero_dir =
+      write_from("arch-qwen2-zero-bias", zero_shape, [&](const std::string& n, std::vector<float>& out) {
+        if (n.ends_with(".bias")) std::fill(out.begin(), out.end(), 0.0F);
+        else copy_tensor(src, n, out);
+      });
+  modelgen::Shape llama_shape = zero_shape;
+  llama_shape.architecture = "LlamaForCausalLM";
+  const std::string llama_dir = write_from("arch-qwen2-as-llama", llama_shape,
+                                           [&](const std::string& n, std::vector<float>& out) { copy_tensor(src, n, out); });
+  auto zero = load(zero_dir), llama = load(llama_dir);
+  ASSERT_TRUE(zero && llama);
+  const auto ids = prompt(16, 5);
+  auto with = qwen->forward_reference(ids), without = zero->forward_reference(ids), l = llama->forward_reference(ids);
+  ASSERT_TRUE(with.ok() && without.ok() && l.ok());
+  EXPECT_GT(max_abs_diff(*with, *without), 1e-3f) << "non-zero biases must move the logits";
+  EXPECT_EQ(max_abs_diff(*without, *l), 0.0f) << "zero biases: a Llama with the same weights";
+}
+
+// --- Mistral's sliding window ------------------------------------------------------------------------------------
+
+TEST(Architectures, MistralWindowHidesTokensBeyondTheReceptiveFieldAndNotWithin) {
+  const std::string dir = make_model("arch-mistral", "mistral");
+  auto m = load(dir);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->config().sliding_window, std::optional<int>(32));
+  EXPECT_EQ(m->max_context(), 512) << "the window no longer caps the context";
+  // Two layers of window 32: the last position (79) sees layer-1 states 48..79, which saw tokens 17..79.
+  const auto base = prompt(80, 6);
+  auto last_logits = [&](engine::Model& mm, const std::vector<int>& ids) {
+    auto seq = mm.new_sequence();
+    auto pre = mm.forward(**seq, std::span(ids).first(50));  // a prefill, then decode steps across the window
+    EXPECT_TRUE(pre.ok());
+    std::vector<float> l;
+    for (std::size_t i = 50; i < ids.size(); ++i) l = *mm.forward(**seq, std::span(ids).subspan(i, 1));
+    return l;
+  };
+  const auto ref = last_logits(*m, base);
+  auto changed = [&](engine::Model& mm, int pos) {
+    auto ids = base;
+    ids[static_cast<std::size_t>(pos)] = 3 + (ids[static_cast<std::size_t>(pos)] + 12345) % 31990;
+    return max_abs_diff(ref, last_logits(mm, ids));
+  };
+  EXPECT_EQ(changed(*m, 0), 0.0f);
+  EXPECT_EQ(changed(*m, 16), 0.0f) << "token 16 lies beyond the two windows";
+  EXPECT_GT(changed(*m, 17), 0.0f) << "token 17 reaches position 79 through position 48";
+  EXPECT_GT(changed(*m, 74), 0.0f);
+  // Without the window (the same weights as a Llama) token 16 does matter.
+  modelgen::Shape llama_shape = *modelgen::preset("mistral");
+  llama_shape.architecture = "LlamaForCausalLM";
+  llama_shape.sliding_window = 0;
+  const weights::ModelDir& src = m->files();
+  auto full = load(write_from("arch-mistral-as-llama", llama_shape,
+                              [&](const std::string& n, std::vector<float>& out) { copy_tensor(src, n, out); }));
+  ASSERT_TRUE(full);
+  const auto full_ref = last_logits(*full, base);
+  auto ids = base;
+  ids[16] = 3 + (ids[16] + 12345) % 31990;
+  EXPECT_GT(max_abs_diff(full_ref, last_logits(*full, ids)), 0.0f);
+  // Within the window the two agree: the first 32 positions see the same keys.
+  auto a = m->forward_reference(std::span(base).first(32)), b = full->forward_reference(std::span(base).first(32));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(max_abs_diff(*a, *b), 0.0f);
+}
+
+// --- typed errors ------------------------------------------------------------------------------------------------
+
+json config_of(const std::string& preset) {
+  std::ifstream f(make_model(std::string("arch-") + preset, preset) + "/config.json");
+  return json::parse(f);
+}
+
+#define EXPECT_FAILS(result, errc, needle)                                                          \
+  do {                                                                                              \
+    const auto& _r = (result);                                                                      \
+    ASSERT_FALSE(_r.ok());                                                                          \
+    EXPECT_EQ(_r.error().code, (errc)) << _r.error().message;                                       \
+    EXPECT_NE(_r.error().message.find(needle), std::string::npos) << _r.error().message;            \
+  } while (0)
+
+TEST(Architectures, ConfigErrorsAreTypedAndNameTheKey) {
+  using weights::ModelConfig;
+  json c = config_of("qwen2");
+  c["architectures"] = {"GemmaForCausalLM"};
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::unsupported, "GemmaForCausalLM");
+  c = config_of("qwen2");
+  c["use_sliding_window"] = true;
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::unsupported, "use_sliding_window");
+  c = config_of("phi3");
+  c["rope_scaling"]["short_factor"] = {1.0, 2.0};
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::format_error, "rope_scaling.short_factor");
+  c = config_of("phi3");
+  c["rope_scaling"]["long_factor"][3] = -1.0;
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::format_error, "rope_scaling.long_factor");
+  c = config_of("phi3");
+  c["rope_scaling"].erase("long_factor");
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::format_error, "long_factor");
+  c = config_of("phi3");
+  c["partial_rotary_factor"] = 0.75;
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::unsupported, "partial_rotary_factor");
+  c = config_of("llama3");
+  c["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", json::array()}, {"long_factor", json::array()}};
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::unsupported, "longrope");
+  c = config_of("llama3");
+  c["attention_bias"] = true;
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::unsupported, "attention_bias");
+  // Qwen2 configs carry a sliding_window that is not in use.
+  c = config_of("qwen2");
+  c["sliding_window"] = 16;
+  auto q = ModelConfig::parse(c.dump(), "config.json");
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(q->sliding_window.has_value());
+}
+
+// Rewrites a GGUF file: metadata through `meta`, each tensor through `tensor` (return false to drop it).
+using MetaEdit = std::function<void(std::string&, weights::GgufValue&)>;
+struct TensorOut {
+  std::string name;
+  std::uint32_t ggml_type;
+  std::vector<std::uint64_t> ne;
+  std::vector<std::byte> data;
+};
+std::string rewrite(const std::string& in, const std::string& name, const MetaEdit& meta,
+                    const std::function<bool(TensorOut&)>& tensor) {
+  auto f = weights::GgufFile::open(in);
+  EXPECT_TRUE(f.ok());
+  weights::GgufWriter w;
+  for (auto [k, v] : f->metadata()) {
+    if (meta) meta(k, v);
+    w.set(k, v);
+  }
+  for (const auto& t : f->tensors()) {
+    const auto b = f->raw_tensor_bytes(t);
+    TensorOut o{t.name, t.ggml_type, t.ne, std::vector<std::byte>(b.begin(), b.end())};
+    if (tensor && !tensor(o)) continue;
+    const Status s = w.add_tensor(o.name, o.ggml_type, o.ne, o.data);
+    EXPECT_TRUE(s.ok()) << o.name << ": " << (s.ok() ? "" : s.error().message);
+  }
+  const std::string out = testing::temp_root() + "/" + name + ".gguf";
+  EXPECT_TRUE(w.write(out).ok());
+  return out;
+}
+
+TEST(Architectures, GgufErrorsAreTypedAndNameTheArchitectureOrTensor) {
+  using weights::ModelDir;
+  const std::string phi = gguf_of("phi3"), qwen = gguf_of("qwen2"), llama = gguf_of("llama3");
+  EXPECT_FAILS(ModelDir::open(rewrite(llama, "e-arch", [](std::string& k, weights::GgufValue& v) {
+                 if (k == "general.architecture") v = weights::GgufValue::of_string("gemma2");
+               }, nullptr)),
+               Errc::unsupported, "gemma2");
+  // A fused qkv whose rows are not q + 2 kv.
+  EXPECT_FAILS(ModelDir::open(rewrite(phi, "e-qkv", nullptr, [](TensorOut& t) {
+                 if (t.name == "blk.0.attn_qkv.weight") {
+                   t.ne[1] -= 1;
+                   t.data.resize(t.data.size() - t.ne[0] * 4);
+                 }
+                 return true;
+               })),
+               Errc::format_error, "blk.0.attn_qkv.weight");
+  EXPECT_FAILS(ModelDir::open(rewrite(phi, "e-ffn-up", nullptr, [](TensorOut& t) {
+                 if (t.name == "blk.1.ffn_up.weight") {
+                   t.ne[1] /= 2;
+                   t.data.resize(t.data.size() / 2);
+                 }
+                 return true;
+               })),
+               Errc::format_error, "blk.1.ffn_up.weight");
+  EXPECT_FAILS(ModelDir::open(rewrite(phi, "e-factors", nullptr, [](TensorOut& t) {
+                 if (t.name == "rope_factors_long.weight") {
+                   t.ne[0] = 4;
+                   t.data.resize(16);
+                 }
+                 return true;
+               })),
+               Errc::format_error, "rope_factors_long.weight");
+  EXPECT_FAILS(ModelDir::open(rewrite(phi, "e-factors-gone", nullptr,
+                                      [](TensorOut& t) { return t.name != "rope_factors_short.weight"; })),
+               Errc::format_error, "rope_factors_short.weight");
+  EXPECT_FAILS(ModelDir::open(rewrite(qwen, "e-bias", nullptr, [](TensorOut& t) {
+                 if (t.name == "blk.0.attn_k.bias") {
+                   t.ne[0] -= 2;
+                   t.data.resize(t.data.size() - 8);
+                 }
+                 return true;
+               })),
+               Errc::format_error, "blk.0.attn_k.bias");
+  EXPECT_FAILS(ModelDir::open(rewrite(qwen, "e-bias-gone", nullptr,
+                                      [](TensorOut& t) { return t.name != "blk.1.attn_v.bias"; })),
+               Errc::format_error, "blk.1.attn_v.bias");
+  // A bias on a llama file is not something Tandem computes.
+  EXPECT_FAILS(ModelDir::open(rewrite(qwen, "e-llama-bias", [](std::string& k, weights::GgufValue& v) {
+                 if (k == "general.architecture") v = weights::GgufValue::of_string("llama");
+                 if (k.rfind("qwen2.", 0) == 0) k = "llama." + k.substr(6);
+               }, nullptr)),
+               Errc::unsupported, "bias terms are not supported");
+}
+
+}  // namespace
+}  // namespace tandem
