@@ -346,11 +346,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
   im.rope_interleaved = cfg.rope_interleaved;
   im.stats.weight_bytes = im.dir.weight_bytes();
 
-  {
-    auto t = select_template(im.dir, opts);
-    if (!t) return fail(std::move(t).error());
-    im.templ = *t;
-  }
+  TANDEM_TRY(im.select_template());
 
   single_threaded_kernels();
 

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/model.h"
+#include "generation/chat_template.h"
 #include "engine/weight.h"
 #include "engine/worker_pool.h"
 
@@ -36,9 +38,6 @@ struct LoadedTokenizer {
   std::string origin;
 };
 Result<LoadedTokenizer> load_tokenizer(const weights::ModelDir& dir);
-// The prompt template: the configured name when given, else the one recognised from the chat template, else raw
-// (model_text.cc).
-Result<gen::TemplateKind> select_template(const weights::ModelDir& dir, const LoadOptions& opts);
 
 struct Model::Impl {
   weights::ModelDir dir;
@@ -47,6 +46,10 @@ struct Model::Impl {
   LoadStats stats;
   gen::Fingerprint fingerprint;
   gen::TemplateKind templ = gen::TemplateKind::raw;
+  // TemplateKind::model: the model's own chat_template, parsed; or why it cannot be used (encode_chat's error).
+  std::shared_ptr<const gen::ChatTemplate> chat_template;
+  std::optional<Error> chat_template_error;
+  bool adds_bos = false;  // tok::model_adds_bos: tokenizer_config / GGUF setting, else the tokenizer's own
   // Activations and KV on the accelerator (f32, or the requested 16-bit dtype there); the CPU computes in f32.
   at::ScalarType dtype = at::kFloat;
   int max_context = 0;
@@ -93,6 +96,10 @@ struct Model::Impl {
 
   // Text side (model_text.cc): the fingerprint components that decide how text becomes ids and when to stop.
   std::vector<std::pair<std::string, std::string>> text_fingerprint(const Model& m) const;
+  // The prompt template (model_text.cc): the configured name when given ("model" requires a chat_template that
+  // parses); else the model's own chat_template when it has one (an unparsable one is kept as
+  // chat_template_error, so loading works and encode_chat reports it); else raw. Also sets adds_bos.
+  Status select_template();
 
   // Compute side (model.cc).
   std::string held_type_summary();
