@@ -60,10 +60,15 @@ class ChatTemplate {
   // Renders with the variables HF passes: messages (a list of {role, content} dicts; strings untrusted),
   // add_generation_prompt, bos_token, eos_token, special_vars, tools = None, documents = None. Adjacent pieces
   // of the same flag are merged; empty pieces are dropped.
-  // Errors (all Errc::invalid_argument, message "<origin>:<line>: ..."): the template's raise_exception(msg)
-  // ("template raised: <msg>"), runtime type errors and use of undefined values the way jinja2's default
-  // Undefined refuses them, and the limits (output bytes, 1M evaluation steps, 100k-item lists/range, macro
-  // depth 32). Unsupported methods met at run time: Errc::unsupported. Never throws.
+  // Errors, messages "<origin>:<line>: ...":
+  //   invalid_argument — this conversation cannot be rendered: the template's raise_exception(msg) (message
+  //     "<origin>:<line>: template raised: <msg>"), runtime type errors, undefined values used the way jinja2's
+  //     default Undefined refuses them, division by zero, integer overflow, and the limits (max_output_bytes,
+  //     1M evaluation steps, 100k-item lists/range, value nesting 64, macro depth 32);
+  //   unsupported — a construct met only at run time outside the subset (a method such as str.format, tojson
+  //     separators, a namespace stored in a namespace);
+  //   out_of_memory / internal — allocation failure / a bug (never expected). Never throws.
+  // Deterministic for equal inputs (strftime_now aside); safe to call concurrently on one ChatTemplate.
   Result<std::vector<RenderedPiece>> render(const std::vector<Message>& messages,
                                             const ChatTemplateOptions& options) const;
 

@@ -479,7 +479,8 @@ bool apply_test(std::string_view name, const Value& v, const CallArgs& args, con
   }
   if (name == "lower" || name == "upper") {  // str(value).islower() / .isupper()
     bool any = false;
-    for (char c : to_text(v).str()) {
+    const Text printed = to_text(v);  // named: a range-for over a temporary's str() would dangle
+    for (char c : printed.str()) {
       if (name == "lower" && c >= 'A' && c <= 'Z') return false;
       if (name == "upper" && c >= 'a' && c <= 'z') return false;
       any = any || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
