@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Fuzz the daemon side of the shared-memory rings (tests/ring/fuzz_ring_consumer.cc) and the GGUF reader with the
 # model mapping and tokenizer rebuilt from it (tests/weights/fuzz_gguf.cc) and the chat-template engine
-# (tests/generation/fuzz_jinja.cc) with libFuzzer, ASan and UBSan.
+# (tests/generation/fuzz_jinja.cc) and the tokenizer.json parser with BPE encode/decode
+# (tests/tokenizer/fuzz_tokenizer_json.cc) with libFuzzer, ASan and UBSan.
 #
-#   scripts/fuzz.sh [--time SECONDS] [--runs N] [--target ring|gguf|jinja|all] [-- extra libFuzzer flags]
+#   scripts/fuzz.sh [--time SECONDS] [--runs N] [--target ring|gguf|jinja|tokenizer|all] [-- extra libFuzzer flags]
 #
 # Sets up (once) and updates the clang build dir build-fuzz (-Dfuzz=true, ASan+UBSan, -fsanitize=fuzzer-no-link on
 # everything the targets link), builds only the fuzz targets (-j1; never the LibTorch parts), runs each one bounded
 # by time (default 60 s each) and/or executions, and prints the number of executions. The growing corpora live in
 # build-fuzz/fuzz-corpus/ring_consumer (seeded from tests/ring/corpus/) and build-fuzz/fuzz-corpus/gguf (seeded from
 # build-fuzz/fuzz-seeds/gguf, written by fuzz_gguf_make_corpus) and build-fuzz/fuzz-corpus/jinja (seeded with the family
-# chat templates by fuzz_jinja_make_corpus), crashes in build-fuzz/fuzz-artifacts/.
+# chat templates by fuzz_jinja_make_corpus), build-fuzz/fuzz-corpus/tokenizer (seeded by
+# fuzz_tokenizer_make_corpus: generated tokenizer.json files, texts, merge lists), crashes in build-fuzz/fuzz-artifacts/.
 #
 # Exit status: 0 = no finding, 77 = skipped (clang or libFuzzer missing: apt-get install clang libclang-rt-14-dev),
 # anything else = a crash, leak, timeout or sanitizer report (see the log), or a build failure.
@@ -31,14 +33,14 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s=${2:?--time needs SECONDS}; shift 2 ;;
     --runs) runs=${2:?--runs needs N}; shift 2 ;;
-    --target) target_sel=${2:?--target needs ring, gguf, jinja or all}; shift 2 ;;
+    --target) target_sel=${2:?--target needs ring, gguf, jinja, tokenizer or all}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "fuzz.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
 done
 if [ -z "$time_s" ] && [ -z "$runs" ]; then time_s=60; fi
-case "$target_sel" in ring|gguf|jinja|all) ;; *) echo "fuzz.sh: --target must be ring, gguf, jinja or all" >&2; exit 2 ;; esac
+case "$target_sel" in ring|gguf|jinja|tokenizer|all) ;; *) echo "fuzz.sh: --target must be ring, gguf, jinja, tokenizer or all" >&2; exit 2 ;; esac
 for v in "$time_s" "$runs"; do
   if [ -n "$v" ] && ! [[ "$v" =~ ^[0-9]+$ ]]; then echo "fuzz.sh: '$v' is not a number" >&2; exit 2; fi
 done
@@ -85,8 +87,10 @@ case "$target_sel" in
   ring) ninja_targets=(tests/ring/fuzz_ring_consumer) ;;
   gguf) ninja_targets=(tests/weights/fuzz_gguf tests/weights/fuzz_gguf_make_corpus) ;;
   jinja) ninja_targets=(tests/generation/fuzz_jinja tests/generation/fuzz_jinja_make_corpus) ;;
+  tokenizer) ninja_targets=(tests/tokenizer/fuzz_tokenizer_json tests/tokenizer/fuzz_tokenizer_make_corpus) ;;
   all) ninja_targets=(tests/ring/fuzz_ring_consumer tests/weights/fuzz_gguf tests/weights/fuzz_gguf_make_corpus
-       tests/generation/fuzz_jinja tests/generation/fuzz_jinja_make_corpus) ;;
+       tests/generation/fuzz_jinja tests/generation/fuzz_jinja_make_corpus
+       tests/tokenizer/fuzz_tokenizer_json tests/tokenizer/fuzz_tokenizer_make_corpus) ;;
 esac
 ninja -C "$build" -j1 "${ninja_targets[@]}" >"$build/fuzz-build.log" 2>&1 \
   || { tail -50 "$build/fuzz-build.log" >&2; echo "fuzz.sh: build failed (log: $build/fuzz-build.log)" >&2; exit 1; }
@@ -147,5 +151,13 @@ if { [ "$target_sel" = jinja ] || [ "$target_sel" = all ]; } && [ $status -eq 0 
   rm -rf "$seeds" && mkdir -p "$seeds"
   "$build/tests/generation/fuzz_jinja_make_corpus" "$seeds" || { echo "fuzz.sh: writing the jinja seeds failed" >&2; exit 1; }
   run_target jinja "$build/tests/generation/fuzz_jinja" 16384 "$build/fuzz-corpus/jinja" "$seeds" || status=$?
+fi
+if { [ "$target_sel" = tokenizer ] || [ "$target_sel" = all ]; } && [ $status -eq 0 ]; then
+  seeds="$build/fuzz-seeds/tokenizer"
+  rm -rf "$seeds" && mkdir -p "$seeds"
+  "$build/tests/tokenizer/fuzz_tokenizer_make_corpus" "$seeds" >/dev/null \
+    || { echo "fuzz.sh: writing the tokenizer seeds failed" >&2; exit 1; }
+  run_target tokenizer "$build/tests/tokenizer/fuzz_tokenizer_json" 65536 "$build/fuzz-corpus/tokenizer" "$seeds" \
+    || status=$?
 fi
 exit $status
