@@ -13,6 +13,7 @@
 #include "tokenizer/tokenizer.h"
 #include "weights/gguf.h"
 #include "weights/gguf_model.h"
+#include "weights/gguf_tokenizer.h"
 #include "weights/model_dir.h"
 
 namespace tandem::modelgen {
@@ -115,7 +116,7 @@ Result<Source> from_gguf(const std::string& path) {
   return s;
 }
 
-Result<Source> from_hf(const std::string& dir_path) {
+Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
   auto dir = weights::ModelDir::open(dir_path);
   if (!dir) return fail(std::move(dir).error());
   const weights::ModelConfig& c = dir->config();
@@ -123,10 +124,19 @@ Result<Source> from_hf(const std::string& dir_path) {
   if (!arch_name) return fail(Errc::unsupported, dir_path + ": no GGUF architecture for " + c.architecture);
   const std::string& arch = *arch_name;
   const std::string p = arch + ".";
-  auto tok_bytes = dir->tokenizer_bytes();
-  if (!tok_bytes) return fail(std::move(tok_bytes).error());
-  auto tok = tok::Tokenizer::from_bytes(*tok_bytes, dir->tokenizer_path());
-  if (!tok) return fail(std::move(tok).error());
+  std::optional<tok::Tokenizer> tok;  // SentencePiece; a BPE vocabulary is written by convert_to_gguf
+  if (bpe == nullptr) {
+    auto tok_bytes = dir->tokenizer_bytes();
+    if (!tok_bytes) {
+      Error e = std::move(tok_bytes).error();
+      if (e.code == Errc::not_found)
+        e.message += " (a directory with only tokenizer.json converts with its BPE vocabulary given)";
+      return fail(std::move(e));
+    }
+    auto t = tok::Tokenizer::from_bytes(*tok_bytes, dir->tokenizer_path());
+    if (!t) return fail(std::move(t).error());
+    tok.emplace(std::move(t).value());
+  }
 
   Source s;
   auto u32 = [](std::uint64_t v) { return GgufValue::of_uint(GgufType::u32, v); };
@@ -201,27 +211,31 @@ Result<Source> from_hf(const std::string& dir_path) {
       f32_tensor("rope_factors_short.weight", c.rope_short_factors);
       break;
   }
-  md.emplace_back("tokenizer.ggml.model", GgufValue::of_string("llama"));
-  md.emplace_back("tokenizer.ggml.pre", GgufValue::of_string("default"));
-  std::vector<std::string> pieces;
-  std::vector<float> scores;
-  std::vector<std::int32_t> types;
-  for (int id = 0; id < tok->vocab_size(); ++id) {
-    pieces.push_back(tok->piece(id));
-    scores.push_back(tok->score(id));
-    types.push_back(static_cast<std::int32_t>(tok->type(id)));
+  if (tok) {
+    md.emplace_back("tokenizer.ggml.model", GgufValue::of_string("llama"));
+    md.emplace_back("tokenizer.ggml.pre", GgufValue::of_string("default"));
+    std::vector<std::string> pieces;
+    std::vector<float> scores;
+    std::vector<std::int32_t> types;
+    for (int id = 0; id < tok->vocab_size(); ++id) {
+      pieces.push_back(tok->piece(id));
+      scores.push_back(tok->score(id));
+      types.push_back(static_cast<std::int32_t>(tok->type(id)));
+    }
+    md.emplace_back("tokenizer.ggml.tokens", GgufValue::of_strings(std::move(pieces)));
+    md.emplace_back("tokenizer.ggml.scores", GgufValue::of_f32s(scores));
+    md.emplace_back("tokenizer.ggml.token_type", GgufValue::of_i32s(types));
+    if (tok->bos_id() >= 0)
+      md.emplace_back("tokenizer.ggml.bos_token_id", u32(static_cast<std::uint64_t>(tok->bos_id())));
+    if (tok->eos_id() >= 0)
+      md.emplace_back("tokenizer.ggml.eos_token_id", u32(static_cast<std::uint64_t>(tok->eos_id())));
+    if (tok->unk_id() >= 0)
+      md.emplace_back("tokenizer.ggml.unknown_token_id", u32(static_cast<std::uint64_t>(tok->unk_id())));
+    md.emplace_back("tokenizer.ggml.add_bos_token",
+                    GgufValue::of_bool(dir->tokenizer_settings().add_bos_token.value_or(true)));
+    md.emplace_back("tokenizer.ggml.add_eos_token",
+                    GgufValue::of_bool(dir->tokenizer_settings().add_eos_token.value_or(false)));
   }
-  md.emplace_back("tokenizer.ggml.tokens", GgufValue::of_strings(std::move(pieces)));
-  md.emplace_back("tokenizer.ggml.scores", GgufValue::of_f32s(scores));
-  md.emplace_back("tokenizer.ggml.token_type", GgufValue::of_i32s(types));
-  if (tok->bos_id() >= 0) md.emplace_back("tokenizer.ggml.bos_token_id", u32(static_cast<std::uint64_t>(tok->bos_id())));
-  if (tok->eos_id() >= 0) md.emplace_back("tokenizer.ggml.eos_token_id", u32(static_cast<std::uint64_t>(tok->eos_id())));
-  if (tok->unk_id() >= 0)
-    md.emplace_back("tokenizer.ggml.unknown_token_id", u32(static_cast<std::uint64_t>(tok->unk_id())));
-  md.emplace_back("tokenizer.ggml.add_bos_token",
-                  GgufValue::of_bool(dir->tokenizer_settings().add_bos_token.value_or(true)));
-  md.emplace_back("tokenizer.ggml.add_eos_token",
-                  GgufValue::of_bool(dir->tokenizer_settings().add_eos_token.value_or(false)));
   if (!dir->tokenizer_settings().chat_template.empty())
     md.emplace_back("tokenizer.chat_template", GgufValue::of_string(dir->tokenizer_settings().chat_template));
 
@@ -319,11 +333,14 @@ Result<WType> recipe_type(Recipe r, const TensorSlot& t) {
   return type;
 }
 
-Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& out, Recipe r, int threads) {
+Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& out, Recipe r, int threads,
+                                     const tok::BpeVocab* bpe) {
   if (threads < 1 || threads > 256)
     return fail(Errc::invalid_argument, "threads must be in [1, 256], got " + std::to_string(threads));
   const std::string gguf_in = gguf_path_of(in);
-  auto src = gguf_in.empty() ? from_hf(in) : from_gguf(gguf_in);
+  if (bpe != nullptr && !gguf_in.empty())
+    return fail(Errc::invalid_argument, in + ": a BPE vocabulary is given for a GGUF source, which has its own");
+  auto src = gguf_in.empty() ? from_hf(in, bpe) : from_gguf(gguf_in);
   if (!src) return fail(std::move(src).error());
   Source& s = *src;
 
@@ -344,6 +361,7 @@ Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& o
   weights::GgufWriter w(s.alignment);
   for (const auto& [k, v] : s.metadata)
     if (k != "general.quantization_version" && k != "general.file_type") w.set(k, v);
+  if (bpe != nullptr) weights::write_bpe_vocab_to_gguf(w, *bpe);  // tokenizer.ggml.model "gpt2", pre, merges, ...
   w.set("general.quantization_version", GgufValue::of_uint(GgufType::u32, 2));
   w.set("general.file_type", GgufValue::of_uint(GgufType::u32, static_cast<std::uint32_t>(r)));
 

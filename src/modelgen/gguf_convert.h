@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "tokenizer/bpe_vocab.h"
 #include "kernels/types.h"
 
 namespace tandem::modelgen {
@@ -61,6 +62,10 @@ struct ConvertStats {
 // Converts the model at `in` (a HF directory, a .gguf file or a directory holding one) into a GGUF file at `out`
 // with recipe `r`. `threads` splits the rows of large tensors (results do not depend on it). Errors are those of
 // the readers, invalid_argument (a tensor shape the recipe cannot take), unsupported, io_error.
-Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& out, Recipe r, int threads = 1);
+// `bpe`: for a Hugging Face source whose tokenizer is that byte-level BPE vocabulary (its tokenizer.json), written
+// as tokenizer.ggml.* "gpt2" metadata (weights/gguf_tokenizer.h); nullptr: the directory's SentencePiece
+// tokenizer.model. invalid_argument for a GGUF source.
+Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& out, Recipe r, int threads = 1,
+                                     const tok::BpeVocab* bpe = nullptr);
 
 }  // namespace tandem::modelgen

@@ -76,6 +76,19 @@ Result<Shape> preset(std::string_view name) {
               "unknown model preset '" + std::string(name) + "' (test, tiny, 134m, llama3, qwen2, mistral, phi3)");
 }
 
+std::shared_ptr<const tok::BpeVocab> preset_bpe_vocab(std::string_view preset) {
+  if (preset == "llama3") {
+    return std::make_shared<const tok::BpeVocab>(tok::generate_bpe_vocab(
+        4096, "llama-bpe",
+        {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, 3));
+  }
+  if (preset == "qwen2") {
+    return std::make_shared<const tok::BpeVocab>(
+        tok::generate_bpe_vocab(4096, "qwen2", {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 2));
+  }
+  return nullptr;
+}
+
 std::uint16_t float_to_bf16(float f) {
   std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   if (std::isnan(f)) return 0x7FC0;
@@ -158,6 +171,14 @@ Status write_model(const std::string& dir, const Options& o) {
   } else {
     rope << "null";
   }
+  // Special ids: the BPE vocabulary's (null when it has none), else the Llama 2 tokenizer's <s> = 1, </s> = 2; the
+  // generation defaults stop on the end-of-turn token too.
+  auto id_or_null = [](int id) { return id >= 0 ? std::to_string(id) : std::string("null"); };
+  const std::string bos = o.bpe ? id_or_null(o.bpe->bos) : "1";
+  const std::string eos = o.bpe ? id_or_null(o.bpe->eos) : "2";
+  std::string gen_eos = eos;
+  if (o.bpe && o.bpe->eot >= 0 && o.bpe->eot != o.bpe->eos)
+    gen_eos = o.bpe->eos >= 0 ? "[" + eos + ", " + std::to_string(o.bpe->eot) + "]" : std::to_string(o.bpe->eot);
   std::ostringstream cfg;
   cfg << "{\n  \"architectures\": [\"" << s.architecture << "\"],\n  \"model_type\": \"" << model_type << "\",\n"
       << "  \"hidden_size\": " << s.hidden << ",\n  \"intermediate_size\": " << s.intermediate << ",\n"
@@ -168,7 +189,7 @@ Status write_model(const std::string& dir, const Options& o) {
       << "  \"vocab_size\": " << s.vocab << ",\n  \"tie_word_embeddings\": " << (s.tied ? "true" : "false") << ",\n"
       << "  \"torch_dtype\": \""
       << (o.dtype == weights::DType::f32 ? "float32" : o.dtype == weights::DType::f16 ? "float16" : "bfloat16")
-      << "\",\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"attention_bias\": false";
+      << "\",\n  \"bos_token_id\": " << bos << ",\n  \"eos_token_id\": " << eos << ",\n  \"attention_bias\": false";
   if (s.sliding_window > 0) cfg << ",\n  \"sliding_window\": " << s.sliding_window;
   if (model_type == "qwen2") cfg << ",\n  \"use_sliding_window\": false";
   if (model_type == "phi3") cfg << ",\n  \"original_max_position_embeddings\": " << s.original_max_positions;
@@ -177,14 +198,18 @@ Status write_model(const std::string& dir, const Options& o) {
 
   if (o.write_generation_config)
     TANDEM_TRY(write_text(fs::path(dir) / "generation_config.json",
-                          "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": false\n}\n"));
+                          "{\n  \"bos_token_id\": " + bos + ",\n  \"eos_token_id\": " + gen_eos +
+                              ",\n  \"do_sample\": false\n}\n"));
   {
-    std::string tc = "{\n  \"add_bos_token\": true,\n  \"add_eos_token\": false";
+    std::string tc = std::string("{\n  \"add_bos_token\": ") + (!o.bpe || o.bpe->add_bos ? "true" : "false") +
+                     ",\n  \"add_eos_token\": false";
     if (!o.chat_template.empty()) tc += ",\n  \"chat_template\": \"" + json_escape(o.chat_template) + "\"";
     tc += "\n}\n";
     TANDEM_TRY(write_text(fs::path(dir) / "tokenizer_config.json", tc));
   }
-  if (!o.tokenizer_model.empty()) {
+  if (o.bpe) {
+    TANDEM_TRY(write_text(fs::path(dir) / "tokenizer.json", tok::hf_json_from_bpe_vocab(*o.bpe)));
+  } else if (!o.tokenizer_model.empty()) {
     fs::copy_file(o.tokenizer_model, fs::path(dir) / "tokenizer.model", fs::copy_options::overwrite_existing, ec);
     if (ec) return fail(Errc::io_error, "cannot copy " + o.tokenizer_model + ": " + ec.message());
     fs::permissions(fs::path(dir) / "tokenizer.model", fs::perms(0644), ec);

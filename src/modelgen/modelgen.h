@@ -1,15 +1,18 @@
-// Writes Llama-family models (Llama, Mistral, Qwen2, Phi-3) in the Hugging Face layout (config.json, model.safetensors or shards + index,
+// Writes Llama-family models (Llama, Mistral, Qwen2, Phi-3) in the Hugging Face layout (config.json,
+// model.safetensors or shards + index,
 // tokenizer.model, generation_config.json, tokenizer_config.json) with deterministic weights. Used by the
 // tandem-mkmodel tool, the tests and the benchmarks, so nothing needs a download.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/result.h"
+#include "tokenizer/bpe_vocab.h"
 #include "weights/safetensors.h"
 
 namespace tandem::modelgen {
@@ -52,12 +55,23 @@ struct Options {
   std::uint64_t seed = 1;
   int shards = 1;                     // > 1 writes model-0000N-of-0000M.safetensors + index
   std::string tokenizer_model;        // path of the tokenizer.model to copy
+  // A byte-level BPE vocabulary: written as tokenizer.json (hf_json_from_bpe_vocab) instead of copying
+  // tokenizer_model; its BOS / EOS (and end-of-turn) ids go into config.json, generation_config.json, and its
+  // add_bos into tokenizer_config.json.
+  std::shared_ptr<const tok::BpeVocab> bpe;
   std::string chat_template;          // written into tokenizer_config.json when non-empty
   bool write_generation_config = true;
   // Optional weight source: fills `out` (numel floats) for tensor `name`; default: deterministic random init
   // (uniform with std 0.02 for matrices, ones for norms).
   std::function<void(const std::string& name, std::vector<float>& out)> source;
 };
+
+// The generated BPE vocabulary of a preset, in the style of the family's real one (nullptr: the preset uses the
+// SentencePiece tokenizer.model): "llama3" 4096 tokens, pre-tokenizer llama-bpe, <|begin_of_text|>,
+// <|end_of_text|>, <|start_header_id|>, <|end_header_id|>, <|eot_id|>; "qwen2" 4096 tokens, pre-tokenizer qwen2,
+// <|endoftext|>, <|im_start|>, <|im_end|> (no BOS, as Qwen2). Mistral and Phi-3 keep SentencePiece, as their real
+// tokenizers are (Phi-3's is Llama 2's with <|user|>, <|end|>, ... added).
+std::shared_ptr<const tok::BpeVocab> preset_bpe_vocab(std::string_view preset);
 
 // Creates `dir` if needed and writes the model. Errors: invalid_argument (bad shape/options), io_error.
 Status write_model(const std::string& dir, const Options& opts);

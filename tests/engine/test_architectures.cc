@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -376,6 +377,11 @@ void copy_tensor(const weights::ModelDir& d, const std::string& name, std::vecto
   std::memcpy(out.data(), t->data.data(), t->data.size());
 }
 
+// Every tensor of the model written copied from `src` under the same name.
+std::function<void(const std::string&, std::vector<float>&)> copy_from(const weights::ModelDir& src) {
+  return [&src](const std::string& n, std::vector<float>& out) { copy_tensor(src, n, out); };
+}
+
 TEST(Architectures, Phi3FusedProjectionsEqualAnUnfusedLlamaWithTheSameRows) {
   modelgen::Shape phi = *modelgen::preset("phi3");
   phi.rope_scaling.clear();  // the same RoPE as the Llama below
@@ -392,8 +398,7 @@ TEST(Architectures, Phi3FusedProjectionsEqualAnUnfusedLlamaWithTheSameRows) {
   ASSERT_EQ(llama.tied, phi.tied);
   const weights::ModelDir& src = fused->files();
   // Every unfused name is a view in the Phi-3 directory (q/k/v_proj, gate/up_proj): copy its rows.
-  const std::string llama_dir = write_from("arch-phi3-as-llama", llama,
-                                           [&](const std::string& n, std::vector<float>& out) { copy_tensor(src, n, out); });
+  const std::string llama_dir = write_from("arch-phi3-as-llama", llama, copy_from(src));
   auto unfused = load(llama_dir);
   ASSERT_TRUE(unfused);
   EXPECT_FALSE(unfused->config().fused_projections);
@@ -415,8 +420,7 @@ TEST(Architectures, Qwen2BiasesAreAddedToQKAndVAndZeroBiasesEqualALlama) {
       });
   modelgen::Shape llama_shape = zero_shape;
   llama_shape.architecture = "LlamaForCausalLM";
-  const std::string llama_dir = write_from("arch-qwen2-as-llama", llama_shape,
-                                           [&](const std::string& n, std::vector<float>& out) { copy_tensor(src, n, out); });
+  const std::string llama_dir = write_from("arch-qwen2-as-llama", llama_shape, copy_from(src));
   auto zero = load(zero_dir), llama = load(llama_dir);
   ASSERT_TRUE(zero && llama);
   const auto ids = prompt(16, 5);
@@ -459,8 +463,7 @@ TEST(Architectures, MistralWindowHidesTokensBeyondTheReceptiveFieldAndNotWithin)
   llama_shape.architecture = "LlamaForCausalLM";
   llama_shape.sliding_window = 0;
   const weights::ModelDir& src = m->files();
-  auto full = load(write_from("arch-mistral-as-llama", llama_shape,
-                              [&](const std::string& n, std::vector<float>& out) { copy_tensor(src, n, out); }));
+  auto full = load(write_from("arch-mistral-as-llama", llama_shape, copy_from(src)));
   ASSERT_TRUE(full);
   const auto full_ref = last_logits(*full, base);
   auto ids = base;
@@ -470,6 +473,40 @@ TEST(Architectures, MistralWindowHidesTokensBeyondTheReceptiveFieldAndNotWithin)
   auto a = m->forward_reference(std::span(base).first(32)), b = full->forward_reference(std::span(base).first(32));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(max_abs_diff(*a, *b), 0.0f);
+}
+
+// --- BPE vocabularies (llama3, qwen2 presets) -----------------------------------------------------------------
+
+TEST(Architectures, BpePresetsWriteTokenizerJsonAndGgufGpt2AndBothEncodeAndGenerateAlike) {
+  for (const char* preset : {"llama3", "qwen2"}) {
+    SCOPED_TRACE(preset);
+    modelgen::Options o;
+    o.shape = *modelgen::preset(preset);
+    o.bpe = modelgen::preset_bpe_vocab(preset);
+    ASSERT_TRUE(o.bpe);
+    const std::string hf = testing::temp_root() + "/arch-bpe-" + preset;
+    ASSERT_TRUE(modelgen::write_model(hf, o).ok());
+    EXPECT_TRUE(std::filesystem::exists(hf + "/tokenizer.json"));
+    EXPECT_FALSE(std::filesystem::exists(hf + "/tokenizer.model"));
+    const std::string gguf = hf + ".gguf";
+    auto st = modelgen::convert_to_gguf(hf, gguf, modelgen::Recipe::f32, 1, o.bpe.get());
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    auto a = load(hf), b = load(gguf);
+    ASSERT_TRUE(a && b);
+    const std::string text = "Hello world, once upon a time: 42 cats!";
+    const auto ia = a->encode_text(text), ib = b->encode_text(text);
+    EXPECT_EQ(ia, ib);
+    EXPECT_GT(ia.size(), 3u);
+    EXPECT_EQ(a->tokenizer().decode(std::vector<int>(ia.begin() + (a->add_bos() ? 1 : 0), ia.end())), text);
+    EXPECT_EQ(a->add_bos(), std::string(preset) == "llama3") << "Llama 3 adds <|begin_of_text|>, Qwen2 nothing";
+    for (auto* m : {a.get(), b.get()}) {
+      const auto ids = m->eos_ids();
+      EXPECT_NE(std::find(ids.begin(), ids.end(), o.bpe->eot), ids.end()) << "stops on the end-of-turn token";
+    }
+    std::vector<float> la, lb;
+    EXPECT_EQ(greedy(*a, ia, 16, &la), greedy(*b, ib, 16, &lb));
+    EXPECT_LT(max_abs_diff(la, lb), 1e-4f);
+  }
 }
 
 // --- typed errors ------------------------------------------------------------------------------------------------
