@@ -611,7 +611,8 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
     }
     if (t->shape != shape) {
       return fail(Errc::format_error, f.path() + ": tensor '" + gname + "' has shape " + shape_str(t->shape) +
-                                          " (HF order), expected " + shape_str(shape) + " from the " + p + "* metadata");
+                                          " (HF order), expected " + shape_str(shape) + " from the " + p +
+                                          "* metadata");
     }
     if (!t->type_supported) {
       const GgufTensorInfo* gi = f.find_tensor(gname);

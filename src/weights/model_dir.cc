@@ -657,7 +657,8 @@ Status ModelDir::add_fused_views(const std::string& origin) {
   const std::int64_t q = std::int64_t{c.num_heads} * c.head_dim, kv = std::int64_t{c.num_kv_heads} * c.head_dim;
   const std::int64_t inter = c.intermediate_size;
   std::vector<TensorView> views;
-  auto split = [&](const std::string& fused, std::initializer_list<std::pair<std::string, std::int64_t>> parts) -> Status {
+  using Parts = std::initializer_list<std::pair<std::string, std::int64_t>>;  // (unfused name, rows)
+  auto split = [&](const std::string& fused, Parts parts) -> Status {
     const TensorView* t = tensor(fused);  // present with the fused shape (checked as a required tensor)
     const std::size_t rb = kernels::row_bytes(t->type, t->shape[1]);
     std::int64_t row = 0;
