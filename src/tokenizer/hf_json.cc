@@ -568,8 +568,9 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
     return rd.bad(Errc::format_error, "model.vocab", "is too large");
   }
   m.tokens.resize(cap.vocab_items.size());
-  for (auto& [tok, id] : cap.vocab_items) {
-    TANDEM_TRY(set_token(rd, m, id, tok, [&] { return "model.vocab['" + tok + "']"; }));
+  for (const auto& item : cap.vocab_items) {
+    const std::string& tok = item.first;
+    TANDEM_TRY(set_token(rd, m, item.second, tok, [&] { return "model.vocab['" + tok + "']"; }));
   }
   cap.vocab_items.clear();
   cap.vocab_items.shrink_to_fit();
