@@ -550,6 +550,18 @@ TEST(Architectures, ConfigErrorsAreTypedAndNameTheKey) {
   c = config_of("llama3");
   c["attention_bias"] = true;
   EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::unsupported, "attention_bias");
+  // A Phi-3 directory whose fused qkv_proj does not hold q + 2 kv rows for its config.
+  {
+    const std::string dir = testing::temp_root() + "/arch-phi3-bad-kv";
+    std::filesystem::create_directories(dir);
+    const std::string src = make_model("arch-phi3", "phi3");
+    for (const char* f : {"model.safetensors", "tokenizer.model"})
+      std::filesystem::copy_file(src + "/" + f, dir + "/" + f, std::filesystem::copy_options::overwrite_existing);
+    c = config_of("phi3");
+    c["num_key_value_heads"] = 1;
+    std::ofstream(dir + "/config.json") << c.dump();
+    EXPECT_FAILS(weights::ModelDir::open(dir), Errc::format_error, "model.layers.0.self_attn.qkv_proj.weight");
+  }
   // Qwen2 configs carry a sliding_window that is not in use.
   c = config_of("qwen2");
   c["sliding_window"] = 16;
