@@ -78,6 +78,9 @@ class Tokenizer {
   // Decodes like sentencepiece's DecodeIds: control tokens (BOS/EOS/...) produce nothing, byte pieces are joined
   // into UTF-8 (invalid sequences become U+FFFD), "▁" becomes a space and the dummy-prefix space at the very
   // start is removed. Ids out of range are skipped.
+  // The bpe kind: Hugging Face's decoder chain (ByteLevel bytes, ByteFallback, Replace, Strip, Metaspace); special
+  // tokens produce nothing, non-special added tokens their content; invalid UTF-8 becomes U+FFFD per maximal
+  // subpart.
   std::string decode(std::span<const TokenId> ids) const;
 
   // The bytes a token contributes in the middle of a text ("▁the" -> " the", "<0x0A>" -> "\n", control -> "").
