@@ -1,5 +1,7 @@
 #include "generation/prompt_template.h"
 
+#include "generation/family_templates.h"
+
 namespace tandem::gen {
 
 std::string_view template_name(TemplateKind k) {
@@ -116,25 +118,8 @@ Result<std::vector<Segment>> render(TemplateKind kind, const std::vector<Message
 std::string_view builtin_template_source(TemplateKind kind) {
   switch (kind) {
     case TemplateKind::llama2:
-      return "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
-             "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
-             "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0)"
-             " %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
-             "{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + "
-             "system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = "
-             "message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
-             "content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + "
-             "' ' + eos_token }}{% endif %}{% endfor %}";
     case TemplateKind::chatml:
-      return "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-             "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-             "{% endif %}";
-    case TemplateKind::zephyr:
-      return "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + "
-             "message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\\n' + "
-             "message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\\n'  + "
-             "message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ "
-             "'<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+    case TemplateKind::zephyr: return family_template(template_name(kind));
     case TemplateKind::raw:
     case TemplateKind::model: return {};
   }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/text.h"
+#include "generation/family_templates.h"
 #include "generation/rng.h"
 #include "weights/model_dir.h"
 
@@ -74,6 +75,14 @@ Result<Shape> preset(std::string_view name) {
   }
   return fail(Errc::invalid_argument,
               "unknown model preset '" + std::string(name) + "' (test, tiny, 134m, llama3, qwen2, mistral, phi3)");
+}
+
+std::string_view preset_chat_template(std::string_view preset) {
+  if (preset == "llama3") return gen::family_template("llama3_2");
+  if (preset == "qwen2") return gen::family_template("qwen2_5");
+  if (preset == "mistral") return gen::family_template("mistral_v0_3");
+  if (preset == "phi3") return gen::family_template("phi3");
+  return {};
 }
 
 std::shared_ptr<const tok::BpeVocab> preset_bpe_vocab(std::string_view preset) {

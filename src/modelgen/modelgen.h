@@ -48,6 +48,9 @@ struct Shape {
 // "mistral" (sliding window 32, so tests cross it), "phi3" (fused projections, LongRoPE over 64 original of 512
 // positions, untied).
 Result<Shape> preset(std::string_view name);
+// The chat_template a family preset carries (its family's real template, gen::family_template): llama3 → Llama 3.2's,
+// qwen2 → Qwen2.5's, mistral → Mistral v0.3's, phi3 → Phi-3's; "" for test, tiny and 134m.
+std::string_view preset_chat_template(std::string_view preset);
 
 struct Options {
   Shape shape;

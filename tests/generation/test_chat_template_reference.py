@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cross-check of the chat-template tests against jinja2 configured as transformers configures it.
 
-Re-renders every row of test_chat_template.cc (the family templates of test_chat_template_families.h) and every
+Re-renders every row of test_chat_template.cc (the family templates of src/generation/family_templates.h) and every
 language case of test_jinja.cc with jinja2 (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
 loopcontrols, transformers' tojson, raise_exception and strftime_now) and reports rows whose expected string (or
 raise_exception message) differs. Needs python3-jinja2; not part of the meson suite (a developer's check):
@@ -48,7 +48,7 @@ def c_string(s):
 
 
 def families():
-    text = open(os.path.join(HERE, "test_chat_template_families.h"), encoding="utf-8").read()
+    text = open(os.path.join(HERE, "..", "..", "src", "generation", "family_templates.h"), encoding="utf-8").read()
     return {m.group(1): m.group(2) for m in re.finditer(r'\{"(\w+)", "[^"]*",\s*R"TPL\((.*?)\)TPL"\}', text, re.S)}
 
 
