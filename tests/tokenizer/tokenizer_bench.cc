@@ -5,6 +5,9 @@
 //       SentencePiece llama-spm vocabulary and the byte-level BPE gpt-2 vocabulary from SHARED_DIR/models/vocab
 //       (default ../shared; a generated 50k BPE vocabulary when absent), and times loading a generated
 //       150,000-entry BPE vocabulary (from_bpe_vocab and from_hf_json of its tokenizer.json).
+//   tokenizer_bench --dump-mixed FILE
+//       writes the same pieces to FILE, each followed by a NUL byte, for bench/tokenizer/llamacpp_side_by_side.sh
+//       (llama.cpp's tokenizer on the same text).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -73,9 +76,7 @@ tandem::Result<tandem::tok::Tokenizer> from_gguf(const std::string& path) {
   return tok::Tokenizer::from_bytes(*bytes, path);
 }
 
-int mixed(const std::string& shared) {
-  using namespace tandem;
-  const std::string text = mixed_text(4u << 20);
+std::vector<std::string> mixed_pieces(const std::string& text) {
   std::vector<std::string> lines;
   for (std::size_t at = 0; at < text.size();) {  // lines of up to ~2 KB (prompt-sized pieces)
     std::size_t end = text.find('\n', at + 1024);
@@ -83,6 +84,24 @@ int mixed(const std::string& shared) {
     lines.push_back(text.substr(at, end - at));
     at = end;
   }
+  return lines;
+}
+
+int dump_mixed(const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (const auto& p : mixed_pieces(mixed_text(4u << 20))) out << p << '\0';
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int mixed(const std::string& shared) {
+  using namespace tandem;
+  const std::string text = mixed_text(4u << 20);
+  const std::vector<std::string> lines = mixed_pieces(text);
   std::printf("mixed text: %.2f MB in %zu pieces, 1 thread\n", static_cast<double>(text.size()) / 1e6, lines.size());
   for (const char* name : {"llama-spm", "gpt-2", "deepseek-coder"}) {
     const std::string path = shared + "/models/vocab/ggml-vocab-" + name + ".gguf";
@@ -131,6 +150,7 @@ int mixed(const std::string& shared) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--mixed") return mixed(argc >= 3 ? argv[2] : "../shared");
+  if (argc == 3 && std::string(argv[1]) == "--dump-mixed") return dump_mixed(argv[2]);
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s tokenizer.model FILE... | %s --mixed [SHARED_DIR]\n", argv[0], argv[0]);
     return 2;
