@@ -12,7 +12,8 @@ namespace {
 
 const char* kUsage =
     "usage: tandem-quantize [--threads N] [--quiet] IN OUT TYPE\n"
-    "  IN    a Hugging Face model directory (config.json, safetensors, tokenizer.model) or a .gguf file\n"
+    "  IN    a Hugging Face model directory (config.json, safetensors, tokenizer.json and/or tokenizer.model)\n"
+    "        or a .gguf file\n"
     "  OUT   the GGUF file to write (replaced atomically)\n"
     "  TYPE  F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_K_S | Q4_K_M | Q5_K_S | Q5_K_M | Q6_K (llama.cpp's names; the K_M\n"
     "        and K_S mixes give some tensors more bits exactly as llama-quantize does)\n";

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
 
 #include "kernels/quant.h"
+#include "tokenizer/hf_vocab.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/gguf.h"
 #include "weights/gguf_model.h"
@@ -66,6 +68,7 @@ struct Source {
   std::vector<SrcTensor> tensors;
   std::optional<weights::GgufFile> gguf;  // keeps the mapping alive (GGUF source)
   std::optional<weights::ModelDir> hf;    // keeps the mappings alive (HF source)
+  std::optional<tok::BpeVocab> bpe;       // HF source: the vocabulary read from its tokenizer.json
   std::uint32_t alignment = 32;
 };
 
@@ -78,6 +81,21 @@ int layer_of(const std::string& name) {
   while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && v < 1000000)
     v = v * 10 + (name[i++] - '0');
   return v;
+}
+
+constexpr std::uintmax_t kMaxTokenizerText = 512u << 20;
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return fail(Errc::io_error, path + ": cannot read (" + ec.message() + ")");
+  if (size > kMaxTokenizerText) return fail(Errc::format_error, path + ": is larger than 512 MiB");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail(Errc::io_error, path + ": cannot open");
+  std::string text(static_cast<std::size_t>(size), '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (static_cast<std::uintmax_t>(f.gcount()) != size) return fail(Errc::io_error, path + ": read error");
+  return text;
 }
 
 std::string gguf_path_of(const std::string& in) {
@@ -124,21 +142,45 @@ Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
   if (!arch_name) return fail(Errc::unsupported, dir_path + ": no GGUF architecture for " + c.architecture);
   const std::string& arch = *arch_name;
   const std::string p = arch + ".";
-  std::optional<tok::Tokenizer> tok;  // SentencePiece; a BPE vocabulary is written by convert_to_gguf
+  // The tokenizer, by tok::load_model_tokenizer's rule (tokenizer.json when present, else tokenizer.model), so
+  // the file tokenizes like the directory: a byte-level BPE tokenizer.json becomes a "gpt2" vocabulary (written by
+  // convert_to_gguf); one that bpe_vocab_from_hf_json refuses as unsupported (the SentencePiece-style
+  // tokenizer.json of Llama 2 / Mistral) falls back to tokenizer.model when there is one.
+  Source s;
+  std::optional<tok::Tokenizer> tok;  // SentencePiece
   if (bpe == nullptr) {
-    auto tok_bytes = dir->tokenizer_bytes();
-    if (!tok_bytes) {
-      Error e = std::move(tok_bytes).error();
-      if (e.code == Errc::not_found)
-        e.message += " (a directory with only tokenizer.json converts with its BPE vocabulary given)";
-      return fail(std::move(e));
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string json_path = dir->tokenizer_json_path();
+    const bool has_model = fs::is_regular_file(dir->tokenizer_path(), ec);
+    if (fs::is_regular_file(json_path, ec)) {
+      auto text = read_text_file(json_path);
+      if (!text) return fail(std::move(text).error());
+      std::string config;
+      const std::string config_path = dir_path + "/tokenizer_config.json";
+      if (fs::is_regular_file(config_path, ec)) {
+        auto c = read_text_file(config_path);
+        if (!c) return fail(std::move(c).error());
+        config = std::move(*c);
+      }
+      auto v = tok::bpe_vocab_from_hf_json(*text, json_path, config);
+      if (v) {
+        s.bpe = std::move(*v);
+      } else if (v.error().code != Errc::unsupported || !has_model) {
+        Error e = std::move(v).error();
+        if (e.code == Errc::unsupported) e.message += " (and there is no tokenizer.model to convert instead)";
+        return fail(std::move(e));
+      }
     }
-    auto t = tok::Tokenizer::from_bytes(*tok_bytes, dir->tokenizer_path());
-    if (!t) return fail(std::move(t).error());
-    tok.emplace(std::move(t).value());
+    if (!s.bpe) {
+      auto tok_bytes = dir->tokenizer_bytes();
+      if (!tok_bytes) return fail(std::move(tok_bytes).error());
+      auto t = tok::Tokenizer::from_bytes(*tok_bytes, dir->tokenizer_path());
+      if (!t) return fail(std::move(t).error());
+      tok.emplace(std::move(t).value());
+    }
   }
 
-  Source s;
   auto u32 = [](std::uint64_t v) { return GgufValue::of_uint(GgufType::u32, v); };
   auto f32 = [](double v) { return GgufValue::of_float(GgufType::f32, v); };
   auto& md = s.metadata;
@@ -361,7 +403,9 @@ Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& o
   weights::GgufWriter w(s.alignment);
   for (const auto& [k, v] : s.metadata)
     if (k != "general.quantization_version" && k != "general.file_type") w.set(k, v);
-  if (bpe != nullptr) weights::write_bpe_vocab_to_gguf(w, *bpe);  // tokenizer.ggml.model "gpt2", pre, merges, ...
+  // tokenizer.ggml.model "gpt2", pre, merges, ...: the given vocabulary or the one read from tokenizer.json.
+  const tok::BpeVocab* vocab = bpe != nullptr ? bpe : (s.bpe ? &*s.bpe : nullptr);
+  if (vocab != nullptr) weights::write_bpe_vocab_to_gguf(w, *vocab);
   w.set("general.quantization_version", GgufValue::of_uint(GgufType::u32, 2));
   w.set("general.file_type", GgufValue::of_uint(GgufType::u32, static_cast<std::uint32_t>(r)));
 

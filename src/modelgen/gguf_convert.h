@@ -3,7 +3,8 @@
 // output is what llama.cpp's `llama-quantize IN OUT TYPE` writes (no importance matrix): the same metadata in the
 // same order, tensors in the same order, the same types per tensor and the same bytes (tests/modelgen). From a HF
 // directory it writes what convert_hf_to_gguf would need to be read by llama.cpp: llama.* hyper-parameters, the
-// SentencePiece vocabulary as tokenizer.ggml.*, the chat template, Q/K rows permuted for ggml's RoPE. Torch-free.
+// vocabulary as tokenizer.ggml.* (a byte-level BPE tokenizer.json as "gpt2" with its llama.cpp pre name, else the
+// SentencePiece tokenizer.model as "llama"), the chat template, Q/K rows permuted for ggml's RoPE. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -62,9 +63,13 @@ struct ConvertStats {
 // Converts the model at `in` (a HF directory, a .gguf file or a directory holding one) into a GGUF file at `out`
 // with recipe `r`. `threads` splits the rows of large tensors (results do not depend on it). Errors are those of
 // the readers, invalid_argument (a tensor shape the recipe cannot take), unsupported, io_error.
-// `bpe`: for a Hugging Face source whose tokenizer is that byte-level BPE vocabulary (its tokenizer.json), written
-// as tokenizer.ggml.* "gpt2" metadata (weights/gguf_tokenizer.h); nullptr: the directory's SentencePiece
-// tokenizer.model. invalid_argument for a GGUF source.
+// The tokenizer of a Hugging Face source follows tok::load_model_tokenizer's rule, so the file tokenizes like the
+// directory: tokenizer.json when present, read by tok::bpe_vocab_from_hf_json (tokenizer/hf_vocab.h) and written as
+// tokenizer.ggml.* "gpt2" metadata with its pre name (weights/gguf_tokenizer.h); a tokenizer.json it refuses as
+// unsupported (SentencePiece-style: Llama 2, Mistral) when tokenizer.model exists → tokenizer.model as "llama";
+// otherwise that typed error (unsupported naming the pre-tokenizer that matches no llama.cpp pre name, ...).
+// `bpe`: the vocabulary to write instead of reading the directory's tokenizer (tandem-mkmodel); invalid_argument
+// for a GGUF source.
 Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& out, Recipe r, int threads = 1,
                                      const tok::BpeVocab* bpe = nullptr);
 
