@@ -127,59 +127,7 @@ std::size_t prev_char(std::string_view s, std::size_t i) {
   return j;
 }
 
-inline std::uint64_t mum(std::uint64_t a, std::uint64_t b) {
-  const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
-  return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64);
-}
-
-std::uint64_t hash_bytes(std::string_view s) {
-  const char* p = s.data();
-  std::size_t n = s.size();
-  std::uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xA0761D6478BD642FULL);
-  while (n >= 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p, 8);
-    h = mum(h ^ w, 0xE7037ED1A0B428DBULL);
-    p += 8;
-    n -= 8;
-  }
-  std::uint64_t w = 0;
-  std::memcpy(&w, p, n);
-  return mum(h ^ w, 0x8EBC6AF09C88C6E3ULL);
-}
-
 }  // namespace
-
-void TokenIndex::build(const std::vector<std::string>* tokens, std::size_t n) {
-  tokens_ = tokens;
-  std::size_t cap = 16;
-  while (cap < n * 2) cap <<= 1;
-  slots_.assign(cap, Slot{0, -1});
-  mask_ = cap - 1;
-}
-
-TokenId TokenIndex::insert(TokenId id) {
-  const std::string& key = (*tokens_)[static_cast<std::size_t>(id)];
-  const std::uint64_t h = hash_bytes(key);
-  for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
-    Slot& s = slots_[i];
-    if (s.id < 0) {
-      s = Slot{h, id};
-      return -1;
-    }
-    if (s.hash == h && (*tokens_)[static_cast<std::size_t>(s.id)] == key) return s.id;
-  }
-}
-
-TokenId TokenIndex::find(std::string_view key) const {
-  if (slots_.empty()) return -1;
-  const std::uint64_t h = hash_bytes(key);
-  for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
-    const Slot& s = slots_[i];
-    if (s.id < 0) return -1;
-    if (s.hash == h && (*tokens_)[static_cast<std::size_t>(s.id)] == key) return s.id;
-  }
-}
 
 void PairTable::build(std::size_t n) {
   std::size_t cap = 16;

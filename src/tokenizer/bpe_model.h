@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/token_index.h"
 #include "core/result.h"
 #include "tokenizer/bpe_vocab.h"
 #include "tokenizer/piece_type.h"
@@ -69,24 +70,6 @@ bool bpe_pre_ignores_merges(const std::string& pre);
 std::string hf_json_components(const BpeVocab& v);
 // Parses tokenizer.json text into `m` (m.origin names it in errors) and calls finish() (hf_json.cc).
 Status read_hf_json(std::string_view text, BpeModel& m);
-
-// Open-addressing spelling → id table over a token vector (stored 64-bit hashes; no per-entry allocation).
-class TokenIndex {
- public:
-  void build(const std::vector<std::string>* tokens, std::size_t n);
-  // Inserts tokens[id]; returns the id already holding that spelling, or -1.
-  TokenId insert(TokenId id);
-  TokenId find(std::string_view key) const;
-
- private:
-  struct Slot {
-    std::uint64_t hash;
-    TokenId id;
-  };
-  const std::vector<std::string>* tokens_ = nullptr;
-  std::vector<Slot> slots_;
-  std::size_t mask_ = 0;
-};
 
 // Open-addressing (left id, right id) → (rank, result id) table for the merge loop.
 class PairTable {

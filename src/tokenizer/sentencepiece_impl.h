@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/token_index.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::tok {
@@ -102,70 +103,6 @@ inline std::string replace_space_symbol(std::string_view piece) {
   return out;
 }
 
-// Open-addressing piece → id table with stored 64-bit hashes: most BPE pair lookups are misses, which then
-// rarely touch the piece text. Keys are the pieces owned by Impl (never modified after load).
-inline std::uint64_t mum(std::uint64_t a, std::uint64_t b) {
-  const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
-  return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64);
-}
-
-inline std::uint64_t hash_bytes(std::string_view s) {
-  const char* p = s.data();
-  std::size_t n = s.size();
-  std::uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xA0761D6478BD642FULL);
-  while (n >= 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p, 8);
-    h = mum(h ^ w, 0xE7037ED1A0B428DBULL);
-    p += 8;
-    n -= 8;
-  }
-  std::uint64_t w = 0;
-  std::memcpy(&w, p, n);
-  return mum(h ^ w, 0x8EBC6AF09C88C6E3ULL);
-}
-
-class PieceTable {
- public:
-  void build(const std::vector<std::string>& pieces) {
-    pieces_ = &pieces;
-    std::size_t cap = 16;
-    while (cap < pieces.size() * 2) cap <<= 1;
-    slots_.assign(cap, Slot{0, -1});
-    mask_ = cap - 1;
-  }
-  // Inserts pieces[id]; returns the id already holding that text, or -1.
-  TokenId insert(TokenId id) {
-    const std::string& key = (*pieces_)[static_cast<std::size_t>(id)];
-    const std::uint64_t h = hash_bytes(key);
-    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
-      Slot& s = slots_[i];
-      if (s.id < 0) {
-        s = Slot{h, id};
-        return -1;
-      }
-      if (s.hash == h && (*pieces_)[static_cast<std::size_t>(s.id)] == key) return s.id;
-    }
-  }
-  TokenId find(std::string_view key) const {
-    const std::uint64_t h = hash_bytes(key);
-    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
-      const Slot& s = slots_[i];
-      if (s.id < 0) return -1;
-      if (s.hash == h && (*pieces_)[static_cast<std::size_t>(s.id)] == key) return s.id;
-    }
-  }
-
- private:
-  struct Slot {
-    std::uint64_t hash;
-    TokenId id;
-  };
-  const std::vector<std::string>* pieces_ = nullptr;
-  std::vector<Slot> slots_;
-  std::size_t mask_ = 0;
-};
-
 struct Symbol {
   int prev;
   int next;
@@ -206,7 +143,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> pieces;
   std::vector<float> scores;
   std::vector<PieceType> types;
-  PieceTable piece_ids;  // over `pieces` (never modified after load)
+  detail::TokenIndex piece_ids;  // over `pieces` (never modified after load)
   // BPE may run on each segment separately: the text is cut before every whitespace symbol that follows
   // another character, which is exact when no mergeable piece spans such a cut (checked at load).
   bool segmentable = false;

@@ -350,7 +350,7 @@ Result<Tokenizer> Tokenizer::from_bytes(std::string_view model_bytes, std::strin
     t.scores.push_back(p.score);
     t.types.push_back(static_cast<PieceType>(p.type >= 1 && p.type <= 6 ? p.type : 1));
   }
-  t.piece_ids.build(t.pieces);
+  t.piece_ids.build(&t.pieces, t.pieces.size());
   t.byte_value.assign(n, -1);
   std::array<bool, 256> byte_found{};
   for (std::size_t i = 0; i < n; ++i) {

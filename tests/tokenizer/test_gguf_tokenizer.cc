@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "../weights/gguf_test_util.h"
+#include "bpe_test_util.h"
 #include "../weights/test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/gguf.h"
@@ -19,11 +20,6 @@ namespace {
 
 using weights::testing::shared_dir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 Result<tok::Tokenizer> tokenizer_of(const std::string& gguf_path) {
   auto f = weights::GgufFile::open(gguf_path);
   if (!f) return fail(std::move(f).error());
@@ -32,31 +28,9 @@ Result<tok::Tokenizer> tokenizer_of(const std::string& gguf_path) {
   return tok::Tokenizer::from_bytes(*bytes, gguf_path);
 }
 
-// llama.cpp's vocabulary test files: cases separated by "\n__ggml_vocab_test__\n", one line of ids per case.
-struct VocabCase {
-  std::string text;
-  std::vector<tok::TokenId> ids;
-};
-std::vector<VocabCase> read_cases(const std::string& base) {
-  const std::string inp = slurp(base + ".inp");
-  const std::string out = slurp(base + ".out");
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<VocabCase> cases;
-  for (std::size_t at = 0;;) {
-    const auto end = inp.find(sep, at);
-    if (end == std::string::npos) break;
-    cases.push_back({inp.substr(at, end - at), {}});
-    at = end + sep.size();
-  }
-  std::istringstream lines(out);
-  std::string line;
-  for (auto& c : cases) {
-    if (!std::getline(lines, line)) break;
-    std::istringstream ids(line);
-    for (long v = 0; ids >> v;) c.ids.push_back(static_cast<tok::TokenId>(v));
-  }
-  return cases;
-}
+// llama.cpp's vocabulary test files (.inp cases, .out ids): read_cases in bpe_test_util.h.
+using tok::testing::read_cases;
+using tok::testing::slurp;
 
 class GgufVocab : public ::testing::TestWithParam<const char*> {};
 
