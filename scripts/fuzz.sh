@@ -7,7 +7,7 @@
 #   scripts/fuzz.sh [--time SECONDS] [--runs N] [--target ring|gguf|jinja|tokenizer|all] [-- extra libFuzzer flags]
 #
 # Sets up (once) and updates the clang build dir build-fuzz (-Dfuzz=true, ASan+UBSan, -fsanitize=fuzzer-no-link on
-# everything the targets link), builds only the fuzz targets (-j1; never the LibTorch parts), runs each one bounded
+# everything the targets link), builds only the fuzz targets (-j1 unless TANDEM_FUZZ_JOBS; never the LibTorch parts), runs each one bounded
 # by time (default 60 s each) and/or executions, and prints the number of executions. The growing corpora live in
 # build-fuzz/fuzz-corpus/ring_consumer (seeded from tests/ring/corpus/) and build-fuzz/fuzz-corpus/gguf (seeded from
 # build-fuzz/fuzz-seeds/gguf, written by fuzz_gguf_make_corpus) and build-fuzz/fuzz-corpus/jinja (seeded with the family
@@ -16,7 +16,8 @@
 #
 # Exit status: 0 = no finding, 77 = skipped (clang or libFuzzer missing: apt-get install clang libclang-rt-14-dev),
 # anything else = a crash, leak, timeout or sanitizer report (see the log), or a build failure.
-# Environment: TANDEM_FUZZ_BUILD_DIR overrides the build dir; CXX_FUZZ the compiler (default clang++).
+# Environment: TANDEM_FUZZ_BUILD_DIR overrides the build dir; CXX_FUZZ the compiler (default clang++);
+# TANDEM_FUZZ_JOBS the build's parallel jobs (default 1; the meson fuzz tests, which run alone, use 2).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -92,7 +93,7 @@ case "$target_sel" in
        tests/generation/fuzz_jinja tests/generation/fuzz_jinja_make_corpus
        tests/tokenizer/fuzz_tokenizer_json tests/tokenizer/fuzz_tokenizer_make_corpus) ;;
 esac
-ninja -C "$build" -j1 "${ninja_targets[@]}" >"$build/fuzz-build.log" 2>&1 \
+ninja -C "$build" -j"${TANDEM_FUZZ_JOBS:-1}" "${ninja_targets[@]}" >"$build/fuzz-build.log" 2>&1 \
   || { tail -50 "$build/fuzz-build.log" >&2; echo "fuzz.sh: build failed (log: $build/fuzz-build.log)" >&2; exit 1; }
 
 # --- run -----------------------------------------------------------------------------------------------------------
