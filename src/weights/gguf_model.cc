@@ -230,8 +230,9 @@ Result<std::string> sentencepiece_model_from_gguf(const GgufFile& f) {
   if (!model) return fail(Errc::format_error, f.path() + ": has no tokenizer (key 'tokenizer.ggml.model' is missing)");
   if (*model == "gpt2") {
     return fail(Errc::unsupported, f.path() +
-                                       ": tokenizer.ggml.model \"gpt2\" (a byte-level BPE vocabulary) is not "
-                                       "supported yet; BPE vocabularies come with the tokenizer issue (#14)");
+                                       ": tokenizer.ggml.model \"gpt2\" is a byte-level BPE vocabulary, not a SentencePiece "
+                                       "model (weights::bpe_vocab_from_gguf reads it; tok::load_model_tokenizer "
+                                       "chooses)");
   }
   if (*model != "llama") {
     return fail(Errc::unsupported, f.path() + ": tokenizer.ggml.model " +

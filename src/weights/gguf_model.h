@@ -29,7 +29,8 @@ std::optional<std::string> gguf_arch_of(std::string_view hf_architecture);
 // normalizer) holding the GGUF vocabulary: tokenizer.ggml.tokens / scores / token_type, the bos / eos / unknown /
 // padding ids, add_space_prefix (→ add_dummy_prefix, default true), remove_extra_whitespaces (default false) and
 // precompiled_charsmap. Errors: format_error (missing or mistyped arrays, lengths that disagree, ids out of range),
-// unsupported (tokenizer.ggml.model other than "llama": "gpt2" BPE vocabularies come with issue #14).
+// unsupported (tokenizer.ggml.model other than "llama": "gpt2" BPE vocabularies are read by bpe_vocab_from_gguf in
+// weights/gguf_tokenizer.h; tok::load_model_tokenizer picks the right one).
 Result<std::string> sentencepiece_model_from_gguf(const GgufFile& f);
 
 }  // namespace tandem::weights
