@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -47,6 +48,28 @@ inline std::shared_ptr<engine::Model> load(const std::string& dir, engine::LoadO
   auto m = engine::Model::load(dir, lo);
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
   return m.ok() ? *m : nullptr;
+}
+
+// Greedy decoding over the paged path: `ids` as one prefill, then `steps` argmax tokens (the last one is not fed
+// back). `first` (optional) receives the prefill's logits. Failures are test failures; the tokens so far return.
+inline std::vector<int> greedy(engine::Model& m, const std::vector<int>& ids, int steps,
+                               std::vector<float>* first = nullptr) {
+  auto seq = m.new_sequence();
+  EXPECT_TRUE(seq.ok());
+  std::vector<int> out;
+  if (!seq.ok()) return out;
+  auto logits = m.forward(**seq, ids);
+  EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.error().message);
+  if (!logits.ok()) return out;
+  if (first) *first = *logits;
+  for (int s = 0; s < steps; ++s) {
+    const auto& l = *logits;
+    out.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
+    if (s + 1 == steps) break;
+    logits = m.forward(**seq, std::vector<int>{out.back()});
+    if (!logits.ok()) break;
+  }
+  return out;
 }
 
 inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, std::size_t off_a = 0,

@@ -22,6 +22,8 @@
 namespace tandem {
 namespace {
 
+using testing::greedy;
+
 using testing::load;
 using testing::make_model;
 using testing::max_abs_diff;
@@ -155,24 +157,6 @@ double max_diff(const std::vector<float>& a, std::size_t off, const std::vector<
   double m = 0;
   for (std::size_t i = 0; i < b.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[off + i]) - b[i]));
   return m;
-}
-
-std::vector<int> greedy(engine::Model& m, const std::vector<int>& ids, int steps, std::vector<float>* first) {
-  auto seq = m.new_sequence();
-  EXPECT_TRUE(seq.ok());
-  std::vector<int> out;
-  auto logits = m.forward(**seq, ids);
-  EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.error().message);
-  if (!logits.ok()) return out;
-  if (first) *first = *logits;
-  for (int s = 0; s < steps; ++s) {
-    const auto& l = *logits;
-    out.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
-    if (s + 1 == steps) break;
-    logits = m.forward(**seq, std::vector<int>{out.back()});
-    if (!logits.ok()) break;
-  }
-  return out;
 }
 
 std::string gguf_of(const std::string& preset, modelgen::Recipe r = modelgen::Recipe::f32) {

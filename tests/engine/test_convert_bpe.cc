@@ -18,27 +18,10 @@
 namespace tandem {
 namespace {
 
+using testing::greedy;
+
 using testing::load;
 using testing::max_abs_diff;
-
-std::vector<int> greedy(engine::Model& m, const std::vector<int>& ids, int steps, std::vector<float>* first) {
-  auto seq = m.new_sequence();
-  EXPECT_TRUE(seq.ok());
-  std::vector<int> out;
-  if (!seq.ok()) return out;
-  auto logits = m.forward(**seq, ids);
-  EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.error().message);
-  if (!logits.ok()) return out;
-  if (first) *first = *logits;
-  for (int s = 0; s < steps; ++s) {
-    const auto& l = *logits;
-    out.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
-    if (s + 1 == steps) break;
-    logits = m.forward(**seq, std::vector<int>{out.back()});
-    if (!logits.ok()) break;
-  }
-  return out;
-}
 
 std::string gguf_string(const std::string& path, const std::string& key) {
   auto f = weights::GgufFile::open(path);
