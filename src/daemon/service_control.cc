@@ -1,0 +1,290 @@
+// Service: control methods — ownership checks, cancel, resume, GPU holds, vanished clients and closed channels,
+// shutdown (drain, abort, journal sync), reload, the testing hooks and the counters.
+#include "daemon/service.h"
+
+#include <unistd.h>
+
+#include "core/sha256.h"
+#include "daemon/service_internal.h"
+#include "device/simulated.h"
+
+namespace tandem::daemon {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Other methods
+
+Status Service::check_owner(const Caller& c, const JobRecord& j) const {
+  if (c.admin || c.uid == j.uid) return {};
+  return fail(Errc::permission_denied, "job " + std::to_string(j.id) + " belongs to another user");
+}
+
+Result<std::string> Service::cancel(const Caller& c, JobId id) {
+  JobRecord* j = find(id);
+  if (!j) return fail(Errc::not_found, "no job " + std::to_string(id));
+  TANDEM_TRY(check_owner(c, *j));
+  if (j->terminal()) return j->phase;
+  if (j->running) {
+    if (j->stop_cause.empty()) j->stop_cause = "cancelled";
+    j->cancel->store(true);
+    return std::string("cancelling");
+  }
+  if (j->queue == "gpu") gpu_queue_.remove(id);
+  if (j->queue == "cpu") cpu_queue_.remove(id);
+  end_job(*j, JobPhase::cancelled, "cancelled", Errc::cancelled, "", 0s);
+  pump();
+  return j->phase;
+}
+
+Result<Dict> Service::resume(const Caller& c, JobId id, const SubmitOptions& overrides) {
+  JobRecord* old = find(id);
+  if (!old) return fail(Errc::not_found, "no job " + std::to_string(id));
+  TANDEM_TRY(check_owner(c, *old));
+  if (old->phase != "failed")
+    return fail(Errc::illegal_transition, "job " + std::to_string(id) + " is " + old->phase +
+                                              "; only a failed job can be resumed");
+  if (old->error_code == std::string(errc_name(Errc::invalid_argument)))
+    return fail(Errc::illegal_transition, "job " + std::to_string(id) + " failed permanently; resubmit a new request");
+  if (old->resumed_by) {  // resumed before: that job, not a second run
+    if (const JobRecord* next = find(*old->resumed_by)) {
+      Dict out = placement(*next);
+      out["existing"] = true;
+      return out;
+    }
+  }
+  SubmitRequest req = old->req;
+  // The checkpoint's token ids belong to the model that produced them (a fallback model has its own vocabulary).
+  req.model = old->route.model.empty() ? old->model : old->route.model;
+  req.options.override_with(overrides);
+  req.options.allow_fallback_model = false;
+  req.options.seed = old->sampling.seed;
+  req.options.resume_tokens = old->tokens;
+  if (!old->key.empty()) req.options.idempotency_key = user_key(old->key);
+  if (overrides.idempotency_key && *overrides.idempotency_key != user_key(old->key))
+    return fail(Errc::invalid_argument, "Resume keeps the job's idempotency key");
+  auto p = prepare(c, req, false);
+  if (!p) return fail(std::move(p).error());
+  // The digest names the original request (resume tokens are not part of it).
+  p->digest = old->digest;
+  refresh_readings();
+  update_service_state();
+  const Decision d = decide(*p, std::nullopt, {});
+  if (!d.accepted()) return rejected_error(d);
+  Caller owner = c;
+  owner.uid = old->uid;  // the job (and its idempotency key) stays its owner's, whoever resumes it
+  auto out = accept(owner, std::move(p).value(), d, id);
+  if (out && !std::get<bool>(out->at("existing"))) {
+    ++counters_["jobs_resumed"];
+    old->resumed_by = std::get<std::uint64_t>(out->at("job_id"));
+  }
+  return out;
+}
+
+Result<std::string> Service::hold_gpu(const Caller& c, const std::string& reason, const std::string& app_id) {
+  if (!c.admin) return fail(Errc::permission_denied, "holding the GPU needs root or group '" + cfg_.auth.admin_group + "'");
+  if (reason.size() > 256 || app_id.size() > 256 || !valid_utf8(reason) || !valid_utf8(app_id))
+    return fail(Errc::invalid_argument, "reason and app_id must be at most 256 bytes of UTF-8");
+  if (holds_.size() >= 64) return fail(Errc::queue_full, "at most 64 GPU holds; retry_after_ms=1000");
+  const auto raw = Sha256::hex(Sha256::of(c.bus_name + "|" + std::to_string(++hold_counter_) + "|" +
+                                          std::to_string(unix_ms()) + "|" + std::to_string(::getpid())));
+  const std::string cookie = "hold-" + raw.substr(0, 24);
+  holds_[cookie] = Hold{c.bus_name, app_id, reason, unix_ms()};
+  log::warn("GPU held by {} ({}): {}", app_id.empty() ? c.bus_name : app_id, c.bus_name, reason);
+  update_service_state();
+  return cookie;
+}
+
+Status Service::release_gpu(const Caller& c, const std::string& cookie) {
+  auto it = holds_.find(cookie);
+  if (it == holds_.end()) return fail(Errc::not_found, "no GPU hold with that cookie");
+  if (it->second.owner != c.bus_name && !(c.admin && c.uid == 0))
+    return fail(Errc::permission_denied, "only the holder may release a GPU hold");
+  log::warn("GPU hold released by {} ({})", it->second.app_id, c.bus_name);
+  holds_.erase(it);
+  update_service_state();
+  pump();
+  return {};
+}
+
+void Service::client_vanished(const std::string& bus_name) {
+  bool changed = false;
+  for (auto it = holds_.begin(); it != holds_.end();) {
+    if (it->second.owner == bus_name) {
+      log::warn("GPU hold of {} released: {} left the bus", it->second.app_id, bus_name);
+      it = holds_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  // Its jobs keep running; updates are no longer sent (GetJob still reads them).
+  for (JobId id : active_)
+    if (JobRecord* j = find(id); j && j->owner == bus_name) {
+      j->owner.clear();
+      j->reply_to.clear();
+    }
+  if (changed) {
+    update_service_state();
+    pump();
+  }
+}
+
+void Service::channel_closed(const std::string& reply_to) {
+  if (reply_to.empty()) return;
+  for (JobId id : active_)
+    if (JobRecord* j = find(id); j && j->reply_to == reply_to) j->muted = true;
+}
+
+std::uint32_t Service::active_jobs_of(const std::string& bus_name) const {
+  std::uint32_t n = 0;
+  for (JobId id : active_)
+    if (const JobRecord* j = find(id); j && j->owner == bus_name) ++n;
+  return n;
+}
+
+// --- shutdown ---
+
+void Service::begin_drain() {
+  if (draining_) return;
+  draining_ = true;
+  log::info("draining: no new jobs; queued jobs end failed-resumable, running ones may finish");
+  for (auto& [id, jp] : jobs_) {
+    JobRecord& j = *jp;
+    if (j.terminal() || j.running) continue;
+    if (j.queue == "gpu") gpu_queue_.remove(id);
+    if (j.queue == "cpu") cpu_queue_.remove(id);
+    end_job(j, JobPhase::failed, "daemon_stopping", Errc::resumable, "tandemd is stopping; resume later", 5s);
+  }
+}
+
+bool Service::drained() const {
+  for (const auto& [id, j] : jobs_)
+    if (j->running) return false;
+  return true;
+}
+
+void Service::sync_journal() {
+  if (auto st = journal_->sync(); !st) log::error("journal sync: {}", st.error().message);
+}
+
+void Service::abort_running() {
+  for (auto& [id, j] : jobs_)
+    if (j->running && j->stop_cause.empty()) {
+      j->stop_cause = "shutdown";
+      j->cancel->store(true);
+    }
+}
+
+Status Service::reload(const DaemonConfig& cfg) {
+  cfg_.auth = cfg.auth;
+  cfg_.runtime.max_jobs_per_client = cfg.runtime.max_jobs_per_client;
+  cfg_.runtime.max_prompt_bytes = cfg.runtime.max_prompt_bytes;
+  cfg_.runtime.max_messages = cfg.runtime.max_messages;
+  Caller root{"", 0, true, true, ""};
+  Dict changes{{"margin_bytes", cfg.policy.headroom.margin.bytes},
+               {"margin_fraction", cfg.policy.headroom.margin.fraction},
+               {"max_delay_ms", to_ms(cfg.policy.ladder.max_delay)},
+               {"offload_enabled", cfg.policy.ladder.offload_enabled},
+               {"allow_migration", cfg.policy.failover.allow_migration},
+               {"host_budget_bytes", cfg.policy.host_guard.budget_bytes}};
+  std::vector<std::string> order;
+  for (auto r : cfg.policy.ladder.order) order.push_back(action_name(r));
+  changes["ladder_order"] = order;
+  if (auto st = set_policy(root, changes); !st) {
+    log::error("reload: policy knobs not applied: {}", st.error().message);
+    return st;
+  }
+  return {};
+}
+
+// --- testing ---
+
+namespace {
+device::SimulatedDevice* as_sim(const std::shared_ptr<device::Device>& d) {
+  return d && d->kind() == device::Kind::simulated ? static_cast<device::SimulatedDevice*>(d.get()) : nullptr;
+}
+}  // namespace
+
+Status Service::testing_foreign_load(std::uint64_t bytes) {
+  auto* sim = as_sim(backend_->accelerator());
+  if (!sim) return fail(Errc::unsupported, "SetForeignLoad needs the simulated accelerator (on CUDA use tandem-gpu-ballast)");
+  sim->set_foreign_bytes(bytes);
+  log::info("testing: foreign load {}", format_mib(bytes));
+  refresh_readings();
+  update_service_state();
+  pump();
+  return {};
+}
+
+Status Service::testing_fail_allocations(std::uint32_t n, const std::string& site) {
+  auto* sim = as_sim(backend_->accelerator());
+  if (!sim) return fail(Errc::unsupported, "FailAllocations needs the simulated accelerator");
+  if (n > 1000000) return fail(Errc::invalid_argument, "n must be at most 1000000");
+  if (site == "any") {
+    sim->fail_next_allocations(static_cast<int>(n));
+  } else {
+    auto s = device::parse_site(site);
+    if (!s) return fail(Errc::invalid_argument, "site must be any, weights, kv_pool, prefill, decode, probe or other");
+    sim->fail_at_site(*s, static_cast<int>(n));
+  }
+  return {};
+}
+
+Status Service::testing_fail_probes(std::uint32_t n) {
+  auto* sim = as_sim(backend_->accelerator());
+  if (!sim) return fail(Errc::unsupported, "FailProbes needs the simulated accelerator");
+  if (n > 1000000) return fail(Errc::invalid_argument, "n must be at most 1000000");
+  sim->fail_probes(static_cast<int>(n));
+  last_probe_ = {};  // probe soon
+  return {};
+}
+
+Status Service::testing_reading_lag(std::uint64_t ms) {
+  auto* sim = as_sim(backend_->accelerator());
+  if (!sim) return fail(Errc::unsupported, "SetReadingLag needs the simulated accelerator");
+  if (ms > 600000) return fail(Errc::invalid_argument, "ms must be at most 600000");
+  sim->set_reading_lag(std::chrono::milliseconds(ms));
+  return {};
+}
+
+Status Service::testing_lose_device() {
+  auto* sim = as_sim(backend_->accelerator());
+  if (!sim) return fail(Errc::unsupported, "LoseDevice needs the simulated accelerator");
+  sim->lose();
+  refresh_readings();
+  update_service_state();
+  return {};
+}
+
+Status Service::testing_recover_device() {
+  auto* sim = as_sim(backend_->accelerator());
+  if (!sim) return fail(Errc::unsupported, "RecoverDevice needs the simulated accelerator");
+  sim->recover();
+  last_probe_ = {};
+  return {};
+}
+
+std::map<std::string, std::uint64_t> Service::counters() const {
+  std::map<std::string, std::uint64_t> c(counters_.begin(), counters_.end());
+  for (const char* k : {"jobs_accepted", "jobs_completed", "jobs_failed", "jobs_cancelled", "jobs_rejected",
+                        "migrations", "retries", "probes", "probes_failed"})
+    c.emplace(k, 0);
+  if (auto* sim = as_sim(backend_->accelerator())) {
+    const auto sc = sim->counters();
+    c["sim_allocations"] = sc.allocations;
+    c["sim_refused_capacity"] = sc.refused_capacity;
+    c["sim_refused_injected"] = sc.refused_injected;
+    c["sim_probes"] = sc.probes;
+    c["sim_probes_failed"] = sc.probes_failed;
+    c["sim_losses"] = sc.losses;
+  }
+  std::uint64_t running = 0, queued = 0;
+  for (const auto& [id, j] : jobs_) {
+    running += j->running;
+    queued += !j->terminal() && !j->running;
+  }
+  c["jobs_running"] = running;
+  c["jobs_waiting"] = queued;
+  return c;
+}
+
+}  // namespace tandem::daemon

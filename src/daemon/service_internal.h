@@ -1,0 +1,198 @@
+// Daemon-internal: the Service's private records (Prepared, JobRecord, WorkerEvent, Sink) and the small helpers
+// its translation units share. Included only by the service*.cc files (service.cc: construction, restore, workers,
+// worker events, small helpers; service_admission.cc: requests and admission; service_schedule.cc: queues, dispatch,
+// run outcomes and failover; service_health.cc: readings, breaker, probes, state, deadlines, tick; service_views.cc:
+// job and property views; service_control.cc: cancel, resume, holds, shutdown, reload, testing hooks, counters).
+// Not part of the daemon's interface (service.h is).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/text.h"
+#include "daemon/log.h"
+#include "daemon/service.h"
+
+namespace tandem::daemon {
+
+using namespace std::chrono_literals;
+using policy::BreakerEvent;
+using policy::Decision;
+using policy::JobPhase;
+using policy::Rung;
+using nlohmann::json;
+
+// Helpers shared by the service's translation units.
+
+inline std::uint64_t to_ms(Clock::duration d) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  return ms < 0 ? 0 : static_cast<std::uint64_t>(ms);
+}
+
+inline std::string route_name(const policy::Route& r) { return std::string(policy::device_name(r.device)); }
+
+inline json route_json(const policy::Route& r) {
+  return json{{"device", route_name(r)}, {"gpu_layers", r.gpu_layers}, {"fallback_model", r.fallback_model},
+              {"model", r.model}};
+}
+
+// Wire names of the ladder's actions.
+inline std::string action_name(Rung r) { return std::string(policy::rung_name(r)); }
+
+inline Failure rejected_error(const Decision& d) {
+  const auto retry = to_ms(d.retry_after);
+  if (d.permanent) return fail(Errc::invalid_argument, d.detail.empty() ? std::string(policy::reason_name(d.reason)) : d.detail);
+  Errc code = Errc::rejected;
+  if (d.reason == policy::Reason::cpu_queue_full || d.reason == policy::Reason::gpu_queue_full) code = Errc::queue_full;
+  if (d.reason == policy::Reason::host_memory) code = Errc::host_memory;
+  std::string msg = "rejected (" + std::string(policy::reason_name(d.reason)) + "): " + d.detail;
+  msg += "; retry_after_ms=" + std::to_string(retry);
+  return fail(code, msg);
+}
+
+// Idempotency keys are per user: two users' "key-1" never name the same job. Stored (journal, registry) scoped.
+inline std::string scoped_key(std::uint32_t uid, const std::string& key) { return std::to_string(uid) + "/" + key; }
+inline std::string user_key(const std::string& scoped) {
+  const auto slash = scoped.find('/');
+  return slash == std::string::npos ? scoped : scoped.substr(slash + 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Records
+
+// A validated request, ready for admission.
+struct Service::Prepared {
+  SubmitRequest req;
+  const ModelInfo* model = nullptr;
+  std::vector<TokenId> prompt;
+  gen::SamplingParams sampling;
+  std::uint32_t max_new_tokens = 0;
+  std::vector<std::string> stop;
+  std::uint32_t prefill_chunk = 0;
+  std::vector<TokenId> resume;
+  policy::RequestShape shape;
+  std::uint64_t digest = 0;
+  json request_json;
+};
+
+struct Service::JobRecord {
+  JobId id = 0;
+  std::optional<policy::Job> fsm;   // absent for jobs restored terminal from the journal
+  std::string phase = "queued";     // mirrors fsm (or the journal for restored jobs)
+  std::string reason;
+  SubmitRequest req;
+  json request_json;
+  std::string owner;                // bus name of the submitter ("" after a restart)
+  std::string reply_to;             // where updates go when not the owner's bus name (a ring session), "" = owner
+  bool muted = false;               // its reply channel closed: no updates (the owner's limit still counts it)
+  std::uint32_t uid = 0;
+  std::string model;                // requested (resolved)
+  std::map<std::string, std::vector<TokenId>> prompts;  // tokenized per serving model
+  gen::SamplingParams sampling;
+  std::uint32_t max_new_tokens = 0;
+  std::vector<std::string> stop;
+  std::uint32_t prefill_chunk = 0;
+  std::vector<TokenId> resume;      // tokens given by the client (checkpoint it resumed from)
+  std::vector<TokenId> tokens;      // generated so far, resume tokens included
+  std::string text;                 // text delivered by this job's runs
+  std::uint32_t journaled_tokens = 0;
+  policy::RequestShape shape;
+  std::uint64_t digest = 0;
+  std::string key;
+  bool side_effects = false;
+  bool stream = true;
+  policy::Route route;              // current or planned
+  std::vector<std::string> routes;  // every route started
+  std::vector<HistoryRow> history;
+  std::string queue;                // "gpu" | "cpu" | "" (not queued)
+  bool running = false;
+  std::uint64_t attempt = 0;        // run attempt counter (stale events are ignored)
+  std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+  std::string stop_cause;           // why `cancel` was raised: cancelled | deadline | shutdown
+  Decision decision;
+  bool degraded = false;
+  std::int64_t accepted_unix_ms = 0, finished_unix_ms = 0;
+  Clock::time_point accepted_at{};
+  std::optional<Clock::time_point> deadline;
+  std::string finish_reason, error_code, error_message;
+  std::uint64_t retry_after_ms = 0;
+  std::uint64_t gpu_reserved = 0;
+  bool host_admitted = false;
+  std::optional<policy::HostJobEstimate> host;
+  Clock::time_point run_started{};
+  std::uint32_t run_new_tokens = 0;
+  std::uint32_t attempts_restored = 0;  // restored jobs: attempts the journal recorded
+  bool host_materialized = false;
+  std::optional<JobId> resumed_by;      // Resume already created this successor (never a second run)
+
+  bool terminal() const { return phase == "completed" || phase == "failed" || phase == "cancelled"; }
+};
+
+struct Service::WorkerEvent {
+  enum Kind { prefilled, tokens, finished, probe_done, reload_done } kind = tokens;
+  JobId job = 0;
+  std::uint64_t attempt = 0;
+  std::vector<TokenId> ids;
+  std::string text;
+  std::uint32_t prefill_tokens = 0;
+  Clock::duration took{};
+  RunResult result;
+  Status status;
+  policy::ProbeId probe = policy::kNoProbe;
+};
+
+// Collects a run's tokens on the worker thread and posts them in batches (at most one post per flush interval).
+class Service::Sink final : public RunSink {
+ public:
+  Sink(Service* s, JobId id, std::uint64_t attempt, Clock::duration flush)
+      : s_(s), id_(id), attempt_(attempt), flush_(flush) {}
+  void prefilled(std::uint32_t tokens, Clock::duration took) override {
+    WorkerEvent ev;
+    ev.kind = WorkerEvent::prefilled;
+    ev.job = id_;
+    ev.attempt = attempt_;
+    ev.prefill_tokens = tokens;
+    ev.took = took;
+    s_->post(std::move(ev));
+    last_ = std::chrono::steady_clock::now();
+  }
+  void token(TokenId id, const std::string& text) override {
+    if (id >= 0) ids_.push_back(id);
+    text_ += text;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ >= flush_) flush(now);
+  }
+  void flush(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+    last_ = now;
+    if (ids_.empty() && text_.empty()) return;
+    WorkerEvent ev;
+    ev.kind = WorkerEvent::tokens;
+    ev.job = id_;
+    ev.attempt = attempt_;
+    ev.ids = std::move(ids_);
+    ev.text = std::move(text_);
+    ids_.clear();
+    text_.clear();
+    s_->post(std::move(ev));
+  }
+
+ private:
+  Service* s_;
+  JobId id_;
+  std::uint64_t attempt_;
+  Clock::duration flush_;
+  std::chrono::steady_clock::time_point last_{};
+  std::vector<TokenId> ids_;
+  std::string text_;
+};
+
+}  // namespace tandem::daemon

@@ -1,0 +1,371 @@
+// Service: scheduling — the queue pump, dispatch to a route's workers, releasing reservations, ending jobs, run
+// outcomes, the CPU fallback and GPU failover.
+#include "daemon/service.h"
+
+#include "daemon/service_internal.h"
+
+namespace tandem::daemon {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Scheduling
+
+void Service::pump() {
+  const auto now = clock_->now();
+  // GPU queue head: decided again (memory, breaker, holds may have changed since it was queued).
+  for (int guard = 0; guard < 1024; ++guard) {
+    const auto* head = gpu_queue_.head();
+    if (!head) break;
+    JobRecord* j = find(head->id);
+    if (!j) {
+      gpu_queue_.remove(head->id);
+      continue;
+    }
+    const ModelInfo* mi = nullptr;
+    for (const auto& m : backend_->models())
+      if (m.name == j->model) mi = &m;
+    if (!mi) {
+      gpu_queue_.remove(j->id);
+      end_job(*j, JobPhase::failed, "model_gone", Errc::not_found, "model " + j->model + " is gone", 0s);
+      continue;
+    }
+    const auto waited = now - j->accepted_at;
+    const Decision d = admission_.decide(snapshot(*mi, j->shape, j->id, waited));
+    if (d.action == Rung::admit || d.action == Rung::reduce || d.action == Rung::offload) {
+      if (!gpu_queue_.has_free_slot()) break;
+      auto e = gpu_queue_.start_next();
+      if (!e) break;
+      j->decision = d;
+      j->route = d.route;
+      if (j->route.model.empty()) j->route.model = j->model;
+      if (d.action == Rung::reduce) {
+        j->max_new_tokens = d.max_new_tokens + static_cast<std::uint32_t>(j->resume.size());
+        j->prefill_chunk = d.prefill_chunk;
+      }
+      j->gpu_reserved = d.breakdown.job_bytes();
+      if (auto st = ledger_.reserve(j->id, j->gpu_reserved); !st) (void)ledger_.resize(j->id, j->gpu_reserved);
+      dispatch(*j, j->route);
+      continue;
+    }
+    if (d.action == Rung::delay) break;  // FIFO: nothing overtakes the head
+    if (d.action == Rung::route_cpu) {
+      gpu_queue_.remove(j->id);
+      j->decision = d;
+      j->route = d.route;
+      if (j->route.model.empty()) j->route.model = j->model;
+      j->degraded = true;
+      if (d.host) j->host = d.host;
+      to_cpu_queue(*j, std::string(policy::reason_name(d.reason)));
+      continue;
+    }
+    // reject after acceptance: the job ends failed-resumable, never silently.
+    gpu_queue_.remove(j->id);
+    j->queue.clear();
+    end_job(*j, JobPhase::failed, std::string(policy::reason_name(d.reason)), Errc::resumable,
+            "could not be placed after waiting: " + d.detail, d.retry_after);
+  }
+  // CPU queue: FIFO, bounded concurrency, and the host-memory guard.
+  for (int guard = 0; guard < 1024; ++guard) {
+    const auto* head = cpu_queue_.head();
+    if (!head || !cpu_queue_.has_free_slot()) break;
+    JobRecord* j = find(head->id);
+    if (!j) {
+      cpu_queue_.remove(head->id);
+      continue;
+    }
+    const std::string serving = j->route.model.empty() ? j->model : j->route.model;
+    const ModelInfo* mi = nullptr;
+    for (const auto& m : backend_->models())
+      if (m.name == serving) mi = &m;
+    if (!mi || !backend_->cpu_ready(serving)) {
+      cpu_queue_.remove(j->id);
+      j->queue.clear();
+      end_job(*j, JobPhase::failed, "cpu_unavailable", Errc::resumable, "no CPU replica of " + serving, 5s);
+      continue;
+    }
+    policy::RequestShape r = j->shape;
+    r.prompt_tokens = static_cast<std::uint32_t>((j->prompts.count(serving) ? j->prompts[serving].size() : r.prompt_tokens) +
+                                                 j->tokens.size());
+    const auto est = policy::estimate_host_job(mi->shape, r, cfg_.policy.estimator, cfg_.policy.host_guard);
+    const auto check = host_guard_.check(est, host_reading_);
+    if (check.fit == policy::HostFit::wait) break;
+    if (check.fit == policy::HostFit::never) {
+      cpu_queue_.remove(j->id);
+      j->queue.clear();
+      end_job(*j, JobPhase::failed, "host_memory", Errc::resumable,
+              "the CPU route needs " + format_mib(check.need_bytes) + " of host memory; the budget is " +
+                  format_mib(check.budget.bytes),
+              30s);
+      continue;
+    }
+    auto adm = host_guard_.admit(j->id, est, host_reading_);
+    if (!adm) break;
+    j->host_admitted = true;
+    j->host = est;  // what the guard holds for it (set_policy re-admits from this)
+    auto e = cpu_queue_.start_next();
+    if (!e) break;
+    policy::Route route = j->route;
+    route.device = policy::Device::cpu;
+    route.gpu_layers = 0;
+    dispatch(*j, route);
+  }
+}
+
+void Service::to_cpu_queue(JobRecord& j, const std::string& why) {
+  j.queue = "cpu";
+  const policy::QueueEntry entry{j.id, j.shape.prompt_tokens, j.shape.max_new_tokens, j.accepted_at};
+  if (auto st = cpu_queue_.enqueue(entry); !st) {
+    j.queue.clear();
+    end_job(j, JobPhase::failed, "cpu_queue_full", Errc::resumable, "the CPU queue is full: " + st.error().message, 5s);
+    return;
+  }
+  emit(j, "routed", {{"route", std::string("cpu")}, {"reason", why}, {"model", j.route.model},
+                     {"fallback_model", j.route.fallback_model}, {"degraded", true}, {"queue", std::string("cpu")},
+                     {"queue_position", static_cast<std::uint32_t>(cpu_queue_.position(j.id).value_or(0) + 1)},
+                     {"eta_ms", to_ms(cpu_queue_.eta_start(j.id).value_or(Clock::duration{}))}});
+}
+
+void Service::dispatch(JobRecord& j, const policy::Route& route) {
+  const auto now = clock_->now();
+  j.route = route;
+  if (j.route.model.empty()) j.route.model = j.model;
+  const std::string serving = j.route.model;
+  // A fallback model has its own tokenizer and template: tokenize for it.
+  if (!j.prompts.count(serving)) {
+    auto ids = backend_->encode(serving, j.req.prompt, j.req.messages);
+    if (!ids) {
+      (j.queue == "gpu" ? gpu_queue_ : cpu_queue_).finish(j.id);
+      release_resources(j);
+      end_job(j, JobPhase::failed, "tokenize_failed", ids.error().code, ids.error().message, 0s);
+      return;
+    }
+    j.prompts[serving] = std::move(ids).value();
+  }
+  const std::string from = j.phase;
+  if (auto st = j.fsm->start(j.route, now); !st) {
+    log::error("job {}: {}", j.id, st.error().message);
+  }
+  j.phase = "running";
+  j.running = true;
+  j.history.emplace_back(from, "running", route_name(j.route), unix_ms());
+  j.routes.push_back(route_name(j.route) + (j.route.fallback_model ? "(" + serving + ")" : ""));
+  ++j.attempt;
+  j.run_started = now;
+  j.run_new_tokens = 0;
+  journal_transition(j, route_name(j.route));
+  emit(j, "started", {{"route", route_name(j.route)}, {"attempt", static_cast<std::uint32_t>(j.fsm->attempts())},
+                      {"model", serving}});
+
+  RunSpec spec;
+  spec.job = j.id;
+  spec.route = j.route;
+  spec.prompt = j.prompts[serving];
+  spec.sampling = j.sampling;
+  spec.max_new_tokens = j.max_new_tokens;
+  spec.stop = j.stop;
+  spec.resume_tokens = j.tokens;
+  spec.prefill_chunk = j.prefill_chunk;
+  auto cancel = j.cancel;
+  const auto attempt = j.attempt;
+  const auto flush = std::chrono::duration_cast<Clock::duration>(cfg_.runtime.token_flush_interval);
+  auto task = [this, spec = std::move(spec), cancel, attempt, flush] {
+    Sink sink(this, spec.job, attempt, flush);
+    RunResult r = backend_->run(spec, sink, *cancel);
+    sink.flush();
+    WorkerEvent ev;
+    ev.kind = WorkerEvent::finished;
+    ev.job = spec.job;
+    ev.attempt = attempt;
+    ev.result = std::move(r);
+    post(std::move(ev));
+  };
+  if (j.route.device == policy::Device::cpu)
+    cpu_pool_->post(std::move(task));
+  else
+    gpu_pool_->post(std::move(task));
+}
+
+void Service::release_resources(JobRecord& j) {
+  if (j.gpu_reserved || ledger_.find(j.id)) ledger_.release(j.id);
+  j.gpu_reserved = 0;
+  if (j.host_admitted) host_guard_.release(j.id);
+  j.host_admitted = false;
+  j.host_materialized = false;
+}
+
+void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, Errc code, const std::string& message,
+                      Clock::duration retry_after) {
+  const auto now = clock_->now();
+  const std::string from = j.phase;
+  if (j.fsm) {
+    Status st;
+    if (phase == JobPhase::completed) st = j.fsm->complete(now);
+    else if (phase == JobPhase::cancelled) st = j.fsm->cancel(now);
+    else st = j.fsm->fail(code, reason, retry_after, now);
+    if (!st) log::error("job {}: {}", j.id, st.error().message);
+  }
+  j.phase = std::string(policy::job_phase_name(phase));
+  active_.erase(j.id);
+  j.reason = reason;
+  j.running = false;
+  j.queue.clear();
+  j.finished_unix_ms = unix_ms();
+  if (phase == JobPhase::failed) {
+    j.error_code = std::string(errc_name(code));
+    j.error_message = message;
+    j.retry_after_ms = to_ms(retry_after);
+  }
+  if (phase == JobPhase::completed && j.finish_reason.empty()) j.finish_reason = reason;
+  j.history.emplace_back(from, j.phase, reason, j.finished_unix_ms);
+  release_resources(j);
+  if (auto st = journal_->outcome(j.id, j.phase, reason, j.tokens, j.text, j.error_code, j.error_message,
+                                  static_cast<std::int64_t>(j.retry_after_ms), j.finish_reason, j.finished_unix_ms);
+      !st)
+    log::error("journal: outcome of job {} not written: {}", j.id, st.error().message);
+  if (!j.key.empty()) (void)idempotency_.record_outcome(j.key, j.id, {phase, reason, now});
+  ++counters_[phase == JobPhase::completed ? "jobs_completed" : phase == JobPhase::cancelled ? "jobs_cancelled" : "jobs_failed"];
+  Dict fin{{"state", j.phase}, {"reason", reason}, {"finish_reason", j.finish_reason},
+           {"tokens_total", static_cast<std::uint32_t>(j.tokens.size())}, {"text", j.text}};
+  if (phase == JobPhase::failed) {
+    fin["error_code"] = j.error_code;
+    fin["error_message"] = j.error_message;
+    fin["retry_after_ms"] = j.retry_after_ms;
+  }
+  emit(j, "finished", fin);
+  log::job_line(j.id, j.model, route_name(j.route), j.phase, reason, breaker_state());
+  if (phase != JobPhase::failed) {  // nothing can resume it: the prompt need not stay in memory
+    j.prompts.clear();
+    j.req.prompt.clear();
+    j.req.prompt.shrink_to_fit();
+    j.req.messages.clear();
+    j.request_json = json();
+  }
+}
+
+void Service::on_run_finished(JobRecord& j, const RunResult& r) {
+  const auto now = clock_->now();
+  j.running = false;
+  const bool on_gpu = j.route.device != policy::Device::cpu;
+  auto& q = on_gpu ? gpu_queue_ : cpu_queue_;
+  q.finish(j.id);
+  if (r.new_tokens > 0 && r.decode_time > Clock::duration::zero()) q.rates().observe_decode(r.new_tokens, r.decode_time);
+  release_resources(j);
+  j.queue.clear();
+  // Journal what was delivered.
+  if (j.tokens.size() != j.journaled_tokens) {
+    (void)journal_->checkpoint(j.id, j.tokens, j.text);
+    j.journaled_tokens = static_cast<std::uint32_t>(j.tokens.size());
+  }
+  if (r.status) {
+    if (on_gpu) breaker_event(BreakerEvent::job_succeeded);
+    if (r.finish_reason == "cancelled") {
+      if (j.stop_cause == "deadline") {
+        end_job(j, JobPhase::failed, "deadline", Errc::timeout, "the deadline passed after " +
+                                                                   std::to_string(j.tokens.size()) + " tokens", 0s);
+      } else if (j.stop_cause == "shutdown") {
+        end_job(j, JobPhase::failed, "daemon_stopping", Errc::resumable, "tandemd stopped; resume from the checkpoint", 0s);
+      } else {
+        end_job(j, JobPhase::cancelled, "cancelled", Errc::cancelled, "", 0s);
+      }
+      return;
+    }
+    j.finish_reason = r.finish_reason;
+    end_job(j, JobPhase::completed, r.finish_reason, Errc::internal, "", 0s);
+    return;
+  }
+  // The run failed.
+  if (j.stop_cause == "cancelled") {
+    end_job(j, JobPhase::cancelled, "cancelled", Errc::cancelled, "", 0s);
+    return;
+  }
+  if (on_gpu && (r.accelerator_fault || r.status.error().code == Errc::out_of_memory ||
+                 r.status.error().code == Errc::device_lost || r.status.error().code == Errc::kv_exhausted)) {
+    on_gpu_failure(j, r);
+    return;
+  }
+  (void)now;
+  const Errc ec = r.status.error().code;
+  if (ec == Errc::invalid_argument || ec == Errc::not_found || ec == Errc::unsupported) {
+    end_job(j, JobPhase::failed, "invalid_request", Errc::invalid_argument, r.status.error().message, 0s);
+    return;
+  }
+  end_job(j, JobPhase::failed, "run_failed", ec == Errc::internal ? Errc::internal : Errc::resumable,
+          r.status.error().message, 5s);
+}
+
+bool Service::cpu_can_serve(const JobRecord& j) const {
+  if (!j.req.options.allow_cpu.value_or(true)) return false;
+  if (!backend_->cpu_ready(j.model)) return false;
+  if (cpu_queue_.full()) return false;
+  if (!cpu_queue_.check_limits(j.shape.prompt_tokens, j.shape.max_new_tokens)) return false;
+  for (const auto& m : backend_->models())
+    if (m.name == j.model) {
+      policy::RequestShape r = j.shape;
+      r.prompt_tokens = static_cast<std::uint32_t>(r.prompt_tokens + j.tokens.size());
+      const auto est = policy::estimate_host_job(m.shape, r, cfg_.policy.estimator, cfg_.policy.host_guard);
+      return host_guard_.check(est, host_reading_).fit != policy::HostFit::never;
+    }
+  return false;
+}
+
+void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
+  const auto& err = r.status.error();
+  if (err.code == Errc::device_lost) {
+    breaker_event(BreakerEvent::driver_reset);
+    if (!device_lost_) {
+      device_lost_ = true;
+      log::warn("accelerator lost: {}", err.message);
+    }
+  } else if (err.code == Errc::out_of_memory) {
+    breaker_event(BreakerEvent::alloc_failure);
+  }
+  ++counters_[err.code == Errc::device_lost ? "gpu_device_lost" : "gpu_alloc_failures"];
+  policy::FailoverInput in;
+  in.tokens_delivered = static_cast<std::uint32_t>(j.tokens.size() - j.resume.size());
+  in.sampling_reproducible = true;  // counter-based RNG keyed by (seed, step); CPU replica has the same fingerprint
+  in.side_effects = j.side_effects;
+  in.cpu_route_available = cpu_can_serve(j);
+  const auto fd = failover_.decide(in);
+  const auto now = clock_->now();
+  const std::string cause = std::string(errc_name(err.code));
+  const std::string from = j.phase;
+  switch (fd.action) {
+    case policy::FailoverAction::retry_on_cpu: {
+      (void)j.fsm->begin_retry(cause, now);
+      j.phase = "retrying";
+      j.history.emplace_back(from, "retrying", cause, unix_ms());
+      ++counters_["retries"];
+      journal_transition(j, cause);
+      j.route.device = policy::Device::cpu;
+      j.route.gpu_layers = 0;
+      j.degraded = true;
+      log::warn("job {}: GPU run failed before any token ({}); retrying on the CPU", j.id, err.message);
+      to_cpu_queue(j, "gpu_failure:" + cause);
+      break;
+    }
+    case policy::FailoverAction::migrate_at_checkpoint: {
+      (void)j.fsm->record_tokens(in.tokens_delivered);
+      (void)j.fsm->begin_migration(cause, now);
+      j.phase = "migrating";
+      j.history.emplace_back(from, "migrating", cause, unix_ms());
+      ++counters_["migrations"];
+      journal_transition(j, cause);
+      emit(j, "migrated", {{"from", route_name(j.route)}, {"to", std::string("cpu")}, {"reason", cause},
+                           {"tokens_delivered", static_cast<std::uint32_t>(j.tokens.size())}});
+      j.route.device = policy::Device::cpu;
+      j.route.gpu_layers = 0;
+      j.degraded = true;
+      log::warn("job {}: GPU run failed after {} tokens ({}); migrating to the CPU at the checkpoint", j.id,
+                j.tokens.size(), err.message);
+      to_cpu_queue(j, "migrated:" + cause);
+      break;
+    }
+    case policy::FailoverAction::fail_resumable:
+      end_job(j, JobPhase::failed, fd.reason, Errc::resumable,
+              "the GPU run failed (" + err.message + ") after " + std::to_string(j.tokens.size()) +
+                  " tokens and the job cannot move (" + fd.reason + "); resume from the checkpoint",
+              breaker_.retry_in(now) > Clock::duration::zero() ? breaker_.retry_in(now) : 5s);
+      break;
+  }
+}
+
+}  // namespace tandem::daemon
