@@ -57,7 +57,13 @@ Result<std::unique_ptr<Generation>> Generation::create(std::shared_ptr<Model> mo
     if (t < 0 || t >= vocab) return fail(Errc::invalid_argument, "checkpoint token outside the vocabulary");
   auto seq = model->new_sequence();
   if (!seq) return fail(std::move(seq).error());
-  return std::unique_ptr<Generation>(new Generation(std::move(model), std::move(req), std::move(seq).value()));
+  // The original run may have sampled one token past the cache (context_full): that one is not fed.
+  const std::int64_t room = ctx - static_cast<std::int64_t>(req.prompt.size());
+  const std::size_t resume_feed =
+      std::min<std::size_t>(req.resume_tokens.size(), static_cast<std::size_t>(std::max<std::int64_t>(room, 0)));
+  std::unique_ptr<Generation> g(new Generation(std::move(model), std::move(req), std::move(seq).value()));
+  g->resume_feed_ = resume_feed;
+  return g;
 }
 
 void Generation::finish(FinishReason r) {
@@ -78,37 +84,35 @@ std::string Generation::emit_text(TokenId id) {
   return out.emit;
 }
 
-Status Generation::prefill() {
-  if (prefilled_ || finished()) return fail(Errc::illegal_transition, "prefill: already prefilled or finished");
-  const auto t0 = Clock::now();
-  auto feed = [&](std::span<const TokenId> toks) -> Status {
-    auto logits = model_->forward(*seq_, toks);
-    if (!logits) {
-      finish(FinishReason::error);
-      return fail(std::move(logits).error());
+std::span<const TokenId> Generation::next_input(int chunk) const {
+  if (finished()) return {};
+  if (!prefilled_) {
+    const std::span<const TokenId> prompt(req_.prompt);
+    if (fed_prompt_ < prompt.size()) {
+      const std::size_t rest = prompt.size() - fed_prompt_;
+      return prompt.subspan(fed_prompt_, chunk > 0 ? std::min(rest, static_cast<std::size_t>(chunk)) : rest);
     }
-    logits_ = std::move(logits).value();
-    return {};
-  };
-  // The prompt, in the request's chunks.
-  const std::span<const TokenId> prompt(req_.prompt);
-  const std::size_t chunk = req_.prefill_chunk > 0 ? static_cast<std::size_t>(req_.prefill_chunk) : prompt.size();
-  for (std::size_t off = 0; off < prompt.size(); off += chunk) TANDEM_TRY(feed(prompt.subspan(off, std::min(chunk, prompt.size() - off))));
-  // The checkpoint. Exact resume feeds it one token at a time — the kernels of the original decode steps — so the
-  // logits, and with them every later draw, are bit-identical on the same build and thread count. A batched
-  // re-prefill is faster but its rounding differs, which can flip a near-tie in sampling.
-  const std::span<const TokenId> resume(req_.resume_tokens);
-  const std::int64_t room = model_->max_context() - static_cast<std::int64_t>(prompt.size());
-  // The original run may have sampled one token past the cache (context_full): that one is not fed.
-  const std::size_t feed_n = std::min<std::size_t>(resume.size(), static_cast<std::size_t>(std::max<std::int64_t>(room, 0)));
-  if (req_.exact_resume) {
-    for (std::size_t i = 0; i < feed_n; ++i) TANDEM_TRY(feed(resume.subspan(i, 1)));
-  } else if (feed_n > 0) {
-    TANDEM_TRY(feed(resume.first(feed_n)));
+    const std::span<const TokenId> resume(req_.resume_tokens);
+    return resume.subspan(fed_resume_, req_.exact_resume ? 1 : resume_feed_ - fed_resume_);
   }
+  return std::span<const TokenId>(&generated_.back(), 1);
+}
+
+void Generation::consumed(std::size_t n, std::vector<float> logits) {
+  logits_ = std::move(logits);
+  if (prefilled_) return;
+  if (fed_prompt_ < req_.prompt.size())
+    fed_prompt_ += n;
+  else
+    fed_resume_ += n;
+  if (fed_prompt_ == req_.prompt.size() && fed_resume_ == resume_feed_) end_prefill();
+}
+
+// The prompt and the fed part of the checkpoint are in: replay the checkpoint's tokens through the decoder and stop
+// matcher without emitting (the client already has that text; held-back bytes and stop-string prefixes end up in
+// the same state as in the first run), then apply the stop rules to it.
+void Generation::end_prefill() {
   history_ = req_.prompt;
-  // Replay the checkpoint's tokens through the decoder and stop matcher without emitting: the client already has
-  // that text, and this way held-back bytes and stop-string prefixes are in the same state as in the first run.
   for (TokenId t : req_.resume_tokens) {
     generated_.push_back(t);
     history_.push_back(t);
@@ -116,15 +120,36 @@ Status Generation::prefill() {
   }
   prefilled_ = true;
   stats_.prompt_tokens = static_cast<std::int64_t>(history_.size());
-  stats_.prefill_ms = ms_since(t0);
   if (!generated_.empty() && std::find(eos_.begin(), eos_.end(), generated_.back()) != eos_.end())
     finish(FinishReason::eos);
   else if (stops_.stopped())
     finish(FinishReason::stop_string);
   else if (static_cast<int>(generated_.size()) >= req_.max_new_tokens)
     finish(FinishReason::max_tokens);
-  else if (feed_n < resume.size())
+  else if (resume_feed_ < req_.resume_tokens.size())
     finish(FinishReason::context_full);
+}
+
+Status Generation::prefill() {
+  if (prefilled_ || finished()) return fail(Errc::illegal_transition, "prefill: already prefilled or finished");
+  const auto t0 = Clock::now();
+  // The prompt in the request's chunks, then the checkpoint. Exact resume feeds it one token at a time — the
+  // kernels of the original decode steps — so the logits, and with them every later draw, are bit-identical on the
+  // same build. A batched re-prefill is faster but its rounding differs, which can flip a near-tie in sampling.
+  while (!prefilled_ && !finished()) {
+    const std::span<const TokenId> in = next_input(req_.prefill_chunk);
+    if (in.empty()) {  // an empty checkpoint feed: nothing more to run
+      end_prefill();
+      break;
+    }
+    auto logits = model_->forward(*seq_, in);
+    if (!logits) {
+      finish(FinishReason::error);
+      return fail(std::move(logits).error());
+    }
+    consumed(in.size(), std::move(logits).value());
+  }
+  stats_.prefill_ms = ms_since(t0);
   return {};
 }
 
@@ -134,42 +159,58 @@ std::string Generation::take_text() {
   return out;
 }
 
-Result<TokenEvent> Generation::step() {
-  if (!prefilled_) TANDEM_TRY(prefill());
-  if (finished()) return fail(Errc::illegal_transition, "step: the generation has finished");
-  const auto t0 = Clock::now();
+TokenEvent Generation::sample_next() {
   TokenEvent ev;
   ev.step = generated_.size();
   ev.token = gen::sample(logits_, history_, req_.sampling, ev.step);
   generated_.push_back(ev.token);
   history_.push_back(ev.token);
   ++stats_.new_tokens;
-
   if (std::find(eos_.begin(), eos_.end(), ev.token) != eos_.end()) {
     finish(FinishReason::eos);  // releases any text held back for a possible stop string
   } else {
     text_ += emit_text(ev.token);
-    if (stops_.stopped()) {
+    if (stops_.stopped())
       finish(FinishReason::stop_string);
-    } else if (static_cast<int>(generated_.size()) >= req_.max_new_tokens) {
+    else if (static_cast<int>(generated_.size()) >= req_.max_new_tokens)
       finish(FinishReason::max_tokens);
-    } else if (seq_->length() + 1 > model_->max_context()) {
+    else if (seq_->length() + 1 > model_->max_context())
       finish(FinishReason::context_full);
-    } else {
-      const TokenId t = ev.token;
-      auto logits = model_->forward(*seq_, std::span(&t, 1));
-      if (!logits) {
-        finish(FinishReason::error);
-        stats_.decode_ms += ms_since(t0);
-        return fail(std::move(logits).error());
-      }
-      logits_ = std::move(logits).value();
+  }
+  return ev;
+}
+
+Result<TokenEvent> Generation::step() {
+  if (!prefilled_) TANDEM_TRY(prefill());
+  if (finished()) return fail(Errc::illegal_transition, "step: the generation has finished");
+  const auto t0 = Clock::now();
+  TokenEvent ev = sample_next();
+  if (!finished()) {
+    const TokenId t = ev.token;
+    auto logits = model_->forward(*seq_, std::span(&t, 1));
+    if (!logits) {
+      finish(FinishReason::error);
+      stats_.decode_ms += ms_since(t0);
+      return fail(std::move(logits).error());
     }
+    consumed(1, std::move(logits).value());
   }
   ev.text = take_text();
   stats_.decode_ms += ms_since(t0);
   return ev;
 }
+
+std::optional<TokenEvent> Generation::advance(int chunk, std::vector<float> logits) {
+  if (finished()) return std::nullopt;
+  const std::size_t n = next_input(chunk).size();
+  consumed(n, std::move(logits));
+  if (finished() || !prefilled_) return std::nullopt;
+  TokenEvent ev = sample_next();
+  ev.text = take_text();
+  return ev;
+}
+
+void Generation::fail_step() { finish(FinishReason::error); }
 
 Result<std::unique_ptr<Generation>> generate(std::shared_ptr<Model> model, GenerateRequest req,
                                              const std::function<bool(const TokenEvent&)>& on_token) {

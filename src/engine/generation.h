@@ -5,6 +5,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,21 @@ class Generation {
   // Ends the generation now (releases the KV blocks). Text held back for a possible stop string is dropped.
   void cancel();
 
+  // --- Driving by a BatchRunner (continuous batching): the runner runs one forward for many generations per step.
+  // The same forwards, in the same chunks, as prefill() + step() with the same prefill_chunk: each token comes from
+  // the logits of the same inputs, so the tokens do not depend on how generations were grouped.
+  // The tokens the next forward must take: the next prompt chunk (of `chunk` tokens, 0 = the rest of the prompt),
+  // the next checkpoint token(s) (one at a time with exact_resume), or the last sampled token. Empty once finished.
+  std::span<const TokenId> next_input(int chunk) const;
+  bool prefilling() const { return !prefilled_; }
+  // The forward of next_input(chunk) returned `logits` (of its last position). Advances past that input; once the
+  // prompt and the checkpoint are in, samples the next token and returns its event (nullopt while prefilling, or
+  // when the generation ended without a new token: a complete checkpoint).
+  std::optional<TokenEvent> advance(int chunk, std::vector<float> logits);
+  // The forward of next_input() failed: finishes with FinishReason::error (the sequence's blocks released).
+  void fail_step();
+  Sequence& sequence() { return *seq_; }
+
   bool finished() const { return reason_ != FinishReason::running; }
   FinishReason finish_reason() const { return reason_; }
   // All generated tokens, resumed ones included: a checkpoint to resume from.
@@ -77,6 +94,9 @@ class Generation {
   Generation(std::shared_ptr<Model> m, GenerateRequest r, std::unique_ptr<Sequence> s);
   void finish(FinishReason r);
   std::string emit_text(TokenId id);
+  void consumed(std::size_t n, std::vector<float> logits);  // n input tokens went through a forward
+  void end_prefill();                                       // prompt and checkpoint are in
+  TokenEvent sample_next();                                 // samples from logits_, applies the stop rules
 
   std::shared_ptr<Model> model_;
   GenerateRequest req_;
@@ -89,6 +109,9 @@ class Generation {
   std::vector<float> logits_;
   std::string text_;
   std::size_t delivered_ = 0;
+  std::size_t fed_prompt_ = 0;  // prompt tokens through the model
+  std::size_t fed_resume_ = 0;  // checkpoint tokens through the model
+  std::size_t resume_feed_ = 0; // checkpoint tokens to feed (the last one may not fit the context)
   bool prefilled_ = false;
   FinishReason reason_ = FinishReason::running;
   GenerationStats stats_;

@@ -1,4 +1,4 @@
-// Loading a model and its forward pass in LibTorch (the compute side of Model; the text side is model_text.cc).
+// Loading a model, its placement on an accelerator and its accessors (the forward pass is model_forward.cc, the text side model_text.cc).
 #include "engine/model.h"
 
 #include <ATen/ATen.h>
@@ -24,6 +24,7 @@
 #include "engine/weight.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "kernels/rows.h"
 #if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -74,10 +75,6 @@ std::uint64_t tensor_bytes(const at::Tensor& t) {
   return static_cast<std::uint64_t>(t.numel()) * static_cast<std::uint64_t>(t.element_size());
 }
 
-// Thrown inside a forward when the accelerator reports a fault at a safe point; caught in Model::forward.
-struct DeviceFault {
-  Error error;
-};
 
 }  // namespace
 
@@ -111,123 +108,6 @@ std::string Model::Impl::held_type_summary() {
   for (WType t : kernels::kAllWTypes)
     if (n.count(t)) out += (out.empty() ? "" : ",") + std::string(kernels::wtype_name(t)) + ":" + std::to_string(n[t]);
   return out;
-}
-
-// x @ W^T. On the CPU through Tandem's kernels (kernels.h): the activations are prepared once for the weight
-// type (q8_0 / q8_K blocks, f16, bf16, f32), then the output rows are split across the model's worker pool.
-// On the accelerator the stored blocks are expanded into a workspace matrix and multiplied with ATen.
-at::Tensor Model::Impl::linear(const at::Tensor& x, const Weight& w) {
-  if (w.dev.defined()) {
-    const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, x.scalar_type());
-    return at::matmul(x, m.t());
-  }
-  return cpu_linear(x, w, *pool, act_buf);
-}
-
-at::Tensor Model::Impl::biased(const at::Tensor& y, const at::Tensor& b) {
-  if (!b.defined()) return y;
-  return y.add_(b);  // y is a fresh matmul result: [n, rows] + [rows]
-}
-
-at::Tensor Model::Impl::rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor r = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + cfg().rms_norm_eps);
-  return (xf * r).to(w.scalar_type()) * w;
-}
-
-// cos/sin tables for absolute positions pos0 .. pos0+n-1: [n, head_dim / 2] (the angle of pair i).
-std::pair<at::Tensor, at::Tensor> Model::Impl::rope_tables(std::int64_t pos0, std::int64_t n) const {
-  const at::Tensor pos = at::arange(pos0, pos0 + n, at::TensorOptions().dtype(at::kFloat));  // on the CPU
-  const at::Tensor freqs = at::outer(pos, inv_freq);
-  if (rope_mscale != 1.0F) return {freqs.cos().mul_(rope_mscale), freqs.sin().mul_(rope_mscale)};
-  return {freqs.cos(), freqs.sin()};
-}
-
-// x: [n, heads, hd]; cos/sin: [n, hd / 2] broadcast over heads. Pair i is (i, i + hd/2) in the HF layout
-// ("rotate_half") and (2i, 2i+1) in GGUF's (llama.cpp permutes Q/K rows when converting; the dot products of
-// queries and keys are the same either way).
-at::Tensor Model::Impl::apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
-  const std::int64_t n = x.size(0), h = x.size(1), hd = x.size(2), half = hd / 2;
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
-  at::Tensor out;
-  if (rope_interleaved) {
-    const at::Tensor p = xf.view({n, h, half, 2});
-    const at::Tensor x1 = p.select(3, 0), x2 = p.select(3, 1);
-    out = at::stack({x1 * c - x2 * s, x2 * c + x1 * s}, 3).view({n, h, hd});
-  } else {
-    const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-    out = at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
-  }
-  return out.to(x.scalar_type());
-}
-
-// q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal. → [n, H*hd]
-at::Tensor Model::Impl::attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                     std::int64_t pos0) const {
-  const std::int64_t n = q.size(0), H = q.size(1), hd = q.size(2);
-  const std::int64_t kvh = keys.size(1), L = keys.size(0), g = H / kvh;
-  const at::Tensor qh = q.to(at::kFloat).view({n, kvh, g, hd}).permute({1, 2, 0, 3}).reshape({kvh, g * n, hd});
-  const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
-  const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
-  at::Tensor scores = at::bmm(qh, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
-  const std::int64_t window = cfg().sliding_window.value_or(0);
-  if (n > 1 || pos0 + n < L || (window > 0 && L > window)) {
-    // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i, and with a sliding window W also
-    // j > pos0 + i - W (the W most recent positions, the query's own included)
-    const auto on = at::TensorOptions().device(q.device());
-    const at::Tensor qi = at::arange(pos0, pos0 + n, on.dtype(at::kLong)).unsqueeze(1);
-    const at::Tensor kj = at::arange(0, L, on.dtype(at::kLong)).unsqueeze(0);
-    at::Tensor hidden = kj > qi;
-    if (window > 0) hidden = hidden.logical_or(kj <= qi - window);
-    const at::Tensor mask = at::zeros({n, L}, on.dtype(at::kFloat))
-                                .masked_fill_(hidden, -std::numeric_limits<float>::infinity());
-    scores = scores.view({kvh, g, n, L}).add_(mask).view({kvh, g * n, L});
-  }
-  const at::Tensor probs = at::softmax(scores, -1);
-  const at::Tensor out = at::bmm(probs, vh);  // [kvh, g*n, hd]
-  return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(q.scalar_type());
-}
-
-// The transformer over `ids` at positions pos0..; `kv_step(layer, k, v)` stores the new K/V and returns the
-// keys/values visible to this step (all positions 0 .. pos0+n-1). CPU layers compute in f32; accelerator
-// layers in `dtype` on their device.
-template <class KvStep>
-at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, std::int64_t pos0, bool all_logits, KvStep&& kv_step) {
-  const auto& c = cfg();
-  const auto n = static_cast<std::int64_t>(ids.size());
-  at::Tensor x = embedding_rows(embed, ids);
-  const auto [cpu_cos, cpu_sin] = rope_tables(pos0, n);
-  at::Tensor acc_cos, acc_sin;
-  if (accel_dev.is_cuda()) {
-    acc_cos = cpu_cos.to(accel_dev);
-    acc_sin = cpu_sin.to(accel_dev);
-  }
-  for (std::size_t li = 0; li < layers.size(); ++li) {
-    const Layer& l = layers[li];
-    const at::Device dev = l.attn_norm.device();
-    const at::ScalarType st = l.on_accel ? dtype : at::kFloat;
-    if (x.device() != dev || x.scalar_type() != st) x = x.to(dev, st);
-    const at::Tensor& cos = dev.is_cuda() ? acc_cos : cpu_cos;
-    const at::Tensor& sin = dev.is_cuda() ? acc_sin : cpu_sin;
-    const at::Tensor h = rmsnorm(x, l.attn_norm);
-    const at::Tensor q = apply_rope(biased(linear(h, l.wq), l.bq).view({n, c.num_heads, c.head_dim}), cos, sin);
-    const at::Tensor k = apply_rope(biased(linear(h, l.wk), l.bk).view({n, c.num_kv_heads, c.head_dim}), cos, sin);
-    const at::Tensor v = biased(linear(h, l.wv), l.bv).view({n, c.num_kv_heads, c.head_dim});
-    const auto [keys, values] = kv_step(li, k, v);
-    x = x + linear(attention(q, keys, values, pos0), l.wo);
-    const at::Tensor h2 = rmsnorm(x, l.mlp_norm);
-    x = x + linear(at::silu(linear(h2, l.w_gate)) * linear(h2, l.w_up), l.w_down);
-    if (l.on_accel) {
-      // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
-      if (auto st2 = accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
-    }
-  }
-  const at::ScalarType head_st = head_on_accel ? dtype : at::kFloat;
-  if (x.device() != final_norm.device() || x.scalar_type() != head_st) x = x.to(final_norm.device(), head_st);
-  x = rmsnorm(x, final_norm);
-  if (!all_logits) x = x.narrow(0, n - 1, 1);
-  return linear(x, lm_head).to(at::kFloat).to(at::kCPU).contiguous();
 }
 
 // Moves layers [0, accel_layers) (and the head when all layers go) to the accelerator, accounting every byte
@@ -597,120 +477,5 @@ void Model::release_sequence(Sequence& s) {
 Sequence::~Sequence() { release(); }
 
 void Sequence::release() { model_->release_sequence(*this); }
-
-namespace {
-
-Result<std::vector<std::int64_t>> check_ids(std::span<const TokenId> tokens, int vocab) {
-  if (tokens.empty()) return fail(Errc::invalid_argument, "forward: no tokens");
-  std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= vocab)
-      return fail(Errc::invalid_argument, "token " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
-                                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  return ids;
-}
-
-Error map_torch_error(const std::string& what, std::string_view where) {
-  const bool oom = what.find("not enough memory") != std::string::npos ||
-                   what.find("out of memory") != std::string::npos ||
-                   what.find("DefaultCPUAllocator") != std::string::npos;
-  // Sticky CUDA errors (illegal address, launch failure, ECC, device unavailable) leave the context unusable.
-  const bool cuda_fault = !oom && (what.find("CUDA error") != std::string::npos ||
-                                   what.find("cudaError") != std::string::npos);
-  return make_error(oom ? Errc::out_of_memory : cuda_fault ? Errc::device_lost : Errc::internal,
-                    std::string(where) + ": " + what);
-}
-
-}  // namespace
-
-Result<std::vector<float>> Model::forward(Sequence& seq, std::span<const TokenId> tokens, bool all_logits) {
-  Impl& im = *impl_;
-  if (seq.model_.get() != this) return fail(Errc::invalid_argument, "forward: sequence belongs to another model");
-  // One forward at a time per model; held from the block reservation to the last K/V write, so a release from
-  // another thread (which takes this lock) cannot free blocks under a running forward.
-  std::lock_guard compute(im.compute_mu);
-  if (seq.released_) return fail(Errc::invalid_argument, "forward: the sequence was released");
-  auto ids = check_ids(tokens, im.cfg().vocab_size);
-  if (!ids) return fail(std::move(ids).error());
-  const std::int64_t pos0 = seq.length_;
-  const auto n = static_cast<std::int64_t>(tokens.size());
-  if (pos0 + n > im.max_context)
-    return fail(Errc::invalid_argument, "context overflow: " + std::to_string(pos0) + " cached + " +
-                                            std::to_string(n) + " new tokens > max context " +
-                                            std::to_string(im.max_context));
-  const device::Site site = n > 1 || pos0 == 0 ? device::Site::prefill : device::Site::decode;
-  device::Allocation workspace;
-  if (im.accel) {
-    if (im.device_lost())
-      return fail(Errc::device_lost, im.accel->name() + ": the model's device buffers were lost (driver reset); "
-                                                         "reload the replica");
-    TANDEM_TRY(im.accel->check(site));
-  }
-  std::vector<std::int64_t> ctx_slots;
-  {
-    std::lock_guard lock(im.kv_mu);
-    TANDEM_TRY(im.kv.reserve(seq.id_, pos0 + n));
-    const auto& table = *im.kv.table(seq.id_);
-    const std::int64_t bs = im.kv.block_size();
-    ctx_slots.resize(static_cast<std::size_t>(pos0 + n));
-    for (std::int64_t p = 0; p < pos0 + n; ++p)
-      ctx_slots[static_cast<std::size_t>(p)] = std::int64_t{table[static_cast<std::size_t>(p / bs)]} * bs + p % bs;
-  }
-  if (im.accel) {
-    auto ws = im.accel->allocate(workspace_bytes(n, pos0 + n), site);
-    if (!ws) return fail(std::move(ws).error());
-    workspace = std::move(ws).value();
-  }
-  try {
-    c10::InferenceMode guard;
-    im.current_site = site;
-    const at::Tensor all = at::tensor(ctx_slots, at::TensorOptions().dtype(at::kLong));
-    const at::Tensor fresh = all.narrow(0, pos0, n);
-    at::Tensor all_acc, fresh_acc;
-    if (im.accel_dev.is_cuda()) {
-      all_acc = all.to(im.accel_dev);
-      fresh_acc = all_acc.narrow(0, pos0, n);
-    }
-    at::Tensor logits = im.run(*ids, pos0, all_logits, [&](std::size_t li, const at::Tensor& k, const at::Tensor& v) {
-      const bool acc = im.k_pool[li].is_cuda();
-      const at::Tensor& a = acc ? all_acc : all;
-      const at::Tensor& f = acc ? fresh_acc : fresh;
-      im.k_pool[li].index_copy_(0, f, k);
-      im.v_pool[li].index_copy_(0, f, v);
-      return std::pair{im.k_pool[li].index_select(0, a), im.v_pool[li].index_select(0, a)};
-    });
-    seq.length_ = pos0 + n;
-    const float* p = logits.data_ptr<float>();
-    return std::vector<float>(p, p + logits.numel());
-  } catch (const DeviceFault& f) {
-    return fail(f.error);
-  } catch (const c10::Error& e) {
-    Error err = map_torch_error(e.what_without_backtrace(), "forward");
-    if (im.accel && err.code == Errc::internal && !im.accel->check(site).ok()) err.code = Errc::device_lost;
-    return fail(std::move(err));
-  } catch (const std::bad_alloc&) {
-    return fail(Errc::out_of_memory, "forward: out of host memory");
-  }
-}
-
-Result<std::vector<float>> Model::forward_reference(std::span<const TokenId> tokens) {
-  Impl& im = *impl_;
-  auto ids = check_ids(tokens, im.cfg().vocab_size);
-  if (!ids) return fail(std::move(ids).error());
-  if (im.device_lost()) return fail(Errc::device_lost, im.accel->name() + ": the model's device buffers were lost");
-  try {
-    std::lock_guard compute(im.compute_mu);
-    c10::InferenceMode guard;
-    at::Tensor logits = im.run(*ids, 0, true, [](std::size_t, const at::Tensor& k, const at::Tensor& v) {
-      return std::pair{k, v};
-    });
-    const float* p = logits.data_ptr<float>();
-    return std::vector<float>(p, p + logits.numel());
-  } catch (const DeviceFault& f) {
-    return fail(f.error);
-  } catch (const c10::Error& e) {
-    return fail(map_torch_error(e.what_without_backtrace(), "forward_reference"));
-  }
-}
 
 }  // namespace tandem::engine

@@ -147,6 +147,20 @@ class Model : public std::enable_shared_from_this<Model> {
   // (invalid_argument); context overflow is invalid_argument; LibTorch exceptions map to internal/out_of_memory.
   Result<std::vector<float>> forward(Sequence& seq, std::span<const TokenId> tokens, bool all_logits = false);
 
+  // One forward for several sequences at once (continuous batching): each item's tokens at that sequence's next
+  // positions, decode tokens and prefill chunks mixed. The matmuls read every weight once for all rows; everything
+  // else runs per row or per item, with kernels whose result for a row depends on that row only, so each item's
+  // logits are bit-identical to what forward() on it alone returns (CPU layers; docs/batching.md for the
+  // accelerator). An item that cannot run (invalid tokens, context overflow, kv_exhausted, released, twice in the
+  // batch) gets its own error in the result and the others still run. A failure of the step itself (device lost,
+  // an accelerator allocation refused, out of memory) is the outer error: then no sequence advanced.
+  struct BatchItem {
+    Sequence* seq = nullptr;
+    std::span<const TokenId> tokens;
+    bool all_logits = false;
+  };
+  Result<std::vector<Result<std::vector<float>>>> forward_batch(std::span<const BatchItem> items);
+
   // Reference forward without any cache: full causal attention over `tokens`, logits for every position.
   // For tests of the paged path.
   Result<std::vector<float>> forward_reference(std::span<const TokenId> tokens);

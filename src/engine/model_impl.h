@@ -106,12 +106,19 @@ struct Model::Impl {
   at::Tensor linear(const at::Tensor& x, const Weight& w);
   static at::Tensor biased(const at::Tensor& y, const at::Tensor& b);  // y + b when b is defined (in place)
   at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const;
-  std::pair<at::Tensor, at::Tensor> rope_tables(std::int64_t pos0, std::int64_t n) const;
+  std::pair<at::Tensor, at::Tensor> rope_tables(const std::vector<std::int64_t>& pos) const;
   at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const;
   at::Tensor attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                        std::int64_t pos0) const;
+  // One item of a ragged batch: n new tokens at positions pos0.. (see run()).
+  struct RowSpan {
+    std::int64_t pos0 = 0;
+    std::int64_t n = 0;
+    bool all_logits = false;
+  };
   template <class KvStep>
-  at::Tensor run(const std::vector<std::int64_t>& ids, std::int64_t pos0, bool all_logits, KvStep&& kv_step);
+  at::Tensor run(const std::vector<std::int64_t>& ids, const std::vector<RowSpan>& spans, KvStep&& kv_step);
   Status place_on_accelerator();
 };
 

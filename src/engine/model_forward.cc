@@ -1,0 +1,391 @@
+// The forward pass of Model in LibTorch: the layer math (matmuls through Tandem's kernels on the CPU, ATen on an
+// accelerator; row kernels for norms, rotary embedding and SiLU), the paged KV writes and reads, and the ragged
+// batch of continuous batching (forward_batch). Loading and placement are in model.cc, the text side in
+// model_text.cc.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+
+#include "engine/dequant.h"
+#include "engine/model.h"
+#include "engine/model_impl.h"
+#include "engine/weight.h"
+#include "kernels/kernels.h"
+#include "kernels/rows.h"
+#include "engine/worker_pool.h"
+
+namespace tandem::engine {
+
+namespace {
+
+// Thrown inside a forward when the accelerator reports a fault at a safe point; caught in Model::forward.
+struct DeviceFault {
+  Error error;
+};
+
+}  // namespace
+
+// x @ W^T. On the CPU through Tandem's kernels (kernels.h): the activations are prepared once for the weight
+// type (q8_0 / q8_K blocks, f16, bf16, f32), then the output rows are split across the model's worker pool.
+// On the accelerator the stored blocks are expanded into a workspace matrix and multiplied with ATen.
+at::Tensor Model::Impl::linear(const at::Tensor& x, const Weight& w) {
+  if (w.dev.defined()) {
+    const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, x.scalar_type());
+    return at::matmul(x, m.t());
+  }
+  return cpu_linear(x, w, *pool, act_buf);
+}
+
+at::Tensor Model::Impl::biased(const at::Tensor& y, const at::Tensor& b) {
+  if (!b.defined()) return y;
+  return y.add_(b);  // y is a fresh matmul result: [n, rows] + [rows]
+}
+
+// RMSNorm of every row. CPU rows (f32) through the row kernel (kernels/rows.h: the same operations for a row whatever
+// else is in the batch); accelerator rows with ATen in the activation dtype.
+at::Tensor Model::Impl::rmsnorm(const at::Tensor& x, const at::Tensor& w) const {
+  if (x.is_cpu() && w.is_cpu() && w.scalar_type() == at::kFloat) {
+    const at::Tensor xf = x.to(at::kFloat).contiguous();
+    at::Tensor out = at::empty_like(xf);
+    kernels::rmsnorm_rows(xf.data_ptr<float>(), w.data_ptr<float>(), xf.size(0), xf.size(1),
+                          static_cast<float>(cfg().rms_norm_eps), out.data_ptr<float>());
+    return out;
+  }
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor r = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + cfg().rms_norm_eps);
+  return (xf * r).to(w.scalar_type()) * w;
+}
+
+// cos/sin tables for the absolute positions of the rows: [n, head_dim / 2] (the angle of pair i), f32 on the CPU.
+std::pair<at::Tensor, at::Tensor> Model::Impl::rope_tables(const std::vector<std::int64_t>& pos) const {
+  const auto n = static_cast<std::int64_t>(pos.size());
+  const std::int64_t half = inv_freq.size(0);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor cos = at::empty({n, half}, f32), sin = at::empty({n, half}, f32);
+  kernels::rope_table(pos.data(), n, inv_freq.data_ptr<float>(), half, rope_mscale, cos.data_ptr<float>(),
+                      sin.data_ptr<float>());
+  return {cos, sin};
+}
+
+// x: [n, heads, hd]; cos/sin: [n, hd / 2] broadcast over heads. Pair i is (i, i + hd/2) in the HF layout
+// ("rotate_half") and (2i, 2i+1) in GGUF's (llama.cpp permutes Q/K rows when converting; the dot products of
+// queries and keys are the same either way). CPU (f32): rotated in place by the row kernel.
+at::Tensor Model::Impl::apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
+  const std::int64_t n = x.size(0), h = x.size(1), hd = x.size(2), half = hd / 2;
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous()) {
+    kernels::rope_rows(x.data_ptr<float>(), n, h, half, cos.data_ptr<float>(), sin.data_ptr<float>(),
+                       rope_interleaved);
+    return x;
+  }
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
+  at::Tensor out;
+  if (rope_interleaved) {
+    const at::Tensor p = xf.view({n, h, half, 2});
+    const at::Tensor x1 = p.select(3, 0), x2 = p.select(3, 1);
+    out = at::stack({x1 * c - x2 * s, x2 * c + x1 * s}, 3).view({n, h, hd});
+  } else {
+    const at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+    out = at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+  }
+  return out.to(x.scalar_type());
+}
+
+// SiLU(gate) × up: CPU rows (f32) through the row kernel, in place into `gate`; accelerator rows with ATen.
+at::Tensor Model::Impl::silu_mul(const at::Tensor& gate, const at::Tensor& up) const {
+  if (gate.is_cpu() && gate.scalar_type() == at::kFloat && gate.is_contiguous() && up.is_contiguous()) {
+    kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), gate.data_ptr<float>());
+    return gate;
+  }
+  return at::silu(gate) * up;
+}
+
+// q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal. → [n, H*hd]
+at::Tensor Model::Impl::attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                     std::int64_t pos0) const {
+  const std::int64_t n = q.size(0), H = q.size(1), hd = q.size(2);
+  const std::int64_t kvh = keys.size(1), L = keys.size(0), g = H / kvh;
+  const at::Tensor qh = q.to(at::kFloat).view({n, kvh, g, hd}).permute({1, 2, 0, 3}).reshape({kvh, g * n, hd});
+  const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
+  const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
+  at::Tensor scores = at::bmm(qh, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
+  const std::int64_t window = cfg().sliding_window.value_or(0);
+  if (n > 1 || pos0 + n < L || (window > 0 && L > window)) {
+    // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i, and with a sliding window W also
+    // j > pos0 + i - W (the W most recent positions, the query's own included)
+    const auto on = at::TensorOptions().device(q.device());
+    const at::Tensor qi = at::arange(pos0, pos0 + n, on.dtype(at::kLong)).unsqueeze(1);
+    const at::Tensor kj = at::arange(0, L, on.dtype(at::kLong)).unsqueeze(0);
+    at::Tensor hidden = kj > qi;
+    if (window > 0) hidden = hidden.logical_or(kj <= qi - window);
+    const at::Tensor mask = at::zeros({n, L}, on.dtype(at::kFloat))
+                                .masked_fill_(hidden, -std::numeric_limits<float>::infinity());
+    scores = scores.view({kvh, g, n, L}).add_(mask).view({kvh, g * n, L});
+  }
+  const at::Tensor probs = at::softmax(scores, -1);
+  const at::Tensor out = at::bmm(probs, vh);  // [kvh, g*n, hd]
+  return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(q.scalar_type());
+}
+
+// The transformer over a ragged batch: `ids` are the new tokens of every item, item after item; item i has
+// spans[i].n tokens at positions spans[i].pos0... The matmuls run once over all rows (row-independent kernels);
+// norms, rotary embedding and SiLU run row by row (kernels/rows.h); attention runs per item over its own keys.
+// `kv_step(item, layer, k, v)` stores the item's new K/V and returns the keys/values visible to it (positions
+// 0 .. pos0+n-1). CPU layers compute in f32; accelerator layers in `dtype` on their device. Returns, item after
+// item, the logits of the item's last row (or of all its rows with all_logits).
+template <class KvStep>
+at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, const std::vector<RowSpan>& spans, KvStep&& kv_step) {
+  const auto& c = cfg();
+  const auto N = static_cast<std::int64_t>(ids.size());
+  at::Tensor x = embedding_rows(embed, ids);
+  std::vector<std::int64_t> pos;
+  pos.reserve(ids.size());
+  for (const RowSpan& sp : spans)
+    for (std::int64_t i = 0; i < sp.n; ++i) pos.push_back(sp.pos0 + i);
+  const auto [cpu_cos, cpu_sin] = rope_tables(pos);
+  at::Tensor acc_cos, acc_sin;
+  if (accel_dev.is_cuda()) {
+    acc_cos = cpu_cos.to(accel_dev);
+    acc_sin = cpu_sin.to(accel_dev);
+  }
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const Layer& l = layers[li];
+    const at::Device dev = l.attn_norm.device();
+    const at::ScalarType st = l.on_accel ? dtype : at::kFloat;
+    if (x.device() != dev || x.scalar_type() != st) x = x.to(dev, st);
+    const at::Tensor& cos = dev.is_cuda() ? acc_cos : cpu_cos;
+    const at::Tensor& sin = dev.is_cuda() ? acc_sin : cpu_sin;
+    const at::Tensor h = rmsnorm(x, l.attn_norm);
+    const at::Tensor q = apply_rope(biased(linear(h, l.wq), l.bq).view({N, c.num_heads, c.head_dim}), cos, sin);
+    const at::Tensor k = apply_rope(biased(linear(h, l.wk), l.bk).view({N, c.num_kv_heads, c.head_dim}), cos, sin);
+    const at::Tensor v = biased(linear(h, l.wv), l.bv).view({N, c.num_kv_heads, c.head_dim});
+    at::Tensor attn;
+    if (spans.size() == 1) {
+      const auto [keys, values] = kv_step(0, li, k, v);
+      attn = attention(q, keys, values, spans[0].pos0);
+    } else {
+      std::vector<at::Tensor> parts;
+      parts.reserve(spans.size());
+      std::int64_t off = 0;
+      for (std::size_t i = 0; i < spans.size(); ++i) {
+        const std::int64_t n = spans[i].n;
+        const auto [keys, values] = kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n));
+        parts.push_back(attention(q.narrow(0, off, n), keys, values, spans[i].pos0));
+        off += n;
+      }
+      attn = at::cat(parts, 0);
+    }
+    x = x + linear(attn, l.wo);
+    const at::Tensor h2 = rmsnorm(x, l.mlp_norm);
+    x = x + linear(silu_mul(linear(h2, l.w_gate), linear(h2, l.w_up)), l.w_down);
+    if (l.on_accel) {
+      // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
+      if (auto st2 = accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
+    }
+  }
+  const at::ScalarType head_st = head_on_accel ? dtype : at::kFloat;
+  if (x.device() != final_norm.device() || x.scalar_type() != head_st) x = x.to(final_norm.device(), head_st);
+  // The rows whose logits are wanted.
+  bool every_row = true;
+  for (const RowSpan& sp : spans) every_row = every_row && sp.all_logits;
+  if (!every_row) {
+    if (spans.size() == 1) {
+      x = x.narrow(0, N - 1, 1);
+    } else {
+      std::vector<std::int64_t> rows;
+      std::int64_t off = 0;
+      for (const RowSpan& sp : spans) {
+        if (sp.all_logits)
+          for (std::int64_t i = 0; i < sp.n; ++i) rows.push_back(off + i);
+        else
+          rows.push_back(off + sp.n - 1);
+        off += sp.n;
+      }
+      x = x.index_select(0, at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(x.device()));
+    }
+  }
+  x = rmsnorm(x.contiguous(), final_norm);
+  return linear(x, lm_head).to(at::kFloat).to(at::kCPU).contiguous();
+}
+
+namespace {
+
+Result<std::vector<std::int64_t>> check_ids(std::span<const TokenId> tokens, int vocab) {
+  if (tokens.empty()) return fail(Errc::invalid_argument, "forward: no tokens");
+  std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      return fail(Errc::invalid_argument, "token " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  return ids;
+}
+
+Error map_torch_error(const std::string& what, std::string_view where) {
+  const bool oom = what.find("not enough memory") != std::string::npos ||
+                   what.find("out of memory") != std::string::npos ||
+                   what.find("DefaultCPUAllocator") != std::string::npos;
+  // Sticky CUDA errors (illegal address, launch failure, ECC, device unavailable) leave the context unusable.
+  const bool cuda_fault = !oom && (what.find("CUDA error") != std::string::npos ||
+                                   what.find("cudaError") != std::string::npos);
+  return make_error(oom ? Errc::out_of_memory : cuda_fault ? Errc::device_lost : Errc::internal,
+                    std::string(where) + ": " + what);
+}
+
+}  // namespace
+
+Result<std::vector<float>> Model::forward(Sequence& seq, std::span<const TokenId> tokens, bool all_logits) {
+  const BatchItem item{&seq, tokens, all_logits};
+  auto out = forward_batch(std::span(&item, 1));
+  if (!out) return fail(std::move(out).error());
+  return std::move(out->front());
+}
+
+Result<std::vector<Result<std::vector<float>>>> Model::forward_batch(std::span<const BatchItem> items) {
+  Impl& im = *impl_;
+  std::vector<Result<std::vector<float>>> results;
+  results.reserve(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) results.emplace_back(std::vector<float>{});
+  if (items.empty()) return results;
+  // One forward at a time per model; held from the block reservation to the last K/V write, so a release from
+  // another thread (which takes this lock) cannot free blocks under a running forward.
+  std::lock_guard compute(im.compute_mu);
+  // Per item: validate and reserve its blocks. An item that fails here gets its own error and stays out of the step.
+  struct Live {
+    std::size_t index;
+    std::int64_t pos0, n;
+    std::vector<std::int64_t> slots;  // KV slot of every position 0 .. pos0+n-1
+  };
+  std::vector<Live> live;
+  std::vector<std::int64_t> ids;
+  std::vector<Impl::RowSpan> spans;
+  bool any_prefill = false;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const BatchItem& it = items[i];
+    Sequence& seq = *it.seq;
+    if (seq.model_.get() != this) {
+      results[i] = fail(Errc::invalid_argument, "forward: sequence belongs to another model");
+      continue;
+    }
+    if (seq.released_) {
+      results[i] = fail(Errc::invalid_argument, "forward: the sequence was released");
+      continue;
+    }
+    auto checked = check_ids(it.tokens, im.cfg().vocab_size);
+    if (!checked) {
+      results[i] = fail(std::move(checked).error());
+      continue;
+    }
+    bool dup = false;  // one sequence twice in a step would write its positions twice
+    for (const Live& l : live) dup = dup || items[l.index].seq == it.seq;
+    if (dup) {
+      results[i] = fail(Errc::invalid_argument, "forward: a sequence appears twice in one batch");
+      continue;
+    }
+    const std::int64_t pos0 = seq.length_;
+    const auto n = static_cast<std::int64_t>(it.tokens.size());
+    if (pos0 + n > im.max_context) {
+      results[i] = fail(Errc::invalid_argument, "context overflow: " + std::to_string(pos0) + " cached + " +
+                                                    std::to_string(n) + " new tokens > max context " +
+                                                    std::to_string(im.max_context));
+      continue;
+    }
+    Live l{i, pos0, n, {}};
+    {
+      std::lock_guard lock(im.kv_mu);
+      if (auto st = im.kv.reserve(seq.id_, pos0 + n); !st) {
+        results[i] = fail(std::move(st).error());
+        continue;
+      }
+      const auto& table = *im.kv.table(seq.id_);
+      const std::int64_t bs = im.kv.block_size();
+      l.slots.resize(static_cast<std::size_t>(pos0 + n));
+      for (std::int64_t p = 0; p < pos0 + n; ++p)
+        l.slots[static_cast<std::size_t>(p)] = std::int64_t{table[static_cast<std::size_t>(p / bs)]} * bs + p % bs;
+    }
+    any_prefill = any_prefill || n > 1 || pos0 == 0;
+    ids.insert(ids.end(), checked->begin(), checked->end());
+    spans.push_back({pos0, n, it.all_logits});
+    live.push_back(std::move(l));
+  }
+  if (live.empty()) return results;
+  const device::Site site = any_prefill ? device::Site::prefill : device::Site::decode;
+  device::Allocation workspace;
+  if (im.accel) {
+    if (im.device_lost())
+      return fail(Errc::device_lost, im.accel->name() + ": the model's device buffers were lost (driver reset); "
+                                                         "reload the replica");
+    TANDEM_TRY(im.accel->check(site));
+    std::uint64_t bytes = 0;
+    for (const Live& l : live) bytes += workspace_bytes(l.n, l.pos0 + l.n) - im.dequant_ws;
+    auto ws = im.accel->allocate(bytes + im.dequant_ws, site);
+    if (!ws) return fail(std::move(ws).error());
+    workspace = std::move(ws).value();
+  }
+  try {
+    c10::InferenceMode guard;
+    im.current_site = site;
+    const auto lopt = at::TensorOptions().dtype(at::kLong);
+    std::vector<at::Tensor> all(live.size()), fresh(live.size()), all_acc(live.size()), fresh_acc(live.size());
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      all[i] = at::tensor(live[i].slots, lopt);
+      fresh[i] = all[i].narrow(0, live[i].pos0, live[i].n);
+      if (im.accel_dev.is_cuda()) {
+        all_acc[i] = all[i].to(im.accel_dev);
+        fresh_acc[i] = all_acc[i].narrow(0, live[i].pos0, live[i].n);
+      }
+    }
+    at::Tensor logits =
+        im.run(ids, spans, [&](std::size_t item, std::size_t li, const at::Tensor& k, const at::Tensor& v) {
+          const bool acc = im.k_pool[li].is_cuda();
+          const at::Tensor& a = acc ? all_acc[item] : all[item];
+          const at::Tensor& f = acc ? fresh_acc[item] : fresh[item];
+          im.k_pool[li].index_copy_(0, f, k);
+          im.v_pool[li].index_copy_(0, f, v);
+          return std::pair{im.k_pool[li].index_select(0, a), im.v_pool[li].index_select(0, a)};
+        });
+    const float* p = logits.data_ptr<float>();
+    const std::int64_t vocab = logits.size(1);
+    std::int64_t row = 0;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const std::int64_t rows = spans[i].all_logits ? spans[i].n : 1;
+      results[live[i].index] = std::vector<float>(p + row * vocab, p + (row + rows) * vocab);
+      row += rows;
+      items[live[i].index].seq->length_ = live[i].pos0 + live[i].n;
+    }
+    return results;
+  } catch (const DeviceFault& f) {
+    return fail(f.error);
+  } catch (const c10::Error& e) {
+    Error err = map_torch_error(e.what_without_backtrace(), "forward");
+    if (im.accel && err.code == Errc::internal && !im.accel->check(site).ok()) err.code = Errc::device_lost;
+    return fail(std::move(err));
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::out_of_memory, "forward: out of host memory");
+  }
+}
+
+Result<std::vector<float>> Model::forward_reference(std::span<const TokenId> tokens) {
+  Impl& im = *impl_;
+  auto ids = check_ids(tokens, im.cfg().vocab_size);
+  if (!ids) return fail(std::move(ids).error());
+  if (im.device_lost()) return fail(Errc::device_lost, im.accel->name() + ": the model's device buffers were lost");
+  try {
+    std::lock_guard compute(im.compute_mu);
+    c10::InferenceMode guard;
+    const std::vector<Impl::RowSpan> spans{{0, static_cast<std::int64_t>(ids->size()), true}};
+    at::Tensor logits = im.run(*ids, spans, [](std::size_t, std::size_t, const at::Tensor& k, const at::Tensor& v) {
+      return std::pair{k, v};
+    });
+    const float* p = logits.data_ptr<float>();
+    return std::vector<float>(p, p + logits.numel());
+  } catch (const DeviceFault& f) {
+    return fail(f.error);
+  } catch (const c10::Error& e) {
+    return fail(map_torch_error(e.what_without_backtrace(), "forward_reference"));
+  }
+}
+
+}  // namespace tandem::engine
