@@ -92,6 +92,16 @@ std::optional<Clock::duration> memory_wait(const std::vector<RunningGpuJob>& run
   return std::nullopt;
 }
 
+// The prefill chunk a job may take in a step loop with a budget of `step_tokens` shared with `others` sequences
+// (one token each while they decode): capped at max(1, step_tokens − others). Returns the request's own chunk when
+// there is no loop (step_tokens = 0) or the cap does not bind.
+std::uint32_t step_chunk(const RequestShape& r, std::uint32_t step_tokens, std::uint32_t others) {
+  if (step_tokens == 0) return r.prefill_chunk;
+  const std::uint32_t share = step_tokens > others ? step_tokens - others : 1;
+  const std::uint32_t chunk = r.prefill_chunk == 0 ? r.prompt_tokens : std::min(r.prefill_chunk, r.prompt_tokens);
+  return chunk <= share ? r.prefill_chunk : share;
+}
+
 // Why the GPU cannot take new work at all (nullopt = it can, subject to memory).
 std::optional<Reason> gpu_blocked(const GpuView& g, bool for_delay) {
   if (!g.present) return Reason::gpu_absent;
@@ -113,7 +123,7 @@ std::optional<Reason> gpu_start_blocked(const GpuView& g) {
 
 Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
   const GpuView& g = s.gpu;
-  const RequestShape& req = s.request;
+  RequestShape req = s.request;  // with the GPU step loop's chunk cap (after validation)
   Decision d;
   d.headroom = g.headroom;
   d.pressure = g.pressure;
@@ -157,6 +167,8 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
 
   if (auto st = s.model.validate(); !st) return reject(Reason::invalid_request, st.error().message, true);
   if (auto st = req.validate(); !st) return reject(Reason::invalid_request, st.error().message, true);
+  req.prefill_chunk = step_chunk(req, g.step_tokens, g.running_sequences);
+  d.prefill_chunk = req.prefill_chunk;
 
   d.breakdown = estimator_.estimate(s.model, req, g.weights_resident);
   const MemoryBreakdown& full = d.breakdown;
@@ -336,7 +348,8 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
                c.replica_present ? "replica fingerprint differs" : "");
           break;
         }
-        RequestShape r2 = req;
+        RequestShape r2 = s.request;
+        r2.prefill_chunk = step_chunk(s.request, c.step_tokens, c.running_sequences);
         if (!within(req.prompt_tokens, req.max_new_tokens, c.max_context, c.max_new_tokens)) {
           const std::uint32_t floor_new = std::min(ladder_.min_reduced_new_tokens, req.max_new_tokens);
           std::uint32_t capped = 0;
@@ -365,6 +378,7 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
         d.reason = fallback ? Reason::routed_fallback : Reason::routed_cpu;
         d.route = Route{Device::cpu, 0, fallback, target->name};
         d.max_new_tokens = r2.max_new_tokens;
+        d.prefill_chunk = r2.prefill_chunk;
         d.host = he;
         d.waits_for_host_memory = hc.fit == HostFit::wait;
         d.eta = c.queue_wait;
@@ -408,6 +422,7 @@ GpuView make_gpu_view(const Headroom& h, Pressure p, const CircuitBreaker& break
   }
   g.max_context = q.config().max_context;
   g.max_new_tokens = q.config().max_new_tokens;
+  g.running_sequences = static_cast<std::uint32_t>(q.running());
   return g;
 }
 
@@ -422,6 +437,7 @@ CpuView make_cpu_view(const JobQueue& q, const HostMemoryGuard& host, const Host
   c.queue_wait = queued ? q.eta_start(*self).value_or(Clock::duration::zero()) : q.eta_start_for_new();
   c.max_context = q.config().max_context;
   c.max_new_tokens = q.config().max_new_tokens;
+  c.running_sequences = static_cast<std::uint32_t>(q.running());
   c.host = &host;
   c.host_reading = reading;
   return c;

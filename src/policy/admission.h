@@ -58,6 +58,14 @@ struct GpuView {
   Clock::duration waited{};              // how long this job has waited since acceptance (0 for a new one)
   std::uint32_t max_context = 0;         // GPU queue limits
   std::uint32_t max_new_tokens = 0;
+  // The step loop this job joins (continuous batching; docs/policy.md §4 "The real batch"). step_tokens = the
+  // loop's token budget per step (QueueConfig::step_tokens), 0 = no step loop: the prompt's prefill is one forward
+  // (or `prefill_chunk`), as before. running_sequences = the sequences in the loop before this job joins (each
+  // takes one token of every step while it decodes). With step_tokens > 0 the job's prefill chunk is capped at
+  // max(1, step_tokens − running_sequences), the estimate uses that chunk, and Decision::prefill_chunk carries it:
+  // the loop must never give the job a bigger chunk (its reservation assumes it).
+  std::uint32_t running_sequences = 0;
+  std::uint32_t step_tokens = 0;
 };
 
 struct CpuView {
@@ -68,6 +76,8 @@ struct CpuView {
   Clock::duration queue_wait{};
   std::uint32_t max_context = 0;         // CPU queue limits
   std::uint32_t max_new_tokens = 0;
+  std::uint32_t running_sequences = 0;   // the CPU step loop, as in GpuView (caps the host estimate's chunk)
+  std::uint32_t step_tokens = 0;
   const HostMemoryGuard* host = nullptr; // mechanism passed in, not owned (required for route_cpu)
   HostReading host_reading;
 };
@@ -94,7 +104,7 @@ struct Decision {
   Headroom headroom;
   Pressure pressure = Pressure::normal;
   std::uint32_t max_new_tokens = 0;    // possibly reduced
-  std::uint32_t prefill_chunk = 0;     // possibly reduced (0 = whole prompt)
+  std::uint32_t prefill_chunk = 0;     // possibly reduced or capped by the step budget (0 = whole prompt)
   Route route;                         // device, GPU layers, model (fallback or not)
   std::optional<HostJobEstimate> host; // route_cpu: host-memory estimate; offload: the host part of the split
   bool waits_for_host_memory = false;  // route_cpu: queued until the host guard has room
@@ -127,7 +137,8 @@ class AdmissionPolicy {
 
 // Convenience: views from the mechanism objects. `self` = the job being decided if it is already queued there.
 // `GpuView::present` stays true: set it to false yourself when the device is gone. `ledger` gives the bytes of the
-// running GPU jobs (GpuView::running).
+// running GPU jobs (GpuView::running). running_sequences is the queue's running(); step_tokens stays 0 (no step
+// loop): set it to the queue's config().step_tokens once the loop honours Decision::prefill_chunk for every job.
 GpuView make_gpu_view(const Headroom& h, Pressure p, const CircuitBreaker& breaker, const JobQueue& gpu_queue,
                       const ReservationLedger& ledger, Clock::time_point now, bool weights_resident,
                       bool offload_supported, std::optional<JobId> self = std::nullopt);

@@ -164,6 +164,11 @@ Status QueueConfig::validate(const std::string& path) const {
     return bad(path + ".max_new_tokens", ("< max_context (" + std::to_string(max_context) + ")").c_str(),
                std::to_string(max_new_tokens));
   }
+  TANDEM_TRY(check_between(path + ".step_tokens", step_tokens, 1, 1u << 24));
+  if (step_tokens < concurrency) {
+    return bad(path + ".step_tokens", (">= concurrency (" + std::to_string(concurrency) + ")").c_str(),
+               std::to_string(step_tokens));
+  }
   return {};
 }
 

@@ -83,16 +83,22 @@ struct BreakerConfig {
   Status validate(const std::string& path = "breaker") const;
 };
 
+// One route's queue and step loop (continuous batching: one forward per step for all running sequences).
 struct QueueConfig {
   std::uint32_t capacity = 64;         // queued (not running) jobs
-  std::uint32_t concurrency = 4;       // running jobs
+  std::uint32_t concurrency = 4;       // running jobs = the step loop's maximum batch (sequences per step)
   std::uint32_t max_context = 8192;    // prompt + max_new_tokens
   std::uint32_t max_new_tokens = 4096;
+  // Tokens per step across the batch: each decoding sequence takes one, prompts are prefilled in chunks of what is
+  // left. In [concurrency, 2^24]: a full batch of decoders always fits, and a prompt beside the others' decode tokens
+  // always gets at least one.
+  std::uint32_t step_tokens = 512;
 
   Status validate(const std::string& path) const;
 };
 
-// Service rates per route, smoothed with an EWMA: rate ← alpha × sample + (1 − alpha) × rate.
+// Service rates per route, smoothed with an EWMA: rate ← alpha × sample + (1 − alpha) × rate. The per-step cost
+// model uses the same alpha (its fitted plane alpha / 8) and takes its prior from the two rates (docs/policy.md §6).
 struct RateConfig {
   double ewma_alpha = 0.2;            // (0, 1]
   double prior_prefill_tps = 1000.0;  // used until the first observation, > 0

@@ -1,6 +1,7 @@
-// Bounded job queues (one for the GPU, one for the CPU), each with its own concurrency and limits, and ETAs from
-// observed service rates. Fairness rule: strict FIFO by acceptance time (ties by job id); a job moved between
-// queues keeps its acceptance time; nothing overtakes the head. See docs/policy.md §6.
+// Bounded job queues (one for the GPU, one for the CPU), each with its own concurrency (the step loop's maximum
+// batch) and limits, and ETAs from a simulation of the step loop at the measured per-step costs. Fairness rule:
+// strict FIFO by acceptance time (ties by job id); a job moved between queues keeps its acceptance time; nothing
+// overtakes the head. See docs/policy.md §6.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,31 @@
 
 namespace tandem::policy {
 
-// EWMA-smoothed service rates of one route.
+// Step-cost model of one route's step loop (continuous batching: every step is one forward of all running
+// sequences). A step of `batch` sequences processing `tokens` tokens in total costs about
+//   step(batch, tokens) = (fixed + per_token · tokens + per_seq · batch) · ratio(batch)
+// where `fixed` is what every forward pays once (reading the weights), `per_token` the compute per token and
+// `per_seq` what each sequence adds (its attention over its own KV, sampling), so the time per token falls as the
+// batch grows. The three coefficients are an exponentially weighted least-squares fit over the observed steps
+// (weight α/8 per step: the fit needs spread in tokens and batch, which prefill steps and batch changes bring only
+// now and then), shrunk toward the prior by 0.01 of pseudo-variance each (token², sequence²), so that steps of
+// one shape alone still give a plane. ratio(b) corrects what the plane misses for a batch size: an EWMA (α) per
+// batch size of observed time / plane (multiplicative, so the noise of long prefill steps does not swamp short
+// decode steps); 1 before that size is seen, then an unseen size interpolates the ratios of its nearest seen
+// neighbours linearly in b, or takes the nearest one beyond them.
+// Prior (before any step is observed): per_token = 1 / prefill_tps, per_seq = 0, fixed = max(0, 1 / decode_tps −
+// 1 / prefill_tps) — one decode step of one sequence takes 1 / decode_tps — from the current per-stream rates.
+// See docs/policy.md §6.
+struct StepLine {
+  double fixed_s = 0;      // seconds per step
+  double per_token_s = 0;  // seconds per token in the step
+  double per_seq_s = 0;    // seconds per sequence in the step
+
+  double at(double batch, double tokens) const { return fixed_s + per_token_s * tokens + per_seq_s * batch; }
+};
+
+// EWMA-smoothed service rates of one route: the per-stream prefill/decode tokens/s (observe_prefill/observe_decode;
+// they also set the step model's prior) and the step-cost model (observe_step) that the ETAs use.
 class ServiceRates {
  public:
   explicit ServiceRates(RateConfig cfg = {})
@@ -27,16 +52,77 @@ class ServiceRates {
   // Samples with no tokens or no time are ignored (they carry no rate).
   void observe_prefill(std::uint64_t tokens, Clock::duration took);
   void observe_decode(std::uint64_t tokens, Clock::duration took);
+  // One forward of `batch` sequences processing `tokens` tokens in total (decoding sequences one each, a prefill
+  // chunk its length). Ignored when batch, tokens or took is 0 (or took negative). Batches above kMaxBatch count as
+  // kMaxBatch.
+  void observe_step(std::uint32_t batch, std::uint32_t tokens, Clock::duration took);
 
   double prefill_tps() const { return prefill_tps_; }
   double decode_tps() const { return decode_tps_; }
+  // A job's time alone at the per-stream rates (not used for ETAs any more; kept for callers).
   Clock::duration service_time(std::uint64_t prompt_tokens, std::uint64_t new_tokens) const;
 
+  // Estimated duration of one step (≥ 1 µs); step_seconds is the same in seconds (the simulation's unit).
+  Clock::duration step_time(std::uint32_t batch, std::uint32_t tokens) const;
+  double step_seconds(std::uint32_t batch, std::uint32_t tokens) const;
+  StepLine prior_line() const;  // from the current per-stream rates
+  StepLine line() const;        // the fitted plane (the prior until a step is observed)
+  std::uint64_t steps_observed() const { return steps_; }
+
+  static constexpr std::uint32_t kMaxBatch = 4096;  // QueueConfig::concurrency's bound
+
  private:
+  double ratio(std::uint32_t batch) const;
+
   RateConfig cfg_;
   double prefill_tps_;
   double decode_tps_;
+  // Exponentially weighted sums of the fit (x = tokens, b = batch, y = seconds): weight, Σx, Σb, Σy, Σx², Σxb,
+  // Σb², Σxy, Σby.
+  double w_ = 0, sx_ = 0, sb_ = 0, sy_ = 0, sxx_ = 0, sxb_ = 0, sbb_ = 0, sxy_ = 0, sby_ = 0;
+  std::map<std::uint32_t, double> buckets_;  // batch size → EWMA of observed / plane; at most kMaxBatch entries
+  std::uint64_t steps_ = 0;
 };
+
+// One sequence of a simulated step loop: what it still has to do. new_left is max_new − generated: at the latest
+// (EOS ends a job sooner).
+struct LoopJob {
+  JobId id = 0;
+  std::uint32_t prompt_left = 0;  // prompt tokens not yet prefilled
+  std::uint32_t new_left = 0;     // new tokens not yet generated
+};
+
+// Where a simulation may stop early (the rest of the timeline is then not computed).
+struct LoopStop {
+  enum class Kind { none, queued_started, queued_finished, running_finished, all_running_finished };
+  Kind kind = Kind::none;
+  std::size_t index = 0;  // into LoopPlan::queued / LoopPlan::running
+};
+
+struct LoopPlan {
+  std::vector<LoopJob> running;  // in the loop now, in start order (the prefill budget goes to the oldest first)
+  std::vector<LoopJob> queued;   // FIFO; each joins when a slot is free
+  std::uint32_t max_batch = 1;   // QueueConfig::concurrency (values < 1 count as 1)
+  std::uint32_t step_tokens = 1; // QueueConfig::step_tokens (values < 1 count as 1)
+  LoopStop stop;
+};
+
+// Times from now; Clock::duration::max() where the simulation stopped before the event.
+struct LoopTimeline {
+  std::vector<Clock::duration> queued_start;
+  std::vector<Clock::duration> queued_finish;
+  std::vector<Clock::duration> running_finish;
+  std::size_t phases = 0;  // runs of identical steps simulated: the cost (a few per job, see docs/policy.md §6)
+  std::uint64_t steps = 0; // steps simulated
+};
+
+// Simulates the step loop: every step, each decoding sequence adds one token; the budget left (step_tokens − the
+// decoding sequences) goes to the prefilling sequences oldest first, each a chunk of at most what it has left; the
+// step that completes a prompt also yields its first new token; a sequence leaves after its last token and a queued
+// job joins (FIFO) at the next step. Each step costs rates.step_seconds(batch, tokens), batch = the sequences that
+// processed a token. Runs of identical steps between events are advanced at once, so the cost is O(jobs · (log jobs
+// + prefilling sequences served per step)), whatever the token counts.
+LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates);
 
 struct QueueEntry {
   JobId id = 0;
@@ -47,12 +133,16 @@ struct QueueEntry {
 
 enum class Removed { none, queued, running };
 
-// A running job and its remaining service time at the route's rates (prompt until its prefill is done, then
-// max_new − generated). A running job holds one slot, so this is when it finishes at the latest (max_new is an
-// upper bound: EOS ends it sooner).
+// A running job and when it finishes at the latest, by the step-loop simulation (max_new is an upper bound: EOS
+// ends it sooner).
 struct RunningWork {
   JobId id = 0;
   Clock::duration remaining{};
+};
+
+struct QueuedEta {
+  JobId id = 0;
+  Clock::duration start{};  // time until it joins the step loop
 };
 
 class JobQueue {
@@ -66,8 +156,11 @@ class JobQueue {
   std::optional<QueueEntry> start_next();
   // Runs a job without queueing (admitted at once). Only when nothing is queued (FIFO) and a slot is free.
   Status start_direct(const QueueEntry& e);
-  // Token progress of a running job (for ETAs).
+  // Token progress of a running job (for ETAs); monotone, values beyond the job's sizes are capped.
+  // prefill_done = the whole prompt is in the KV cache; generated = new tokens so far.
   void update_progress(JobId id, bool prefill_done, std::uint32_t tokens_generated);
+  // Chunked prefill: `prefilled` prompt tokens are in the KV cache so far.
+  void update_prefill(JobId id, std::uint32_t prefilled);
   Removed finish(JobId id);  // a running job ended
   Removed cancel(JobId id);  // removes the job in any state (same as remove; named for the caller's intent)
   Removed remove(JobId id);  // e.g. moving a queued job to the other queue
@@ -81,13 +174,20 @@ class JobQueue {
   std::optional<std::size_t> position(JobId id) const;  // 0 = head; O(position)
   Clock::duration oldest_age(Clock::time_point now) const;
 
-  // Time until a job appended now would start, and until it would finish.
+  // ETAs by simulating the step loop (simulate_step_loop) from the running jobs' progress and the queue in FIFO
+  // order, every job to its max_new_tokens: "at the latest" under the step model. Slots and steps only: whether
+  // the device has memory for a job is the admission policy's part (GpuView::running, docs/policy.md §4).
+  // Time until a job appended now would join the loop, and until it would finish. O(jobs · log jobs).
   Clock::duration eta_start_for_new() const;
   Clock::duration eta_done_for_new(std::uint32_t prompt_tokens, std::uint32_t max_new_tokens) const;
-  // Time until a queued job starts (work ahead of it / concurrency). nullopt if not queued. Slots only: whether the
-  // device has memory for it is the admission policy's part (GpuView::running, docs/policy.md §4).
+  // Time until a queued job joins the loop; nullopt if not queued. O((running + position) · log).
   std::optional<Clock::duration> eta_start(JobId id) const;
-  // Every running job with its remaining service time, soonest first. O(running · log running).
+  // Time until a queued or running job finishes (at the latest); nullopt if neither. O(jobs · log jobs).
+  std::optional<Clock::duration> eta_done(JobId id) const;
+  // Every queued job's start ETA in FIFO order, from one simulation (for listings: eta_start per job is O(n²)).
+  std::vector<QueuedEta> eta_starts() const;
+  // Every running job with the time until it finishes, soonest first (queued jobs joining as slots free are
+  // simulated too: they share the steps). O(jobs · log jobs).
   std::vector<RunningWork> running_work() const;
   // Acceptance time of a queued job; nullopt if it is not queued.
   std::optional<Clock::time_point> accepted_at(JobId id) const;
@@ -102,10 +202,13 @@ class JobQueue {
   struct Running {
     std::uint32_t prompt_tokens = 0;
     std::uint32_t max_new_tokens = 0;
-    bool prefill_done = false;
+    std::uint32_t prefilled = 0;
     std::uint32_t generated = 0;
+    std::uint64_t order = 0;  // start order: the prefill budget goes to the oldest first
   };
-  Clock::duration divide(Clock::duration work) const;
+  // The plan of the current state: running jobs in start order, the first `queued_limit` queued jobs.
+  LoopPlan plan(std::size_t queued_limit) const;
+  void add_running(const QueueEntry& e);
 
   std::string name_;
   QueueConfig cfg_;
@@ -113,8 +216,7 @@ class JobQueue {
   std::map<Key, QueueEntry> queued_;
   std::unordered_map<JobId, Key> index_;
   std::unordered_map<JobId, Running> running_;
-  // Token sums, so the ETA of a new job is O(1).
-  std::uint64_t q_prompt_ = 0, q_new_ = 0, run_prompt_ = 0, run_new_ = 0;
+  std::uint64_t next_order_ = 0;
 };
 
 }  // namespace tandem::policy

@@ -228,6 +228,67 @@ TEST_F(AdmissionTest, ReduceChunksThePrefillBeforeCappingTokens) {
   EXPECT_EQ(d.skipped.at(2).reason, Reason::reduce_insufficient);
 }
 
+// The real batch (continuous batching): the job joins a step loop of `running_sequences` others, each taking one
+// token of every step while it decodes, under a budget of `step_tokens`; its prefill chunk (and with it the
+// activation term of its estimate) is what is left: max(1, step_tokens − running_sequences), or its own smaller
+// chunk. No step loop (step_tokens 0): the whole prompt in one forward, as before.
+TEST_F(AdmissionTest, RealBatchCapsThePrefillChunk) {
+  struct BatchRow {
+    const char* what;
+    std::uint32_t prompt, own_chunk, running, step_tokens;
+    std::uint32_t chunk;  // Decision::prefill_chunk (0 = whole prompt)
+  };
+  const BatchRow rows[] = {
+      {"no step loop", 1000, 0, 3, 0, 0},
+      {"alone: the whole budget", 1000, 0, 0, 512, 512},
+      {"three decoders share the step", 1000, 0, 3, 512, 509},
+      {"the prompt fits what is left", 300, 0, 3, 512, 0},
+      {"its own chunk is smaller", 1000, 200, 3, 512, 200},
+      {"its own chunk is larger", 1000, 600, 3, 512, 509},
+      {"a budget used up by decoders still leaves one token", 1000, 0, 600, 512, 1},
+  };
+  for (const auto& row : rows) {
+    AdmissionSnapshot s = base();
+    s.request = request(row.prompt, 1000);
+    s.request.prefill_chunk = row.own_chunk;
+    s.gpu.running_sequences = row.running;
+    s.gpu.step_tokens = row.step_tokens;
+    const Decision d = policy_.decide(s);
+    ASSERT_EQ(d.action, Rung::admit) << row.what << ": " << d.detail;
+    EXPECT_EQ(d.prefill_chunk, row.chunk) << row.what;
+    RequestShape expect = s.request;
+    expect.prefill_chunk = row.chunk;
+    EXPECT_EQ(d.breakdown, policy_.estimator().estimate(s.model, expect, true)) << row.what;
+  }
+  // A long prompt that does not fit as one forward fits as the step's chunk: admitted instead of reduced.
+  AdmissionSnapshot s = base();
+  s.request = request(6000, 1000);
+  RequestShape in_steps = s.request;
+  in_steps.prefill_chunk = 509;
+  s.gpu.headroom.headroom = static_cast<std::int64_t>(policy_.estimator().estimate(s.model, in_steps, true).total_bytes);
+  ASSERT_LT(s.gpu.headroom.headroom, need(s));
+  s.gpu.queue_full = true;
+  s.request.allow_cpu = false;
+  EXPECT_EQ(policy_.decide(s).action, Rung::reject);
+  s.gpu.running_sequences = 3;
+  s.gpu.step_tokens = 512;
+  const Decision d = policy_.decide(s);
+  EXPECT_EQ(d.action, Rung::admit) << d.detail;
+  EXPECT_EQ(d.prefill_chunk, 509u);
+  // The CPU loop caps the host estimate's chunk the same way.
+  AdmissionSnapshot c = base();
+  c.request = request(3000, 500);
+  c.gpu.present = false;
+  c.cpu.running_sequences = 1;
+  c.cpu.step_tokens = 256;
+  const Decision dc = policy_.decide(c);
+  ASSERT_EQ(dc.action, Rung::route_cpu) << dc.detail;
+  EXPECT_EQ(dc.prefill_chunk, 255u);
+  RequestShape host_req = c.request;
+  host_req.prefill_chunk = 255;
+  EXPECT_EQ(dc.host, estimate_host_job(c.model, host_req, policy_.estimator().config(), HostGuardConfig{32 * G, 1 * G, 4}));
+}
+
 TEST_F(AdmissionTest, OffloadReportsHowManyLayersFit) {
   AdmissionSnapshot s = base();
   s.gpu.weights_resident = false;
@@ -333,7 +394,9 @@ TEST_F(AdmissionTest, MemoryBlockedDelayMovesOnToTheCpu) {
   s.request.allow_reduce = true;
   s.gpu = make_gpu_view(h, Pressure::normal, breaker, gpu, ledger, testing::at(1s), true, false);
   ASSERT_EQ(s.gpu.running.size(), 1u);
-  EXPECT_EQ(s.gpu.running[0].remaining, 102s);  // 4000 / 2000 + 4000 / 40
+  // Prior step = 24.5 ms + 0.5 ms · tokens: 7 prefill chunks of 512 (280.5 ms each), the last 416 (232.5 ms, the
+  // first token), 3999 decode steps alone (25 ms).
+  EXPECT_EQ(s.gpu.running[0].remaining, 102171ms);
   Decision d = policy_.decide(s);
   EXPECT_EQ(d.action, Rung::route_cpu) << d.detail;
   ASSERT_GE(d.skipped.size(), 2u);
@@ -578,8 +641,11 @@ TEST(AdmissionViews, BuiltFromMechanisms) {
   EXPECT_FALSE(v.slot_free);
   EXPECT_GT(v.queue_wait, Clock::duration::zero());
   EXPECT_EQ(v.waited, 0s);  // a new job has not waited
-  // Job 1 runs: 100 prompt tokens at 1000/s + 100 new tokens at 10/s.
-  EXPECT_EQ(v.running, (std::vector<RunningGpuJob>{{3 * G, 10100ms}}));
+  // Job 1 runs alone (the queued ones wait for its slot). Prior step = 99 ms + 1 ms · tokens: its 100-token prompt
+  // in one step (199 ms, the first token), then 99 decode steps (100 ms each).
+  EXPECT_EQ(v.running, (std::vector<RunningGpuJob>{{3 * G, 10099ms}}));
+  EXPECT_EQ(v.running_sequences, 1u);
+  EXPECT_EQ(v.step_tokens, 0u);  // no step loop until the caller says so
   GpuView self = make_gpu_view(h, Pressure::normal, breaker, gpu, ledger, testing::at(3s), true, false, JobId{3});
   EXPECT_EQ(self.jobs_ahead, 1u);
   EXPECT_FALSE(self.queue_full);  // it is already in
@@ -591,6 +657,8 @@ TEST(AdmissionViews, BuiltFromMechanisms) {
   HostMemoryGuard guard;
   CpuView c = make_cpu_view(cpu, guard, HostReading{}, true, true, std::nullopt);
   EXPECT_EQ(c.host, &guard);
+  EXPECT_EQ(c.running_sequences, 0u);
+  EXPECT_EQ(c.step_tokens, 0u);
   EXPECT_EQ(c.max_context, 4096u);
   EXPECT_FALSE(c.queue_full);
 }

@@ -67,6 +67,11 @@ TEST(Config, EveryBoundHasAPreciseMessage) {
       {[](auto& c) { c.cpu_queue.max_context = 1; }, "cpu_queue.max_context must be in [2,16777216], got 1"},
       {[](auto& c) { c.cpu_queue.max_new_tokens = 0; }, "cpu_queue.max_new_tokens must be >= 1, got 0"},
       {[](auto& c) { c.cpu_queue.max_new_tokens = 4096; }, "cpu_queue.max_new_tokens must be < max_context (4096), got 4096"},
+      {[](auto& c) { c.gpu_queue.step_tokens = 0; }, "gpu_queue.step_tokens must be in [1,16777216], got 0"},
+      {[](auto& c) { c.gpu_queue.step_tokens = (1u << 24) + 1; },
+       "gpu_queue.step_tokens must be in [1,16777216], got 16777217"},
+      {[](auto& c) { c.gpu_queue.step_tokens = 3; }, "gpu_queue.step_tokens must be >= concurrency (4), got 3"},
+      {[](auto& c) { c.cpu_queue.concurrency = 600; }, "cpu_queue.step_tokens must be >= concurrency (600), got 512"},
       {[](auto& c) { c.gpu_rates.ewma_alpha = 0; }, "gpu_rates.ewma_alpha must be in (0,1], got 0"},
       {[](auto& c) { c.cpu_rates.prior_prefill_tps = 0; }, "cpu_rates.prior_prefill_tps must be in (0,1e+09], got 0"},
       {[](auto& c) { c.cpu_rates.prior_decode_tps = -3; }, "cpu_rates.prior_decode_tps must be in (0,1e+09], got -3"},
@@ -103,6 +108,8 @@ TEST(Config, BoundaryValuesAreAccepted) {
   c.host_guard.budget_bytes = 0;         // no configured cap (the default)
   c.host_guard.mem_available_reserve = 1;
   c.ladder.min_reduced_new_tokens = 1024;  // == cpu_queue.max_new_tokens
+  c.gpu_queue.step_tokens = c.gpu_queue.concurrency;  // a full batch of decoders and nothing else
+  c.cpu_queue.step_tokens = 1u << 24;
   Status s = c.validate();
   EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
 }
