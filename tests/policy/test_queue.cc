@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 #include <random>
 
@@ -404,6 +405,9 @@ TEST(StepLoop, WorkIsBoundedByJobsNotTokens) {
     p.step_tokens = row.step_tokens;
     for (std::size_t i = 0; i < row.jobs; ++i) p.queued.push_back(LoopJob{i + 1, 1000, 4000});
     const LoopTimeline tl = simulate_step_loop(p, rates);
+    std::printf("batch %u, %u tokens per step, %zu jobs: %llu steps in %zu phases (%.2f per job)\n", row.max_batch,
+                row.step_tokens, row.jobs, static_cast<unsigned long long>(tl.steps), tl.phases,
+                static_cast<double>(tl.phases) / static_cast<double>(row.jobs));
     EXPECT_LE(tl.phases, 4 * row.jobs) << row.max_batch << "/" << row.step_tokens;
     EXPECT_GE(tl.steps, row.jobs * 4000 / row.max_batch) << row.max_batch << "/" << row.step_tokens;
   }
