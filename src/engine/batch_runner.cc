@@ -148,6 +148,11 @@ void BatchRunner::step(std::vector<Member>& running) {
       if (was_prefilling[k]) st.prefill_tokens += static_cast<int>(items[k].tokens.size());
     }
     auto out = model_->forward_batch(items);
+    // Reported before any member hears of its end, so that once every caller has its last event no report of
+    // this runner is still to come.
+    st.ms = ms_between(t0, SteadyClock::now());
+    steps_.fetch_add(1);
+    if (on_step_) on_step_(st);
     if (!out) {
       // The step failed as a whole: every member of it ends with the error (each caller fails over on its own).
       const Status err = fail(out.error());
@@ -177,9 +182,6 @@ void BatchRunner::step(std::vector<Member>& running) {
         if (m.gen->finished()) end(m, {});
       }
     }
-    st.ms = ms_between(t0, SteadyClock::now());
-    steps_.fetch_add(1);
-    if (on_step_) on_step_(st);
   }
   // Members that finished without running in this step (cancelled, complete checkpoint) also end.
   for (auto& m : running) {

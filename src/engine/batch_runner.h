@@ -37,7 +37,7 @@ struct StepStats {
   int batch = 0;           // sequences in the forward
   int tokens = 0;          // tokens in the forward
   int prefill_tokens = 0;  // of which prompt / checkpoint tokens
-  double ms = 0;           // wall time of the forward and the sampling
+  double ms = 0;           // wall time of the forward
 };
 
 class BatchRunner {

@@ -55,7 +55,7 @@ Result<std::unique_ptr<Generation>> Generation::create(std::shared_ptr<Model> mo
   const int vocab = model->config().vocab_size;
   for (auto t : req.resume_tokens)
     if (t < 0 || t >= vocab) return fail(Errc::invalid_argument, "checkpoint token outside the vocabulary");
-  auto seq = model->new_sequence();
+  auto seq = model->new_sequence(req.gpu_layers);
   if (!seq) return fail(std::move(seq).error());
   // The original run may have sampled one token past the cache (context_full): that one is not fed.
   const std::int64_t room = ctx - static_cast<std::int64_t>(req.prompt.size());

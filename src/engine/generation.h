@@ -29,6 +29,9 @@ struct GenerateRequest {
   // the checkpoint one token at a time, as the original decode did. false: one batched forward — faster, but its
   // rounding differs and a near-tie in sampling can then go the other way.
   bool exact_resume = true;
+  // Offload (the ladder's offload rung): run layers [0, gpu_layers) on the replica's accelerator and the rest on
+  // the CPU (Model::new_sequence). -1 = as the replica places them.
+  int gpu_layers = -1;
 };
 
 enum class FinishReason { running, eos, stop_string, max_tokens, context_full, cancelled, error };

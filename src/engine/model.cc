@@ -150,6 +150,11 @@ Status Model::Impl::place_on_accelerator() {
     }
     accel_allocs.push_back(std::move(a).value());
     for (Weight* w : l.matrices()) place(*w);
+    l.attn_norm_cpu = l.attn_norm;
+    l.mlp_norm_cpu = l.mlp_norm;
+    l.bq_cpu = l.bq;
+    l.bk_cpu = l.bk;
+    l.bv_cpu = l.bv;
     l.attn_norm = place_norm(l.attn_norm);
     l.mlp_norm = place_norm(l.mlp_norm);
     for (at::Tensor* b : {&l.bq, &l.bk, &l.bv})
@@ -239,6 +244,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
     auto w = [&](const std::string& name) { return make_weight(tensor(name), opts.dtype, copied); };
     im.embed = w("model.embed_tokens.weight");
     im.final_norm = vector_f32(tensor("model.norm.weight"));
+    im.final_norm_cpu = im.final_norm;
     im.lm_head = cfg.tie_word_embeddings ? im.embed : w("lm_head.weight");
     for (int i = 0; i < cfg.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -456,11 +462,22 @@ KvStats Model::kv_stats() const {
   return s;
 }
 
-Result<std::unique_ptr<Sequence>> Model::new_sequence() {
+Result<std::unique_ptr<Sequence>> Model::new_sequence(int gpu_layers) {
+  const int n = impl_->cfg().num_layers;
+  if (gpu_layers >= 0) {
+    if (!impl_->accel || impl_->accel_layers == 0)
+      return fail(Errc::invalid_argument, "gpu_layers " + std::to_string(gpu_layers) +
+                                              ": offloading needs a replica with layers on an accelerator");
+    if (gpu_layers < 1 || gpu_layers > n)
+      return fail(Errc::invalid_argument, "gpu_layers must be in [1, " + std::to_string(n) + "], got " +
+                                              std::to_string(gpu_layers));
+  }
   std::lock_guard lock(impl_->kv_mu);
   const gen::SeqId id = impl_->next_seq++;
   TANDEM_TRY(impl_->kv.create(id));
-  return std::unique_ptr<Sequence>(new Sequence(shared_from_this(), id));
+  auto seq = std::unique_ptr<Sequence>(new Sequence(shared_from_this(), id));
+  seq->gpu_layers_ = gpu_layers < 0 ? -1 : std::min(gpu_layers, impl_->accel_layers);
+  return seq;
 }
 
 // Waits for a forward in progress (compute_mu), so blocks are never handed to another sequence while a forward
@@ -470,6 +487,7 @@ void Model::release_sequence(Sequence& s) {
   if (s.released_) return;
   s.released_ = true;
   s.length_ = 0;
+  impl_->host_kv.erase(s.id_);
   std::lock_guard lock(impl_->kv_mu);
   impl_->kv.release(s.id_);
 }

@@ -82,6 +82,8 @@ class Sequence {
 
   gen::SeqId id() const { return id_; }
   std::int64_t length() const { return length_; }  // tokens whose K/V are cached
+  // Offload: layers [0, gpu_layers) run on the accelerator, the rest on the CPU; -1 = as the replica places them.
+  int gpu_layers() const { return gpu_layers_; }
   void release();
 
  private:
@@ -90,6 +92,7 @@ class Sequence {
   std::shared_ptr<Model> model_;
   gen::SeqId id_;
   std::int64_t length_ = 0;
+  int gpu_layers_ = -1;
   bool released_ = false;
 };
 
@@ -139,7 +142,11 @@ class Model : public std::enable_shared_from_this<Model> {
   Result<std::vector<TokenId>> encode_chat(const std::vector<gen::Message>& messages) const;
   std::vector<TokenId> encode_text(std::string_view text) const;
 
-  Result<std::unique_ptr<Sequence>> new_sequence();
+  // A new KV sequence. `gpu_layers` >= 0 offloads it (the ladder's offload rung): on a replica whose layers are on
+  // an accelerator, this sequence runs layers [0, gpu_layers) there and the rest on the CPU over the mapped weights,
+  // with its K/V of those layers in host memory (grown as it goes); other sequences of the replica are unaffected
+  // and can share its steps. invalid_argument without an accelerator or outside [1, layers].
+  Result<std::unique_ptr<Sequence>> new_sequence(int gpu_layers = -1);
 
   // Runs `tokens` at positions [seq.length(), seq.length() + n) through the model, appending their K/V to the
   // sequence's blocks (grown as needed; kv_exhausted leaves the sequence unchanged). Returns the logits of the

@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
 #include <mutex>
 
@@ -130,85 +131,216 @@ at::Tensor Model::Impl::attention(const at::Tensor& q, const at::Tensor& keys, c
   return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(q.scalar_type());
 }
 
+at::Tensor Model::Impl::linear_on(const at::Tensor& x, const Weight& w, bool accel) {
+  if (accel) return linear(x, w);
+  return cpu_linear(x, w, *pool, act_buf);
+}
+
+// One transformer layer over the rows of `items` (their rows in item order in x). On the CPU (f32, Tandem's kernels,
+// the CPU norms and biases) or on the accelerator (`accel`: the device copies in `dtype`).
+template <class KvStep>
+at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<RowSpan>& spans,
+                              const std::vector<std::size_t>& items, bool accel, const at::Tensor& cos,
+                              const at::Tensor& sin, KvStep& kv_step) {
+  const auto& c = cfg();
+  const Layer& l = layers[li];
+  const bool cpu_copy = !accel && l.on_accel;  // an offloaded item's rows on an accelerator layer
+  const at::Tensor& an = cpu_copy ? l.attn_norm_cpu : l.attn_norm;
+  const at::Tensor& mn = cpu_copy ? l.mlp_norm_cpu : l.mlp_norm;
+  const at::Tensor& bq = cpu_copy ? l.bq_cpu : l.bq;
+  const at::Tensor& bk = cpu_copy ? l.bk_cpu : l.bk;
+  const at::Tensor& bv = cpu_copy ? l.bv_cpu : l.bv;
+  const std::int64_t N = x.size(0);
+  const at::Tensor h = rmsnorm(x, an);
+  const at::Tensor q = apply_rope(biased(linear_on(h, l.wq, accel), bq).view({N, c.num_heads, c.head_dim}), cos, sin);
+  const at::Tensor k = apply_rope(biased(linear_on(h, l.wk, accel), bk).view({N, c.num_kv_heads, c.head_dim}), cos, sin);
+  const at::Tensor v = biased(linear_on(h, l.wv, accel), bv).view({N, c.num_kv_heads, c.head_dim});
+  at::Tensor attn;
+  if (items.size() == 1) {
+    const auto [keys, values] = kv_step(items[0], li, k, v, accel);
+    attn = attention(q, keys, values, spans[items[0]].pos0);
+  } else {
+    std::vector<at::Tensor> parts;
+    parts.reserve(items.size());
+    std::int64_t off = 0;
+    for (std::size_t i : items) {
+      const std::int64_t n = spans[i].n;
+      const auto [keys, values] = kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n), accel);
+      parts.push_back(attention(q.narrow(0, off, n), keys, values, spans[i].pos0));
+      off += n;
+    }
+    attn = at::cat(parts, 0);
+  }
+  x = x + linear_on(attn, l.wo, accel);
+  const at::Tensor h2 = rmsnorm(x, mn);
+  x = x + linear_on(silu_mul(linear_on(h2, l.w_gate, accel), linear_on(h2, l.w_up, accel)), l.w_down, accel);
+  if (accel) {
+    // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
+    if (auto st2 = this->accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
+  }
+  return x;
+}
+
 // The transformer over a ragged batch: `ids` are the new tokens of every item, item after item; item i has
-// spans[i].n tokens at positions spans[i].pos0... The matmuls run once over all rows (row-independent kernels);
-// norms, rotary embedding and SiLU run row by row (kernels/rows.h); attention runs per item over its own keys.
-// `kv_step(item, layer, k, v)` stores the item's new K/V and returns the keys/values visible to it (positions
-// 0 .. pos0+n-1). CPU layers compute in f32; accelerator layers in `dtype` on their device. Returns, item after
-// item, the logits of the item's last row (or of all its rows with all_logits).
+// spans[i].n tokens at positions spans[i].pos0... The matmuls run once over all rows of a placement (row-independent
+// kernels); norms, rotary embedding and SiLU run row by row (kernels/rows.h); attention runs per item over its own
+// keys. Item i's rows run layers [0, accel_until) on the accelerator and the rest on the CPU (a replica placed on
+// the CPU: 0; an offloaded sequence: its gpu_layers), so a step holds at most two groups of rows, one per
+// placement, and rows move from the first to the second at their item's boundary.
+// `kv_step(item, layer, k, v, accel)` stores the item's new K/V and returns the keys/values visible to it
+// (positions 0 .. pos0+n-1). Returns, item after item, the logits of the item's last row (or of all its rows with
+// all_logits), f32 on the CPU.
 template <class KvStep>
 at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, const std::vector<RowSpan>& spans, KvStep&& kv_step) {
-  const auto& c = cfg();
-  const auto N = static_cast<std::int64_t>(ids.size());
-  at::Tensor x = embedding_rows(embed, ids);
-  std::vector<std::int64_t> pos;
-  pos.reserve(ids.size());
-  for (const RowSpan& sp : spans)
-    for (std::int64_t i = 0; i < sp.n; ++i) pos.push_back(sp.pos0 + i);
-  const auto [cpu_cos, cpu_sin] = rope_tables(pos);
-  at::Tensor acc_cos, acc_sin;
-  if (accel_dev.is_cuda()) {
-    acc_cos = cpu_cos.to(accel_dev);
-    acc_sin = cpu_sin.to(accel_dev);
+  const auto n_layers = static_cast<int>(layers.size());
+  std::vector<std::int64_t> off(spans.size() + 1, 0);
+  for (std::size_t i = 0; i < spans.size(); ++i) off[i + 1] = off[i] + spans[i].n;
+  const at::Tensor x_all = embedding_rows(embed, ids);
+  const auto lopt = at::TensorOptions().dtype(at::kLong);
+  // The rows of a group of items (in item order), and their rotary tables.
+  struct Group {
+    std::vector<std::size_t> items;
+    at::Tensor x, cos, sin;
+  };
+  auto rows_of = [&](const std::vector<std::size_t>& items) {
+    std::vector<std::int64_t> r;
+    for (std::size_t i : items)
+      for (std::int64_t j = off[i]; j < off[i + 1]; ++j) r.push_back(j);
+    return r;
+  };
+  auto tables = [&](Group& g, bool accel) {
+    std::vector<std::int64_t> pos;
+    for (std::size_t i : g.items)
+      for (std::int64_t j = 0; j < spans[i].n; ++j) pos.push_back(spans[i].pos0 + j);
+    auto [c, s] = rope_tables(pos);
+    if (accel && accel_dev.is_cuda()) {
+      c = c.to(accel_dev);
+      s = s.to(accel_dev);
+    }
+    g.cos = c;
+    g.sin = s;
+  };
+  auto take = [&](const std::vector<std::size_t>& items) {
+    if (items.size() == spans.size()) return x_all;
+    const auto r = rows_of(items);
+    return x_all.index_select(0, at::tensor(r, lopt));
+  };
+  Group a, c;  // a: rows on the accelerator, c: rows on the CPU
+  for (std::size_t i = 0; i < spans.size(); ++i) (spans[i].accel_until > 0 ? a : c).items.push_back(i);
+  if (!a.items.empty()) {
+    a.x = take(a.items);
+    tables(a, true);
   }
-  for (std::size_t li = 0; li < layers.size(); ++li) {
-    const Layer& l = layers[li];
-    const at::Device dev = l.attn_norm.device();
-    const at::ScalarType st = l.on_accel ? dtype : at::kFloat;
-    if (x.device() != dev || x.scalar_type() != st) x = x.to(dev, st);
-    const at::Tensor& cos = dev.is_cuda() ? acc_cos : cpu_cos;
-    const at::Tensor& sin = dev.is_cuda() ? acc_sin : cpu_sin;
-    const at::Tensor h = rmsnorm(x, l.attn_norm);
-    const at::Tensor q = apply_rope(biased(linear(h, l.wq), l.bq).view({N, c.num_heads, c.head_dim}), cos, sin);
-    const at::Tensor k = apply_rope(biased(linear(h, l.wk), l.bk).view({N, c.num_kv_heads, c.head_dim}), cos, sin);
-    const at::Tensor v = biased(linear(h, l.wv), l.bv).view({N, c.num_kv_heads, c.head_dim});
-    at::Tensor attn;
-    if (spans.size() == 1) {
-      const auto [keys, values] = kv_step(0, li, k, v);
-      attn = attention(q, keys, values, spans[0].pos0);
-    } else {
-      std::vector<at::Tensor> parts;
-      parts.reserve(spans.size());
-      std::int64_t off = 0;
-      for (std::size_t i = 0; i < spans.size(); ++i) {
-        const std::int64_t n = spans[i].n;
-        const auto [keys, values] = kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n));
-        parts.push_back(attention(q.narrow(0, off, n), keys, values, spans[i].pos0));
-        off += n;
+  if (!c.items.empty()) {
+    c.x = take(c.items);
+    tables(c, false);
+  }
+  for (int li = 0; li < n_layers; ++li) {
+    const Layer& l = layers[static_cast<std::size_t>(li)];
+    // Items whose accelerator part ends here move their rows to the CPU group (f32), keeping item order there.
+    if (!a.items.empty()) {
+      std::vector<std::size_t> leave;
+      for (std::size_t k = 0; k < a.items.size(); ++k)
+        if (spans[a.items[k]].accel_until <= li) leave.push_back(k);
+      if (!leave.empty()) {
+        std::vector<std::int64_t> stay_rows, leave_rows;
+        std::int64_t r = 0;
+        std::vector<std::size_t> stay_items, leave_items;
+        std::size_t li_idx = 0;
+        for (std::size_t k = 0; k < a.items.size(); ++k) {
+          const std::int64_t n = spans[a.items[k]].n;
+          const bool goes = li_idx < leave.size() && leave[li_idx] == k;
+          for (std::int64_t j = 0; j < n; ++j) (goes ? leave_rows : stay_rows).push_back(r + j);
+          (goes ? leave_items : stay_items).push_back(a.items[k]);
+          if (goes) ++li_idx;
+          r += n;
+        }
+        const at::Tensor moved =
+            a.x.index_select(0, at::tensor(leave_rows, lopt).to(a.x.device())).to(at::kCPU, at::kFloat);
+        // merge into c in item order
+        std::vector<std::size_t> merged = c.items;
+        merged.insert(merged.end(), leave_items.begin(), leave_items.end());
+        std::sort(merged.begin(), merged.end());
+        at::Tensor joined = c.items.empty() ? moved : at::cat({c.x, moved}, 0);
+        if (!c.items.empty()) {
+          // joined rows are c's items then the moved ones: reorder to item order
+          std::vector<std::size_t> order = c.items;
+          order.insert(order.end(), leave_items.begin(), leave_items.end());
+          std::vector<std::int64_t> start(spans.size(), 0);
+          std::int64_t p = 0;
+          for (std::size_t it : order) {
+            start[it] = p;
+            p += spans[it].n;
+          }
+          std::vector<std::int64_t> perm;
+          for (std::size_t it : merged)
+            for (std::int64_t j = 0; j < spans[it].n; ++j) perm.push_back(start[it] + j);
+          joined = joined.index_select(0, at::tensor(perm, lopt));
+        }
+        c.items = std::move(merged);
+        c.x = joined.contiguous();
+        tables(c, false);
+        a.items = std::move(stay_items);
+        if (a.items.empty()) {
+          a.x = at::Tensor();
+        } else {
+          a.x = a.x.index_select(0, at::tensor(stay_rows, lopt).to(a.x.device())).contiguous();
+          tables(a, true);
+        }
       }
-      attn = at::cat(parts, 0);
     }
-    x = x + linear(attn, l.wo);
-    const at::Tensor h2 = rmsnorm(x, l.mlp_norm);
-    x = x + linear(silu_mul(linear(h2, l.w_gate), linear(h2, l.w_up)), l.w_down);
-    if (l.on_accel) {
-      // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
-      if (auto st2 = accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
+    if (!a.items.empty()) {
+      const at::ScalarType st = dtype;
+      if (a.x.device() != l.attn_norm.device() || a.x.scalar_type() != st) a.x = a.x.to(l.attn_norm.device(), st);
+      a.x = layer(static_cast<std::size_t>(li), a.x, spans, a.items, true, a.cos, a.sin, kv_step);
+    }
+    if (!c.items.empty()) {
+      if (!c.x.is_cpu() || c.x.scalar_type() != at::kFloat) c.x = c.x.to(at::kCPU, at::kFloat);
+      c.x = layer(static_cast<std::size_t>(li), c.x, spans, c.items, false, c.cos, c.sin, kv_step);
     }
   }
-  const at::ScalarType head_st = head_on_accel ? dtype : at::kFloat;
-  if (x.device() != final_norm.device() || x.scalar_type() != head_st) x = x.to(final_norm.device(), head_st);
-  // The rows whose logits are wanted.
-  bool every_row = true;
-  for (const RowSpan& sp : spans) every_row = every_row && sp.all_logits;
-  if (!every_row) {
-    if (spans.size() == 1) {
-      x = x.narrow(0, N - 1, 1);
-    } else {
+  // The head: on the accelerator for rows that ran every layer there when it is placed there, else on the CPU.
+  auto head = [&](Group& g, bool accel) {
+    at::Tensor x = g.x;
+    const at::ScalarType head_st = accel ? dtype : at::kFloat;
+    const at::Device dev = accel ? final_norm.device() : at::Device(at::kCPU);
+    if (x.device() != dev || x.scalar_type() != head_st) x = x.to(dev, head_st);
+    bool every_row = true;
+    for (std::size_t i : g.items) every_row = every_row && spans[i].all_logits;
+    if (!every_row) {
       std::vector<std::int64_t> rows;
-      std::int64_t off = 0;
-      for (const RowSpan& sp : spans) {
-        if (sp.all_logits)
-          for (std::int64_t i = 0; i < sp.n; ++i) rows.push_back(off + i);
+      std::int64_t r = 0;
+      for (std::size_t i : g.items) {
+        if (spans[i].all_logits)
+          for (std::int64_t j = 0; j < spans[i].n; ++j) rows.push_back(r + j);
         else
-          rows.push_back(off + sp.n - 1);
-        off += sp.n;
+          rows.push_back(r + spans[i].n - 1);
+        r += spans[i].n;
       }
-      x = x.index_select(0, at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(x.device()));
+      x = rows.size() == 1 ? x.narrow(0, rows[0], 1) : x.index_select(0, at::tensor(rows, lopt).to(x.device()));
+    }
+    x = rmsnorm(x.contiguous(), accel ? final_norm : final_norm_cpu);
+    return linear_on(x, lm_head, accel).to(at::kFloat).to(at::kCPU).contiguous();
+  };
+  if (c.items.empty()) return head(a, head_on_accel);
+  if (a.items.empty()) return head(c, false);
+  // Both groups: logits back in item order.
+  const at::Tensor la = head(a, head_on_accel), lc = head(c, false);
+  std::vector<at::Tensor> parts;
+  std::int64_t ra = 0, rc = 0;
+  std::size_t ka = 0;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const std::int64_t rows = spans[i].all_logits ? spans[i].n : 1;
+    if (ka < a.items.size() && a.items[ka] == i) {
+      parts.push_back(la.narrow(0, ra, rows));
+      ra += rows;
+      ++ka;
+    } else {
+      parts.push_back(lc.narrow(0, rc, rows));
+      rc += rows;
     }
   }
-  x = rmsnorm(x.contiguous(), final_norm);
-  return linear(x, lm_head).to(at::kFloat).to(at::kCPU).contiguous();
+  return at::cat(parts, 0).contiguous();
 }
 
 namespace {
@@ -307,7 +439,8 @@ Result<std::vector<Result<std::vector<float>>>> Model::forward_batch(std::span<c
     }
     any_prefill = any_prefill || n > 1 || pos0 == 0;
     ids.insert(ids.end(), checked->begin(), checked->end());
-    spans.push_back({pos0, n, it.all_logits});
+    const int accel_until = !im.accel ? 0 : seq.gpu_layers_ >= 0 ? std::min(seq.gpu_layers_, im.accel_layers) : im.accel_layers;
+    spans.push_back({pos0, n, it.all_logits, accel_until});
     live.push_back(std::move(l));
   }
   if (live.empty()) return results;
@@ -337,15 +470,45 @@ Result<std::vector<Result<std::vector<float>>>> Model::forward_batch(std::span<c
         fresh_acc[i] = all_acc[i].narrow(0, live[i].pos0, live[i].n);
       }
     }
-    at::Tensor logits =
-        im.run(ids, spans, [&](std::size_t item, std::size_t li, const at::Tensor& k, const at::Tensor& v) {
-          const bool acc = im.k_pool[li].is_cuda();
-          const at::Tensor& a = acc ? all_acc[item] : all[item];
-          const at::Tensor& f = acc ? fresh_acc[item] : fresh[item];
-          im.k_pool[li].index_copy_(0, f, k);
-          im.v_pool[li].index_copy_(0, f, v);
-          return std::pair{im.k_pool[li].index_select(0, a), im.v_pool[li].index_select(0, a)};
-        });
+    at::Tensor logits = im.run(ids, spans, [&](std::size_t item, std::size_t li, const at::Tensor& k, const at::Tensor& v,
+                                               bool accel_rows) {
+      if (!accel_rows && im.layers[li].on_accel) {
+        // An offloaded sequence on an accelerator layer: its K/V of this layer live in host memory.
+        const Live& l = live[item];
+        auto& hk = im.host_kv[items[l.index].seq->id_];
+        if (hk.k.empty()) {
+          hk.from = spans[item].accel_until;
+          hk.k.resize(static_cast<std::size_t>(im.accel_layers - hk.from));
+          hk.v.resize(hk.k.size());
+        }
+        const std::int64_t need = l.pos0 + l.n;
+        if (need > hk.capacity) {
+          const std::int64_t cap = std::min<std::int64_t>(im.max_context, std::max<std::int64_t>(need, 2 * hk.capacity));
+          const auto& c = im.cfg();
+          for (std::size_t j = 0; j < hk.k.size(); ++j) {
+            at::Tensor nk = at::empty({cap, c.num_kv_heads, c.head_dim}, at::TensorOptions().dtype(at::kFloat));
+            at::Tensor nv = at::empty_like(nk);
+            if (hk.capacity > 0) {
+              nk.narrow(0, 0, l.pos0).copy_(hk.k[j].narrow(0, 0, l.pos0));
+              nv.narrow(0, 0, l.pos0).copy_(hk.v[j].narrow(0, 0, l.pos0));
+            }
+            hk.k[j] = nk;
+            hk.v[j] = nv;
+          }
+          hk.capacity = cap;
+        }
+        const std::size_t j = li - static_cast<std::size_t>(hk.from);
+        hk.k[j].narrow(0, l.pos0, l.n).copy_(k);
+        hk.v[j].narrow(0, l.pos0, l.n).copy_(v);
+        return std::pair{hk.k[j].narrow(0, 0, need), hk.v[j].narrow(0, 0, need)};
+      }
+      const bool acc = im.k_pool[li].is_cuda();
+      const at::Tensor& a = acc ? all_acc[item] : all[item];
+      const at::Tensor& f = acc ? fresh_acc[item] : fresh[item];
+      im.k_pool[li].index_copy_(0, f, k);
+      im.v_pool[li].index_copy_(0, f, v);
+      return std::pair{im.k_pool[li].index_select(0, a), im.v_pool[li].index_select(0, a)};
+    });
     const float* p = logits.data_ptr<float>();
     const std::int64_t vocab = logits.size(1);
     std::int64_t row = 0;
@@ -375,8 +538,8 @@ Result<std::vector<float>> Model::forward_reference(std::span<const TokenId> tok
   try {
     std::lock_guard compute(im.compute_mu);
     c10::InferenceMode guard;
-    const std::vector<Impl::RowSpan> spans{{0, static_cast<std::int64_t>(ids->size()), true}};
-    at::Tensor logits = im.run(*ids, spans, [](std::size_t, std::size_t, const at::Tensor& k, const at::Tensor& v) {
+    const std::vector<Impl::RowSpan> spans{{0, static_cast<std::int64_t>(ids->size()), true, im.accel ? im.accel_layers : 0}};
+    at::Tensor logits = im.run(*ids, spans, [](std::size_t, std::size_t, const at::Tensor& k, const at::Tensor& v, bool) {
       return std::pair{k, v};
     });
     const float* p = logits.data_ptr<float>();

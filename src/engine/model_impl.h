@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,6 +29,9 @@ struct Layer {
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   at::Tensor bq, bk, bv;  // q/k/v biases (Qwen2): f32 on the CPU, the activation dtype there; undefined when none
   bool on_accel = false;
+  // On an accelerator layer: the f32 CPU norms and biases, for the rows of offloaded sequences that run this layer
+  // on the CPU (the matrices' CPU bytes stay mapped in Weight::data).
+  at::Tensor attn_norm_cpu, mlp_norm_cpu, bq_cpu, bk_cpu, bv_cpu;
 
   std::vector<Weight*> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
 };
@@ -56,6 +60,7 @@ struct Model::Impl {
 
   Weight embed, lm_head;  // lm_head aliases embed's bytes when tied
   at::Tensor final_norm;  // f32 (a device copy in `dtype` when the head runs on the accelerator)
+  at::Tensor final_norm_cpu;  // f32 on the CPU (always)
   std::vector<Layer> layers;
   at::Tensor inv_freq;  // [head_dim / 2], f32
   float rope_mscale = 1.0F;  // cos/sin multiplier (Phi-3 LongRoPE's attention factor; 1 otherwise)
@@ -69,6 +74,14 @@ struct Model::Impl {
   gen::KvBlockAllocator kv;
   std::vector<at::Tensor> k_pool, v_pool;
   gen::SeqId next_seq = 1;
+  // Offloaded sequences (Sequence::gpu_layers_ < accel_layers): the K/V of their layers [gpu_layers, accel_layers)
+  // in host memory, f32 [capacity, kv_heads, head_dim] per layer, grown by doubling. Guarded by compute_mu.
+  struct HostKv {
+    int from = 0;                          // first layer held here
+    std::int64_t capacity = 0;             // positions
+    std::vector<at::Tensor> k, v;          // index: layer - from
+  };
+  std::map<gen::SeqId, HostKv> host_kv;
 
   std::unique_ptr<WorkerPool> pool;
   std::mutex compute_mu;  // one forward at a time per model: the pool and the KV pool tensors are shared
@@ -116,7 +129,13 @@ struct Model::Impl {
     std::int64_t pos0 = 0;
     std::int64_t n = 0;
     bool all_logits = false;
+    int accel_until = 0;  // layers [0, accel_until) of this item run on the accelerator, the rest on the CPU
   };
+  // One layer over the rows of some items: on the accelerator (`accel`) or on the CPU (f32, Tandem's kernels).
+  template <class KvStep>
+  at::Tensor layer(std::size_t li, at::Tensor x, const std::vector<RowSpan>& spans, const std::vector<std::size_t>& items,
+                   bool accel, const at::Tensor& cos, const at::Tensor& sin, KvStep& kv_step);
+  at::Tensor linear_on(const at::Tensor& x, const Weight& w, bool accel);
   template <class KvStep>
   at::Tensor run(const std::vector<std::int64_t>& ids, const std::vector<RowSpan>& spans, KvStep&& kv_step);
   Status place_on_accelerator();

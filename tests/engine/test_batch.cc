@@ -414,5 +414,83 @@ TEST(BatchRunnerAccelerator, AFailedStepEndsEveryMemberWithTheDeviceError) {
   }
 }
 
+// --- offload: a sequence that runs its first k layers on the accelerator and the rest on the CPU -------------------
+
+TEST(Offload, AnOffloadedSequenceComputesExactlyWhatTheHybridReplicaWithThatSplitDoes) {
+  auto dev = sim();
+  engine::LoadOptions lo = opts(1);
+  lo.accelerator = dev;
+  auto full = load(make_model("batch-f32"), lo);
+  ASSERT_TRUE(full);
+  const int layers = full->config().num_layers;
+  const auto prompt = full->encode_text("The GPU ran out of memory while");
+  for (int k = 1; k <= layers; ++k) {
+    engine::LoadOptions hl = lo;
+    hl.accel_layers = k;
+    auto hybrid = load(make_model("batch-f32"), hl);
+    ASSERT_TRUE(hybrid);
+    engine::GenerateRequest r = request(prompt, 0, false, 40);  // 40 tokens: the host K/V grows twice
+    auto want = engine::generate(hybrid, r);
+    ASSERT_TRUE(want.ok()) << want.error().message;
+    r.gpu_layers = k;
+    auto got = engine::generate(full, r);
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    EXPECT_EQ((*got)->tokens(), (*want)->tokens()) << "gpu_layers " << k;
+    // The logits themselves, bit for bit; and for k < layers they differ from the all-accelerator ones (ATen's
+    // matmul there, Tandem's kernels on the CPU), so the split really happened.
+    auto hs = std::move(hybrid->new_sequence()).value();
+    auto os = std::move(full->new_sequence(k)).value();
+    auto ps = std::move(full->new_sequence()).value();
+    auto lh = hybrid->forward(*hs, prompt), lo2 = full->forward(*os, prompt), lp = full->forward(*ps, prompt);
+    ASSERT_TRUE(lh.ok() && lo2.ok() && lp.ok());
+    EXPECT_EQ(*lo2, *lh) << "gpu_layers " << k;
+    if (k < layers) EXPECT_NE(*lo2, *lp) << "gpu_layers " << k << ": offloaded logits equal the all-accelerator ones";
+  }
+  EXPECT_EQ(full->kv_stats().used_blocks, 0);
+}
+
+TEST(Offload, OffloadedAndPlainSequencesShareStepsAndEachGetsItsOwnTokens) {
+  auto dev = sim();
+  engine::LoadOptions lo = opts(1);
+  lo.accelerator = dev;
+  auto m = load(make_model("batch-f32"), lo);
+  ASSERT_TRUE(m);
+  const auto ps = prompts(*m);
+  std::vector<engine::GenerateRequest> reqs;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    reqs.push_back(request(ps[i], static_cast<int>(i), i == 1));
+    if (i % 2 == 0) reqs.back().gpu_layers = 1 + static_cast<int>(i) % m->config().num_layers;  // some offloaded
+  }
+  engine::BatchLimits lim;
+  lim.max_batch = 8;
+  lim.step_tokens = 20;
+  lim.prefill_chunk = 8;
+  const auto batched = run_all(m, reqs, lim);
+  engine::BatchLimits solo = lim;
+  solo.max_batch = 1;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(batched[i].status.ok()) << batched[i].status.error().message;
+    EXPECT_EQ(batched[i].tokens, run_all(m, {reqs[i]}, solo)[0].tokens) << "request " << i;
+  }
+}
+
+TEST(Offload, RefusedWithoutAnAcceleratorOrOutsideTheLayers) {
+  auto cpu = load(make_model("batch-f32"), opts(1));
+  ASSERT_TRUE(cpu);
+  auto s = cpu->new_sequence(1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Errc::invalid_argument);
+  engine::LoadOptions lo = opts(1);
+  lo.accelerator = sim();
+  auto m = load(make_model("batch-f32"), lo);
+  ASSERT_TRUE(m);
+  for (int bad : {0, m->config().num_layers + 1}) {
+    auto t = m->new_sequence(bad);
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_EQ(t.error().code, Errc::invalid_argument);
+  }
+  EXPECT_TRUE(m->new_sequence(m->config().num_layers).ok());
+}
+
 }  // namespace
 }  // namespace tandem
