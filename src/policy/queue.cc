@@ -121,6 +121,7 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
     std::uint64_t ref;
     std::uint64_t prompt_left;
     std::uint32_t new_left;
+    std::uint64_t cap;  // most prompt tokens per step
   };
   std::deque<Prefilling> prefilling;  // in start order
   using Decoding = std::pair<std::uint64_t, std::uint64_t>;  // (step after which it has its last token, ref)
@@ -144,7 +145,8 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
   };
   auto enter = [&](std::uint64_t ref, const LoopJob& j) {
     if (j.prompt_left > 0) {
-      prefilling.push_back(Prefilling{ref, j.prompt_left, j.new_left});
+      prefilling.push_back(Prefilling{ref, j.prompt_left, j.new_left,
+                                      j.chunk_cap == 0 ? std::numeric_limits<std::uint64_t>::max() : j.chunk_cap});
     } else if (j.new_left > 0) {
       decoding.emplace(step + j.new_left, ref);
     } else {
@@ -163,6 +165,7 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
   for (std::size_t i = 0; i < plan.running.size(); ++i) enter(std::uint64_t{i} << 1, plan.running[i]);
   fill();
   std::vector<std::uint64_t> chunks;
+  std::vector<Prefilling> kept;
   while (!stopped && !(prefilling.empty() && decoding.empty())) {
     // One run of identical steps: the decoding sequences one token each, the budget left to the prefilling ones,
     // oldest first.
@@ -172,7 +175,7 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
     chunks.clear();
     for (const Prefilling& p : prefilling) {
       if (left == 0) break;
-      const std::uint64_t c = std::min(p.prompt_left, left);
+      const std::uint64_t c = std::min({p.prompt_left, left, p.cap});
       chunks.push_back(c);
       left -= c;
       tokens += c;
@@ -190,11 +193,15 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
     out.steps += k;
     ++out.phases;
     for (std::size_t i = 0; i < chunks.size(); ++i) prefilling[i].prompt_left -= k * chunks[i];
-    // Completed prompts are a prefix of the served ones (only the last served can have been cut short); the step
-    // that completes a prompt yields its first token.
-    while (!prefilling.empty() && prefilling.front().prompt_left == 0) {
-      const Prefilling p = prefilling.front();
-      prefilling.pop_front();
+    // Completed prompts (among the served ones; a capped chunk may leave an older prompt unfinished) start decoding:
+    // the step that completes a prompt also yields its first token. The others keep their order.
+    kept.clear();
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      const Prefilling& p = prefilling[i];
+      if (p.prompt_left > 0) {
+        kept.push_back(p);
+        continue;
+      }
       const std::uint32_t new_left = p.new_left > 0 ? p.new_left - 1 : 0;
       if (new_left == 0) {
         finished(p.ref);
@@ -202,6 +209,8 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
         decoding.emplace(step + new_left, p.ref);
       }
     }
+    prefilling.erase(prefilling.begin(), prefilling.begin() + static_cast<std::ptrdiff_t>(chunks.size()));
+    prefilling.insert(prefilling.begin(), kept.begin(), kept.end());
     while (!decoding.empty() && decoding.top().first <= step) {
       finished(decoding.top().second);
       decoding.pop();
@@ -240,7 +249,7 @@ Status JobQueue::enqueue(const QueueEntry& e) {
 }
 
 void JobQueue::add_running(const QueueEntry& e) {
-  running_.emplace(e.id, Running{e.prompt_tokens, e.max_new_tokens, 0, 0, next_order_++});
+  running_.emplace(e.id, Running{e.prompt_tokens, e.max_new_tokens, 0, 0, 0, next_order_++});
 }
 
 std::optional<QueueEntry> JobQueue::start_next() {
@@ -281,6 +290,11 @@ void JobQueue::update_prefill(JobId id, std::uint32_t prefilled) {
   r.prefilled = std::max(r.prefilled, std::min(prefilled, r.prompt_tokens));
 }
 
+void JobQueue::set_prefill_chunk(JobId id, std::uint32_t chunk) {
+  auto it = running_.find(id);
+  if (it != running_.end()) it->second.chunk_cap = chunk;
+}
+
 Removed JobQueue::finish(JobId id) { return running_.erase(id) != 0 ? Removed::running : Removed::none; }
 
 Removed JobQueue::cancel(JobId id) { return remove(id); }
@@ -316,7 +330,7 @@ LoopPlan JobQueue::plan(std::size_t queued_limit) const {
   p.running.reserve(order.size());
   for (const auto& [o, id] : order) {
     const Running& r = running_.at(id);
-    p.running.push_back(LoopJob{id, r.prompt_tokens - r.prefilled, r.max_new_tokens - r.generated});
+    p.running.push_back(LoopJob{id, r.prompt_tokens - r.prefilled, r.max_new_tokens - r.generated, r.chunk_cap});
   }
   p.queued.reserve(std::min(queued_limit, queued_.size()) + 1);
   for (auto q = queued_.begin(); q != queued_.end() && p.queued.size() < queued_limit; ++q) {

@@ -90,6 +90,7 @@ struct LoopJob {
   JobId id = 0;
   std::uint32_t prompt_left = 0;  // prompt tokens not yet prefilled
   std::uint32_t new_left = 0;     // new tokens not yet generated
+  std::uint32_t chunk_cap = 0;    // most prompt tokens per step (Decision::prefill_chunk); 0 = the budget decides
 };
 
 // Where a simulation may stop early (the rest of the timeline is then not computed).
@@ -117,7 +118,8 @@ struct LoopTimeline {
 };
 
 // Simulates the step loop: every step, each decoding sequence adds one token; the budget left (step_tokens − the
-// decoding sequences) goes to the prefilling sequences oldest first, each a chunk of at most what it has left; the
+// decoding sequences) goes to the prefilling sequences oldest first, each a chunk of at most what it has left (and
+// its chunk_cap); the
 // step that completes a prompt also yields its first new token; a sequence leaves after its last token and a queued
 // job joins (FIFO) at the next step. Each step costs rates.step_seconds(batch, tokens), batch = the sequences that
 // processed a token. Runs of identical steps between events are advanced at once, so the cost is O(jobs · (log jobs
@@ -161,6 +163,8 @@ class JobQueue {
   void update_progress(JobId id, bool prefill_done, std::uint32_t tokens_generated);
   // Chunked prefill: `prefilled` prompt tokens are in the KV cache so far.
   void update_prefill(JobId id, std::uint32_t prefilled);
+  // The most prompt tokens the loop gives a running job per step (Decision::prefill_chunk; 0 = the budget decides).
+  void set_prefill_chunk(JobId id, std::uint32_t chunk);
   Removed finish(JobId id);  // a running job ended
   Removed cancel(JobId id);  // removes the job in any state (same as remove; named for the caller's intent)
   Removed remove(JobId id);  // e.g. moving a queued job to the other queue
@@ -204,6 +208,7 @@ class JobQueue {
     std::uint32_t max_new_tokens = 0;
     std::uint32_t prefilled = 0;
     std::uint32_t generated = 0;
+    std::uint32_t chunk_cap = 0;
     std::uint64_t order = 0;  // start order: the prefill budget goes to the oldest first
   };
   // The plan of the current state: running jobs in start order, the first `queued_limit` queued jobs.

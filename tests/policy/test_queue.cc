@@ -276,6 +276,22 @@ TEST(Queue, ProgressIsMonotoneAndChunked) {
   EXPECT_EQ(q.eta_start(1), std::nullopt);  // running, not queued
 }
 
+// A job's own chunk cap (Decision::prefill_chunk, e.g. from reduce) slows its prefill; the budget it leaves goes to
+// the next prompt.
+TEST(Queue, PrefillChunkCap) {
+  JobQueue q("gpu_queue", QueueConfig{10, 2, 10000, 5000, 100}, kKnown);
+  ASSERT_TRUE(q.start_direct(entry(1, 300, 2, 0s)).ok());
+  EXPECT_EQ(q.eta_done(1), 377ms);  // 3 chunks of 100 (119 ms), one decode step (20 ms)
+  q.set_prefill_chunk(1, 60);
+  EXPECT_EQ(q.eta_done(1), 415ms);  // 5 chunks of 60 (79 ms), one decode step
+  // A second prompt of 40 takes the 40 left beside job 1's 60 in the first step (119 ms: both prompts; job 2
+  // finishes its prompt and first token), then job 2 decodes (1 token) beside job 1's chunks of 60 (80 ms × 4), and
+  // job 1 decodes its last token (20 ms).
+  ASSERT_TRUE(q.start_direct(entry(2, 40, 5, 0s)).ok());
+  EXPECT_EQ(q.eta_done(1), 459ms);
+  q.set_prefill_chunk(42, 10);  // not running: nothing
+}
+
 // Observed steps replace the prior: slower steps, later ETAs.
 TEST(Queue, ObservedStepsDriveTheEta) {
   JobQueue q("gpu_queue", QueueConfig{10, 1, 10000, 5000, 100}, kKnown);
@@ -309,7 +325,7 @@ TEST(Queue, RunningWorkAndAcceptance) {
 
 // A step-by-step loop (O(tokens)) as the reference: the coarse-grained simulation must give the same times.
 LoopTimeline brute_force(const LoopPlan& p, const ServiceRates& rates) {
-  struct Seq { bool queued; std::size_t i; std::uint32_t prompt, fresh; };
+  struct Seq { bool queued; std::size_t i; std::uint32_t prompt, fresh, cap; };
   LoopTimeline out;
   out.queued_start.assign(p.queued.size(), Clock::duration::max());
   out.queued_finish.assign(p.queued.size(), Clock::duration::max());
@@ -318,13 +334,15 @@ LoopTimeline brute_force(const LoopPlan& p, const ServiceRates& rates) {
   double t = 0;
   auto secs = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
   auto done = [&](const Seq& s) { (s.queued ? out.queued_finish : out.running_finish)[s.i] = secs(t); };
-  for (std::size_t i = 0; i < p.running.size(); ++i) active.push_back({false, i, p.running[i].prompt_left, p.running[i].new_left});
+  for (std::size_t i = 0; i < p.running.size(); ++i) {
+    active.push_back({false, i, p.running[i].prompt_left, p.running[i].new_left, p.running[i].chunk_cap});
+  }
   std::size_t next = 0;
   for (;;) {
     std::erase_if(active, [&](const Seq& s) { if (s.prompt == 0 && s.fresh == 0) { done(s); return true; } return false; });
     while (next < p.queued.size() && active.size() < p.max_batch) {
       out.queued_start[next] = secs(t);
-      active.push_back({true, next, p.queued[next].prompt_left, p.queued[next].new_left});
+      active.push_back({true, next, p.queued[next].prompt_left, p.queued[next].new_left, p.queued[next].chunk_cap});
       ++next;
       std::erase_if(active, [&](const Seq& s) { if (s.prompt == 0 && s.fresh == 0) { done(s); return true; } return false; });
     }
@@ -335,7 +353,7 @@ LoopTimeline brute_force(const LoopPlan& p, const ServiceRates& rates) {
     std::vector<std::uint32_t> chunk(active.size(), 0);
     for (std::size_t k = 0; k < active.size(); ++k) {
       if (active[k].prompt == 0 || left == 0) continue;
-      chunk[k] = std::min(active[k].prompt, left);
+      chunk[k] = std::min({active[k].prompt, left, active[k].cap == 0 ? left : active[k].cap});
       left -= chunk[k];
       tokens += chunk[k];
       ++batch;
@@ -375,12 +393,14 @@ TEST(StepLoop, CoarseGrainedEqualsStepByStep) {
     p.step_tokens = p.max_batch + static_cast<std::uint32_t>(rng() % 300);
     const std::size_t running = rng() % (p.max_batch + 1), queued = rng() % 12;
     JobId id = 1;
+    auto cap = [&] { return static_cast<std::uint32_t>(rng() % 2 == 0 ? 0 : 1 + rng() % 200); };  // half capped
     for (std::size_t i = 0; i < running; ++i) {
       p.running.push_back(LoopJob{id++, static_cast<std::uint32_t>(rng() % 3 == 0 ? 0 : rng() % 900),
-                                  static_cast<std::uint32_t>(rng() % 80)});
+                                  static_cast<std::uint32_t>(rng() % 80), cap()});
     }
     for (std::size_t i = 0; i < queued; ++i) {
-      p.queued.push_back(LoopJob{id++, static_cast<std::uint32_t>(rng() % 900), static_cast<std::uint32_t>(rng() % 80)});
+      p.queued.push_back(LoopJob{id++, static_cast<std::uint32_t>(rng() % 900), static_cast<std::uint32_t>(rng() % 80),
+                                 cap()});
     }
     const LoopTimeline fast = simulate_step_loop(p, rates), slow = brute_force(p, rates);
     const std::string what = "scenario " + std::to_string(scenario);
