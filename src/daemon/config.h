@@ -40,6 +40,8 @@ struct DeviceConfig {
   std::uint64_t sim_capacity_bytes = 8ull << 30;           // [64 MiB, 1 PiB]
   std::chrono::milliseconds sim_reading_lag{0};            // [0, 60 s]
   std::chrono::milliseconds poll_interval{250};            // memory readings, [10 ms, 60 s]
+  std::chrono::milliseconds idle_poll_interval{2000};      // readings while idle (Service::idle()), [10 ms, 60 s];
+                                                           // below poll_interval means poll_interval
   std::chrono::milliseconds probe_interval{30000};         // routine health probe while closed, [100 ms, 1 h]
   std::chrono::milliseconds probe_timeout{2000};           // deadline of one probe, [10 ms, 60 s]
 };

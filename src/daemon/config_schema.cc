@@ -235,6 +235,7 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_SIZE(D, "sim_capacity", device.sim_capacity_bytes, size(64 * kMiB, kPiB)),
            TANDEM_MS(D, "sim_reading_lag_ms", device.sim_reading_lag, integer(0, 60'000)),
            TANDEM_MS(D, "poll_interval_ms", device.poll_interval, integer(10, 60'000)),
+           TANDEM_MS(D, "idle_poll_interval_ms", device.idle_poll_interval, integer(10, 60'000)),
            TANDEM_MS(D, "probe_interval_ms", device.probe_interval, integer(100, 3'600'000)),
            TANDEM_MS(D, "probe_timeout_ms", device.probe_timeout, integer(10, 60'000)),
        }},

@@ -125,7 +125,12 @@ class Service {
   // Emits PropertiesChanged for what changed since the last call (one batch). Call after each loop iteration.
   void flush_changes();
   std::string status_line() const;  // for sd_notify STATUS=
+  // How long the loop may wait for the next tick(): [device] idle_poll_interval_ms while idle(), else
+  // poll_interval_ms. Admission does not depend on it: Submit, Plan and Resume take a fresh reading first.
   Clock::duration poll_interval() const;
+  // Nothing to watch between calls: no unfinished job, normal pressure, the breaker closed, the device present,
+  // no probe or reload in flight, not draining.
+  bool idle() const;
 
   // --- shutdown (SIGTERM) ---
   void begin_drain();   // stop accepting; queued jobs end failed-resumable ("daemon_stopping")

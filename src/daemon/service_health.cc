@@ -164,7 +164,16 @@ void Service::tick() {
 }
 
 Clock::duration Service::poll_interval() const {
-  return std::chrono::duration_cast<Clock::duration>(cfg_.device.poll_interval);
+  const auto& d = cfg_.device;
+  return std::chrono::duration_cast<Clock::duration>(idle() ? std::max(d.idle_poll_interval, d.poll_interval)
+                                                            : d.poll_interval);
+}
+
+bool Service::idle() const {
+  return active_.empty() && gpu_queue_.depth() == 0 && cpu_queue_.depth() == 0 && gpu_queue_.running() == 0 &&
+         cpu_queue_.running() == 0 && pressure_ == policy::Pressure::normal &&
+         breaker_.state() == policy::BreakerState::closed && !device_lost_ && !probe_in_flight_ &&
+         !reload_in_flight_ && !draining_;
 }
 
 // Terminal jobs stay readable (GetJob) as long as the journal keeps them.

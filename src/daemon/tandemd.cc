@@ -228,9 +228,13 @@ int main(int argc, char** argv) {
 
   using SteadyTime = std::chrono::steady_clock;
   auto next_tick = SteadyTime::now();
+  auto last_tick = next_tick;
   auto next_status = SteadyTime::now();
   auto next_watchdog = SteadyTime::now();
   std::string last_status;
+  // The STATUS= line only changes when something happened (a call, a worker event, ring traffic, a tick): it is
+  // recomputed (at most every status_interval) only then, so an idle daemon has no status timer (docs/daemon.md).
+  bool status_dirty = true;
   bool draining = false;
   bool bus_ok = true;
   SteadyTime::time_point drain_deadline{}, hard_deadline{};
@@ -253,12 +257,18 @@ int main(int argc, char** argv) {
       svc.flush_changes();
       next_flush = now + 50ms;
     }
+    // Idle, the timer runs at [device] idle_poll_interval_ms; the first call or event that makes the service busy
+    // brings the next tick forward to poll_interval_ms.
+    next_tick = std::min(next_tick, last_tick + svc.poll_interval());
     if (now >= next_tick) {
       svc.tick();
       svc.flush_changes();
+      last_tick = now;
       next_tick = now + svc.poll_interval();
+      status_dirty = true;
     }
-    if (now >= next_status) {
+    if (now >= next_status && status_dirty) {
+      status_dirty = false;
       auto line = svc.status_line();
       if (line != last_status) {
         sd_notifyf(0, "STATUS=%s", line.c_str());
@@ -311,7 +321,7 @@ int main(int argc, char** argv) {
         continue;
       }
     }
-    auto wait_until = std::min(next_tick, next_status);
+    auto wait_until = status_dirty ? std::min(next_tick, next_status) : next_tick;
     if (activity) wait_until = std::min(wait_until, next_flush);  // publish what that activity changed
     if (watchdog) wait_until = std::min(wait_until, next_watchdog);
     if (draining) wait_until = std::min(wait_until, SteadyTime::now() + 100ms);
@@ -336,9 +346,12 @@ int main(int argc, char** argv) {
         for (int fd : rings.fds()) fds.push_back({fd, POLLIN, 0});
       }
     }
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(timeout_ms, 1000)));
+    const long long cap_ms =
+        std::max<long long>(1000, std::chrono::duration_cast<std::chrono::milliseconds>(svc.poll_interval()).count());
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(timeout_ms, cap_ms)));
     if (ring_sleep) rings.finish_sleep();
     activity = n > 0;
+    if (activity || SteadyTime::now() - last_ring_activity < rings.spin_budget()) status_dirty = true;
     if (n < 0 && errno != EINTR) {
       log::error("poll: {}", std::strerror(errno));
       exit_code = 1;

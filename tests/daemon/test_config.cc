@@ -22,6 +22,8 @@ TEST(DaemonConfig, DefaultsApplyToEveryKeyNotGiven) {
   EXPECT_EQ(r->device.kind, AccelKind::auto_detect);
   EXPECT_EQ(r->bus.kind, BusKind::system);
   EXPECT_EQ(r->models[0].replica_mode, std::nullopt);
+  EXPECT_EQ(r->device.poll_interval, 250ms);
+  EXPECT_EQ(r->device.idle_poll_interval, 2000ms);
   EXPECT_TRUE(r->validate().ok());
 }
 
@@ -41,6 +43,7 @@ TEST(DaemonConfig, ParsesEverySection) {
   EXPECT_EQ(c.device.sim_capacity_bytes, 2ull << 30);
   EXPECT_EQ(c.device.sim_reading_lag, 40ms);
   EXPECT_EQ(c.device.poll_interval, 100ms);
+  EXPECT_EQ(c.device.idle_poll_interval, 3000ms);
   EXPECT_EQ(c.device.probe_interval, 5000ms);
   EXPECT_EQ(c.device.probe_timeout, 500ms);
 

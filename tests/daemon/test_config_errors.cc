@@ -63,6 +63,7 @@ TEST(DaemonConfig, EveryRangeViolationNamesFileKeyAndRange) {
       {"[device]\nsim_capacity = \"2PiB\"", "device.sim_capacity: must be in [64MiB,1PiB], got 2PiB"},
       {"[device]\nsim_reading_lag_ms = 60001", "device.sim_reading_lag_ms: must be in [0,60000], got 60001"},
       {"[device]\npoll_interval_ms = 5", "device.poll_interval_ms: must be in [10,60000], got 5"},
+      {"[device]\nidle_poll_interval_ms = 60001", "device.idle_poll_interval_ms: must be in [10,60000], got 60001"},
       {"[device]\nprobe_interval_ms = 99", "device.probe_interval_ms: must be in [100,3600000], got 99"},
       {"[device]\nprobe_timeout_ms = 0", "device.probe_timeout_ms: must be in [10,60000], got 0"},
       {model_with("", "temperature = 101"), "model[\"m\"].sampling.temperature: must be in [0,100], got 101", true},
@@ -173,6 +174,7 @@ cuda_index = 63
 sim_capacity = "1PiB"
 sim_reading_lag_ms = 60000
 poll_interval_ms = 10
+idle_poll_interval_ms = 60000
 probe_interval_ms = 3600000
 probe_timeout_ms = 10
 [journal]
@@ -249,7 +251,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
        "runtime, rings)"},
       {"[device]\nfoo = 1",
        "unknown key 'device.foo' (allowed: kind, cuda_index, sim_capacity, sim_reading_lag_ms, poll_interval_ms, "
-       "probe_interval_ms, probe_timeout_ms)"},
+       "idle_poll_interval_ms, probe_interval_ms, probe_timeout_ms)"},
       {"[ladder.pressure]\nelevated = 0.1",
        "unknown key 'ladder.pressure.elevated' (allowed: elevated_enter_fraction, elevated_exit_fraction, "
        "critical_enter_fraction, critical_exit_fraction)"},

@@ -82,6 +82,7 @@ inline void expect_same(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.device.sim_capacity_bytes, b.device.sim_capacity_bytes);
   EXPECT_EQ(a.device.sim_reading_lag, b.device.sim_reading_lag);
   EXPECT_EQ(a.device.poll_interval, b.device.poll_interval);
+  EXPECT_EQ(a.device.idle_poll_interval, b.device.idle_poll_interval);
   EXPECT_EQ(a.device.probe_interval, b.device.probe_interval);
   EXPECT_EQ(a.device.probe_timeout, b.device.probe_timeout);
   ASSERT_EQ(a.models.size(), b.models.size());
@@ -186,6 +187,7 @@ cuda_index = 3
 sim_capacity = "2GiB"
 sim_reading_lag_ms = 40
 poll_interval_ms = 100
+idle_poll_interval_ms = 3000
 probe_interval_ms = 5000
 probe_timeout_ms = 500
 

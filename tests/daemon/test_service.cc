@@ -1359,5 +1359,83 @@ TEST_F(ServiceTest, FallbackModelServesOnTheCpuOnlyWhenTheClientAllowsIt) {
   EXPECT_EQ(at<std::vector<std::string>>(job(id), "routes"), std::vector<std::string>{"cpu(small)"});
 }
 
+// --- idle: the loop's timer slows down when there is nothing to watch; admission still reads afresh ---------------
+
+TEST_F(ServiceTest, PollIntervalIsTheIdleOneOnlyWhileThereIsNothingToWatch) {
+  cfg_.device.poll_interval = 250ms;
+  cfg_.device.idle_poll_interval = 2000ms;
+  ASSERT_NO_FATAL_FAILURE(start());
+  svc_->tick();  // the first routine probe goes out; idle again once it is back
+  ASSERT_TRUE(pump_until([&] { return svc_->idle(); }));
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(2000ms));
+
+  // A queued, then running job: the normal interval until it ended.
+  backend_->set_script(block_at(1));
+  const JobId id = submit_ok(alice_, request("busy"));
+  EXPECT_FALSE(svc_->idle());
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(250ms));
+  ASSERT_TRUE(wait_blocked(id));
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(250ms));
+  backend_->release(id);
+  ASSERT_TRUE(wait_terminal(id));
+  ASSERT_TRUE(pump_until([&] { return svc_->idle(); }));
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(2000ms));
+
+  // Memory pressure (seen at the next tick): the normal interval until it is gone.
+  sim_->set_foreign_bytes(8 * kGiB - 256 * kMiB);
+  svc_->tick();
+  EXPECT_FALSE(svc_->idle());
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(250ms));
+  sim_->set_foreign_bytes(0);
+  ASSERT_TRUE(pump_until([&] {
+    clock_->advance(1s);
+    return svc_->idle();
+  }, /*tick=*/true));
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(2000ms));
+
+  // The breaker not closed (a lost device): the normal interval.
+  ASSERT_TRUE(svc_->testing_lose_device());
+  EXPECT_NE(svc_->breaker_state(), "closed");
+  EXPECT_FALSE(svc_->idle());
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(250ms));
+}
+
+TEST_F(ServiceTest, AnIdleIntervalBelowThePollIntervalMeansThePollInterval) {
+  cfg_.device.poll_interval = 500ms;
+  cfg_.device.idle_poll_interval = 100ms;
+  ASSERT_NO_FATAL_FAILURE(start());
+  ASSERT_TRUE(pump_until([&] { return svc_->idle(); }));
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(500ms));
+}
+
+TEST_F(ServiceTest, SubmitAndPlanTakeAFreshReadingWhileTheTimerIsIdle) {
+  cfg_.device.idle_poll_interval = 60000ms;
+  ASSERT_NO_FATAL_FAILURE(start());
+  svc_->tick();
+  ASSERT_TRUE(pump_until([&] { return svc_->idle(); }));
+  // Another program takes the device between two idle ticks: no tick has seen it yet.
+  sim_->set_foreign_bytes(8 * kGiB - 256 * kMiB);
+  EXPECT_EQ(str(svc_->memory_view(), "pressure"), "normal");
+  auto plan = svc_->plan(alice_, request("planned"));
+  ASSERT_TRUE(plan) << describe(plan);
+  EXPECT_EQ(str(*plan, "action"), "route_cpu");
+  EXPECT_EQ(str(svc_->memory_view(), "pressure"), "critical");
+}
+
+TEST_F(ServiceTest, SubmitTakesAFreshReadingWhileTheTimerIsIdle) {
+  cfg_.device.idle_poll_interval = 60000ms;
+  ASSERT_NO_FATAL_FAILURE(start());
+  svc_->tick();
+  ASSERT_TRUE(pump_until([&] { return svc_->idle(); }));
+  backend_->set_script(emit(2));
+  sim_->set_foreign_bytes(8 * kGiB - 256 * kMiB);  // unseen by the idle timer
+  EXPECT_EQ(str(svc_->memory_view(), "pressure"), "normal");
+  Dict placement;
+  const JobId id = submit_ok(alice_, request("squeezed"), &placement);
+  EXPECT_EQ(str(placement, "route"), "cpu");
+  EXPECT_EQ(str(placement, "action"), "route_cpu");
+  EXPECT_TRUE(wait_terminal(id));
+}
+
 }  // namespace
 }  // namespace tandem::daemon
