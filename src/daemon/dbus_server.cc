@@ -299,6 +299,10 @@ class DbusServer::Impl::Main final
  private:
   Caller who() { return impl_.caller(getObject()); }
   Service& s() { return *impl_.service; }
+  // The reply is the acknowledgement: what this call journaled (an accept, a cancelled job's outcome) is made
+  // durable first. The commit covers everything pending (ring accepts, outcomes: they share the fdatasync); if it
+  // fails, the jobs accepted since the last commit are withdrawn and the caller gets Internal (docs/journal.md).
+  void commit() { unwrap(s().commit()); }
 
   SubmitRequest request(const std::string& model, const std::string& prompt,
                         const std::vector<sdbus::Struct<std::string, std::string>>& messages,
@@ -317,6 +321,7 @@ class DbusServer::Impl::Main final
       const std::map<std::string, sdbus::Variant>& options) override {
     const Caller c = who();
     auto placement = unwrap(s().submit(c, request(model, prompt, messages, options)), "UnknownModel");
+    commit();
     const auto id = std::get<std::uint64_t>(placement.at("job_id"));
     return {id, to_variant_map(placement)};
   }
@@ -326,8 +331,13 @@ class DbusServer::Impl::Main final
     const Caller c = who();
     return to_variant_map(unwrap(s().plan(c, request(model, prompt, messages, options)), "UnknownModel"));
   }
-  std::string Cancel(const uint64_t& job_id) override { return unwrap(s().cancel(who(), job_id)); }
+  std::string Cancel(const uint64_t& job_id) override {
+    auto state = unwrap(s().cancel(who(), job_id));
+    commit();
+    return state;
+  }
   std::map<std::string, sdbus::Variant> GetJob(const uint64_t& job_id) override {
+    if (s().commit_pending()) commit();  // a state that is not durable yet is not shown
     return to_variant_map(unwrap(s().get_job(who(), job_id)));
   }
   std::tuple<uint64_t, std::map<std::string, sdbus::Variant>> Resume(
@@ -335,6 +345,7 @@ class DbusServer::Impl::Main final
     const Caller c = who();
     auto o = unwrap(parse_submit_options(options));
     auto placement = unwrap(s().resume(c, job_id, o));
+    commit();
     const auto id = std::get<std::uint64_t>(placement.at("job_id"));
     return {id, to_variant_map(placement)};
   }

@@ -71,7 +71,7 @@ bool write_fully(int fd, std::string_view data) {
 
 JobJournal::~JobJournal() {
   if (fd_ >= 0) {
-    if (unsynced_ && opts_.fsync) ::fdatasync(fd_);
+    if (commit_pending() && opts_.fsync) (void)sync_file();
     ::close(fd_);
   }
   if (dir_fd_ >= 0) ::close(dir_fd_);  // releases the flock
@@ -130,8 +130,9 @@ Result<std::unique_ptr<JobJournal>> JobJournal::open(Options opts) {
     if (::ftruncate(jr->fd_, static_cast<off_t>(jr->file_bytes_)) != 0) {
       return io_fail("cannot truncate the torn tail of", path, errno);
     }
-    if (jr->opts_.fsync && ::fdatasync(jr->fd_) != 0) return io_fail("cannot fdatasync", path, errno);
+    if (jr->opts_.fsync && jr->sync_file() != 0) return io_fail("cannot fdatasync", path, errno);
   }
+  jr->durable_bytes_ = jr->file_bytes_;
   jr->appended_since_compact_ = jr->opts_.max_bytes / 2;  // an oversized journal compacts at the first append
   jr->accepted_since_compact_ = jr->opts_.max_jobs / 2;
   return jr;
@@ -287,7 +288,11 @@ void JobJournal::apply(JournalRecord type, Rec&& r, std::string_view payload) {
   }
 }
 
-Status JobJournal::append(JournalRecord type, Rec&& r, bool sync_now) {
+Status JobJournal::append(JournalRecord type, Rec&& r) {
+  if (broken_) {
+    return fail(Errc::io_error, "journal " + opts_.dir + "/" + kJournalName +
+                                    " could not be cut back after a failed sync; nothing more is written (restart)");
+  }
   if (Status st = check(type, r); !st.ok()) {
     Error e = std::move(st).error();
     if (e.code == Errc::not_found) e.code = Errc::invalid_argument;
@@ -311,14 +316,13 @@ Status JobJournal::append(JournalRecord type, Rec&& r, bool sync_now) {
     if (n > 0) (void)::ftruncate(fd_, before);
     return io_fail("cannot append to", path, err);
   }
-  if (sync_now && opts_.fsync && ::fdatasync(fd_) != 0) {
-    const int err = errno;
-    (void)::ftruncate(fd_, before);  // not durable: the caller refuses the job, so it must not come back at replay
-    return io_fail("cannot fdatasync", path, err);
-  }
   file_bytes_ += frame.size();
   appended_since_compact_ += frame.size();
-  unsynced_ = !(sync_now && opts_.fsync);
+  ++appended_seq_;
+  if (type != JournalRecord::meta && !undo_.count(r.job.id)) {  // the job as the last commit left it
+    auto it = jobs_.find(r.job.id);
+    undo_.emplace(r.job.id, it == jobs_.end() ? std::nullopt : std::optional<JournalJob>(it->second));
+  }
   apply(type, std::move(r), *payload);
   maybe_compact();
   return {};
@@ -333,7 +337,7 @@ Status JobJournal::accepted(const JournalJob& job) {
   r.job.owner_uid = job.owner_uid;
   r.job.request_json = job.request_json;
   r.at = job.accepted_unix_ms;
-  return append(JournalRecord::accepted, std::move(r), /*sync_now=*/true);
+  return append(JournalRecord::accepted, std::move(r));
 }
 
 Status JobJournal::transition(std::uint64_t id, std::string phase, std::string reason, std::string route_json,
@@ -345,7 +349,7 @@ Status JobJournal::transition(std::uint64_t id, std::string phase, std::string r
   r.job.route_json = std::move(route_json);
   r.job.attempts = attempts;
   r.at = at_unix_ms;
-  return append(JournalRecord::transition, std::move(r), /*sync_now=*/false);
+  return append(JournalRecord::transition, std::move(r));
 }
 
 Status JobJournal::checkpoint(std::uint64_t id, const std::vector<std::int32_t>& tokens, const std::string& text) {
@@ -353,7 +357,7 @@ Status JobJournal::checkpoint(std::uint64_t id, const std::vector<std::int32_t>&
   r.job.id = id;
   r.job.tokens = tokens;
   r.job.text = text;
-  return append(JournalRecord::checkpoint, std::move(r), /*sync_now=*/false);
+  return append(JournalRecord::checkpoint, std::move(r));
 }
 
 Status JobJournal::outcome(std::uint64_t id, std::string phase, std::string reason,
@@ -381,13 +385,67 @@ Status JobJournal::outcome(std::uint64_t id, std::string phase, std::string reas
   r.job.finish_reason = std::move(finish_reason);
   r.job.finished_unix_ms = at_unix_ms;
   r.at = at_unix_ms;
-  return append(JournalRecord::outcome, std::move(r), /*sync_now=*/true);
+  return append(JournalRecord::outcome, std::move(r));
 }
 
-Status JobJournal::sync() {
-  if (::fdatasync(fd_) != 0) return io_fail("cannot fdatasync", opts_.dir + "/" + kJournalName, errno);
-  unsynced_ = false;
-  return {};
+int JobJournal::sync_file() {
+  ++write_stats_.fdatasyncs;
+  return opts_.sync_hook ? opts_.sync_hook(fd_) : ::fdatasync(fd_);
+}
+
+void JobJournal::mark_durable() {
+  const std::uint64_t n = appended_seq_ - durable_seq_;
+  if (n > 0) {
+    ++write_stats_.commits;
+    write_stats_.records_committed += n;
+    write_stats_.max_records_per_commit = std::max(write_stats_.max_records_per_commit, n);
+  }
+  durable_seq_ = appended_seq_;
+  durable_bytes_ = file_bytes_;
+  undo_.clear();
+}
+
+Status JobJournal::commit() { return commit_now(/*force=*/false); }
+
+Status JobJournal::sync() { return commit_now(/*force=*/true); }
+
+Status JobJournal::commit_now(bool force) {
+  const std::string path = opts_.dir + "/" + kJournalName;
+  if (broken_) return fail(Errc::io_error, "journal " + path + " could not be cut back after a failed sync");
+  if (!force && (!commit_pending() || !opts_.fsync)) {
+    mark_durable();
+    return {};
+  }
+  if (sync_file() == 0) {
+    mark_durable();
+    return {};
+  }
+  // Not durable, and after a failed fdatasync the page cache cannot be trusted to reach the disk either: cut the
+  // window off the file, so none of it can come back at replay, and forget it in memory.
+  const int err = errno;
+  ++write_stats_.commit_failures;
+  write_stats_.records_rolled_back += appended_seq_ - durable_seq_;
+  for (auto& [id, before] : undo_) {
+    if (before) {
+      jobs_[id] = std::move(*before);
+    } else {
+      jobs_.erase(id);
+    }
+  }
+  undo_.clear();
+  appended_seq_ = durable_seq_;
+  std::string cut_error;
+  if (file_bytes_ != durable_bytes_) {
+    if (::ftruncate(fd_, static_cast<off_t>(durable_bytes_)) != 0) {
+      cut_error = std::string("; cutting it back failed too: ") + std::strerror(errno);
+    } else if (opts_.fsync && sync_file() != 0) {
+      cut_error = std::string("; syncing the cut failed too: ") + std::strerror(errno);
+    }
+    file_bytes_ = durable_bytes_;
+  }
+  if (!cut_error.empty()) broken_ = true;
+  return fail(Errc::io_error, "cannot fdatasync " + path + ": " + std::strerror(err) +
+                                  " (the records since the last commit were undone" + cut_error + ")");
 }
 
 void JobJournal::maybe_compact() {
@@ -483,8 +541,11 @@ Status JobJournal::compact(std::int64_t now_unix_ms) {
   file_bytes_ = total;
   appended_since_compact_ = 0;
   accepted_since_compact_ = 0;
-  unsynced_ = !opts_.fsync;
   for (std::uint64_t id : drop) jobs_.erase(id);
+  // The new file holds every record appended so far and was fsynced (a pending window included); a failed commit
+  // can no longer cut anything off it. A journal broken by a failed cut is whole again.
+  mark_durable();
+  broken_ = false;
   if (opts_.fsync && ::fsync(dir_fd_) != 0) return io_fail("cannot fsync directory", opts_.dir, errno);
   return {};
 }

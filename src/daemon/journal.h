@@ -2,8 +2,10 @@
 // at start so that every accepted job reaches a terminal state its client can read, also after a client crash or a
 // daemon restart; idempotency keys are rebuilt from it and return the stored outcome instead of re-running.
 // Torn tails are truncated, corrupt records in the middle are skipped and counted; neither is fatal. Compaction
-// rewrites the file atomically (journal.tmp, fsync, rename, fsync of the directory). Format, fold rules, sync points
-// and measured figures: docs/journal.md. Torch-free and D-Bus-free (core + nlohmann_json, which stays in the .cc).
+// rewrites the file atomically (journal.tmp, fsync, rename, fsync of the directory). Group commit: appends only
+// write(); commit() makes everything appended since the last commit durable with one fdatasync, or, when that fails,
+// cuts the file back and undoes those records in memory. Format, fold rules, sync points and measured figures:
+// docs/journal.md. Torch-free and D-Bus-free (core + nlohmann_json, which stays in the .cc).
 //
 // Thread-safety: none. One JobJournal is used from one thread (the daemon's control thread) at a time; the state
 // directory is flock()ed, so a second JobJournal on the same directory (this or another process) is refused.
@@ -11,8 +13,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,10 +34,10 @@ inline constexpr std::size_t kJournalHistoryLimit = 64;         // JournalJob::h
 
 // Record types. Unknown types (a newer writer) are counted in ReplayStats::unknown_records and skipped.
 enum class JournalRecord : std::uint8_t {
-  accepted = 1,    // a job was accepted (synced)
+  accepted = 1,    // a job was accepted (durable at the next commit)
   transition = 2,  // a non-terminal phase change
   checkpoint = 3,  // tokens/text delivered so far
-  outcome = 4,     // the terminal phase and its result (synced)
+  outcome = 4,     // the terminal phase and its result (durable at the next commit)
   restore = 5,     // compaction: the folded state of a job after its `accepted` record
   output = 6,      // compaction: the folded tokens/text of a job (also allowed on a terminal job)
   meta = 7,        // compaction: {"max_job_id": N}, so ids of dropped jobs are never handed out again
@@ -92,7 +96,19 @@ class JobJournal {
     std::uint64_t max_bytes = 64 << 20;       // automatic compaction above this file size, >= 64 KiB
     std::chrono::seconds retention{86400};    // terminal jobs older than this are dropped by compaction, >= 0
     std::uint32_t max_jobs = 10000;           // compaction keeps at most this many jobs (non-terminal always), >= 1
-    bool fsync = true;                        // false: no fdatasync/fsync on appends and compaction (tests, tmpfs)
+    bool fsync = true;                        // false: no fdatasync/fsync on commits and compaction (tests, tmpfs)
+    // The fdatasync of commit()/sync() (empty: ::fdatasync). Returns 0 or -1 with errno, like fdatasync; tests
+    // inject failures (EIO) through it.
+    std::function<int(int fd)> sync_hook;
+  };
+  // What the writer did since open (the daemon's counters; the tests count syncs with it).
+  struct WriteStats {
+    std::uint64_t fdatasyncs = 0;         // fdatasync calls on the journal file (commits, sync(), torn-tail cut)
+    std::uint64_t commits = 0;            // commit()/sync() calls that covered at least one record and succeeded
+    std::uint64_t records_committed = 0;  // records those commits covered
+    std::uint64_t max_records_per_commit = 0;
+    std::uint64_t commit_failures = 0;    // commits whose fdatasync failed (their records were cut back)
+    std::uint64_t records_rolled_back = 0;
   };
   struct ReplayStats {
     std::uint64_t records = 0;                // records with a valid frame and CRC
@@ -110,7 +126,7 @@ class JobJournal {
   // bytes are saved to journal.torn, best effort, replacing an older one). Jobs not terminal in the file are returned
   // as they were. Errors: invalid_argument (options), io_error (cannot create/open/lock/read/truncate).
   static Result<std::unique_ptr<JobJournal>> open(Options opts);
-  ~JobJournal();  // fdatasync of unsynced appends (when opts.fsync), closes
+  ~JobJournal();  // fdatasync of uncommitted appends (when opts.fsync), closes
   JobJournal(const JobJournal&) = delete;
   JobJournal& operator=(const JobJournal&) = delete;
 
@@ -119,8 +135,9 @@ class JobJournal {
   // Highest id ever accepted, also of jobs compaction dropped; the daemon hands out ids above it.
   std::uint64_t max_job_id() const { return max_job_id_; }
 
-  // Appends. `accepted` and `outcome` are synced (fdatasync when opts.fsync) before returning; the others ride along
-  // with the next sync. On any error nothing changes in memory and the file is cut back to its previous size.
+  // Appends: one write() each, no sync. A record is durable only after the next successful commit() (or sync(), or
+  // a compaction); until then nothing that depends on it may leave the process (docs/journal.md, "Group commit").
+  // On any error nothing changes in memory and the file is cut back to its previous size.
   // Errors: io_error (disk full etc.: the caller must then refuse the job), invalid_argument (unknown id, field
   // outside its limit, phase of the wrong kind, record > kJournalMaxPayload), duplicate (accepted: id exists),
   // illegal_transition (the job is terminal; a second outcome equal to the first, ignoring at_unix_ms, is a no-op).
@@ -135,8 +152,21 @@ class JobJournal {
   Status outcome(std::uint64_t id, std::string phase, std::string reason, const std::vector<std::int32_t>& tokens,
                  const std::string& text, std::string error_code, std::string error_message,
                  std::int64_t retry_after_ms, std::string finish_reason, std::int64_t at_unix_ms);
-  // fdatasync now (always, whatever opts.fsync says).
+
+  // Group commit. Every appended record gets the next sequence number (1, 2, ...). commit() makes all of them
+  // durable with one fdatasync (none when nothing is pending; none either with opts.fsync = false, which still
+  // advances durable_seq). If the fdatasync fails, the records since the last commit are undone: the file is cut back
+  // to its size at the last commit (and that cut synced), the jobs in memory return to their state at the last
+  // commit (accepted ones disappear), appended_seq returns to durable_seq, and io_error is returned; the caller must
+  // treat every one of those records as never written. If the cut itself fails, the journal is broken: every later
+  // append and commit fails with io_error (the daemon must stop accepting; a restart replays what is on disk).
+  Status commit();
+  // commit() that always fdatasyncs, whatever opts.fsync says and even with nothing pending.
   Status sync();
+  std::uint64_t appended_seq() const { return appended_seq_; }  // last record appended (0: none since open)
+  std::uint64_t durable_seq() const { return durable_seq_; }    // last record a commit/sync/compaction covered
+  bool commit_pending() const { return appended_seq_ != durable_seq_; }
+  const WriteStats& write_stats() const { return write_stats_; }
 
   // Drops terminal jobs that finished before now - retention, then the oldest terminal ones (finished_unix_ms, id)
   // while more than max_jobs remain; non-terminal jobs are never dropped. Rewrites the file: journal.tmp with
@@ -158,7 +188,10 @@ class JobJournal {
   static bool decode(JournalRecord type, std::string_view payload, Rec& out);  // false: corrupt record
   Status check(JournalRecord type, const Rec& r) const;
   void apply(JournalRecord type, Rec&& r, std::string_view payload);
-  Status append(JournalRecord type, Rec&& r, bool sync_now);
+  Status append(JournalRecord type, Rec&& r);
+  Status commit_now(bool force);
+  int sync_file();                 // fdatasync through opts_.sync_hook, counted; 0 or -1 with errno
+  void mark_durable();
   void maybe_compact();
 
   Options opts_;
@@ -171,7 +204,13 @@ class JobJournal {
   std::uint64_t appended_since_compact_ = 0;
   std::uint64_t accepted_since_compact_ = 0;
   std::int64_t latest_unix_ms_ = 0;
-  bool unsynced_ = false;
+  // Group commit: the window since the last commit.
+  std::uint64_t appended_seq_ = 0;
+  std::uint64_t durable_seq_ = 0;
+  std::uint64_t durable_bytes_ = 0;                              // file size at the last commit
+  std::map<std::uint64_t, std::optional<JournalJob>> undo_;      // job → its state at the last commit (none: new)
+  bool broken_ = false;                                          // a failed commit could not cut the file back
+  WriteStats write_stats_;
   Status auto_compact_status_;
 };
 

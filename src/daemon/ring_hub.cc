@@ -330,6 +330,8 @@ void RingHub::post(Session& s, ring::Completion c) {
 }
 
 void RingHub::job_update(const std::string& destination, JobId id, const std::string& kind, const Dict& data) {
+  // A ring job's `accepted` is the completion written from its placement (handle()), never this update.
+  if (kind == "accepted") return;
   Session* s = find_session(destination);
   if (!s) return;
   if (s->in_submit) {
@@ -402,9 +404,18 @@ void RingHub::handle(Session& s, ring::Command&& cmd) {
         post(s, error_completion(cmd.user_data, r.error(), /*job_op=*/true, cmd.job_id));
         return;
       }
-      ring::RecordWriter w;
-      w.add("state", std::string_view(*r));
-      post(s, ring::record_completion(Kind::cancel_result, cmd.user_data, cmd.job_id, w.take()));
+      // A cancelled queued job's outcome is journaled: the answer waits for the commit that covers it.
+      service_->after_commit([this, sid = s.id, ud = cmd.user_data, job = cmd.job_id, state = *r](const Status& st) {
+        Session* sess = find_open(sid);
+        if (!sess) return;
+        if (!st) {
+          post(*sess, error_completion(ud, st.error(), /*job_op=*/true, job));
+          return;
+        }
+        ring::RecordWriter w;
+        w.add("state", std::string_view(state));
+        post(*sess, ring::record_completion(Kind::cancel_result, ud, job, w.take()));
+      });
       return;
     }
     case ring::Opcode::submit: {
@@ -430,36 +441,61 @@ void RingHub::handle(Session& s, ring::Command&& cmd) {
       // A degraded-mode change the submit caused is announced before the job's own completions.
       for (auto& [id, kind, data] : held)
         if (kind == "degraded_mode") job_update(s.destination, id, kind, data);
+      std::erase_if(held, [](const auto& h) { return std::get<1>(h) == "degraded_mode"; });
       if (!placed) {
         post(s, error_completion(cmd.user_data, placed.error(), false));
         return;
       }
       const auto job = std::get<std::uint64_t>(placed->at("job_id"));
+      const auto ex = placed->find("existing");
+      const bool existing = ex != placed->end() && std::get<bool>(ex->second);
       s.user_data[job] = cmd.user_data;
-      ++s.jobs;
-      post(s, ring::record_completion(Kind::accepted, cmd.user_data, job, to_record(*placed)));
-      for (auto& [id, kind, data] : held)
-        if (kind != "accepted" && kind != "degraded_mode") job_update(s.destination, id, kind, data);
-      // The same idempotency key named a job that already ended: its outcome follows at once.
-      const auto existing = placed->find("existing");
-      if (existing != placed->end() && std::get<bool>(existing->second)) {
-        auto info = service_->get_job(s.caller, job);
-        if (info) {
-          const auto& state = std::get<std::string>(info->at("state"));
-          if (state == "completed" || state == "cancelled" || state == "failed") {
-            Dict fin;
-            for (const char* k : {"state", "reason", "finish_reason", "error_code", "error_message", "retry_after_ms"})
-              if (auto it = info->find(k); it != info->end()) fin[k] = it->second;
-            if (auto it = info->find("tokens"); it != info->end())
-              if (const auto* ids = std::get_if<std::vector<std::int32_t>>(&it->second))
-                fin["tokens_total"] = static_cast<std::uint32_t>(ids->size());
-            job_update(s.destination, job, "finished", fin);
-          }
-        }
+      // Updates of the session's other jobs go out now, in order; the new job's own follow its `accepted`.
+      std::vector<std::tuple<JobId, std::string, Dict>> own;
+      for (auto& h : held) {
+        if (std::get<0>(h) == job) own.push_back(std::move(h));
+        else job_update(s.destination, std::get<0>(h), std::get<1>(h), std::get<2>(h));
       }
+      // Group commit: the `accepted` completion is written only once the commit covering the job's accept is
+      // durable (tandemd commits once per loop iteration, after the whole ring drain); if it fails, an error.
+      service_->after_commit([this, sid = s.id, ud = cmd.user_data, job, existing, own = std::move(own),
+                              placement = std::move(placed).value()](const Status& st) {
+        Session* sess = find_open(sid);
+        if (!sess) return;
+        if (!st) {
+          if (!existing) sess->user_data.erase(job);
+          post(*sess, error_completion(ud, st.error(), false));
+          return;
+        }
+        ++sess->jobs;
+        post(*sess, ring::record_completion(Kind::accepted, ud, job, to_record(placement)));
+        for (const auto& [id, kind, data] : own) job_update(sess->destination, id, kind, data);
+        if (existing) finish_existing(*sess, job);
+      });
       return;
     }
   }
+}
+
+RingHub::Session* RingHub::find_open(std::uint64_t session_id) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second->state != SessionState::open) return nullptr;
+  return it->second.get();
+}
+
+// The same idempotency key named a job that already ended: its outcome follows the `accepted` at once.
+void RingHub::finish_existing(Session& s, JobId job) {
+  auto info = service_->get_job(s.caller, job);
+  if (!info) return;
+  const auto& state = std::get<std::string>(info->at("state"));
+  if (state != "completed" && state != "cancelled" && state != "failed") return;
+  Dict fin;
+  for (const char* k : {"state", "reason", "finish_reason", "error_code", "error_message", "retry_after_ms"})
+    if (auto it = info->find(k); it != info->end()) fin[k] = it->second;
+  if (auto it = info->find("tokens"); it != info->end())
+    if (const auto* ids = std::get_if<std::vector<std::int32_t>>(&it->second))
+      fin["tokens_total"] = static_cast<std::uint32_t>(ids->size());
+  job_update(s.destination, job, "finished", fin);
 }
 
 bool RingHub::process() {

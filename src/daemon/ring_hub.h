@@ -2,7 +2,9 @@
 // doorbell pipes; the session belongs to the caller (its credentials as established for Submit, its bus name).
 // The loop thread drains each session's submission ring, turns submit records into SubmitRequests (the same option
 // table as D-Bus, daemon/submit_options.h) and calls the Service as the session's owner, and writes every job update
-// of the session's jobs to its completion ring instead of a D-Bus signal. A protocol error ends that session only,
+// of the session's jobs to its completion ring instead of a D-Bus signal. The answers to submit and cancel wait for
+// Service::after_commit: an `accepted` completion is written only once the job's accept is durable (group commit,
+// docs/journal.md). A protocol error ends that session only,
 // counted and logged; its jobs keep running to a terminal state readable with GetJob.
 //
 // Torch-free and D-Bus-free: the D-Bus layer calls open()/close()/client_vanished() and passes the fds on; tandemd's
@@ -96,6 +98,8 @@ class RingHub {
   void end_session(Session& s, ring::SessionState state, ring::Fault fault, const std::string& why);
   void reap_closed();
   Session* find_session(const std::string& destination);
+  Session* find_open(std::uint64_t session_id);  // an open session by id (after_commit callbacks), or null
+  void finish_existing(Session& s, JobId job);
 
   Service* service_;
   RingConfig cfg_;

@@ -1,6 +1,10 @@
 // The service core: construction, journal restore, the worker pools and the events they post, small helpers.
-// The rest of Service is in service_{admission,schedule,health,views,control}.cc (service_internal.h).
+// The rest of Service is in service_{admission,schedule,health,views,control,commit}.cc (service_internal.h).
 #include "daemon/service.h"
+
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "daemon/service_internal.h"
 
@@ -82,6 +86,15 @@ Result<std::unique_ptr<Service>> Service::create(DaemonConfig cfg, std::shared_p
   jo.retention = s->cfg_.journal.retention;
   jo.max_jobs = s->cfg_.journal.max_jobs;
   jo.fsync = s->cfg_.journal.fsync;
+  Service* self = s.get();
+  jo.sync_hook = [self](int fd) {
+    if (self->fail_journal_syncs_ > 0) {  // testing_fail_journal_syncs
+      --self->fail_journal_syncs_;
+      errno = EIO;
+      return -1;
+    }
+    return ::fdatasync(fd);
+  };
   auto j = JobJournal::open(jo);
   if (!j) return fail(std::move(j).error());
   s->journal_ = std::move(j).value();
@@ -307,6 +320,11 @@ void Service::process_events() {
 
 void Service::emit(const JobRecord& j, const std::string& kind, const Dict& data) {
   if (!observer_ || j.owner.empty() || j.muted) return;
+  // Sent by commit() once its record is durable.
+  if (group_commit_ && (j.accept_pending || j.durable_at > journal_->durable_seq())) {
+    held_updates_.push_back({j.id, kind, data});
+    return;
+  }
   observer_->job_update(j.reply_to.empty() ? j.owner : j.reply_to, j.id, kind, data);
 }
 

@@ -119,6 +119,23 @@ class Service {
   std::vector<ReplicaInfo> replicas(const std::string& name) const { return backend_->replicas(name); }
   const DaemonConfig& config() const { return cfg_; }
 
+  // --- group commit (docs/journal.md, "Sync points and group commit") ---
+  // On (tandemd sets it): accepted and outcome records are only written, and the loop calls commit() once per
+  // iteration. Until the commit that covers its accept, a new job is not dispatched and its updates are held; a
+  // terminal update waits for the commit of its outcome; front ends hold their answers with after_commit(). Off
+  // (the default): every accepted/outcome record is committed before the call that wrote it returns.
+  void set_group_commit(bool on) { group_commit_ = on; }
+  // One journal commit (one fdatasync) for everything written since the last, then, in order: the after_commit
+  // callbacks, the held job updates, the queue pump (newly durable jobs may run). If the sync fails: every job
+  // accepted since the last commit is withdrawn (it never ran and was never announced; its idempotency key is free
+  // again), the callbacks and the return value carry Errc::internal ("could not journal the job (...); it was not
+  // accepted"), and outcomes the failure undid are written again at the next commit (their updates stay held).
+  Status commit();
+  // Runs `then` with the status of the commit that covers everything journaled so far: at the next commit(), or at
+  // once (ok) when nothing is pending. Callbacks run on the loop thread, in registration order.
+  void after_commit(std::function<void(const Status&)> then);
+  bool commit_pending() const;
+
   // --- loop ---
   void tick();            // periodic: device and host readings, breaker, probes, deadlines, queues
   void process_events();  // applies what the workers posted
@@ -146,6 +163,11 @@ class Service {
   Status testing_reading_lag(std::uint64_t ms);
   Status testing_lose_device();
   Status testing_recover_device();
+  // The next `n` journal syncs fail with EIO (exercises the failed-commit path; needs [journal] fsync = true).
+  void testing_fail_journal_syncs(std::uint32_t n) { fail_journal_syncs_ = n; }
+  // The daemon kills itself (SIGKILL) in the `n`-th commit that has accepts pending, after their records were
+  // written and before the fdatasync (tandemd --testing with TANDEM_TESTING_CRASH_AT_COMMIT=n; it_restart.sh).
+  void testing_crash_at_commit(std::uint32_t n) { crash_at_commit_ = n; }
   std::map<std::string, std::uint64_t> counters() const;
 
   // Journal replay figures (for the start-up log line).
@@ -191,6 +213,9 @@ class Service {
   void post(WorkerEvent ev);
   void emit(const JobRecord& j, const std::string& kind, const Dict& data);
   void journal_transition(const JobRecord& j, const std::string& reason);
+  void journal_outcome(JobRecord& j);  // the job's outcome record (committed at once without group commit)
+  void withdraw(JobRecord& j);         // a failed commit: the job was never accepted
+  void release_held();                 // held updates whose records are durable now, in order
   JobRecord* find(JobId id);
   const JobRecord* find(JobId id) const;
   Status check_owner(const Caller& c, const JobRecord& j) const;
@@ -237,6 +262,22 @@ class Service {
   std::uint64_t hold_counter_ = 0;
 
   bool draining_ = false;
+
+  // Group commit.
+  struct HeldUpdate {
+    JobId job;
+    std::string kind;
+    Dict data;
+  };
+  bool group_commit_ = false;
+  bool committing_ = false;
+  std::vector<JobId> pending_accepts_;   // accepted since the last commit
+  std::vector<JobId> pending_outcomes_;  // outcomes written since the last commit
+  std::vector<JobId> outcome_retry_;     // outcomes a failed commit undid: written again at the next commit
+  std::vector<std::function<void(const Status&)>> waiters_;
+  std::deque<HeldUpdate> held_updates_;
+  std::uint32_t fail_journal_syncs_ = 0;
+  std::uint32_t crash_at_commit_ = 0;
   std::map<std::string, std::uint64_t> counters_;
 
   // Change detection for PropertiesChanged.

@@ -273,9 +273,12 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   j.degraded = d.route.device != policy::Device::gpu || d.route.fallback_model;
   if (d.host) j.host = d.host;
 
+  bool key_freed = false;  // the key's job was withdrawn by a failed commit: it was never accepted
   if (!j.key.empty()) {  // would the key be ours? (checked before the journal write; claimed after it)
     auto found = idempotency_.find(j.key);
-    const bool can_claim = !found || (resumed_from && found->outcome && found->outcome->phase == JobPhase::failed);
+    const bool failed = found && found->outcome && found->outcome->phase == JobPhase::failed;
+    key_freed = failed && found->outcome->summary == kNotAccepted;
+    const bool can_claim = !found || (resumed_from && failed) || key_freed;
     auto claim = can_claim ? Result<policy::Claim>(policy::Claim{j.id, true, std::nullopt})
                            : Result<policy::Claim>(policy::Claim{found->job, false, found->outcome});
     if (!claim) return fail(std::move(claim).error());
@@ -298,14 +301,21 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   jj.owner_uid = j.uid;
   jj.request_json = j.request_json.dump();
   jj.accepted_unix_ms = j.accepted_unix_ms;
-  if (auto st = journal_->accepted(jj); !st) {
-    log::error("journal write failed, job not accepted: {}", st.error().message);
-    return fail(Errc::internal, "could not journal the job (" + st.error().message + "); it was not accepted");
+  Status journaled = journal_->accepted(jj);
+  if (journaled && !group_commit_) journaled = journal_->commit();  // else: the loop's commit() (group commit)
+  if (!journaled) {
+    log::error("journal write failed, job not accepted: {}", journaled.error().message);
+    return fail(Errc::internal, "could not journal the job (" + journaled.error().message + "); it was not accepted");
+  }
+  j.durable_at = journal_->appended_seq();
+  if (group_commit_) {  // not durable yet: not dispatched, not announced, not shown (see commit())
+    j.accept_pending = true;
+    pending_accepts_.push_back(j.id);
   }
   ++next_id_;
   ++counters_["jobs_accepted"];
   if (!j.key.empty())
-    if (auto claim = idempotency_.claim(j.key, j.id, j.digest, now, resumed_from.has_value()); !claim)
+    if (auto claim = idempotency_.claim(j.key, j.id, j.digest, now, resumed_from.has_value() || key_freed); !claim)
       log::error("job {}: idempotency key not recorded: {}", j.id, claim.error().message);
   j.history.emplace_back("", "queued", "accepted", j.accepted_unix_ms);
   JobRecord* jp = rec.get();

@@ -284,6 +284,13 @@ std::map<std::string, std::uint64_t> Service::counters() const {
   }
   c["jobs_running"] = running;
   c["jobs_waiting"] = queued;
+  c.emplace("jobs_withdrawn", 0);
+  const auto& ws = journal_->write_stats();
+  c["journal_fdatasyncs"] = ws.fdatasyncs;
+  c["journal_commits"] = ws.commits;
+  c["journal_records_committed"] = ws.records_committed;
+  c["journal_max_records_per_commit"] = ws.max_records_per_commit;
+  c["journal_commit_failures"] = ws.commit_failures;
   return c;
 }
 

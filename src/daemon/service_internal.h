@@ -61,6 +61,9 @@ inline Failure rejected_error(const Decision& d) {
 
 // Idempotency keys are per user: two users' "key-1" never name the same job. Stored (journal, registry) scoped.
 inline std::string scoped_key(std::uint32_t uid, const std::string& key) { return std::to_string(uid) + "/" + key; }
+// The idempotency outcome a withdrawn job (a failed group commit) leaves on its key: the key is free for a new job.
+inline constexpr const char* kNotAccepted = "journal_commit_failed";
+
 inline std::string user_key(const std::string& scoped) {
   const auto slash = scoped.find('/');
   return slash == std::string::npos ? scoped : scoped.substr(slash + 1);
@@ -133,6 +136,11 @@ struct Service::JobRecord {
   std::uint32_t attempts_restored = 0;  // restored jobs: attempts the journal recorded
   bool host_materialized = false;
   std::optional<JobId> resumed_by;      // Resume already created this successor (never a second run)
+  // Group commit: the journal sequence number its updates wait for (its accepted record, later its outcome), and
+  // whether its accept is not durable yet (then it is not dispatched and GetJob does not show it).
+  std::uint64_t durable_at = 0;
+  bool accept_pending = false;
+  std::optional<policy::Route> deferred_route;  // started in its queue while its accept was pending: dispatched then
 
   bool terminal() const { return phase == "completed" || phase == "failed" || phase == "cancelled"; }
 };

@@ -125,6 +125,10 @@ void Service::to_cpu_queue(JobRecord& j, const std::string& why) {
 }
 
 void Service::dispatch(JobRecord& j, const policy::Route& route) {
+  if (j.accept_pending) {  // its slot and reservation are taken; it runs once its accept is durable (commit())
+    j.deferred_route = route;
+    return;
+  }
   const auto now = clock_->now();
   j.route = route;
   if (j.route.model.empty()) j.route.model = j.model;
@@ -217,10 +221,7 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
   if (phase == JobPhase::completed && j.finish_reason.empty()) j.finish_reason = reason;
   j.history.emplace_back(from, j.phase, reason, j.finished_unix_ms);
   release_resources(j);
-  if (auto st = journal_->outcome(j.id, j.phase, reason, j.tokens, j.text, j.error_code, j.error_message,
-                                  static_cast<std::int64_t>(j.retry_after_ms), j.finish_reason, j.finished_unix_ms);
-      !st)
-    log::error("journal: outcome of job {} not written: {}", j.id, st.error().message);
+  journal_outcome(j);
   if (!j.key.empty()) (void)idempotency_.record_outcome(j.key, j.id, {phase, reason, now});
   ++counters_[phase == JobPhase::completed ? "jobs_completed" : phase == JobPhase::cancelled ? "jobs_cancelled" : "jobs_failed"];
   Dict fin{{"state", j.phase}, {"reason", reason}, {"finish_reason", j.finish_reason},

@@ -37,7 +37,7 @@ Dict Service::job_dict(const JobRecord& j) const {
 
 Result<Dict> Service::get_job(const Caller& c, JobId id) const {
   const JobRecord* j = find(id);
-  if (!j) return fail(Errc::not_found, "no job " + std::to_string(id));
+  if (!j || j->accept_pending) return fail(Errc::not_found, "no job " + std::to_string(id));  // not accepted (yet)
   TANDEM_TRY(check_owner(c, *j));
   return job_dict(*j);
 }

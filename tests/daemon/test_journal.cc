@@ -17,79 +17,12 @@
 #include <random>
 #include <sstream>
 
+#include "test_journal_util.h"
+
 namespace tandem::daemon {
 namespace {
 
-namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/tandem-journal-XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) std::abort();
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    ::chmod(path_.c_str(), 0700);
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string journal() const { return path_ + "/journal"; }
-
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
-
-// The error code of a failed Status, nullopt when it succeeded.
-std::optional<Errc> code_of(const Status& s) {
-  if (s.ok()) return std::nullopt;
-  return s.error().code;
-}
-
-JobJournal::Options opts_for(const TempDir& d) {
-  JobJournal::Options o;
-  o.dir = d.path();
-  o.fsync = false;  // tests check contents, not durability; the timing test syncs
-  return o;
-}
-
-std::unique_ptr<JobJournal> open_ok(const JobJournal::Options& o) {
-  auto r = JobJournal::open(o);
-  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
-  if (!r.ok()) return nullptr;
-  return std::move(r).value();
-}
-
-JournalJob make_job(std::uint64_t id, std::int64_t at = 1000, std::string key = "") {
-  JournalJob j;
-  j.id = id;
-  j.model = "tiny";
-  j.idempotency_key = std::move(key);
-  j.request_digest = 0xfeedface00000000ull + id;
-  j.owner_uid = 1000 + static_cast<std::uint32_t>(id);
-  j.request_json = R"({"prompt":"hello","max_new_tokens":8})";
-  j.accepted_unix_ms = at;
-  return j;
-}
-
-// accepted + running + completed at `done_at`.
-void run_to_completion(JobJournal& jr, std::uint64_t id, std::int64_t done_at, std::string key = "") {
-  ASSERT_TRUE(jr.accepted(make_job(id, done_at - 10, std::move(key))).ok());
-  ASSERT_TRUE(jr.transition(id, "running", "admitted", R"({"device":"gpu"})", done_at - 5, 1).ok());
-  ASSERT_TRUE(jr.outcome(id, "completed", "done", {1, 2, 3}, "abc", "", "", 0, "eos", done_at).ok());
-}
+using namespace journal_test;
 
 // --- framing ----------------------------------------------------------------------------------------------------
 
@@ -888,76 +821,6 @@ TEST(JobJournal, DiskFullOnAppendIsIoErrorAndChangesNothing) {
   auto jr = open_ok(opts_for(d));
   EXPECT_EQ(jr->jobs(), expected);
   EXPECT_EQ(jr->replay_stats().torn_tail_bytes + jr->replay_stats().corrupt_records, 0u);
-}
-
-// --- figures for docs/journal.md (printed, never asserted) -------------------------------------------------------
-
-TEST(JobJournalTiming, AppendLatencyAndReplayTime) {
-  const char* dir_env = std::getenv("TANDEM_JOURNAL_TIMING_DIR");
-  if (dir_env == nullptr) GTEST_SKIP() << "set TANDEM_JOURNAL_TIMING_DIR=<dir on the disk to measure> to run";
-  using Clk = std::chrono::steady_clock;
-  const std::string dir = std::string(dir_env) + "/tandem-journal-timing-" + std::to_string(::getpid());
-  {
-    JobJournal::Options o;
-    o.dir = dir;
-    o.fsync = true;
-    auto jr = open_ok(o);
-    ASSERT_TRUE(jr);
-    std::vector<double> us;
-    for (std::uint64_t id = 1; id <= 1000; ++id) {
-      JournalJob j = make_job(id, 1000, "key-" + std::to_string(id));
-      const auto t0 = Clk::now();
-      ASSERT_TRUE(jr->accepted(j).ok());
-      us.push_back(std::chrono::duration<double, std::micro>(Clk::now() - t0).count());
-    }
-    std::sort(us.begin(), us.end());
-    std::printf("[timing] accepted (append + fdatasync), 1000 appends: p50 %.0f us, p99 %.0f us, max %.0f us\n",
-                us[499], us[989], us.back());
-  }
-  std::filesystem::remove_all(dir);
-  {
-    JobJournal::Options o;
-    o.dir = dir;
-    o.fsync = false;
-    auto jr = open_ok(o);
-    const std::string text(400, 'w');
-    std::vector<std::int32_t> tokens(100, 1234);
-    for (std::uint64_t id = 1; id <= 10000; ++id) {
-      const auto t = static_cast<std::int64_t>(id);
-      ASSERT_TRUE(jr->accepted(make_job(id, t, "key-" + std::to_string(id))).ok());
-      ASSERT_TRUE(jr->transition(id, "running", "admitted", R"({"device":"gpu","replica":0})", t, 1).ok());
-      ASSERT_TRUE(jr->checkpoint(id, std::vector<std::int32_t>(50, 1234), text.substr(0, 200)).ok());
-      ASSERT_TRUE(jr->outcome(id, "completed", "done", tokens, text, "", "", 0, "eos", t).ok());
-    }
-    ASSERT_TRUE(jr->sync().ok());
-    std::printf("[timing] 10000 jobs, 40000 records: %.1f MiB\n", jr->file_bytes() / 1048576.0);
-  }
-  for (int rep = 0; rep < 3; ++rep) {
-    JobJournal::Options o;
-    o.dir = dir;
-    o.fsync = false;
-    const auto t0 = Clk::now();
-    auto jr = open_ok(o);
-    const double ms = std::chrono::duration<double, std::milli>(Clk::now() - t0).count();
-    ASSERT_EQ(jr->jobs().size(), 10000u);
-    std::printf("[timing] open + replay of 10000 jobs (40000 records, page cache warm): %.0f ms\n", ms);
-    if (rep == 2) {
-      const auto t1 = Clk::now();
-      ASSERT_TRUE(jr->compact(10001).ok());
-      std::printf("[timing] compact (10000 jobs kept, no fsync): %.0f ms, %.1f MiB\n",
-                  std::chrono::duration<double, std::milli>(Clk::now() - t1).count(), jr->file_bytes() / 1048576.0);
-    }
-  }
-  {
-    JobJournal::Options o;
-    o.dir = dir;
-    o.fsync = false;
-    const auto t0 = Clk::now();
-    auto jr = open_ok(o);
-    std::printf("[timing] open + replay of the compacted 10000 jobs: %.0f ms\n",
-                std::chrono::duration<double, std::milli>(Clk::now() - t0).count());
-  }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -266,6 +266,7 @@ class RingHubTest : public ::testing::Test {
     auto s = Service::create(cfg_, backend_, clock_, &fwd_, [this] { waker_.wake(); });
     ASSERT_TRUE(s) << describe(s);
     svc_ = std::move(s).value();
+    svc_->set_group_commit(true);  // as tandemd runs it: pass() commits once per loop iteration
     svc_->flush_changes();
     ring_cfg_ = rc;
     hub_ = std::make_unique<RingHub>(svc_.get(), rc);
@@ -300,11 +301,12 @@ class RingHubTest : public ::testing::Test {
     return peers_.back().get();
   }
 
-  // One pass of tandemd's loop, then the readers reap.
+  // One pass of tandemd's loop (with its one group commit), then the readers reap.
   void pass() {
     svc_->process_events();
     svc_->flush_changes();
     if (hub_) hub_->process();
+    (void)svc_->commit();
     for (auto& p : peers_) {
       if (!p->reading) continue;
       auto n = p->client->reap(p->events);
@@ -1293,6 +1295,98 @@ TEST_F(RingHubTest, BacklogPayloadStaysWithinMaxBacklogBytes) {
 // for ever, so tandemd's poll() (which waits on hub.fds()) returns at once on every iteration — a busy loop for as
 // long as the session lives. Expected: the hub notices the hang-up (read() == 0 in finish_sleep/process) and ends the
 // session, as tests/ring/ring_echo.h does, so the fd leaves the poll set.
+// --- group commit (docs/journal.md) --------------------------------------------------------------------------------
+
+std::uint64_t svc_counter(const Service& svc, const std::string& name) {
+  const auto c = svc.counters();
+  const auto it = c.find(name);
+  return it == c.end() ? 0 : it->second;
+}
+
+TEST_F(RingHubTest, GroupCommitOneFdatasyncForARingDrainAndNothingLeavesBeforeIt) {
+  cfg_.journal.fsync = true;
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(2));
+  Peer* p = open(alice_);
+  ASSERT_TRUE(p);
+  constexpr std::uint64_t kJobs = 16;
+  for (std::uint64_t ud = 1; ud <= kJobs; ++ud) ASSERT_TRUE(p->client->submit(ud, submit_record("g" + std::to_string(ud), 4)));
+  const auto syncs = svc_counter(*svc_, "journal_fdatasyncs");
+  hub_->process();  // the whole drain: 16 accepts written, none synced
+  EXPECT_EQ(svc_counter(*svc_, "journal_fdatasyncs"), syncs);
+  EXPECT_EQ(svc_counter(*svc_, "jobs_accepted"), kJobs);
+  EXPECT_TRUE(svc_->commit_pending());
+  // Nothing acknowledged, announced or run before the commit.
+  std::this_thread::sleep_for(20ms);
+  svc_->process_events();
+  ASSERT_TRUE(p->client->reap(p->events));
+  for (const auto& e : p->events) ADD_FAILURE() << "before the commit: a " << kind_name(e) << " completion";
+  EXPECT_TRUE(backend_->runs().empty()) << "a job was dispatched before its accept was durable";
+  const auto shown = svc_->get_job(admin_, 1);
+  EXPECT_TRUE(!shown && shown.error().code == Errc::not_found) << "GetJob shows a job whose accept is not durable";
+  ASSERT_TRUE(svc_->commit());
+  EXPECT_EQ(svc_counter(*svc_, "journal_fdatasyncs"), syncs + 1);
+  EXPECT_EQ(svc_counter(*svc_, "journal_max_records_per_commit"), kJobs);
+  EXPECT_FALSE(svc_->commit_pending());
+  std::vector<JobId> jobs;
+  for (std::uint64_t ud = 1; ud <= kJobs; ++ud) jobs.push_back(wait_accepted(*p, ud));
+  for (JobId j : jobs) ASSERT_TRUE(wait_finished(*p, j)) << "job " << j << ": " << p->kinds_of_job(j);
+  for (JobId j : jobs) EXPECT_EQ(p->kinds_of_job(j), "accepted,routed,started,tokens,tokens,finished");
+  // The outcomes of jobs ending in one iteration share a sync too: far fewer syncs than accepts + outcomes.
+  EXPECT_LT(svc_counter(*svc_, "journal_fdatasyncs") - syncs, 2 * kJobs);
+}
+
+TEST_F(RingHubTest, GroupCommitFailureIsAnInternalErrorPerSubmitAndTheJobsAreWithdrawn) {
+  cfg_.journal.fsync = true;
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(2));
+  Peer* p = open(alice_);
+  ASSERT_TRUE(p);
+  for (std::uint64_t ud = 1; ud <= 3; ++ud)
+    ASSERT_TRUE(p->client->submit(ud, submit_record("w" + std::to_string(ud), 4, "key-" + std::to_string(ud))));
+  hub_->process();
+  svc_->testing_fail_journal_syncs(1);
+  const Status st = svc_->commit();
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, Errc::internal);
+  EXPECT_THAT(st.error().message, HasSubstr("it was not accepted"));
+  ASSERT_TRUE(pump_until([&] { return p->find(Kind::error, 3) != nullptr; }));
+  for (std::uint64_t ud = 1; ud <= 3; ++ud) {
+    const auto* e = p->find(Kind::error, ud);
+    ASSERT_NE(e, nullptr) << "submit " << ud;
+    EXPECT_EQ(rstr(*e, "error"), "Internal");
+    EXPECT_THAT(rstr(*e, "message"), HasSubstr("not accepted"));
+    EXPECT_EQ(p->find(Kind::accepted, ud), nullptr);
+  }
+  const auto until = std::chrono::steady_clock::now() + 30ms;
+  pump_until([&] { return std::chrono::steady_clock::now() > until; });
+  for (const auto& e : p->events)
+    EXPECT_EQ(e.kind(), Kind::error) << "a withdrawn job announced " << kind_name(e);
+  EXPECT_TRUE(backend_->runs().empty()) << "a withdrawn job ran";
+  EXPECT_EQ(svc_counter(*svc_, "jobs_withdrawn"), 3u);
+  EXPECT_EQ(svc_counter(*svc_, "jobs_accepted"), 0u);
+  EXPECT_EQ(svc_counter(*svc_, "journal_commit_failures"), 1u);
+  EXPECT_EQ(svc_counter(*svc_, "jobs_waiting"), 0u);
+  // The client retries with the same keys: accepted as new jobs (the keys were freed), and they run.
+  for (std::uint64_t ud = 1; ud <= 3; ++ud)
+    ASSERT_TRUE(p->client->submit(10 + ud, submit_record("w" + std::to_string(ud), 4, "key-" + std::to_string(ud))));
+  for (std::uint64_t ud = 11; ud <= 13; ++ud) {
+    const JobId j = wait_accepted(*p, ud);
+    ASSERT_NE(j, 0u);
+    ASSERT_TRUE(wait_finished(*p, j));
+    EXPECT_FALSE(rbool(*p->find(Kind::accepted, ud), "existing"));
+  }
+  // Nothing of the withdrawn jobs is in the journal.
+  svc_.reset();
+  JobJournal::Options o;
+  o.dir = dir_.path();
+  o.fsync = false;
+  auto jr = JobJournal::open(o);
+  ASSERT_TRUE(jr) << describe(jr);
+  EXPECT_EQ((*jr)->jobs().size(), 3u);
+  for (const auto& [id, j] : (*jr)->jobs()) EXPECT_EQ(j.phase, "completed") << "job " << id;
+}
+
 TEST_F(RingHubTest, HungUpSubmitDoorbellDoesNotKeepTheLoopAwake) {
   ASSERT_NO_FATAL_FAILURE(start());
   auto r = hub_->open(alice_, {});

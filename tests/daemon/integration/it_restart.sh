@@ -3,7 +3,8 @@
 # directory: every accepted job id reads back in a terminal state (the in-flight ones failed Resumable with reason
 # daemon_restart and their journaled checkpoint), idempotency keys resolve to the same jobs, the replay is logged,
 # Resume continues from the checkpoint. SIGTERM with jobs running: the daemon refuses new work, exits 0 within the
-# drain timeout (set to 1 s here), and every job is completed or failed-resumable with its checkpoint.
+# drain timeout (set to 1 s here), and every job is completed or failed-resumable with its checkpoint. Group commit:
+# tandemd killed between the write and the sync of an accept loses no acknowledged job.
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3
 source "$(dirname "$0")/lib.sh"
 tandem_setup "$(printf '[cpu_queue]\nconcurrency = 1\ncapacity = 8\n')"
@@ -160,6 +161,46 @@ r2=$(bcall Resume ta{sv} "$x" 0 | jq -r '.data[0]')
 [ "$(jget "$r2" state)" != failed ] || fail "Resume of $x after SIGTERM: $(jget "$r2" state)"
 is_prefix "$(jget "$x" tokens)" "$(jget "$r2" tokens)" || fail "the resumed job does not continue job $x's checkpoint"
 bcall Cancel t "$r2" >/dev/null
+
+kill -0 "$T_DAEMON_PID" || fail "daemon died"
+
+# --- phase C: group commit, SIGKILL between the write and the sync of an accept ------------------------------------
+# tandemd --testing with TANDEM_TESTING_CRASH_AT_COMMIT=3 kills itself in the third commit that has accepts pending,
+# after their accepted records were written and before the fdatasync (docs/journal.md, "Group commit"). Each Submit
+# is acknowledged (its reply) only after the commit covering it: the first two are, the third never is. After a
+# restart every acknowledged job is there; the written-but-unsynced one may be too (a process kill keeps the page
+# cache), and then it is an ordinary job in flight: failed Resumable (daemon_restart).
+kill -TERM "$T_DAEMON_PID"
+wait "$T_DAEMON_PID" 2>/dev/null || true
+TANDEM_TESTING_CRASH_AT_COMMIT=3 tandem_start
+acked=()
+for i in 1 2 3; do
+  if out=$(bcall Submit 'ssa(ss)a{sv}' default "$P" 0 2 max_tokens u 4 seed t $((20 + i)) 2>&1); then
+    acked+=("$(echo "$out" | jq -r '.data[0]')")
+  else
+    note "Submit $i got no reply: ${out:0:120}"
+  fi
+done
+[ "${#acked[@]}" = 2 ] || fail "want 2 acknowledged Submits before the crash at the third commit, got ${#acked[@]}: ${acked[*]}"
+for _ in $(seq 1 50); do kill -0 "$T_DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$T_DAEMON_PID" 2>/dev/null && fail "tandemd did not kill itself at the third commit"
+wait "$T_DAEMON_PID" 2>/dev/null || true
+grep -q 'killing tandemd between the write and the sync' "$T_LOG" || fail "no crash-at-commit log line"
+tandem_start
+for id in "${acked[@]}"; do
+  st=$(jget "$id" state)
+  case "$st" in completed|failed|cancelled|queued|running) ;; *) fail "acknowledged job $id after the crash: '$st'";; esac
+done
+unacked=$((${acked[1]} + 1))
+if bcall GetJob t "$unacked" >/dev/null 2>&1; then
+  st=$(jget "$unacked" state)
+  [ "$st/$(jget "$unacked" reason)" = failed/daemon_restart ] || fail "the unacknowledged job $unacked came back as $st ($(jget "$unacked" reason))"
+  note "crash between write and sync: acknowledged ${acked[*]} present; unacknowledged $unacked came back $st (daemon_restart)"
+else
+  note "crash between write and sync: acknowledged ${acked[*]} present; unacknowledged $unacked not in the journal"
+fi
+fresh=$(submit "$P" 1 max_tokens u 4)
+[ "$fresh" -gt "$unacked" ] || fail "job id $fresh after the crash reuses id $unacked or below"
 
 kill -0 "$T_DAEMON_PID" || fail "daemon died"
 tandem_finish it_restart
