@@ -2,7 +2,10 @@
 # Starts a private bus and tandemd (simulated GPU, --testing) on MODEL and runs bench_ring against it.
 #   bash bench/ring/run.sh [BUILD_DIR] [MODEL_DIR] [bench_ring flags...]
 # Default model: BUILD/models/default (scripts/demo.sh trains it), else a generated 'tiny' model.
-# The journal is synced before every accept (tandemd's default, journal.fsync = true), as in production.
+# The journal is synced before every accept is acknowledged (tandemd's default, journal.fsync = true), as in
+# production; accepts and outcomes of one loop iteration share one fdatasync (group commit, docs/journal.md).
+# GROUP_COMMIT=false: one fdatasync per accept and per outcome, as before group commit (tandemd --testing with
+# TANDEM_TESTING_GROUP_COMMIT=0), for the before/after figures in docs/rings.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}; shift || true
@@ -24,7 +27,9 @@ printf '[runtime]\ntoken_flush_interval_ms = 20\n' >"$T_DIR/tandemd.d/bench.toml
 if [ "${JOURNAL_FSYNC:-true}" = false ]; then
   printf '[journal]\nfsync = false\n' >>"$T_DIR/tandemd.d/bench.toml"
 fi
+if [ "${GROUP_COMMIT:-true}" = false ]; then export TANDEM_TESTING_GROUP_COMMIT=0; fi
 tandem_setup '[gpu_queue]
 concurrency = 1'
-echo "bench: model $MODEL, daemon pid $T_DAEMON_PID, journal fsync: ${JOURNAL_FSYNC:-true}"
+unset TANDEM_TESTING_GROUP_COMMIT
+echo "bench: model $MODEL, daemon pid $T_DAEMON_PID, journal fsync: ${JOURNAL_FSYNC:-true}, group commit: ${GROUP_COMMIT:-true}"
 "$BUILD/bench/ring/bench_ring" --address "$T_ADDR" --model "$MODEL" --daemon-pid "$T_DAEMON_PID" "$@"

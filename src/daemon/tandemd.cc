@@ -225,7 +225,10 @@ int main(int argc, char** argv) {
   DbusServer& bus = **server;
   // Group commit: accepts and outcomes written during one loop iteration share one fdatasync (svc.commit() below);
   // nothing about a job leaves the process before the commit that covers it (docs/journal.md).
-  svc.set_group_commit(true);
+  // --testing only: TANDEM_TESTING_GROUP_COMMIT=0 turns it off (a sync per accept and per outcome, as before it;
+  // bench/ring/run.sh GROUP_COMMIT=false measures the difference), TANDEM_TESTING_CRASH_AT_COMMIT=n (it_restart.sh).
+  const char* group = testing ? std::getenv("TANDEM_TESTING_GROUP_COMMIT") : nullptr;
+  svc.set_group_commit(group == nullptr || std::string(group) != "0");
   if (const char* crash = std::getenv("TANDEM_TESTING_CRASH_AT_COMMIT"); crash != nullptr && testing)
     svc.testing_crash_at_commit(static_cast<std::uint32_t>(std::strtoul(crash, nullptr, 10)));
   std::uint64_t watchdog_usec = 0;
