@@ -79,6 +79,15 @@ struct RunResult {
   Clock::duration decode_time{};
 };
 
+// One step of a replica's step loop (continuous batching): `batch` sequences, `tokens` tokens in one forward.
+struct StepReport {
+  policy::Device route = policy::Device::cpu;  // gpu: the GPU replica's loop (also a hybrid one)
+  std::uint32_t batch = 0;
+  std::uint32_t tokens = 0;
+  std::uint32_t prefill_tokens = 0;
+  Clock::duration took{};
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -98,8 +107,14 @@ class Backend {
   virtual bool gpu_ready(const std::string& model) const = 0;
   // True when the CPU can serve `model` (replica loaded or loadable on demand).
   virtual bool cpu_ready(const std::string& model) const = 0;
+  // True when a job of `model` can be offloaded: its GPU replica is usable and can run a sequence's last layers on
+  // the CPU (RunSpec::route.device hybrid, gpu_layers k). Default: no.
+  virtual bool offload_ready(const std::string& model) const { (void)model; return false; }
   // After a device loss and recovery: (re)load the GPU replicas. Slow; worker thread.
   virtual Status reload_gpu() = 0;
+  // Called after every step of a step loop, on that loop's thread (the service posts it to its loop). Default: the
+  // backend has no step loop to report.
+  virtual void set_step_observer(std::function<void(const StepReport&)> fn) { (void)fn; }
 };
 
 }  // namespace tandem::daemon

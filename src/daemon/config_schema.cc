@@ -290,6 +290,7 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_INT(D, "concurrency", policy.gpu_queue.concurrency, u32()),
            TANDEM_INT(D, "max_context", policy.gpu_queue.max_context, u32()),
            TANDEM_INT(D, "max_new_tokens", policy.gpu_queue.max_new_tokens, u32()),
+           TANDEM_INT(D, "step_tokens", policy.gpu_queue.step_tokens, u32()),
        }},
       {"cpu_queue",
        {
@@ -297,6 +298,7 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_INT(D, "concurrency", policy.cpu_queue.concurrency, u32()),
            TANDEM_INT(D, "max_context", policy.cpu_queue.max_context, u32()),
            TANDEM_INT(D, "max_new_tokens", policy.cpu_queue.max_new_tokens, u32()),
+           TANDEM_INT(D, "step_tokens", policy.cpu_queue.step_tokens, u32()),
        }},
       {"gpu_rates",
        {

@@ -3,7 +3,11 @@
 #include <chrono>
 #include <filesystem>
 
+#include <condition_variable>
+#include <deque>
+
 #include "daemon/log.h"
+#include "engine/batch_runner.h"
 #include "engine/generation.h"
 #include "engine/model.h"
 #include "engine/replica.h"
@@ -23,6 +27,11 @@ struct EngineBackend::Entry {
   std::string gpu_error;               // guarded by gpu_mu
   bool gpu_wanted = false;
   std::string chat_template;
+  // One step loop per replica in use (continuous batching), made when the first job of that replica runs; a
+  // replaced replica (GPU reload, on-demand CPU reload) gets a new one, the old one ends with its last job.
+  engine::BatchLimits cpu_limits, gpu_limits;
+  std::mutex runner_mu;
+  std::shared_ptr<engine::BatchRunner> cpu_runner, gpu_runner;  // guarded by runner_mu
 };
 
 namespace {
@@ -86,6 +95,10 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
     e->gpu_opts.accelerator = b->accel_;
     e->gpu_opts.accel_layers = mc.gpu_layers;
     e->gpu_wanted = mc.gpu && b->accel_ != nullptr;
+    e->cpu_limits.max_batch = static_cast<int>(cfg.policy.cpu_queue.concurrency);
+    e->cpu_limits.step_tokens = static_cast<int>(cfg.policy.cpu_queue.step_tokens);
+    e->gpu_limits.max_batch = static_cast<int>(cfg.policy.gpu_queue.concurrency);
+    e->gpu_limits.step_tokens = static_cast<int>(cfg.policy.gpu_queue.step_tokens);
 
     if (progress) progress("loading model " + mc.name + " (CPU replica)");
     const auto t0 = SteadyTime::now();
@@ -192,6 +205,37 @@ Result<std::vector<TokenId>> EngineBackend::encode(const std::string& model, con
   return m->encode_chat(messages);
 }
 
+std::shared_ptr<engine::BatchRunner> EngineBackend::runner_for(Entry& e, bool gpu,
+                                                                const std::shared_ptr<engine::Model>& m) {
+  std::lock_guard lock(e.runner_mu);
+  auto& slot = gpu ? e.gpu_runner : e.cpu_runner;
+  if (!slot || slot->model() != m) {
+    const policy::Device dev = gpu ? policy::Device::gpu : policy::Device::cpu;
+    slot = std::make_shared<engine::BatchRunner>(m, gpu ? e.gpu_limits : e.cpu_limits,
+                                                 [this, dev](const engine::StepStats& st) {
+                                                   std::function<void(const StepReport&)> obs;
+                                                   {
+                                                     std::lock_guard l(observer_mu_);
+                                                     obs = step_observer_;
+                                                   }
+                                                   if (obs)
+                                                     obs(StepReport{dev, static_cast<std::uint32_t>(st.batch),
+                                                                    static_cast<std::uint32_t>(st.tokens),
+                                                                    static_cast<std::uint32_t>(st.prefill_tokens),
+                                                                    std::chrono::duration_cast<Clock::duration>(
+                                                                        std::chrono::duration<double, std::milli>(st.ms))});
+                                                 });
+  }
+  return slot;
+}
+
+void EngineBackend::set_step_observer(std::function<void(const StepReport&)> fn) {
+  std::lock_guard lock(observer_mu_);
+  step_observer_ = std::move(fn);
+}
+
+// The job joins its replica's step loop (continuous batching) and this worker thread relays its events to the sink
+// until it finishes.
 RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) {
   RunResult out;
   Entry* e = entry(spec.route.model);
@@ -227,6 +271,9 @@ RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atom
   req.stop_strings = spec.stop;
   req.resume_tokens = spec.resume_tokens;
   req.prefill_chunk = static_cast<int>(spec.prefill_chunk);
+  // Offloaded (route hybrid): layers [0, k) on the accelerator, the rest of this job on the CPU.
+  if (spec.route.device == policy::Device::hybrid && spec.route.gpu_layers > 0)
+    req.gpu_layers = static_cast<int>(spec.route.gpu_layers);
   auto fail_with = [&](Error err) {
     out.accelerator_fault = on_gpu && (accel_fault(err.code) || m->device_lost());
     out.status = fail(std::move(err));
@@ -235,26 +282,60 @@ RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atom
   };
   auto g = engine::Generation::create(m, req);
   if (!g) return fail_with(std::move(g).error());
-  auto& gen = **g;
-  const auto t0 = SteadyTime::now();
-  if (auto st = gen.prefill(); !st) return fail_with(std::move(st).error());
-  sink.prefilled(static_cast<std::uint32_t>(spec.prompt.size() + spec.resume_tokens.size()),
-                 SteadyTime::now() - t0);
-  const auto t1 = SteadyTime::now();
-  while (!gen.finished()) {
-    if (cancel.load(std::memory_order_relaxed)) {
-      gen.cancel();
-      break;
+
+  // Events from the runner's thread, relayed here in order.
+  struct Event {
+    enum Kind { prefilled, token, finished } kind;
+    std::uint32_t prompt_tokens = 0;
+    double ms = 0;
+    TokenId id = 0;
+    std::string text;
+    engine::FinishReason reason = engine::FinishReason::running;
+    Status status;
+  };
+  struct Channel {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Event> q;
+    void push(Event ev) {
+      {
+        std::lock_guard lock(mu);
+        q.push_back(std::move(ev));
+      }
+      cv.notify_one();
     }
-    auto ev = gen.step();
-    if (!ev) return fail_with(std::move(ev).error());
-    ++out.new_tokens;
-    sink.token(ev->token, ev->text);
+  };
+  auto ch = std::make_shared<Channel>();
+  engine::BatchRunner::Callbacks cb;
+  cb.prefilled = [ch](std::uint32_t n, double ms) { ch->push(Event{Event::prefilled, n, ms, 0, {}, {}, {}}); };
+  cb.token = [ch](const engine::TokenEvent& ev) { ch->push(Event{Event::token, 0, 0, ev.token, ev.text, {}, {}}); };
+  cb.finished = [ch](engine::FinishReason r, const Status& st) { ch->push(Event{Event::finished, 0, 0, 0, {}, r, st}); };
+  const auto t_submit = SteadyTime::now();
+  auto runner = runner_for(*e, on_gpu, m);
+  if (auto st = runner->submit(std::move(g).value(), cb, &cancel); !st) return fail_with(std::move(st).error());
+  auto t_decode = t_submit;
+  for (;;) {
+    Event ev;
+    {
+      std::unique_lock lock(ch->mu);
+      ch->cv.wait(lock, [&] { return !ch->q.empty(); });
+      ev = std::move(ch->q.front());
+      ch->q.pop_front();
+    }
+    if (ev.kind == Event::prefilled) {
+      t_decode = SteadyTime::now();
+      sink.prefilled(ev.prompt_tokens, std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double, std::milli>(ev.ms)));
+    } else if (ev.kind == Event::token) {
+      if (ev.id >= 0) ++out.new_tokens;
+      sink.token(ev.id, ev.text);
+    } else {
+      out.decode_time = SteadyTime::now() - t_decode;
+      if (!ev.status) return fail_with(std::move(ev.status).error());
+      out.finish_reason = std::string(engine::finish_reason_name(ev.reason));
+      return out;
+    }
   }
-  if (auto tail = gen.take_text(); !tail.empty()) sink.token(-1, tail);
-  out.decode_time = SteadyTime::now() - t1;
-  out.finish_reason = std::string(engine::finish_reason_name(gen.finish_reason()));
-  return out;
 }
 
 std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const {
@@ -307,6 +388,14 @@ bool EngineBackend::gpu_ready(const std::string& model) const {
 }
 
 bool EngineBackend::cpu_ready(const std::string& model) const { return entry(model) != nullptr; }
+
+// A sequence of the GPU replica can run its last layers on the CPU (engine::Model::new_sequence(gpu_layers)).
+bool EngineBackend::offload_ready(const std::string& model) const {
+  Entry* e = entry(model);
+  if (!e) return false;
+  std::lock_guard lock(e->gpu_mu);
+  return e->gpu && !e->gpu->device_lost() && e->gpu->accel_layers() > 0;
+}
 
 Status EngineBackend::reload_gpu() {
   if (!accel_ || accel_->lost()) return fail(Errc::device_lost, "the accelerator is not back");

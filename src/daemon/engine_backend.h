@@ -11,6 +11,11 @@
 #include "daemon/backend.h"
 #include "daemon/config.h"
 
+namespace tandem::engine {
+class BatchRunner;
+class Model;
+}  // namespace tandem::engine
+
 namespace tandem::daemon {
 
 class EngineBackend final : public Backend {
@@ -32,10 +37,13 @@ class EngineBackend final : public Backend {
   std::uint64_t gpu_resident_bytes(const std::string& model) const override;
   bool gpu_ready(const std::string& model) const override;
   bool cpu_ready(const std::string& model) const override;
+  bool offload_ready(const std::string& model) const override;
   Status reload_gpu() override;
+  void set_step_observer(std::function<void(const StepReport&)> fn) override;
 
  private:
   struct Entry;
+  std::shared_ptr<engine::BatchRunner> runner_for(Entry& e, bool gpu, const std::shared_ptr<engine::Model>& m);
   EngineBackend() = default;
   Entry* entry(const std::string& name) const;
   Status load_gpu(Entry& e);
@@ -43,6 +51,8 @@ class EngineBackend final : public Backend {
   std::shared_ptr<device::Device> accel_;
   std::vector<std::unique_ptr<Entry>> entries_;
   std::vector<ModelInfo> infos_;
+  std::mutex observer_mu_;
+  std::function<void(const StepReport&)> step_observer_;  // guarded by observer_mu_
 };
 
 }  // namespace tandem::daemon

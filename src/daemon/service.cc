@@ -110,6 +110,8 @@ Service::~Service() {
   if (gpu_pool_) gpu_pool_->stop();
   if (cpu_pool_) cpu_pool_->stop();
   if (maint_pool_) maint_pool_->stop();
+  // No run is left, so no step loop steps (a loop reports a step before it ends any of its jobs).
+  backend_->set_step_observer({});
   if (journal_) (void)journal_->sync();
 }
 
@@ -117,6 +119,13 @@ void Service::start_workers() {
   gpu_pool_ = std::make_unique<TaskPool>("gpu", cfg_.policy.gpu_queue.concurrency);
   cpu_pool_ = std::make_unique<TaskPool>("cpu", cfg_.policy.cpu_queue.concurrency);
   maint_pool_ = std::make_unique<TaskPool>("maint", 1);
+  // Step costs of the step loops feed the queues' ETA model (posted: the loops run on their own threads).
+  backend_->set_step_observer([this](const StepReport& r) {
+    WorkerEvent ev;
+    ev.kind = WorkerEvent::step;
+    ev.step_report = r;
+    post(std::move(ev));
+  });
 }
 
 // Jobs from the journal: terminal ones are readable; the rest were in flight when the daemon died and become
@@ -243,6 +252,12 @@ void Service::process_events() {
   }
   bool any = false;
   for (auto& ev : evs) {
+    if (ev.kind == WorkerEvent::step) {  // bookkeeping only: no job or property changes
+      const StepReport& r = ev.step_report;
+      (r.route == policy::Device::cpu ? cpu_queue_ : gpu_queue_).rates().observe_step(r.batch, r.tokens, r.took);
+      ++counters_[r.route == policy::Device::cpu ? "cpu_steps" : "gpu_steps"];
+      continue;
+    }
     any = true;
     if (ev.kind == WorkerEvent::probe_done) {
       probe_in_flight_ = false;

@@ -136,7 +136,7 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
   s.model = m.shape;
   s.request = r;
   s.gpu = policy::make_gpu_view(headroom_, pressure_, breaker_, gpu_queue_, ledger_, now, ledger_.is_resident(m.name),
-                                /*offload_supported=*/false, self);
+                                backend_->offload_ready(m.name), self);
   s.gpu.present = gpu_usable(m.name);
   s.gpu.waited = waited;
   std::optional<policy::ModelShape> fallback;
@@ -146,6 +146,11 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
   // Same files and settings → same fingerprint; a CPU-only model is its own reference.
   s.cpu = policy::make_cpu_view(cpu_queue_, host_guard_, host_reading_, backend_->cpu_ready(m.name),
                                 /*fingerprint_compatible=*/true, fallback, self);
+  // Both routes run a step loop (continuous batching) whose prompt chunks never exceed the policy's cap
+  // (engine::BatchLimits::chunk_for: step_tokens − max_batch + 1 ≤ step_tokens − running), so the estimates may
+  // count on it.
+  s.gpu.step_tokens = gpu_queue_.config().step_tokens;
+  s.cpu.step_tokens = cpu_queue_.config().step_tokens;
   return s;
 }
 
@@ -370,8 +375,8 @@ Dict Service::placement(const JobRecord& j) const {
   const policy::JobQueue* q = j.queue == "gpu" ? &gpu_queue_ : j.queue == "cpu" ? &cpu_queue_ : nullptr;
   if (q) {
     if (auto p = q->position(j.id)) pos = static_cast<std::uint32_t>(*p + 1);
-    if (auto e = q->eta_start(j.id)) eta = to_ms(*e);
-    eta += to_ms(q->rates().service_time(j.shape.prompt_tokens, j.shape.max_new_tokens));
+    // When it finishes at the latest, by the simulation of the route's step loop at its measured step costs.
+    if (auto e = q->eta_done(j.id)) eta = to_ms(*e);
   }
   out["queue_position"] = pos;  // 1 = next; 0 = running or not queued
   out["eta_ms"] = std::max(eta, to_ms(j.decision.eta));

@@ -110,6 +110,9 @@ void Service::update_service_state() {
     in.reading = policy::ReadingTrust::fresh;
   }
   state_.update(in, now);
+  std::uint32_t offloaded = 0;  // running with their last layers on the CPU (the offload rung)
+  for (JobId id : active_)
+    if (const JobRecord* j = find(id); j && j->running && j->route.device == policy::Device::hybrid) ++offloaded;
   for (const auto& ch : state_.drain_changes()) {
     // normal → normal (the limits filled in by the first update at start): nothing degraded began or ended.
     if (ch.from.level == policy::ServiceLevel::normal && ch.to.level == policy::ServiceLevel::normal) continue;
@@ -123,7 +126,8 @@ void Service::update_service_state() {
                  {"limits", limits_view()},
                  {"expected_slowdown", cpu_tps > 0 ? gpu_tps / cpu_tps : 0.0},
                  {"since_unix_ms", degraded_since_unix_ms_},
-                 {"previous", std::string(policy::service_level_name(ch.from.level))}};
+                 {"previous", std::string(policy::service_level_name(ch.from.level))},
+                 {"offloaded_jobs", offloaded}};
     const bool level_changed = ch.from.level != ch.to.level || ch.from.reason != ch.to.reason;
     if (degraded && level_changed)
       log::warn("degraded mode: {} ({}); the CPU route decodes at ~{:.0f} tok/s, the GPU at ~{:.0f} tok/s (smoothed)",

@@ -146,7 +146,7 @@ struct Service::JobRecord {
 };
 
 struct Service::WorkerEvent {
-  enum Kind { prefilled, tokens, finished, probe_done, reload_done } kind = tokens;
+  enum Kind { prefilled, tokens, finished, probe_done, reload_done, step } kind = tokens;
   JobId job = 0;
   std::uint64_t attempt = 0;
   std::vector<TokenId> ids;
@@ -156,6 +156,7 @@ struct Service::WorkerEvent {
   RunResult result;
   Status status;
   policy::ProbeId probe = policy::kNoProbe;
+  StepReport step_report;  // kind step: one step of a route's step loop (continuous batching)
 };
 
 // Collects a run's tokens on the worker thread and posts them in batches (at most one post per flush interval).

@@ -32,11 +32,19 @@ void Service::pump() {
     const Decision d = admission_.decide(snapshot(*mi, j->shape, j->id, waited));
     if (d.action == Rung::admit || d.action == Rung::reduce || d.action == Rung::offload) {
       if (!gpu_queue_.has_free_slot()) break;
+      // Offload: the layers left on the CPU (their KV, activations, the head) are held by the host guard.
+      const bool host_part = d.action == Rung::offload && d.host.has_value();
+      if (host_part && !j->host_admitted) {
+        if (!host_guard_.admit(j->id, *d.host, host_reading_)) break;  // checked by the policy; raced: wait
+        j->host_admitted = true;
+        j->host = d.host;
+      }
       auto e = gpu_queue_.start_next();
       if (!e) break;
       j->decision = d;
       j->route = d.route;
       if (j->route.model.empty()) j->route.model = j->model;
+      if (j->route.device == policy::Device::hybrid) j->degraded = true;  // offloaded: partly on the CPU
       if (d.action == Rung::reduce) {
         j->max_new_tokens = d.max_new_tokens + static_cast<std::uint32_t>(j->resume.size());
         j->prefill_chunk = d.prefill_chunk;
@@ -156,9 +164,23 @@ void Service::dispatch(JobRecord& j, const policy::Route& route) {
   j.run_started = now;
   j.run_new_tokens = 0;
   journal_transition(j, route_name(j.route));
-  emit(j, "started", {{"route", route_name(j.route)}, {"attempt", static_cast<std::uint32_t>(j.fsm->attempts())},
-                      {"model", serving}});
+  Dict started{{"route", route_name(j.route)}, {"attempt", static_cast<std::uint32_t>(j.fsm->attempts())},
+               {"model", serving}};
+  if (j.route.device == policy::Device::hybrid) {  // offloaded: partly on the CPU, and says so
+    started["gpu_layers"] = j.route.gpu_layers;
+    started["partly_on_cpu"] = true;
+    started["degraded"] = true;
+  }
+  emit(j, "started", started);
 
+  // The chunk the step loop cuts this job's prompt into (engine::BatchLimits::chunk_for), for the queue's ETAs.
+  {
+    policy::JobQueue& q = j.route.device == policy::Device::cpu ? cpu_queue_ : gpu_queue_;
+    const auto& qc = q.config();
+    std::uint32_t chunk = qc.step_tokens >= qc.concurrency ? qc.step_tokens - qc.concurrency + 1 : 1;
+    if (j.prefill_chunk > 0) chunk = std::min(chunk, j.prefill_chunk);
+    q.set_prefill_chunk(j.id, chunk);
+  }
   RunSpec spec;
   spec.job = j.id;
   spec.route = j.route;

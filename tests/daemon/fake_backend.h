@@ -168,6 +168,17 @@ class FakeBackend final : public Backend {
     return cpu_ready_.count(model) != 0;
   }
 
+  bool offload_ready(const std::string& model) const override { return offload_ && gpu_ready(model); }
+
+  void set_step_observer(std::function<void(const StepReport&)> fn) override {
+    std::lock_guard lock(mu_);
+    step_observer_ = std::move(fn);
+  }
+  std::function<void(const StepReport&)> step_observer() const {
+    std::lock_guard lock(mu_);
+    return step_observer_;
+  }
+
   Status reload_gpu() override {
     std::lock_guard lock(mu_);
     ++reloads_;
@@ -186,6 +197,7 @@ class FakeBackend final : public Backend {
     std::lock_guard lock(mu_);
     scripter_ = std::move(f);
   }
+  void set_offload(bool on) { offload_ = on; }  // before the service starts
   void set_gpu_enabled(bool on) {
     std::lock_guard lock(mu_);
     gpu_enabled_ = on;
@@ -277,6 +289,8 @@ class FakeBackend final : public Backend {
   bool release_all_ = false;
   bool gpu_loaded_ = true;
   bool gpu_enabled_ = true;
+  std::atomic<bool> offload_{false};
+  std::function<void(const StepReport&)> step_observer_;
   std::set<std::string> cpu_ready_{"tiny", "small"};
   int reloads_ = 0;
 };

@@ -79,7 +79,7 @@ admin_group = "tandem-it-nogroup"
 
 [device]
 kind = "simulated"
-sim_capacity = "1GiB"
+sim_capacity = "${T_SIM_CAPACITY:-1GiB}"
 poll_interval_ms = 50
 probe_interval_ms = 300
 probe_timeout_ms = 500

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Continuous batching through the daemon: starts a private bus and tandemd (simulated GPU, --testing) on MODEL with
+# both queues at max batch 16 and token updates sent as they come, then runs bench_streams on the CPU route and the
+# simulated-GPU route.
+#   bash bench/daemon/streams.sh [BUILD_DIR] [MODEL_DIR] [bench_streams flags...]
+# Default model: a generated '134m' model (the benchmark shape), f32.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build}; shift || true
+MODEL=${1:-/tmp/tandem-bench-model-134m}; shift || true
+if [ ! -f "$MODEL/model.safetensors" ] && [ ! -f "$MODEL" ]; then
+  "$BUILD/tools/tandem-mkmodel" --out "$MODEL" --preset 134m >/dev/null
+fi
+BUILD=$(realpath "$BUILD")
+TANDEMD=$BUILD/src/daemon/tandemd TANDEMCTL=$BUILD/src/client/tandemctl MKMODEL=$BUILD/tools/tandem-mkmodel
+MODEL=$(realpath "$MODEL")
+export TANDEM_IT_MODEL=$MODEL T_SIM_CAPACITY=${T_SIM_CAPACITY:-4GiB}
+source tests/daemon/integration/lib.sh
+tandem_setup "${TANDEM_STREAMS_CONFIG:-[gpu_queue]
+concurrency = 16
+step_tokens = 80
+[cpu_queue]
+concurrency = 16
+step_tokens = 80}"
+echo "bench: model $MODEL, daemon pid $T_DAEMON_PID, CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+for route in ${TANDEM_STREAMS_ROUTES:-cpu gpu}; do
+  "$BUILD/bench/daemon/bench_streams" --address "$T_ADDR" --route "$route" "$@"
+  echo
+done
