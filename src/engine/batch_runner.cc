@@ -72,6 +72,7 @@ void BatchRunner::end(Member& m, const Status& st) {
 }
 
 void BatchRunner::loop() {
+  Model::init_compute_thread();
   std::vector<Member> running;
   for (;;) {
     {

@@ -179,6 +179,8 @@ Status Model::Impl::place_on_accelerator() {
   return {};
 }
 
+void Model::init_compute_thread() { single_threaded_kernels(); }
+
 Model::Model() = default;
 Model::~Model() = default;
 

@@ -103,6 +103,10 @@ class Model : public std::enable_shared_from_this<Model> {
   // Tokenizer::load_file, invalid_argument for bad options, out_of_memory if the pool cannot be allocated.
   static Result<std::shared_ptr<Model>> load(const std::string& dir, const LoadOptions& opts);
   ~Model();
+  // Call once on a thread that will run forwards other than the one that loaded the model (a step loop): keeps
+  // ATen's and OpenBLAS's own threading to one thread there, as on the model's workers (their thread counts are
+  // per thread), so no library thread spin-waits against ours.
+  static void init_compute_thread();
 
   const weights::ModelConfig& config() const;
   const weights::ModelDir& files() const;

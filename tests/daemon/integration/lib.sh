@@ -39,7 +39,7 @@ trap tandem_teardown EXIT
 
 tandem_model() {
   # A small random model with the real tokenizer, shared by the tests (written once per machine).
-  if [ ! -f "$T_MODEL/model.safetensors" ]; then
+  if [ ! -f "$T_MODEL/model.safetensors" ] && [ ! -f "$T_MODEL" ]; then  # a directory, or a .gguf file
     local tmp="$T_MODEL.tmp.$$"
     "$MKMODEL" --out "$tmp" --preset tiny >/dev/null
     mv -T "$tmp" "$T_MODEL" 2>/dev/null || rm -rf "$tmp"
