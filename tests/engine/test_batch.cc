@@ -222,6 +222,22 @@ std::vector<Outcome> run_all(const std::shared_ptr<engine::Model>& m, const std:
   return out;
 }
 
+// The requests batched (max_batch 8, budget 20, chunks of 8: prefills share steps with decodes) give each request
+// exactly the tokens it gets alone through a runner of max_batch 1.
+void expect_batched_equal_alone(const std::shared_ptr<engine::Model>& m, const std::vector<engine::GenerateRequest>& reqs) {
+  engine::BatchLimits lim;
+  lim.max_batch = 8;
+  lim.step_tokens = 20;
+  lim.prefill_chunk = 8;
+  const auto batched = run_all(m, reqs, lim);
+  engine::BatchLimits solo = lim;
+  solo.max_batch = 1;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(batched[i].status.ok()) << batched[i].status.error().message;
+    EXPECT_EQ(batched[i].tokens, run_all(m, {reqs[i]}, solo)[0].tokens) << "request " << i;
+  }
+}
+
 struct RunnerCase {
   std::string name;
   bool quantized;
@@ -370,17 +386,7 @@ TEST(BatchRunnerAccelerator, BatchedTokensEqualAloneOnTheSimulatedDevice) {
   const auto ps = prompts(*m);
   std::vector<engine::GenerateRequest> reqs;
   for (std::size_t i = 0; i < ps.size(); ++i) reqs.push_back(request(ps[i], static_cast<int>(i), i % 2 == 1));
-  engine::BatchLimits lim;
-  lim.max_batch = 8;
-  lim.step_tokens = 20;
-  lim.prefill_chunk = 8;
-  const auto batched = run_all(m, reqs, lim);
-  engine::BatchLimits solo = lim;
-  solo.max_batch = 1;
-  for (std::size_t i = 0; i < reqs.size(); ++i) {
-    ASSERT_TRUE(batched[i].status.ok()) << batched[i].status.error().message;
-    EXPECT_EQ(batched[i].tokens, run_all(m, {reqs[i]}, solo)[0].tokens) << "request " << i;
-  }
+  expect_batched_equal_alone(m, reqs);
 }
 
 TEST(BatchRunnerAccelerator, AFailedStepEndsEveryMemberWithTheDeviceError) {
@@ -461,17 +467,7 @@ TEST(Offload, OffloadedAndPlainSequencesShareStepsAndEachGetsItsOwnTokens) {
     reqs.push_back(request(ps[i], static_cast<int>(i), i == 1));
     if (i % 2 == 0) reqs.back().gpu_layers = 1 + static_cast<int>(i) % m->config().num_layers;  // some offloaded
   }
-  engine::BatchLimits lim;
-  lim.max_batch = 8;
-  lim.step_tokens = 20;
-  lim.prefill_chunk = 8;
-  const auto batched = run_all(m, reqs, lim);
-  engine::BatchLimits solo = lim;
-  solo.max_batch = 1;
-  for (std::size_t i = 0; i < reqs.size(); ++i) {
-    ASSERT_TRUE(batched[i].status.ok()) << batched[i].status.error().message;
-    EXPECT_EQ(batched[i].tokens, run_all(m, {reqs[i]}, solo)[0].tokens) << "request " << i;
-  }
+  expect_batched_equal_alone(m, reqs);
 }
 
 TEST(Offload, RefusedWithoutAnAcceleratorOrOutsideTheLayers) {
