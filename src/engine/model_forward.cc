@@ -139,6 +139,24 @@ at::Tensor Model::Impl::linear_on(const at::Tensor& x, const Weight& w, bool acc
   return cpu_linear(x, w, *pool, act_buf);
 }
 
+// x @ W^T for the rows of several items. On the CPU and on CUDA one product over all rows (the CPU kernels are
+// row-independent; cuBLAS picks its kernel by shape, docs/batching.md). On the simulated device (ATen's CPU BLAS)
+// each item's rows get their own product — a matrix-vector product for one row, a GEMM for a chunk — exactly as
+// when the item runs alone, since OpenBLAS's GEMM and GEMV round differently.
+at::Tensor Model::Impl::linear_items(const at::Tensor& x, const Weight& w, bool accel, const std::vector<RowSpan>& spans,
+                                     const std::vector<std::size_t>& items, bool last_rows) {
+  if (!accel || accel_dev.is_cuda() || items.size() == 1) return linear_on(x, w, accel);
+  std::vector<at::Tensor> parts;
+  parts.reserve(items.size());
+  std::int64_t off = 0;
+  for (std::size_t i : items) {
+    const std::int64_t n = last_rows && !spans[i].all_logits ? 1 : spans[i].n;
+    parts.push_back(linear(x.narrow(0, off, n), w));
+    off += n;
+  }
+  return at::cat(parts, 0);
+}
+
 // One transformer layer over the rows of `items` (their rows in item order in x). On the CPU (f32, Tandem's kernels,
 // the CPU norms and biases) or on the accelerator (`accel`: the device copies in `dtype`).
 template <class KvStep>
@@ -155,9 +173,10 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
   const at::Tensor& bv = cpu_copy ? l.bv_cpu : l.bv;
   const std::int64_t N = x.size(0);
   const at::Tensor h = rmsnorm(x, an);
-  const at::Tensor q = apply_rope(biased(linear_on(h, l.wq, accel), bq).view({N, c.num_heads, c.head_dim}), cos, sin);
-  const at::Tensor k = apply_rope(biased(linear_on(h, l.wk, accel), bk).view({N, c.num_kv_heads, c.head_dim}), cos, sin);
-  const at::Tensor v = biased(linear_on(h, l.wv, accel), bv).view({N, c.num_kv_heads, c.head_dim});
+  auto lin = [&](const at::Tensor& in, const Weight& w) { return linear_items(in, w, accel, spans, items, false); };
+  const at::Tensor q = apply_rope(biased(lin(h, l.wq), bq).view({N, c.num_heads, c.head_dim}), cos, sin);
+  const at::Tensor k = apply_rope(biased(lin(h, l.wk), bk).view({N, c.num_kv_heads, c.head_dim}), cos, sin);
+  const at::Tensor v = biased(lin(h, l.wv), bv).view({N, c.num_kv_heads, c.head_dim});
   at::Tensor attn;
   if (items.size() == 1) {
     const auto [keys, values] = kv_step(items[0], li, k, v, accel);
@@ -174,9 +193,9 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
     }
     attn = at::cat(parts, 0);
   }
-  x = x + linear_on(attn, l.wo, accel);
+  x = x + lin(attn, l.wo);
   const at::Tensor h2 = rmsnorm(x, mn);
-  x = x + linear_on(silu_mul(linear_on(h2, l.w_gate, accel), linear_on(h2, l.w_up, accel)), l.w_down, accel);
+  x = x + lin(silu_mul(lin(h2, l.w_gate), lin(h2, l.w_up)), l.w_down);
   if (accel) {
     // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
     if (auto st2 = this->accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
@@ -323,7 +342,9 @@ at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, const std::vec
       x = rows.size() == 1 ? x.narrow(0, rows[0], 1) : x.index_select(0, at::tensor(rows, lopt).to(x.device()));
     }
     x = rmsnorm(x.contiguous(), accel ? final_norm : final_norm_cpu);
-    return linear_on(x, lm_head, accel).to(at::kFloat).to(at::kCPU).contiguous();
+    const at::Tensor logits = every_row ? linear_items(x, lm_head, accel, spans, g.items, false)
+                                        : linear_items(x, lm_head, accel, spans, g.items, true);
+    return logits.to(at::kFloat).to(at::kCPU).contiguous();
   };
   if (c.items.empty()) return head(a, head_on_accel);
   if (a.items.empty()) return head(c, false);

@@ -136,6 +136,9 @@ struct Model::Impl {
   at::Tensor layer(std::size_t li, at::Tensor x, const std::vector<RowSpan>& spans, const std::vector<std::size_t>& items,
                    bool accel, const at::Tensor& cos, const at::Tensor& sin, KvStep& kv_step);
   at::Tensor linear_on(const at::Tensor& x, const Weight& w, bool accel);
+  // The rows of `items` in item order (with `last_rows`: one row per item, or all its rows with all_logits).
+  at::Tensor linear_items(const at::Tensor& x, const Weight& w, bool accel, const std::vector<RowSpan>& spans,
+                          const std::vector<std::size_t>& items, bool last_rows);
   template <class KvStep>
   at::Tensor run(const std::vector<std::int64_t>& ids, const std::vector<RowSpan>& spans, KvStep&& kv_step);
   Status place_on_accelerator();
