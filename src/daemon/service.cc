@@ -262,6 +262,7 @@ void Service::process_events() {
     if (ev.kind == WorkerEvent::probe_done) {
       probe_in_flight_ = false;
       const bool ok = static_cast<bool>(ev.status);
+      last_probe_failed_ = !ok;
       if (!ok) ++counters_["probes_failed"];
       breaker_event(ok ? BreakerEvent::probe_succeeded : BreakerEvent::probe_failed, ev.probe);
       if (ok && device_lost_ && breaker_.state() == policy::BreakerState::closed && !reload_in_flight_) {

@@ -250,6 +250,7 @@ class Service {
   bool device_lost_ = false;
   bool reload_in_flight_ = false;
   bool probe_in_flight_ = false;
+  bool last_probe_failed_ = false;  // the latest health probe failed: not idle, so the next probes come at the normal pace
   Clock::time_point last_probe_{};
   std::int64_t degraded_since_unix_ms_ = 0;
 

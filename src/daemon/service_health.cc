@@ -177,7 +177,7 @@ bool Service::idle() const {
   return active_.empty() && gpu_queue_.depth() == 0 && cpu_queue_.depth() == 0 && gpu_queue_.running() == 0 &&
          cpu_queue_.running() == 0 && pressure_ == policy::Pressure::normal &&
          breaker_.state() == policy::BreakerState::closed && !device_lost_ && !probe_in_flight_ &&
-         !reload_in_flight_ && !draining_;
+         !last_probe_failed_ && !reload_in_flight_ && !draining_;
 }
 
 // Terminal jobs stay readable (GetJob) as long as the journal keeps them.

@@ -534,6 +534,22 @@ TEST_F(ServiceTest, PollIntervalIsTheIdleOneOnlyWhileThereIsNothingToWatch) {
   }, /*tick=*/true));
   EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(2000ms));
 
+  // A failed health probe (the breaker still closed): the normal interval, so the next probes come at their pace
+  // and a failing device opens the breaker as soon as it would when busy; idle again after a probe succeeds.
+  ASSERT_TRUE(svc_->testing_fail_probes(1));
+  const auto failed0 = svc_->counters()["probes_failed"];
+  ASSERT_TRUE(pump_until([&] {
+    clock_->advance(1s);
+    return svc_->counters()["probes_failed"] > failed0;
+  }, /*tick=*/true));
+  EXPECT_EQ(svc_->breaker_state(), "closed");
+  EXPECT_FALSE(svc_->idle());
+  EXPECT_EQ(svc_->poll_interval(), std::chrono::duration_cast<Clock::duration>(250ms));
+  ASSERT_TRUE(pump_until([&] {
+    clock_->advance(1s);
+    return svc_->idle();
+  }, /*tick=*/true));
+
   // The breaker not closed (a lost device): the normal interval.
   ASSERT_TRUE(svc_->testing_lose_device());
   EXPECT_NE(svc_->breaker_state(), "closed");
