@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtomlplusplus-dev nlohmann-json3-dev libsentencepiece-dev
   libicu-dev  # the BPE tokenizers: Unicode-property regexes and normalization (docs/tokenizers.md)
+  libjpeg62-turbo-dev libpng-dev  # image input (src/image): JPEG and PNG decoding, PNG writing (docs/image-input.md)
   dbus dbus-daemon dbus-bin libglib2.0-bin systemd socat jq util-linux
   debhelper devscripts lintian
   clang libclang-rt-14-dev llvm
