@@ -369,6 +369,12 @@ class DbusServer::Impl::Main final
     if (!impl_.rings) throw_error(make_error(Errc::not_found, "no ring session " + std::to_string(session_id)));
     unwrap(impl_.rings->close(who(), session_id));
   }
+  void Embed(sdbus::Result<std::vector<std::vector<double>>, std::map<std::string, sdbus::Variant>>&& result,
+             std::string model, std::vector<std::string> texts, std::vector<sdbus::UnixFd> image_fds,
+             std::vector<std::vector<uint8_t>> images, std::map<std::string, sdbus::Variant> options) override {
+    (void)model, (void)texts, (void)image_fds, (void)images, (void)options;
+    result.returnError(sdbus::Error(std::string(kErrPrefix) + "NotSupported", "this tandemd serves no embedding model"));
+  }
   std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {
     std::vector<std::map<std::string, sdbus::Variant>> out;
     for (const auto& d : s().list_models()) {
@@ -484,6 +490,10 @@ class DbusServer::Impl::Model final
   std::string Fallback() override { return field<std::string>("fallback"); }
   uint32_t MaxContext() override { return field<std::uint32_t>("max_context"); }
   std::string Template() override { return field<std::string>("template"); }
+  std::string Kind() override {
+    auto k = field<std::string>("kind");
+    return k.empty() ? "llm" : k;
+  }
 
   Impl& impl_;
   std::string name_;
