@@ -93,20 +93,25 @@ namespace {
 MemoryBreakdown finish(const EstimatorConfig& cfg, const ModelShape& m, const RequestShape& r,
                        std::uint64_t weights, std::uint64_t kv_per_token, std::uint32_t layers, bool with_logits) {
   MemoryBreakdown b;
+  if (m.encoder_only) {  // nothing cached, nothing decoded: one forward of the inputs
+    kv_per_token = 0;
+    with_logits = false;
+  }
   b.batch = r.batch;
   b.layers = layers;
   b.weights_bytes = weights;
   b.kv_bytes_per_token = kv_per_token;
-  b.kv_tokens = r.context_tokens();
-  b.kv_blocks = sat_mul(ceil_div(b.kv_tokens, cfg.kv_block_tokens), r.batch);
+  b.kv_tokens = m.encoder_only ? 0 : r.context_tokens();
+  b.kv_blocks = m.encoder_only ? 0 : sat_mul(ceil_div(b.kv_tokens, cfg.kv_block_tokens), r.batch);
   b.kv_bytes = mul({b.kv_blocks, cfg.kv_block_tokens, kv_per_token});
   const std::uint64_t chunk = r.prefill_chunk == 0 ? r.prompt_tokens : std::min(r.prefill_chunk, r.prompt_tokens);
   b.prefill_chunk_tokens = chunk;
   if (layers > 0) {
     b.prefill_activation_bytes =
         sat_mul(MemoryEstimator::activation_bytes(m, chunk, r.prompt_tokens, m.act_elem_bytes, with_logits), r.batch);
-    b.decode_activation_bytes =
-        sat_mul(MemoryEstimator::activation_bytes(m, 1, b.kv_tokens, m.act_elem_bytes, with_logits), r.batch);
+    if (!m.encoder_only)
+      b.decode_activation_bytes =
+          sat_mul(MemoryEstimator::activation_bytes(m, 1, b.kv_tokens, m.act_elem_bytes, with_logits), r.batch);
   }
   b.activation_bytes = std::max(b.prefill_activation_bytes, b.decode_activation_bytes);
   if (layers > 0) b.activation_bytes = sat_add(b.activation_bytes, m.dequant_workspace_bytes);

@@ -31,6 +31,9 @@ struct ModelShape {
   // Temporary bytes to expand one stored (quantized or converted) weight matrix before its matmul on the
   // accelerator; added to every forward's activations. 0 when weights are used as stored.
   std::uint64_t dequant_workspace_bytes = 0;
+  // An encoder (an embedding model): one forward of prompt_tokens per input and nothing kept between forwards — no
+  // KV cache, no logits, no decode. Its requests carry max_new_tokens 1 (the one forward) and batch = inputs.
+  bool encoder_only = false;
 
   Status validate() const;
 };

@@ -48,6 +48,27 @@ TEST(Estimator, TinyModelBreakdownByHand) {
   EXPECT_EQ(resident.total_bytes, 2624u + 263u);
 }
 
+// An encoder (embedding model): no KV cache, no decode step, no logits — only one forward of each input.
+TEST(Estimator, EncoderOnlyHasActivationsOnly) {
+  MemoryEstimator est(EstimatorConfig{16, 0.10});
+  ModelShape m = tiny_model();
+  m.encoder_only = true;
+  RequestShape r = request(10, 1);
+  r.batch = 3;
+  MemoryBreakdown b = est.estimate(m, r, /*weights_resident=*/false);
+  EXPECT_EQ(b.kv_bytes_per_token, 0u);
+  EXPECT_EQ(b.kv_tokens, 0u);
+  EXPECT_EQ(b.kv_blocks, 0u);
+  EXPECT_EQ(b.kv_bytes, 0u);
+  EXPECT_EQ(b.decode_activation_bytes, 0u);
+  EXPECT_EQ(b.prefill_activation_bytes, 4800u);  // 3 × (320 hidden + max(1280 attention, 640 mlp)); no logits
+  EXPECT_EQ(b.fragmentation_bytes, 821u);        // ceil(0.1 × (3408 + 4800))
+  EXPECT_EQ(b.total_bytes, 3408u + 4800u + 821u);
+  // Without the flag the same request would reserve KV blocks and logits.
+  m.encoder_only = false;
+  EXPECT_GT(est.estimate(m, r, false).kv_bytes, 0u);
+}
+
 struct KvRow {
   std::uint32_t prompt, max_new, batch, block;
   std::uint64_t blocks;
