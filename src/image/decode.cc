@@ -305,6 +305,16 @@ class PngReader {
 };
 
 Result<Rgb8> decode_png(std::span<const std::uint8_t> bytes, const DecodeLimits& limits) {
+  // IHDR must be the first chunk; its size is checked before libpng reads on (png_read_info walks every chunk up
+  // to the first IDAT), so a huge claim is refused on the first 24 bytes alone.
+  if (bytes.size() >= 24 && std::memcmp(bytes.data() + 12, "IHDR", 4) == 0) {
+    const auto be32 = [&](std::size_t at) {
+      return std::uint32_t{bytes[at]} << 24 | std::uint32_t{bytes[at + 1]} << 16 | std::uint32_t{bytes[at + 2]} << 8 |
+             std::uint32_t{bytes[at + 3]};
+    };
+    const std::uint32_t w = be32(16), h = be32(20);
+    if (w != 0 && h != 0) TANDEM_TRY(check_limits("PNG", w, h, limits));  // zero: libpng names the field
+  }
   PngReader r(bytes);
   if (!r.read_header()) return fail(Errc::invalid_argument, std::string("corrupt PNG header: ") + r.message());
   TANDEM_TRY(check_limits("PNG", r.width(), r.height(), limits));
