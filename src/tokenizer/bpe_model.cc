@@ -222,6 +222,7 @@ Status BpeModel::finish() {
     }
   }
   surface_.assign(n, std::string());
+  word_final_.assign(n, 0);
   for (std::size_t i = 0; i < n; ++i) {
     if (is_special_[i]) continue;
     std::string s = tokens[i];
@@ -229,6 +230,10 @@ Status BpeModel::finish() {
       surface_[i] = std::move(s);
       continue;
     }
+    // BPEDecoder: the word-final suffix becomes the space between words (owed until a next word follows).
+    const bool word_final = !decode_suffix.empty() && s.size() >= decode_suffix.size() &&
+                            s.compare(s.size() - decode_suffix.size(), decode_suffix.size(), decode_suffix) == 0;
+    if (word_final) s.resize(s.size() - decode_suffix.size());
     bool step_fused = false;
     for (const auto& d : decoders) {
       switch (d.kind) {
@@ -252,6 +257,10 @@ Status BpeModel::finish() {
           }
           break;
       }
+    }
+    if (word_final) {
+      s += ' ';
+      word_final_[i] = 1;
     }
     surface_[i] = std::move(s);
   }
@@ -353,6 +362,9 @@ void BpeModel::encode_text(std::string_view segment, bool first_segment, std::ve
         break;
       case NormStep::Kind::prepend:
         if (!s.empty()) s.insert(0, n.a);
+        break;
+      case NormStep::Kind::lowercase:
+        s = to_lower(s);
         break;
       case NormStep::Kind::replace_string:
         s = replace_all(s, n.a, n.b);
@@ -471,11 +483,17 @@ void BpeModel::bpe_word(std::string_view word, std::vector<TokenId>& out) const 
   };
   thread_local std::vector<Sym> syms;
   syms.clear();
+  thread_local std::string last;
   for (std::size_t i = 0; i < word.size();) {
     std::size_t len = utf8_char_len(word, i);
     if (len == 0) len = 1;
-    const std::string_view ch = word.substr(i, len);
+    std::string_view ch = word.substr(i, len);
     i += len;
+    if (i >= word.size() && !end_of_word_suffix.empty()) {  // the word's last character carries the suffix
+      last.assign(ch);
+      last += end_of_word_suffix;
+      ch = last;
+    }
     if (const TokenId id = ids_.find(ch); id >= 0) {
       syms.push_back({id, 0, 0});
       continue;
@@ -540,9 +558,14 @@ void BpeModel::bpe_word(std::string_view word, std::vector<TokenId>& out) const 
 
 // --- decoding -------------------------------------------------------------------------------------------------------
 
-void BpeModel::decode_bytes(TokenId id, std::string& pending) const {
+void BpeModel::decode_bytes(TokenId id, std::string& pending, bool* space_owed) const {
   if (id < 0 || static_cast<std::size_t>(id) >= surface_.size()) return;
-  pending += surface_[static_cast<std::size_t>(id)];
+  const auto u = static_cast<std::size_t>(id);
+  const std::string& s = surface_[u];
+  if (s.empty()) return;
+  if (*space_owed) pending += ' ';
+  *space_owed = word_final_[u] != 0;
+  pending.append(s, 0, s.size() - (*space_owed ? 1 : 0));
 }
 
 void BpeModel::strip_start(std::string& text, int* strip_left) const {

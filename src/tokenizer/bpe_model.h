@@ -34,7 +34,7 @@ struct AddedToken {
 };
 
 struct NormStep {
-  enum class Kind : std::uint8_t { unicode, prepend, replace_string, replace_regex };
+  enum class Kind : std::uint8_t { unicode, prepend, replace_string, replace_regex, lowercase };
   Kind kind = Kind::unicode;
   NormalForm form = NormalForm::nfc;
   std::string a;  // prepend: the text; replace: the pattern string
@@ -70,6 +70,9 @@ bool bpe_pre_ignores_merges(const std::string& pre);
 std::string hf_json_components(const BpeVocab& v);
 // Parses tokenizer.json text into `m` (m.origin names it in errors) and calls finish() (hf_json.cc).
 Status read_hf_json(std::string_view text, BpeModel& m);
+// Reads the normalizer / pre_tokenizer / decoder / post_processor of a JSON object (a tokenizer.json's components,
+// m.tokens already set) into `m` and sets m.pre_name as read_hf_json does; does not call finish() (hf_json.cc).
+Status read_hf_components(std::string_view json_text, BpeModel& m);
 
 // Open-addressing (left id, right id) → (rank, result id) table for the merge loop.
 class PairTable {
@@ -112,6 +115,11 @@ class BpeModel {
   std::vector<PreStep> pre_steps;
   bool byte_fallback = false;
   bool ignore_merges = false;
+  // BPE end_of_word_suffix (CLIP: "</w>"): the last character of each word starts as that character + suffix.
+  std::string end_of_word_suffix;
+  // The suffix the decoder turns into a space between words (BPEDecoder, or end_of_word_suffix as transformers'
+  // CLIPTokenizerFast does); the space after the last word of the text is dropped.
+  std::string decode_suffix;
   bool fuse_unk = false;
   TokenId unk = -1, bos = -1, eos = -1, eot = -1, pad = -1;
   bool adds_bos = false;  // the post-processor / GGUF add_bos_token adds BOS
@@ -133,8 +141,10 @@ class BpeModel {
 
   // --- use ---
   void encode(std::span<const TextPiece> pieces, const EncodeOptions& opts, std::vector<TokenId>& out) const;
-  // Appends the bytes of token `id` to `pending` (nothing for special tokens and out-of-range ids).
-  void decode_bytes(TokenId id, std::string& pending) const;
+  // Appends the bytes of token `id` to `pending` (nothing for special tokens and out-of-range ids). A word-final
+  // token (decode_suffix) leaves its space owed in *space_owed: it is written before the next token's bytes, and
+  // dropped at the end of the text.
+  void decode_bytes(TokenId id, std::string& pending, bool* space_owed) const;
   // Drops the decoder's leading Strip characters while *strip_left > 0 and text is at its start.
   void strip_start(std::string& text, int* strip_left) const;
   int strip_count() const { return strip_count_; }
@@ -151,6 +161,7 @@ class BpeModel {
   PairTable merge_map_;  // (left << 32 | right) → (rank << 32 | result)
   std::vector<std::string> surface_;                            // decoded bytes of each token ("" for specials)
   std::vector<std::uint8_t> is_special_;
+  std::vector<std::uint8_t> word_final_;                        // decode_suffix: surface ends with the owed space
   std::array<TokenId, 256> byte_tokens_{};                      // <0xXX> ids for byte_fallback (-1 absent)
   std::array<std::vector<std::uint32_t>, 256> added_by_first_;  // indices into `added` by first byte, longest first
   std::string strip_content_;

@@ -136,6 +136,8 @@ Status read_normalizer(const Reader& rd, const Json& n, const std::string& path,
     st.kind = NormStep::Kind::unicode;
     st.form = type == "NFC" ? NormalForm::nfc : type == "NFKC" ? NormalForm::nfkc : type == "NFD" ? NormalForm::nfd
                                                                                                : NormalForm::nfkd;
+  } else if (type == "Lowercase") {
+    st.kind = NormStep::Kind::lowercase;
   } else if (type == "Prepend") {
     st.kind = NormStep::Kind::prepend;
     HJ_ASSIGN(st.a, rd.string(n, "prepend", path, nullptr));
@@ -155,7 +157,7 @@ Status read_normalizer(const Reader& rd, const Json& n, const std::string& path,
     return {};
   } else {
     return rd.bad(Errc::unsupported, path + ".type", "'" + type + "' is not a supported normalizer (NFC, NFKC, NFD, "
-                                                     "NFKD, Prepend, Replace, Sequence)");
+                                                     "NFKD, Lowercase, Prepend, Replace, Sequence)");
   }
   m.normalizers.push_back(std::move(st));
   return {};
@@ -244,6 +246,9 @@ Status read_decoder(const Reader& rd, const Json& n, const std::string& path, Bp
     m.decoders.push_back({K::byte_level, {}, {}, 0});
   } else if (type == "ByteFallback") {
     m.decoders.push_back({K::byte_fallback, {}, {}, 0});
+  } else if (type == "BPEDecoder") {  // CLIP: the word-final suffix → a space between words
+    HJ_ASSIGN(m.decode_suffix, rd.string(n, "suffix", path, "</w>"));
+    if (m.decode_suffix.empty()) return rd.bad(Errc::format_error, path + ".suffix", "is empty");
   } else if (type == "Fuse") {
     m.decoders.push_back({K::fuse, {}, {}, 0});
   } else if (type == "Replace") {
@@ -279,8 +284,40 @@ Status read_decoder(const Reader& rd, const Json& n, const std::string& path, Bp
     }
   } else {
     return rd.bad(Errc::unsupported, path + ".type", "'" + type + "' is not a supported decoder (ByteLevel, "
-                                                     "Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence)");
+                                                     "BPEDecoder, Metaspace, ByteFallback, Fuse, Strip, Replace, "
+                                                     "Sequence)");
   }
+  return {};
+}
+
+// RobertaProcessing (CLIP's): "cls": [token, id] before the sequence = BOS, "sep": [token, id] after it = EOS.
+Status read_roberta(const Reader& rd, const Json& n, const std::string& path, BpeModel& m) {
+  if (m.adds_bos || m.adds_eos) return rd.bad(Errc::unsupported, path, "a second post-processor adding BOS / EOS");
+  TokenId got[2] = {-1, -1};
+  const char* keys[2] = {"cls", "sep"};
+  for (int k = 0; k < 2; ++k) {
+    const std::string kpath = path + "." + keys[k];
+    const auto it = n.find(keys[k]);
+    if (it == n.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
+        !(*it)[1].is_number_integer()) {
+      return rd.bad(Errc::format_error, kpath, "must be [token, id]");
+    }
+    const std::string name = (*it)[0].get<std::string>();
+    const std::int64_t id = (*it)[1].is_number_unsigned() && (*it)[1].get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxId)
+                                ? -1
+                                : (*it)[1].get<std::int64_t>();
+    if (id < 0 || static_cast<std::size_t>(id) >= m.tokens.size()) {
+      return rd.bad(Errc::format_error, kpath, "id " + std::to_string(id) + " is out of range");
+    }
+    if (m.tokens[static_cast<std::size_t>(id)] != name) {
+      return rd.bad(Errc::format_error, kpath, "names '" + name + "' but id " + std::to_string(id) + " is '" +
+                                                   m.tokens[static_cast<std::size_t>(id)] + "'");
+    }
+    got[k] = static_cast<TokenId>(id);
+  }
+  m.bos = got[0];
+  m.eos = got[1];
+  m.adds_bos = m.adds_eos = true;
   return {};
 }
 
@@ -299,9 +336,10 @@ Status read_post(const Reader& rd, const Json& n, const std::string& path, BpeMo
     }
     return {};
   }
+  if (type == "RobertaProcessing") return read_roberta(rd, n, path, m);
   if (type != "TemplateProcessing") {
     return rd.bad(Errc::unsupported, path + ".type", "'" + type + "' is not a supported post-processor "
-                                                     "(TemplateProcessing, ByteLevel, Sequence)");
+                                                     "(TemplateProcessing, RobertaProcessing, ByteLevel, Sequence)");
   }
   const auto single = n.find("single");
   if (single == n.end() || !single->is_array()) return rd.bad(Errc::format_error, path + ".single", "must be an array");
@@ -528,6 +566,14 @@ class CaptureSax : public nlohmann::json_sax<Json> {
   bool syntax_error_ = false;
 };
 
+// pre_tokenizer_name() of a tokenizer.json: its normalizer and pre-tokenizer as canonical JSON.
+std::string components_name(const Json& j) {
+  Json desc = Json::object();
+  desc["normalizer"] = j.value("normalizer", Json());
+  desc["pre_tokenizer"] = j.value("pre_tokenizer", Json());
+  return desc.dump();
+}
+
 }  // namespace
 
 Status read_hf_json(std::string_view text, BpeModel& m) {
@@ -551,11 +597,12 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
     return rd.bad(Errc::unsupported, "model.type",
                   "'" + mtype + "' is not supported; only BPE (WordPiece, Unigram and WordLevel are not)");
   }
-  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+  {
     std::string v;
-    HJ_ASSIGN(v, rd.string(*model, k, "model", ""));
-    if (!v.empty()) return rd.bad(Errc::unsupported, std::string("model.") + k, "is not supported");
+    HJ_ASSIGN(v, rd.string(*model, "continuing_subword_prefix", "model", ""));
+    if (!v.empty()) return rd.bad(Errc::unsupported, "model.continuing_subword_prefix", "is not supported");
   }
+  HJ_ASSIGN(m.end_of_word_suffix, rd.string(*model, "end_of_word_suffix", "model", ""));
   if (const auto d = model->find("dropout"); d != model->end() && !d->is_null() && !(d->is_number() && *d == 0)) {
     return rd.bad(Errc::unsupported, "model.dropout", "BPE dropout is not supported");
   }
@@ -614,6 +661,9 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
   m.merge_text = std::move(cap.merge_items);
 
   TANDEM_TRY(read_components(rd, j, m));
+  // A model with word-final suffixes and no BPEDecoder (openai/clip-vit-*'s file has a ByteLevel decoder): the suffix
+  // becomes a space between words, as transformers' CLIPTokenizerFast wraps its decode.
+  if (m.decode_suffix.empty()) m.decode_suffix = m.end_of_word_suffix;
 
   // Special ids by spelling when the post-processor does not name them.
   auto by_name = [&](std::initializer_list<std::string_view> names) -> TokenId {
@@ -647,11 +697,16 @@ Status read_hf_json(std::string_view text, BpeModel& m) {
       }
     }
   }
-  Json desc = Json::object();
-  desc["normalizer"] = j.value("normalizer", Json());
-  desc["pre_tokenizer"] = j.value("pre_tokenizer", Json());
-  m.pre_name = desc.dump();
+  m.pre_name = components_name(j);
   return m.finish();
+}
+
+Status read_hf_components(std::string_view json_text, BpeModel& m) {
+  const Reader rd(m.origin);
+  const Json j = Json::parse(json_text);
+  TANDEM_TRY(read_components(rd, j, m));
+  m.pre_name = components_name(j);
+  return {};
 }
 
 }  // namespace detail

@@ -34,6 +34,20 @@ struct EncodeOptions {
   bool add_eos = false;
   // Recognise spellings of special (control) tokens in the text as those tokens. Off: they are plain text.
   bool parse_special = false;
+  // 0: no limit. Else at most this many ids: the text's tokens are cut so that BOS (when added) stays first and
+  // EOS (when added) stays last, as Hugging Face's truncation=True with max_length does (CLIP: 77).
+  std::size_t max_tokens = 0;
+};
+
+// How Tokenizer::from_vocab_merges reads a vocab.json + merges.txt pair.
+enum class VocabMergesFlavor : std::uint8_t {
+  detect,  // CLIP when vocab.json holds word-final "</w>" tokens; otherwise unsupported
+  clip,    // the CLIP layout (openai/clip-vit-*): see docs/tokenizers.md, "CLIP"
+};
+struct VocabMergesOptions {
+  VocabMergesFlavor flavor = VocabMergesFlavor::detect;
+  std::string vocab_origin = "vocab.json";    // names vocab.json in errors (a path)
+  std::string merges_origin = "merges.txt";   // names merges.txt in errors
 };
 
 // A part of a text for encode_pieces(): `trusted` text (a chat template's own text) may contain special tokens;
@@ -49,7 +63,8 @@ class Tokenizer {
   // truncated), format_error (duplicate pieces, bad byte pieces, ids out of range), unsupported (not BPE).
   static Result<Tokenizer> load_file(const std::string& path);
   static Result<Tokenizer> from_bytes(std::string_view model_bytes, std::string origin);
-  // A Hugging Face tokenizer.json with model "BPE" (docs/tokenizers.md lists the normalizers, pre-tokenizers,
+  // A Hugging Face tokenizer.json with model "BPE", including CLIP's (end_of_word_suffix, Lowercase, BPEDecoder,
+  // RobertaProcessing) (docs/tokenizers.md lists the normalizers, pre-tokenizers,
   // decoders and post-processors read). Errors: parse_error (not JSON, a regex that does not compile), format_error
   // (a missing or mistyped key, ids out of range, duplicate tokens, merges naming unknown tokens, invalid UTF-8),
   // unsupported (WordPiece / Unigram / WordLevel models, an unknown normalizer / pre-tokenizer / decoder type),
@@ -58,6 +73,16 @@ class Tokenizer {
   // A GGUF "gpt2" vocabulary (weights/gguf_tokenizer.h reads one). unsupported for an unknown pre name,
   // format_error for inconsistent data. model_bytes() is then hf_json_from_bpe_vocab(v).
   static Result<Tokenizer> from_bpe_vocab(const BpeVocab& v, std::string origin);
+  // A CLIP tokenizer from its slow-tokenizer files (clip_tokenizer.cc): vocab.json ({"token": id}, ids dense from 0,
+  // "<|startoftext|>" and "<|endoftext|>" present) and merges.txt ("a b" per line, an optional "#version" first
+  // line). Encodes as the equivalent tokenizer.json (tok::clip_hf_json): NFC, whitespace runs → " ", lowercase; the
+  // CLIP regex; byte-level; BPE with "</w>" word ends; BOS <|startoftext|> / EOS <|endoftext|> (adds_bos and
+  // adds_eos); decode puts a space between words. Errors: parse_error (vocab.json not JSON / not UTF-8),
+  // format_error naming the file and key or line (not an object of integers, ids duplicated or not dense, a malformed
+  // merge line, a merge naming an unknown token or whose result is not in the vocabulary, a missing special token),
+  // unsupported (no "</w>" tokens with flavor detect). model_bytes() is the equivalent tokenizer.json.
+  static Result<Tokenizer> from_vocab_merges(std::string_view vocab_json, std::string_view merges_txt,
+                                             const VocabMergesOptions& options = {});
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -120,6 +145,7 @@ class Tokenizer {
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   explicit Tokenizer(std::unique_ptr<detail::BpeModel> bpe);
+  std::vector<TokenId> encode_pieces_whole(std::span<const TextPiece> pieces, const EncodeOptions& opts) const;
   std::unique_ptr<Impl> impl_;              // sentencepiece kind
   std::unique_ptr<detail::BpeModel> bpe_;   // bpe kind
 };
@@ -141,6 +167,7 @@ class StreamDecoder {
   std::string pending_;  // bytes of an incomplete UTF-8 sequence
   bool at_start_ = true;
   int strip_left_ = 0;   // bpe: decoder Strip characters still to drop at the text start
+  bool space_owed_ = false;  // bpe with a BPEDecoder suffix: the space after the last word, written before the next
 };
 
 }  // namespace tandem::tok

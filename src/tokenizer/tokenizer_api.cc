@@ -24,7 +24,26 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
   return encode_pieces(std::span<const TextPiece>(&piece, 1), opts);
 }
 
+namespace {
+
+// EncodeOptions::max_tokens: keep the first max - 1 ids and the EOS when one was added, else the first max.
+void truncate(std::vector<TokenId>& ids, const EncodeOptions& opts, TokenId eos) {
+  if (opts.max_tokens == 0 || ids.size() <= opts.max_tokens) return;
+  const bool keep_eos = opts.add_eos && eos >= 0 && !ids.empty() && ids.back() == eos;
+  ids.resize(opts.max_tokens - (keep_eos ? 1 : 0));
+  if (keep_eos) ids.push_back(eos);
+}
+
+}  // namespace
+
 std::vector<TokenId> Tokenizer::encode_pieces(std::span<const TextPiece> pieces, const EncodeOptions& opts) const {
+  std::vector<TokenId> ids = encode_pieces_whole(pieces, opts);
+  truncate(ids, opts, eos_id());
+  return ids;
+}
+
+std::vector<TokenId> Tokenizer::encode_pieces_whole(std::span<const TextPiece> pieces,
+                                                    const EncodeOptions& opts) const {
   std::vector<TokenId> ids;
   if (bpe_) {
     bpe_->encode(pieces, opts, ids);
@@ -152,7 +171,7 @@ std::string StreamDecoder::push(TokenId id) {
       strip_left_ = b->strip_count();
       at_start_ = false;
     }
-    b->decode_bytes(id, pending_);
+    b->decode_bytes(id, pending_, &space_owed_);
     detail::drain_utf8_lossy(pending_, false, out);
     b->strip_start(out, &strip_left_);
     return out;
@@ -164,6 +183,7 @@ std::string StreamDecoder::push(TokenId id) {
 std::string StreamDecoder::flush() {
   std::string out;
   if (const detail::BpeModel* b = tok_->bpe_.get()) {
+    space_owed_ = false;  // the space after the text's last word (BPEDecoder) is dropped
     detail::drain_utf8_lossy(pending_, true, out);
     if (at_start_) {
       strip_left_ = b->strip_count();
@@ -181,6 +201,7 @@ void StreamDecoder::reset() {
   pending_.clear();
   at_start_ = true;
   strip_left_ = 0;
+  space_owed_ = false;
 }
 
 }  // namespace tandem::tok

@@ -4,6 +4,7 @@
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
 #include <unicode/uchar.h>
+#include <unicode/ucasemap.h>
 #include <unicode/unistr.h>
 #include <unicode/utext.h>
 
@@ -299,6 +300,37 @@ std::string normalize(std::string_view text, NormalForm form) {
   std::string out;
   res.toUTF8String(out);
   return out;
+}
+
+std::string to_lower(std::string_view text) {
+  bool ascii = true;
+  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) {
+    std::string out(text);
+    for (char& c : out) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    return out;
+  }
+  UErrorCode status = U_ZERO_ERROR;
+  UCaseMap* map = ucasemap_open("", 0, &status);  // root locale: full mappings, final sigma, no tr/lt rules
+  if (U_FAILURE(status) || map == nullptr) return std::string(text);
+  std::string out(text.size() + 16, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    status = U_ZERO_ERROR;
+    const int32_t n = ucasemap_utf8ToLower(map, out.data(), static_cast<int32_t>(out.size()), text.data(),
+                                           static_cast<int32_t>(text.size()), &status);
+    if (status == U_BUFFER_OVERFLOW_ERROR && attempt == 0) {
+      out.resize(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (U_FAILURE(status)) break;
+    out.resize(static_cast<std::size_t>(n));
+    ucasemap_close(map);
+    return out;
+  }
+  ucasemap_close(map);
+  return std::string(text);
 }
 
 bool is_numeric_cp(std::uint32_t cp) {

@@ -68,6 +68,9 @@ class Regex {
 enum class NormalForm : std::uint8_t { nfc, nfkc, nfd, nfkd };
 // Unicode normalization of valid UTF-8 text through ICU's Normalizer2.
 std::string normalize(std::string_view text, NormalForm form);
+// Full Unicode lowercasing (ICU, root locale: SpecialCasing mappings such as U+0130 → "i\u0307", final sigma), what
+// Rust's str::to_lowercase (Hugging Face's Lowercase normalizer) and Python's str.lower() do. ASCII fast path.
+std::string to_lower(std::string_view text);
 // Rust's char::is_numeric: general category Nd, Nl or No.
 bool is_numeric_cp(std::uint32_t cp);
 // Rust's char::is_alphanumeric (L* or N*), for single_word added tokens.
