@@ -361,6 +361,10 @@ Status DaemonConfig::validate() const {
   if (rings.default_data_bytes > rings.max_data_bytes)
     return bad("rings.default_data_bytes", "must be at most rings.max_data_bytes (" +
                                                size_text(rings.max_data_bytes) + ")");
+  if (!embedding.default_model.empty() && !find_model(embedding.default_model)) {
+    return bad("embedding.default_model", "must be \"\" (the first embedding model) or the name of a [[model]] (" +
+                                              model_names(models) + "), got " + quote(embedding.default_model));
+  }
   if (!default_model.empty() && !find_model(default_model)) {
     return bad("default_model", "must be \"\" (the first [[model]]) or the name of a [[model]] (" +
                                     model_names(models) + "), got " + quote(default_model));

@@ -106,6 +106,16 @@ struct RingConfig {
   std::chrono::microseconds max_spin{200};         // the loop's busy-poll budget after ring activity, [0, 10 ms]
 };
 
+// Embed requests (embedding models; docs/embeddings.md). Every input is untrusted: these bound what one call may
+// make the daemon hold and decode.
+struct EmbeddingConfig {
+  std::string default_model;                      // "" = the first embedding model
+  std::uint32_t max_inputs = 64;                  // texts + images per call, [1, 4096]
+  std::uint64_t max_image_bytes = 32ull << 20;    // one image's file, [1 KiB, 1 GiB]
+  std::uint64_t max_image_pixels = 40'000'000;    // one image decoded (width × height), [1, 1e9]
+  std::uint32_t max_text_bytes = 64 << 10;        // one text, [1, 16 MiB]
+};
+
 struct DaemonConfig {
   BusConfig bus;
   AuthConfig auth;
@@ -116,6 +126,7 @@ struct DaemonConfig {
   JournalConfig journal;
   RuntimeConfig runtime;
   RingConfig rings;
+  EmbeddingConfig embedding;
   std::vector<std::string> sources;  // files read, in order (main file, then drop-ins)
 
   const ModelConfig* find_model(std::string_view name) const;

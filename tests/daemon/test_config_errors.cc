@@ -151,7 +151,11 @@ TEST(DaemonConfig, EveryRangeViolationNamesFileKeyAndRange) {
       {"[replica]\nswitch_margin = 1", "replica.switch_margin: must be in [0,1), got 1"},
       {"[idempotency]\nretention_s = 0", "idempotency.retention_s: must be > 0, got 0s"},
       {"[idempotency]\nmax_keys = 0", "idempotency.max_keys: must be in [1,100000000], got 0"},
+      {"[embedding]\nmax_inputs = 0", "embedding.max_inputs: must be in [1,4096], got 0"},
+      {"[embedding]\nmax_image_bytes = \"2GiB\"", "embedding.max_image_bytes: must be in [1KiB,1GiB], got 2GiB"},
       // cross-field
+      {"[embedding]\ndefault_model = \"nope\"",
+       "embedding.default_model: must be \"\" (the first embedding model) or the name of a [[model]] (\"m\"), got \"nope\""},
       {"default_model = \"nope\"",
        "default_model: must be \"\" (the first [[model]]) or the name of a [[model]] (\"m\"), got \"nope\""},
       {model_with("fallback = \"nope\""),
@@ -248,7 +252,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
       {"foo = 1",
        "unknown key 'foo' (allowed: default_model, bus, auth, device, model, margin, estimator, headroom, ladder, "
        "breaker, gpu_queue, cpu_queue, gpu_rates, cpu_rates, host, service, replica, failover, idempotency, journal, "
-       "runtime, rings)"},
+       "runtime, embedding, rings)"},
       {"[device]\nfoo = 1",
        "unknown key 'device.foo' (allowed: kind, cuda_index, sim_capacity, sim_reading_lag_ms, poll_interval_ms, "
        "idle_poll_interval_ms, probe_interval_ms, probe_timeout_ms)"},
@@ -262,7 +266,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
       {"[host_guard]\nbudget = 0",
        "unknown key 'host_guard' (allowed: default_model, bus, auth, device, model, margin, estimator, headroom, "
        "ladder, breaker, gpu_queue, cpu_queue, gpu_rates, cpu_rates, host, service, replica, failover, idempotency, "
-       "journal, runtime, rings)"},
+       "journal, runtime, embedding, rings)"},
       {"[margin.extra]\nx = 1", "unknown key 'margin.extra' (allowed: bytes, fraction)"},
       {"[headroom]\nfresh_for = 5", "unknown key 'headroom.fresh_for' (allowed: fresh_for_ms, max_age_ms, "
                                     "stale_discount_fraction)"},
