@@ -146,7 +146,9 @@ Status Service::restore() {
     rec->tokens = jj.tokens;
     rec->text = jj.text;
     rec->journaled_tokens = static_cast<std::uint32_t>(jj.tokens.size());
-    rec->phase = jj.phase;
+    auto phase = parse_job_phase(jj.phase);  // the journal validates phases on replay: unknown = a bug, fail closed
+    if (!phase) return fail(Errc::format_error, "journal: job " + std::to_string(id) + ": " + phase.error().message);
+    rec->phase = *phase;
     rec->reason = jj.reason;
     rec->finish_reason = jj.finish_reason;
     rec->error_code = jj.error_code;
@@ -204,8 +206,8 @@ Status Service::restore() {
     if (!jj.terminal()) {
       // In flight when the daemon stopped: failed-resumable at the journaled checkpoint.
       const std::string reason = "daemon_restart";
-      rec->history.emplace_back(rec->phase, "failed", reason, now_ms);
-      rec->phase = "failed";
+      rec->history.emplace_back(phase_name(rec->phase), phase_name(JobPhase::failed), reason, now_ms);
+      rec->phase = JobPhase::failed;
       rec->reason = reason;
       rec->error_code = std::string(errc_name(Errc::resumable));
       rec->error_message = "tandemd stopped while the job was " + jj.phase + "; resume from the checkpoint (" +
@@ -220,10 +222,7 @@ Status Service::restore() {
     if (!rec->key.empty()) {
       auto claim = idempotency_.claim(rec->key, id, rec->digest, now, /*resume=*/true);
       if (claim) {
-        policy::JobPhase ph = rec->phase == "completed" ? JobPhase::completed
-                              : rec->phase == "cancelled" ? JobPhase::cancelled
-                                                          : JobPhase::failed;
-        (void)idempotency_.record_outcome(rec->key, id, {ph, rec->reason, now});
+        (void)idempotency_.record_outcome(rec->key, id, {rec->phase, rec->reason, now});
       }
     }
     jobs_.emplace(id, std::move(rec));
@@ -306,7 +305,7 @@ void Service::process_events() {
         j->tokens.insert(j->tokens.end(), ev.ids.begin(), ev.ids.end());
         j->text += ev.text;
         j->run_new_tokens += static_cast<std::uint32_t>(ev.ids.size());
-        if (j->fsm && j->phase == "running")
+        if (j->fsm && j->phase == JobPhase::running)
           (void)j->fsm->record_tokens(static_cast<std::uint32_t>(j->tokens.size() - j->resume.size()));
         auto& q = j->route.device == policy::Device::cpu ? cpu_queue_ : gpu_queue_;
         q.update_progress(j->id, true, j->run_new_tokens);
@@ -345,7 +344,7 @@ void Service::emit(const JobRecord& j, const std::string& kind, const Dict& data
 }
 
 void Service::journal_transition(const JobRecord& j, const std::string& reason) {
-  (void)journal_->transition(j.id, j.phase, reason, route_json(j.route).dump(), unix_ms(),
+  (void)journal_->transition(j.id, phase_name(j.phase), reason, route_json(j.route).dump(), unix_ms(),
                              j.fsm ? j.fsm->attempts() : 0);
 }
 

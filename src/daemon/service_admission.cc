@@ -215,7 +215,7 @@ Result<Dict> Service::submit(const Caller& c, const SubmitRequest& req) {
         if (j->digest != p->digest)
           return fail(Errc::duplicate, "idempotency_key '" + key->substr(0, 64) + "' names job " +
                                            std::to_string(j->id) + " with a different request");
-        if (j->phase == "failed")
+        if (j->phase == JobPhase::failed)
           return fail(Errc::resumable, "job " + std::to_string(j->id) + " for this idempotency key failed (" +
                                            j->reason + "): call Resume; job=" + std::to_string(j->id) +
                                            "; tokens=" + std::to_string(j->tokens.size()) +
@@ -364,7 +364,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
 Dict Service::placement(const JobRecord& j) const {
   Dict out;
   out["job_id"] = j.id;
-  out["state"] = j.phase;
+  out["state"] = phase_name(j.phase);
   out["action"] = action_name(j.decision.action);
   out["reason"] = std::string(policy::reason_name(j.decision.reason));
   out["detail"] = j.decision.detail;

@@ -28,7 +28,7 @@ void Service::after_commit(std::function<void(const Status&)> then) {
 }
 
 void Service::journal_outcome(JobRecord& j) {
-  Status st = journal_->outcome(j.id, j.phase, j.reason, j.tokens, j.text, j.error_code, j.error_message,
+  Status st = journal_->outcome(j.id, phase_name(j.phase), j.reason, j.tokens, j.text, j.error_code, j.error_message,
                                 static_cast<std::int64_t>(j.retry_after_ms), j.finish_reason, j.finished_unix_ms);
   if (st && !group_commit_) st = journal_->commit();
   if (!st) {

@@ -22,7 +22,7 @@ Result<std::string> Service::cancel(const Caller& c, JobId id) {
   JobRecord* j = find(id);
   if (!j) return fail(Errc::not_found, "no job " + std::to_string(id));
   TANDEM_TRY(check_owner(c, *j));
-  if (j->terminal()) return j->phase;
+  if (j->terminal()) return phase_name(j->phase);
   if (j->running) {
     if (j->stop_cause.empty()) j->stop_cause = "cancelled";
     j->cancel->store(true);
@@ -32,15 +32,15 @@ Result<std::string> Service::cancel(const Caller& c, JobId id) {
   if (j->queue == "cpu") cpu_queue_.remove(id);
   end_job(*j, JobPhase::cancelled, "cancelled", Errc::cancelled, "", 0s);
   pump();
-  return j->phase;
+  return phase_name(j->phase);
 }
 
 Result<Dict> Service::resume(const Caller& c, JobId id, const SubmitOptions& overrides) {
   JobRecord* old = find(id);
   if (!old) return fail(Errc::not_found, "no job " + std::to_string(id));
   TANDEM_TRY(check_owner(c, *old));
-  if (old->phase != "failed")
-    return fail(Errc::illegal_transition, "job " + std::to_string(id) + " is " + old->phase +
+  if (old->phase != JobPhase::failed)
+    return fail(Errc::illegal_transition, "job " + std::to_string(id) + " is " + phase_name(old->phase) +
                                               "; only a failed job can be resumed");
   if (old->error_code == std::string(errc_name(Errc::invalid_argument)))
     return fail(Errc::illegal_transition, "job " + std::to_string(id) + " failed permanently; resubmit a new request");

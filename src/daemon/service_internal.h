@@ -45,6 +45,16 @@ inline json route_json(const policy::Route& r) {
               {"model", r.model}};
 }
 
+// Wire name of a job phase (views, journal records, history rows, logs).
+inline std::string phase_name(JobPhase p) { return std::string(policy::job_phase_name(p)); }
+// The phase a wire name (a journal record) names; Errc::format_error for a name that is none of the seven.
+inline Result<JobPhase> parse_job_phase(std::string_view name) {
+  for (JobPhase p : {JobPhase::queued, JobPhase::running, JobPhase::retrying, JobPhase::migrating,
+                     JobPhase::completed, JobPhase::failed, JobPhase::cancelled})
+    if (policy::job_phase_name(p) == name) return p;
+  return fail(Errc::format_error, "unknown job phase '" + std::string(name.substr(0, 64)) + "'");
+}
+
 // Wire names of the ladder's actions.
 inline std::string action_name(Rung r) { return std::string(policy::rung_name(r)); }
 
@@ -90,7 +100,7 @@ struct Service::Prepared {
 struct Service::JobRecord {
   JobId id = 0;
   std::optional<policy::Job> fsm;   // absent for jobs restored terminal from the journal
-  std::string phase = "queued";     // mirrors fsm (or the journal for restored jobs)
+  JobPhase phase = JobPhase::queued;  // mirrors fsm (or the journal for restored jobs); names only at the edges
   std::string reason;
   SubmitRequest req;
   json request_json;
@@ -142,7 +152,7 @@ struct Service::JobRecord {
   bool accept_pending = false;
   std::optional<policy::Route> deferred_route;  // started in its queue while its accept was pending: dispatched then
 
-  bool terminal() const { return phase == "completed" || phase == "failed" || phase == "cancelled"; }
+  bool terminal() const { return policy::is_terminal(phase); }
 };
 
 struct Service::WorkerEvent {

@@ -152,13 +152,13 @@ void Service::dispatch(JobRecord& j, const policy::Route& route) {
     }
     j.prompts[serving] = std::move(ids).value();
   }
-  const std::string from = j.phase;
+  const JobPhase from = j.phase;
   if (auto st = j.fsm->start(j.route, now); !st) {
     log::error("job {}: {}", j.id, st.error().message);
   }
-  j.phase = "running";
+  j.phase = JobPhase::running;
   j.running = true;
-  j.history.emplace_back(from, "running", route_name(j.route), unix_ms());
+  j.history.emplace_back(phase_name(from), phase_name(j.phase), route_name(j.route), unix_ms());
   j.routes.push_back(route_name(j.route) + (j.route.fallback_model ? "(" + serving + ")" : ""));
   ++j.attempt;
   j.run_started = now;
@@ -221,7 +221,7 @@ void Service::release_resources(JobRecord& j) {
 void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, Errc code, const std::string& message,
                       Clock::duration retry_after) {
   const auto now = clock_->now();
-  const std::string from = j.phase;
+  const JobPhase from = j.phase;
   if (j.fsm) {
     Status st;
     if (phase == JobPhase::completed) st = j.fsm->complete(now);
@@ -229,7 +229,7 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
     else st = j.fsm->fail(code, reason, retry_after, now);
     if (!st) log::error("job {}: {}", j.id, st.error().message);
   }
-  j.phase = std::string(policy::job_phase_name(phase));
+  j.phase = phase;
   active_.erase(j.id);
   j.reason = reason;
   j.running = false;
@@ -241,12 +241,12 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
     j.retry_after_ms = to_ms(retry_after);
   }
   if (phase == JobPhase::completed && j.finish_reason.empty()) j.finish_reason = reason;
-  j.history.emplace_back(from, j.phase, reason, j.finished_unix_ms);
+  j.history.emplace_back(phase_name(from), phase_name(j.phase), reason, j.finished_unix_ms);
   release_resources(j);
   journal_outcome(j);
   if (!j.key.empty()) (void)idempotency_.record_outcome(j.key, j.id, {phase, reason, now});
   ++counters_[phase == JobPhase::completed ? "jobs_completed" : phase == JobPhase::cancelled ? "jobs_cancelled" : "jobs_failed"];
-  Dict fin{{"state", j.phase}, {"reason", reason}, {"finish_reason", j.finish_reason},
+  Dict fin{{"state", phase_name(j.phase)}, {"reason", reason}, {"finish_reason", j.finish_reason},
            {"tokens_total", static_cast<std::uint32_t>(j.tokens.size())}, {"text", j.text}};
   if (phase == JobPhase::failed) {
     fin["error_code"] = j.error_code;
@@ -254,7 +254,7 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
     fin["retry_after_ms"] = j.retry_after_ms;
   }
   emit(j, "finished", fin);
-  log::job_line(j.id, j.model, route_name(j.route), j.phase, reason, breaker_state());
+  log::job_line(j.id, j.model, route_name(j.route), phase_name(j.phase), reason, breaker_state());
   if (phase != JobPhase::failed) {  // nothing can resume it: the prompt need not stay in memory
     j.prompts.clear();
     j.req.prompt.clear();
@@ -350,12 +350,12 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
   const auto fd = failover_.decide(in);
   const auto now = clock_->now();
   const std::string cause = std::string(errc_name(err.code));
-  const std::string from = j.phase;
+  const JobPhase from = j.phase;
   switch (fd.action) {
     case policy::FailoverAction::retry_on_cpu: {
       (void)j.fsm->begin_retry(cause, now);
-      j.phase = "retrying";
-      j.history.emplace_back(from, "retrying", cause, unix_ms());
+      j.phase = JobPhase::retrying;
+      j.history.emplace_back(phase_name(from), phase_name(j.phase), cause, unix_ms());
       ++counters_["retries"];
       journal_transition(j, cause);
       j.route.device = policy::Device::cpu;
@@ -368,8 +368,8 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
     case policy::FailoverAction::migrate_at_checkpoint: {
       (void)j.fsm->record_tokens(in.tokens_delivered);
       (void)j.fsm->begin_migration(cause, now);
-      j.phase = "migrating";
-      j.history.emplace_back(from, "migrating", cause, unix_ms());
+      j.phase = JobPhase::migrating;
+      j.history.emplace_back(phase_name(from), phase_name(j.phase), cause, unix_ms());
       ++counters_["migrations"];
       journal_transition(j, cause);
       emit(j, "migrated", {{"from", route_name(j.route)}, {"to", std::string("cpu")}, {"reason", cause},

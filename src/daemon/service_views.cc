@@ -11,7 +11,7 @@ Dict Service::job_dict(const JobRecord& j) const {
   Dict d = placement(j);
   d.erase("job_id");
   d["id"] = j.id;
-  d["state"] = j.phase;
+  d["state"] = phase_name(j.phase);
   d["reason"] = j.reason;
   d["attempts"] = static_cast<std::uint32_t>(j.fsm ? j.fsm->attempts() : j.attempts_restored);
   d["accepted_unix_ms"] = j.accepted_unix_ms;
@@ -27,7 +27,7 @@ Dict Service::job_dict(const JobRecord& j) const {
   d["idempotency_key"] = user_key(j.key);
   d["side_effects"] = j.side_effects;
   d["model"] = j.model;
-  if (j.phase == "failed") {
+  if (j.phase == JobPhase::failed) {
     d["checkpoint_seed"] = j.sampling.seed;
     d["checkpoint_tokens"] = static_cast<std::uint32_t>(j.tokens.size());
     d["checkpoint_model"] = j.route.model.empty() ? j.model : j.route.model;  // the model whose ids they are
