@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "generation/rng.h"
+#include "kernels/quant.h"
+#include "weights/gguf.h"
 #include "modelgen/modelgen.h"
 
 namespace tandem::modelgen {
@@ -217,6 +219,130 @@ Status write_clip_model(const std::string& dir, const ClipWriteOptions& o) {
   }
   const std::map<std::string, std::string> meta{{"format", "pt"}, {"generator", "tandem-mkmodel"}};
   return weights::write_safetensors((fs::path(dir) / "model.safetensors").string(), all, meta);
+}
+
+namespace {
+
+Result<std::string> read_file_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail(Errc::io_error, path + ": cannot open");
+  std::ostringstream o;
+  o << f.rdbuf();
+  if (!f && !f.eof()) return fail(Errc::io_error, path + ": read error");
+  return o.str();
+}
+
+}  // namespace
+
+Result<ConvertStats> convert_clip_to_gguf(const std::string& hf_dir, const std::string& out_file, Recipe r) {
+  using kernels::WType;
+  using weights::GgufType;
+  using weights::GgufValue;
+  if (r != Recipe::f32 && r != Recipe::f16 && r != Recipe::bf16 && r != Recipe::q8_0)
+    return fail(Errc::unsupported, "CLIP GGUF: type " + std::string(recipe_name(r)) + " is not supported (F32, F16, BF16, Q8_0)");
+  auto text = read_file_text(hf_dir + "/config.json");
+  if (!text) return fail(std::move(text).error());
+  auto cfg = weights::parse_clip_config(*text, hf_dir + "/config.json");
+  if (!cfg) return fail(std::move(cfg).error());
+  const weights::ClipConfig& c = *cfg;
+  auto st = weights::open_safetensors_weights(hf_dir);
+  if (!st) return fail(std::move(st).error());
+  std::optional<std::vector<std::string>> tokens;
+  if (fs::is_regular_file(hf_dir + "/vocab.json")) {
+    auto vt = read_file_text(hf_dir + "/vocab.json");
+    if (!vt) return fail(std::move(vt).error());
+    auto t = weights::clip_vocab_tokens(*vt, hf_dir + "/vocab.json");
+    if (!t) return fail(std::move(t).error());
+    tokens = std::move(*t);
+  }
+  weights::ClipConfig pc = c;
+  if (fs::is_regular_file(hf_dir + "/preprocessor_config.json")) {
+    auto pt = read_file_text(hf_dir + "/preprocessor_config.json");
+    if (!pt) return fail(std::move(pt).error());
+    TANDEM_TRY(weights::parse_clip_preprocessor(*pt, hf_dir + "/preprocessor_config.json", pc));
+  }
+
+  // Metadata in convert_image_encoder_to_gguf.py's order, then Tandem's own keys.
+  weights::GgufWriter w;
+  auto u32 = [](std::int64_t v) { return GgufValue::of_uint(GgufType::u32, static_cast<std::uint64_t>(v)); };
+  auto f32 = [](double v) { return GgufValue::of_float(GgufType::f32, v); };
+  w.set("general.architecture", GgufValue::of_string("clip"));
+  w.set("clip.has_text_encoder", GgufValue::of_bool(true));
+  w.set("clip.has_vision_encoder", GgufValue::of_bool(true));
+  w.set("clip.has_llava_projector", GgufValue::of_bool(false));
+  w.set("general.file_type", u32(static_cast<std::int64_t>(r)));
+  w.set("general.name", GgufValue::of_string(fs::path(hf_dir).filename().string()));
+  w.set("general.description", GgufValue::of_string("two-tower CLIP model"));
+  w.set("clip.text.context_length", u32(c.text.positions));
+  w.set("clip.text.embedding_length", u32(c.text.hidden));
+  w.set("clip.text.feed_forward_length", u32(c.text.intermediate));
+  w.set("clip.text.projection_dim", u32(c.projection_dim));
+  w.set("clip.text.attention.head_count", u32(c.text.heads));
+  w.set("clip.text.attention.layer_norm_epsilon", f32(c.text.eps));
+  w.set("clip.text.block_count", u32(c.text.layers));
+  if (tokens) w.set("tokenizer.ggml.tokens", GgufValue::of_strings(*tokens));
+  w.set("clip.vision.image_size", u32(c.image_size));
+  w.set("clip.vision.patch_size", u32(c.patch_size));
+  w.set("clip.vision.embedding_length", u32(c.vision.hidden));
+  w.set("clip.vision.feed_forward_length", u32(c.vision.intermediate));
+  w.set("clip.vision.projection_dim", u32(c.projection_dim));
+  w.set("clip.vision.attention.head_count", u32(c.vision.heads));
+  w.set("clip.vision.attention.layer_norm_epsilon", f32(c.vision.eps));
+  w.set("clip.vision.block_count", u32(c.vision.layers));
+  w.set("clip.vision.image_mean", GgufValue::of_f32s(pc.image_mean));
+  w.set("clip.vision.image_std", GgufValue::of_f32s(pc.image_std));
+  w.set("clip.use_gelu", GgufValue::of_bool(c.vision.act == "gelu"));
+  w.set("clip.text.use_gelu", GgufValue::of_bool(c.text.act == "gelu"));
+  w.set("clip.text.eos_token_id", GgufValue::of_int(GgufType::i32, c.eos_id));
+  w.set("clip.text.bos_token_id", GgufValue::of_int(GgufType::i32, c.bos_id));
+  w.set("clip.text.legacy_eos_argmax", GgufValue::of_bool(c.legacy_eos_argmax));
+
+  ConvertStats stats;
+  const WType fallback16 = r == Recipe::bf16 ? WType::bf16 : WType::f16;
+  for (const auto& [name, shape] : weights::clip_required_tensors(c)) {
+    const weights::TensorView* tv = st->find(name);
+    if (!tv) return fail(Errc::format_error, hf_dir + ": required tensor '" + name + "' is missing");
+    if (tv->shape != shape)
+      return fail(Errc::format_error, hf_dir + ": tensor '" + name + "' has the wrong shape for config.json");
+    if (!tv->type_supported)
+      return fail(Errc::unsupported, hf_dir + ": tensor '" + name + "' is not F32, F16 or BF16");
+    if (name == "logit_scale") {
+      float v = 0;
+      kernels::dequantize_row(tv->type, tv->data.data(), &v, 1);
+      w.set("clip.logit_scale", f32(v));
+      continue;
+    }
+    const auto g = weights::clip_gguf_name_from_hf(name);
+    if (!g) return fail(Errc::internal, "no GGUF name for CLIP tensor '" + name + "'");
+    // The converter's rule: 4-D (the patch convolution) f16, 2-D .weight in the file's type, the rest f32.
+    const bool matrix = shape.size() == 2 && name.ends_with(".weight");
+    WType type = WType::f32;
+    if (r != Recipe::f32) {
+      if (shape.size() == 4) type = fallback16;
+      else if (matrix) type = r == Recipe::q8_0 && (shape[1] % 32 != 0 || name.find("position_embedding") != std::string::npos)
+                                  ? WType::f16
+                                  : recipe_default_type(r);
+    }
+    const std::int64_t cols = shape.empty() ? 1 : shape.back();
+    const std::uint64_t rows = cols > 0 ? static_cast<std::uint64_t>(tv->data.size() / kernels::row_bytes(tv->type, cols)) : 0;
+    std::vector<std::byte> data(kernels::row_bytes(type, cols) * rows);
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    const std::size_t in_rb = kernels::row_bytes(tv->type, cols), out_rb = kernels::row_bytes(type, cols);
+    for (std::uint64_t i = 0; i < rows; ++i) {
+      kernels::dequantize_row(tv->type, tv->data.data() + i * in_rb, row.data(), cols);
+      kernels::quantize_row(type, row.data(), data.data() + i * out_rb, cols);
+    }
+    TANDEM_TRY(w.add_tensor(*g, type, shape, data));
+    stats.tensors++;
+    stats.quantized += type != tv->type;
+    stats.bytes_in += tv->data.size();
+    stats.bytes_out += data.size();
+    stats.types.emplace_back(*g, type);
+  }
+  TANDEM_TRY(w.write(out_file));
+  std::error_code ec;
+  stats.file_bytes = fs::file_size(out_file, ec);
+  return stats;
 }
 
 }  // namespace tandem::modelgen

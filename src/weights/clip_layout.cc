@@ -1,5 +1,6 @@
 #include "weights/clip_layout.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "weights/json_util.h"
@@ -368,6 +369,70 @@ Result<ClipConfig> clip_config_from_gguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(ls, num("clip.logit_scale", 2.6592));
   c.logit_scale = static_cast<float>(ls);
   return c;
+}
+
+Result<std::vector<TensorView>> clip_tensor_views_from_gguf(const GgufFile& f, const ClipConfig& c) {
+  std::vector<TensorView> out;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    auto hf = clip_hf_name_from_gguf(t.name);
+    if (!hf) continue;
+    TensorView tv;
+    tv.name = std::move(*hf);
+    tv.shape = t.hf_shape();
+    tv.type_supported = t.wtype.has_value();
+    tv.type = t.wtype.value_or(kernels::WType::f32);
+    tv.dtype = !t.wtype                           ? DType::u8
+               : *t.wtype == kernels::WType::f32  ? DType::f32
+               : *t.wtype == kernels::WType::f16  ? DType::f16
+               : *t.wtype == kernels::WType::bf16 ? DType::bf16
+                                                  : DType::u8;
+    if (t.wtype) tv.data = f.raw_tensor_bytes(t);
+    out.push_back(std::move(tv));
+  }
+  // fc1/fc2 by shape: when "fc1" (the legacy ffn_down) has fc2's shape and vice versa, the file names them the
+  // other way round.
+  auto at = [&](const std::string& n) -> TensorView* {
+    for (auto& t : out)
+      if (t.name == n) return &t;
+    return nullptr;
+  };
+  for (const auto& [p, s] : {std::pair{std::string("text_model."), c.text}, std::pair{std::string("vision_model."), c.vision}}) {
+    if (s.hidden == s.intermediate) continue;
+    for (int i = 0; i < s.layers; ++i) {
+      const std::string l = p + "encoder.layers." + std::to_string(i) + ".mlp.";
+      TensorView* w1 = at(l + "fc1.weight");
+      TensorView* w2 = at(l + "fc2.weight");
+      const std::vector<std::int64_t> fc1{s.intermediate, s.hidden}, fc2{s.hidden, s.intermediate};
+      if (w1 && w2 && w1->shape == fc2 && w2->shape == fc1) {
+        std::swap(w1->name, w2->name);
+        TensorView* b1 = at(l + "fc1.bias");
+        TensorView* b2 = at(l + "fc2.bias");
+        if (b1 && b2) std::swap(b1->name, b2->name);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
+  for (std::size_t i = 1; i < out.size(); ++i)
+    if (out[i].name == out[i - 1].name)
+      return fail(Errc::format_error, f.path() + ": two tensors map to '" + out[i].name + "'");
+  return out;
+}
+
+Result<std::vector<std::string>> clip_vocab_tokens(std::string_view text, const std::string& origin) {
+  Json j;
+  ASSIGN_OR_RETURN(j, detail::parse_json(text, origin));
+  if (!j.is_object()) return fail(Errc::format_error, origin + ": must be an object of token -> id");
+  std::vector<std::string> tokens(j.size());
+  std::vector<bool> seen(j.size());
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const auto id = detail::json_int(*it);
+    if (!id || *id < 0 || static_cast<std::size_t>(*id) >= tokens.size() || seen[static_cast<std::size_t>(*id)])
+      return fail(Errc::format_error, origin + ": token " + detail::printable(it.key()) +
+                                          " has an id that is not in [0, size) or is repeated");
+    seen[static_cast<std::size_t>(*id)] = true;
+    tokens[static_cast<std::size_t>(*id)] = it.key();
+  }
+  return tokens;
 }
 
 }  // namespace tandem::weights

@@ -13,6 +13,7 @@
 
 #include "core/result.h"
 #include "weights/gguf.h"
+#include "weights/model_dir.h"
 
 namespace tandem::weights {
 
@@ -67,5 +68,15 @@ std::optional<std::string> clip_hf_name_from_gguf(std::string_view gguf_name);
 // key) when present, else the id of "<|endoftext|>" in tokenizer.ggml.tokens, else none (pool at the last
 // position). Errors: format_error naming the key, unsupported (another architecture, a missing encoder).
 Result<ClipConfig> clip_config_from_gguf(const GgufFile& f);
+
+// The tensors of a CLIP GGUF file under their Hugging Face names and shapes (the patch embedding 4-D), zero-copy,
+// sorted by name. Tensors outside the mapping are left out. The feed-forward pair is taken by shape: the legacy
+// converter's ffn_down ([intermediate, hidden] in HF order) is fc1; a file written with ffn_up as fc1 (newer
+// llama.cpp converters) is recognised when its shapes say so. format_error when two tensors map to one name.
+Result<std::vector<TensorView>> clip_tensor_views_from_gguf(const GgufFile& f, const ClipConfig& c);
+
+// vocab.json (token → id) as the token list ordered by id (what the GGUF tokenizer.ggml.tokens holds).
+// format_error for ids that are not 0..n-1 exactly once.
+Result<std::vector<std::string>> clip_vocab_tokens(std::string_view vocab_json_text, const std::string& origin);
 
 }  // namespace tandem::weights

@@ -477,6 +477,104 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> ModelDir::require
   return out;
 }
 
+Result<SafetensorsWeights> open_safetensors_weights(const std::string& dir) {
+  SafetensorsWeights w;
+  // Weights: a single model.safetensors (preferred when present, as in transformers) or an index with shards.
+  const std::string single = dir + "/model.safetensors";
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  // For sharded models: tensor name -> shard file name from weight_map.
+  std::map<std::string, std::string> weight_map;
+  if (detail::is_regular_file(single)) {
+    auto f = SafetensorsFile::open(single);
+    if (!f) return fail(std::move(f).error());
+    w.shards.push_back(std::move(*f));
+  } else {
+    auto text = detail::read_small_file(index_path, kMaxJsonFileBytes);
+    if (!text) {
+      if (text.error().code == Errc::not_found) {
+        return fail(Errc::not_found, dir + ": neither model.safetensors nor model.safetensors.index.json found");
+      }
+      return fail(std::move(text).error());
+    }
+    Json j;
+    ASSIGN_OR_RETURN(j, parse_object(*text, index_path));
+    const auto wm = j.find("weight_map");
+    if (wm == j.end() || !wm->is_object()) {
+      return fail(Errc::format_error, index_path + ": weight_map must be an object of tensor name -> shard file");
+    }
+    if (wm->empty()) return fail(Errc::format_error, index_path + ": weight_map is empty");
+    std::set<std::string> shard_names;  // sorted: the shard order used everywhere (ids, header_digest)
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+      if (!it->is_string()) {
+        return fail(Errc::format_error, index_path + ": weight_map entry for tensor " + detail::printable(it.key()) +
+                                            " must be a string, got " + show(*it));
+      }
+      const std::string& shard = it->get_ref<const std::string&>();
+      if (!plain_file_name(shard)) {
+        return fail(Errc::format_error, index_path + ": tensor " + detail::printable(it.key()) + " names shard " +
+                                            detail::printable(shard) +
+                                            ", which is not a plain file name inside the model directory");
+      }
+      weight_map.emplace(it.key(), shard);
+      shard_names.insert(shard);
+    }
+    for (const auto& name : shard_names) {
+      const std::string p = dir + "/" + name;
+      auto f = SafetensorsFile::open(p);
+      if (!f) {
+        if (f.error().code == Errc::not_found) {
+          return fail(Errc::not_found, index_path + ": shard " + name + " listed in weight_map does not exist");
+        }
+        return fail(std::move(f).error());
+      }
+      w.shards.push_back(std::move(*f));
+    }
+  }
+
+  // Tensor views over all shards; a name in two shards is ambiguous.
+  std::map<std::string, int> where;
+  for (int s = 0; s < static_cast<int>(w.shards.size()); ++s) {
+    const auto& sf = w.shards[static_cast<std::size_t>(s)];
+    for (const auto& t : sf.tensors()) {
+      auto [it, inserted] = where.emplace(t.name, s);
+      if (!inserted) {
+        return fail(Errc::format_error, "tensor " + detail::printable(t.name) + " appears in two shards: " +
+                                            w.shards[static_cast<std::size_t>(it->second)].path() + " and " +
+                                            sf.path());
+      }
+      TensorView v{t.name, t.dtype, t.shape, sf.bytes(t), s};
+      v.type_supported = t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16;
+      v.type = t.dtype == DType::f16    ? kernels::WType::f16
+               : t.dtype == DType::bf16 ? kernels::WType::bf16
+                                        : kernels::WType::f32;
+      w.tensors.push_back(std::move(v));
+    }
+  }
+  std::sort(w.tensors.begin(), w.tensors.end(),
+            [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
+
+  // With an index, every listed tensor must be in the shard the index names.
+  for (const auto& [name, shard] : weight_map) {
+    auto it = where.find(name);
+    const std::string& actual =
+        it == where.end() ? std::string() : base_name(w.shards[static_cast<std::size_t>(it->second)].path());
+    if (actual != shard) {
+      return fail(Errc::format_error, index_path + ": weight_map puts tensor " + detail::printable(name) + " in " +
+                                          shard + ", but " + dir + "/" + shard + " has no tensor " +
+                                          detail::printable(name) +
+                                          (actual.empty() ? "" : " (it is in " + actual + ")"));
+    }
+  }
+
+  return w;
+}
+
+const TensorView* SafetensorsWeights::find(const std::string& name) const {
+  auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
+                             [](const TensorView& t, const std::string& n) { return t.name < n; });
+  return it != tensors.end() && it->name == name ? &*it : nullptr;
+}
+
 Result<ModelDir> ModelDir::open(const std::string& dir_in) {
   ModelDir m;
   m.dir_ = dir_in;
@@ -534,91 +632,11 @@ Result<ModelDir> ModelDir::open(const std::string& dir_in) {
                                        "(Hugging Face tokenizers) found");
   }
 
-  // Weights: a single model.safetensors (preferred when present, as in transformers) or an index with shards.
-  const std::string single = dir + "/model.safetensors";
-  const std::string index_path = dir + "/model.safetensors.index.json";
-  // For sharded models: tensor name -> shard file name from weight_map.
-  std::map<std::string, std::string> weight_map;
-  if (detail::is_regular_file(single)) {
-    auto f = SafetensorsFile::open(single);
-    if (!f) return fail(std::move(f).error());
-    m.shards_.push_back(std::move(*f));
-  } else {
-    auto text = detail::read_small_file(index_path, kMaxJsonFileBytes);
-    if (!text) {
-      if (text.error().code == Errc::not_found) {
-        return fail(Errc::not_found, dir + ": neither model.safetensors nor model.safetensors.index.json found");
-      }
-      return fail(std::move(text).error());
-    }
-    Json j;
-    ASSIGN_OR_RETURN(j, parse_object(*text, index_path));
-    const auto wm = j.find("weight_map");
-    if (wm == j.end() || !wm->is_object()) {
-      return fail(Errc::format_error, index_path + ": weight_map must be an object of tensor name -> shard file");
-    }
-    if (wm->empty()) return fail(Errc::format_error, index_path + ": weight_map is empty");
-    std::set<std::string> shard_names;  // sorted: the shard order used everywhere (ids, header_digest)
-    for (auto it = wm->begin(); it != wm->end(); ++it) {
-      if (!it->is_string()) {
-        return fail(Errc::format_error, index_path + ": weight_map entry for tensor " + detail::printable(it.key()) +
-                                            " must be a string, got " + show(*it));
-      }
-      const std::string& shard = it->get_ref<const std::string&>();
-      if (!plain_file_name(shard)) {
-        return fail(Errc::format_error, index_path + ": tensor " + detail::printable(it.key()) + " names shard " +
-                                            detail::printable(shard) +
-                                            ", which is not a plain file name inside the model directory");
-      }
-      weight_map.emplace(it.key(), shard);
-      shard_names.insert(shard);
-    }
-    for (const auto& name : shard_names) {
-      const std::string p = dir + "/" + name;
-      auto f = SafetensorsFile::open(p);
-      if (!f) {
-        if (f.error().code == Errc::not_found) {
-          return fail(Errc::not_found, index_path + ": shard " + name + " listed in weight_map does not exist");
-        }
-        return fail(std::move(f).error());
-      }
-      m.shards_.push_back(std::move(*f));
-    }
-  }
-
-  // Tensor views over all shards; a name in two shards is ambiguous.
-  std::map<std::string, int> where;
-  for (int s = 0; s < static_cast<int>(m.shards_.size()); ++s) {
-    const auto& sf = m.shards_[static_cast<std::size_t>(s)];
-    for (const auto& t : sf.tensors()) {
-      auto [it, inserted] = where.emplace(t.name, s);
-      if (!inserted) {
-        return fail(Errc::format_error, "tensor " + detail::printable(t.name) + " appears in two shards: " +
-                                            m.shards_[static_cast<std::size_t>(it->second)].path() + " and " +
-                                            sf.path());
-      }
-      TensorView v{t.name, t.dtype, t.shape, sf.bytes(t), s};
-      v.type_supported = t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16;
-      v.type = t.dtype == DType::f16    ? kernels::WType::f16
-               : t.dtype == DType::bf16 ? kernels::WType::bf16
-                                        : kernels::WType::f32;
-      m.tensors_.push_back(std::move(v));
-    }
-  }
-  std::sort(m.tensors_.begin(), m.tensors_.end(),
-            [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
-
-  // With an index, every listed tensor must be in the shard the index names.
-  for (const auto& [name, shard] : weight_map) {
-    auto it = where.find(name);
-    const std::string& actual =
-        it == where.end() ? std::string() : base_name(m.shards_[static_cast<std::size_t>(it->second)].path());
-    if (actual != shard) {
-      return fail(Errc::format_error, index_path + ": weight_map puts tensor " + detail::printable(name) + " in " +
-                                          shard + ", but " + dir + "/" + shard + " has no tensor " +
-                                          detail::printable(name) +
-                                          (actual.empty() ? "" : " (it is in " + actual + ")"));
-    }
+  {
+    SafetensorsWeights w;
+    ASSIGN_OR_RETURN(w, open_safetensors_weights(dir));
+    m.shards_ = std::move(w.shards);
+    m.tensors_ = std::move(w.tensors);
   }
 
   // Required tensors: present, implied shape, one float dtype.

@@ -127,6 +127,18 @@ struct TensorView {
   bool type_supported = true;
 };
 
+// The safetensors weights of a Hugging Face directory, whatever the model: model.safetensors (preferred when
+// present, as in transformers) or model.safetensors.index.json and its shards. Validated as ModelDir::open does:
+// every shard opens, index entries name plain files and the shard that holds the tensor, no tensor in two shards.
+// Views of every tensor (any dtype; type_supported false for non-float ones), sorted by name. Used by ModelDir::open
+// and by non-Llama models (engine/clip.h).
+struct SafetensorsWeights {
+  std::vector<SafetensorsFile> shards;
+  std::vector<TensorView> tensors;
+  const TensorView* find(const std::string& name) const;  // nullptr if absent
+};
+Result<SafetensorsWeights> open_safetensors_weights(const std::string& dir);
+
 class ModelDir {
  public:
   enum class Format : std::uint8_t { hf_dir, gguf };
