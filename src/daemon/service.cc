@@ -348,6 +348,18 @@ void Service::journal_transition(const JobRecord& j, const std::string& reason) 
                              j.fsm ? j.fsm->attempts() : 0);
 }
 
+policy::JobQueue* Service::queue_of(QueueId q) {
+  return q == QueueId::gpu ? &gpu_queue_ : q == QueueId::cpu ? &cpu_queue_ : nullptr;
+}
+
+const policy::JobQueue* Service::queue_of(QueueId q) const {
+  return q == QueueId::gpu ? &gpu_queue_ : q == QueueId::cpu ? &cpu_queue_ : nullptr;
+}
+
+void Service::leave_queue(const JobRecord& j) {
+  if (policy::JobQueue* q = queue_of(j.queue)) q->remove(j.id);
+}
+
 Service::JobRecord* Service::find(JobId id) {
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : it->second.get();

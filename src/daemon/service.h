@@ -78,6 +78,8 @@ class TaskPool {
   std::vector<std::thread> threads_;
 };
 
+enum class QueueId;  // the queue a job is in (service_internal.h)
+
 class Service {
  public:
   // Opens the journal (jobs left non-terminal by a crash become failed-resumable with their checkpoint), rebuilds
@@ -218,6 +220,9 @@ class Service {
   void release_held();                 // held updates whose records are durable now, in order
   JobRecord* find(JobId id);
   const JobRecord* find(JobId id) const;
+  policy::JobQueue* queue_of(QueueId q);  // nullptr for QueueId::none
+  const policy::JobQueue* queue_of(QueueId q) const;
+  void leave_queue(const JobRecord& j);   // out of its queue (if any); j.queue is left as it is
   Status check_owner(const Caller& c, const JobRecord& j) const;
   std::int64_t unix_ms() const;
   bool gpu_usable(const std::string& model) const;

@@ -331,13 +331,13 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   const policy::QueueEntry entry{jp->id, jp->shape.prompt_tokens, jp->shape.max_new_tokens, now};
   Status placed;
   if (d.action == Rung::route_cpu) {
-    jp->queue = "cpu";
+    jp->queue = QueueId::cpu;
     placed = cpu_queue_.enqueue(entry);
   } else if (d.action == Rung::delay) {
-    jp->queue = "gpu";
+    jp->queue = QueueId::gpu;
     placed = gpu_queue_.enqueue(entry);
   } else {  // admit, reduce, offload: the policy checked the slot, the memory and that nothing is queued ahead
-    jp->queue = "gpu";
+    jp->queue = QueueId::gpu;
     placed = gpu_queue_.enqueue(entry);
   }
   if (!placed) {
@@ -349,7 +349,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
                 {"model", jp->route.model},
                 {"fallback_model", jp->route.fallback_model},
                 {"degraded", jp->degraded},
-                {"queue", jp->queue},
+                {"queue", queue_name(jp->queue)},
                 {"eta_ms", to_ms(d.eta)}};
     emit(*jp, "routed", routed);
     if (jp->degraded)
@@ -369,10 +369,10 @@ Dict Service::placement(const JobRecord& j) const {
   out["reason"] = std::string(policy::reason_name(j.decision.reason));
   out["detail"] = j.decision.detail;
   out["route"] = route_name(j.route);
-  out["queue"] = j.queue;
+  out["queue"] = queue_name(j.queue);
   std::uint32_t pos = 0;
   std::uint64_t eta = 0;
-  const policy::JobQueue* q = j.queue == "gpu" ? &gpu_queue_ : j.queue == "cpu" ? &cpu_queue_ : nullptr;
+  const policy::JobQueue* q = queue_of(j.queue);
   if (q) {
     if (auto p = q->position(j.id)) pos = static_cast<std::uint32_t>(*p + 1);
     // When it finishes at the latest, by the simulation of the route's step loop at its measured step costs.

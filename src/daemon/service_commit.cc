@@ -107,8 +107,7 @@ void Service::release_held() {
 
 void Service::withdraw(JobRecord& j) {
   // It was queued, never dispatched (pump() stops at a pending accept) and never announced: take it back whole.
-  if (j.queue == "gpu") gpu_queue_.remove(j.id);
-  if (j.queue == "cpu") cpu_queue_.remove(j.id);
+  leave_queue(j);
   release_resources(j);
   active_.erase(j.id);
   if (!j.key.empty()) {  // the key is free for the client's retry (accept() hands a kNotAccepted key on)

@@ -24,12 +24,11 @@ Result<std::string> Service::cancel(const Caller& c, JobId id) {
   TANDEM_TRY(check_owner(c, *j));
   if (j->terminal()) return phase_name(j->phase);
   if (j->running) {
-    if (j->stop_cause.empty()) j->stop_cause = "cancelled";
+    if (j->stop_cause == StopCause::none) j->stop_cause = StopCause::cancelled;
     j->cancel->store(true);
     return std::string("cancelling");
   }
-  if (j->queue == "gpu") gpu_queue_.remove(id);
-  if (j->queue == "cpu") cpu_queue_.remove(id);
+  leave_queue(*j);
   end_job(*j, JobPhase::cancelled, "cancelled", Errc::cancelled, "", 0s);
   pump();
   return phase_name(j->phase);
@@ -150,8 +149,7 @@ void Service::begin_drain() {
   for (auto& [id, jp] : jobs_) {
     JobRecord& j = *jp;
     if (j.terminal() || j.running) continue;
-    if (j.queue == "gpu") gpu_queue_.remove(id);
-    if (j.queue == "cpu") cpu_queue_.remove(id);
+    leave_queue(j);
     end_job(j, JobPhase::failed, "daemon_stopping", Errc::resumable, "tandemd is stopping; resume later", 5s);
   }
 }
@@ -168,8 +166,8 @@ void Service::sync_journal() {
 
 void Service::abort_running() {
   for (auto& [id, j] : jobs_)
-    if (j->running && j->stop_cause.empty()) {
-      j->stop_cause = "shutdown";
+    if (j->running && j->stop_cause == StopCause::none) {
+      j->stop_cause = StopCause::shutdown;
       j->cancel->store(true);
     }
 }

@@ -147,13 +147,13 @@ void Service::check_deadlines() {
     JobRecord& j = *jp;
     if (j.terminal() || !j.deadline || now < *j.deadline) continue;
     if (j.running) {
-      if (j.stop_cause.empty()) {
-        j.stop_cause = "deadline";
+      if (j.stop_cause == StopCause::none) {
+        j.stop_cause = StopCause::deadline;
         j.cancel->store(true);
       }
       continue;
     }
-    if (!j.queue.empty()) (j.queue == "gpu" ? gpu_queue_ : cpu_queue_).remove(j.id);
+    leave_queue(j);
     end_job(j, JobPhase::failed, "deadline", Errc::timeout, "the deadline passed while the job waited", 0s);
   }
 }

@@ -55,6 +55,29 @@ inline Result<JobPhase> parse_job_phase(std::string_view name) {
   return fail(Errc::format_error, "unknown job phase '" + std::string(name.substr(0, 64)) + "'");
 }
 
+// The queue a job waits (or runs) in. Wire names (placement's "queue", updates): "gpu", "cpu", "" (none).
+enum class QueueId { none, gpu, cpu };
+inline std::string queue_name(QueueId q) {
+  switch (q) {
+    case QueueId::gpu: return "gpu";
+    case QueueId::cpu: return "cpu";
+    case QueueId::none: break;
+  }
+  return "";
+}
+
+// Why a running job's cancel flag was raised; decides how its run's end is read (on_run_finished).
+enum class StopCause { none, cancelled, deadline, shutdown };
+inline std::string_view stop_cause_name(StopCause c) {
+  switch (c) {
+    case StopCause::cancelled: return "cancelled";
+    case StopCause::deadline: return "deadline";
+    case StopCause::shutdown: return "shutdown";
+    case StopCause::none: break;
+  }
+  return "none";
+}
+
 // Wire names of the ladder's actions.
 inline std::string action_name(Rung r) { return std::string(policy::rung_name(r)); }
 
@@ -126,11 +149,11 @@ struct Service::JobRecord {
   policy::Route route;              // current or planned
   std::vector<std::string> routes;  // every route started
   std::vector<HistoryRow> history;
-  std::string queue;                // "gpu" | "cpu" | "" (not queued)
+  QueueId queue = QueueId::none;    // its queue (kept while it runs from it; none once it ended or left it)
   bool running = false;
   std::uint64_t attempt = 0;        // run attempt counter (stale events are ignored)
   std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
-  std::string stop_cause;           // why `cancel` was raised: cancelled | deadline | shutdown
+  StopCause stop_cause = StopCause::none;  // why `cancel` was raised (none: not raised)
   Decision decision;
   bool degraded = false;
   std::int64_t accepted_unix_ms = 0, finished_unix_ms = 0;

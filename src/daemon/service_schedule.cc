@@ -67,7 +67,7 @@ void Service::pump() {
     }
     // reject after acceptance: the job ends failed-resumable, never silently.
     gpu_queue_.remove(j->id);
-    j->queue.clear();
+    j->queue = QueueId::none;
     end_job(*j, JobPhase::failed, std::string(policy::reason_name(d.reason)), Errc::resumable,
             "could not be placed after waiting: " + d.detail, d.retry_after);
   }
@@ -86,7 +86,7 @@ void Service::pump() {
       if (m.name == serving) mi = &m;
     if (!mi || !backend_->cpu_ready(serving)) {
       cpu_queue_.remove(j->id);
-      j->queue.clear();
+      j->queue = QueueId::none;
       end_job(*j, JobPhase::failed, "cpu_unavailable", Errc::resumable, "no CPU replica of " + serving, 5s);
       continue;
     }
@@ -98,7 +98,7 @@ void Service::pump() {
     if (check.fit == policy::HostFit::wait) break;
     if (check.fit == policy::HostFit::never) {
       cpu_queue_.remove(j->id);
-      j->queue.clear();
+      j->queue = QueueId::none;
       end_job(*j, JobPhase::failed, "host_memory", Errc::resumable,
               "the CPU route needs " + format_mib(check.need_bytes) + " of host memory; the budget is " +
                   format_mib(check.budget.bytes),
@@ -119,15 +119,15 @@ void Service::pump() {
 }
 
 void Service::to_cpu_queue(JobRecord& j, const std::string& why) {
-  j.queue = "cpu";
+  j.queue = QueueId::cpu;
   const policy::QueueEntry entry{j.id, j.shape.prompt_tokens, j.shape.max_new_tokens, j.accepted_at};
   if (auto st = cpu_queue_.enqueue(entry); !st) {
-    j.queue.clear();
+    j.queue = QueueId::none;
     end_job(j, JobPhase::failed, "cpu_queue_full", Errc::resumable, "the CPU queue is full: " + st.error().message, 5s);
     return;
   }
   emit(j, "routed", {{"route", std::string("cpu")}, {"reason", why}, {"model", j.route.model},
-                     {"fallback_model", j.route.fallback_model}, {"degraded", true}, {"queue", std::string("cpu")},
+                     {"fallback_model", j.route.fallback_model}, {"degraded", true}, {"queue", queue_name(QueueId::cpu)},
                      {"queue_position", static_cast<std::uint32_t>(cpu_queue_.position(j.id).value_or(0) + 1)},
                      {"eta_ms", to_ms(cpu_queue_.eta_start(j.id).value_or(Clock::duration{}))}});
 }
@@ -145,7 +145,7 @@ void Service::dispatch(JobRecord& j, const policy::Route& route) {
   if (!j.prompts.count(serving)) {
     auto ids = backend_->encode(serving, j.req.prompt, j.req.messages);
     if (!ids) {
-      (j.queue == "gpu" ? gpu_queue_ : cpu_queue_).finish(j.id);
+      if (policy::JobQueue* q = queue_of(j.queue)) q->finish(j.id);
       release_resources(j);
       end_job(j, JobPhase::failed, "tokenize_failed", ids.error().code, ids.error().message, 0s);
       return;
@@ -233,7 +233,7 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
   active_.erase(j.id);
   j.reason = reason;
   j.running = false;
-  j.queue.clear();
+  j.queue = QueueId::none;
   j.finished_unix_ms = unix_ms();
   if (phase == JobPhase::failed) {
     j.error_code = std::string(errc_name(code));
@@ -272,7 +272,7 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
   q.finish(j.id);
   if (r.new_tokens > 0 && r.decode_time > Clock::duration::zero()) q.rates().observe_decode(r.new_tokens, r.decode_time);
   release_resources(j);
-  j.queue.clear();
+  j.queue = QueueId::none;
   // Journal what was delivered.
   if (j.tokens.size() != j.journaled_tokens) {
     (void)journal_->checkpoint(j.id, j.tokens, j.text);
@@ -281,10 +281,10 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
   if (r.status) {
     if (on_gpu) breaker_event(BreakerEvent::job_succeeded);
     if (r.finish_reason == "cancelled") {
-      if (j.stop_cause == "deadline") {
+      if (j.stop_cause == StopCause::deadline) {
         end_job(j, JobPhase::failed, "deadline", Errc::timeout, "the deadline passed after " +
                                                                    std::to_string(j.tokens.size()) + " tokens", 0s);
-      } else if (j.stop_cause == "shutdown") {
+      } else if (j.stop_cause == StopCause::shutdown) {
         end_job(j, JobPhase::failed, "daemon_stopping", Errc::resumable, "tandemd stopped; resume from the checkpoint", 0s);
       } else {
         end_job(j, JobPhase::cancelled, "cancelled", Errc::cancelled, "", 0s);
@@ -296,7 +296,7 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
     return;
   }
   // The run failed.
-  if (j.stop_cause == "cancelled") {
+  if (j.stop_cause == StopCause::cancelled) {
     end_job(j, JobPhase::cancelled, "cancelled", Errc::cancelled, "", 0s);
     return;
   }
