@@ -12,6 +12,7 @@ PACKAGES=(
   libtomlplusplus-dev nlohmann-json3-dev libsentencepiece-dev
   libicu-dev  # the BPE tokenizers: Unicode-property regexes and normalization (docs/tokenizers.md)
   libjpeg62-turbo-dev libpng-dev  # image input (src/image): JPEG and PNG decoding, PNG writing (docs/image-input.md)
+  libsqlite3-dev  # tandemctl index/search: the image index is a SQLite file (src/client/image_index.h, docs/image-search.md)
   dbus dbus-daemon dbus-bin libglib2.0-bin systemd socat jq util-linux
   debhelper devscripts lintian
   clang libclang-rt-14-dev llvm
