@@ -23,8 +23,24 @@ namespace tandem::daemon {
 
 using TokenId = std::int32_t;
 
+// What a model serves: text generation (Submit) or embedding vectors (Embed). The service's scheduler is the same
+// for both; the per-kind parts are its Workloads (service_internal.h, docs/architecture.md).
+enum class ModelKind : std::uint8_t { llm, embedding };
+inline const char* model_kind_name(ModelKind k) { return k == ModelKind::embedding ? "embedding" : "llm"; }
+
+// An embedding model's interface (kind embedding).
+struct EmbeddingInfo {
+  std::uint32_t dim = 0;              // vector width (the projection)
+  std::uint32_t text_positions = 0;   // tokens per text, BOS and EOS included
+  std::uint32_t image_size = 0;       // pixels per side after preprocessing
+  std::uint32_t image_tokens = 0;     // class token + patches
+  bool text = true, image = true;     // modalities the model has towers for
+};
+
 struct ModelInfo {
   std::string name;
+  ModelKind kind = ModelKind::llm;
+  EmbeddingInfo embedding;          // kind embedding
   policy::ModelShape shape;         // for the estimator (element sizes from the compute dtype)
   std::string revision;
   std::string dtype;
@@ -63,6 +79,21 @@ struct RunSpec {
   std::uint32_t prefill_chunk = 0;
 };
 
+// One embedding job's inputs on one route: texts already tokenized ([BOS] ... [EOS], at most text_positions),
+// images as the bytes the client sent (decoded and preprocessed on the worker: decoding is not loop-thread work).
+struct EmbedSpec {
+  policy::JobId job = 0;
+  policy::Route route;
+  std::vector<std::vector<TokenId>> texts;
+  std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> images;
+};
+
+// A text tokenized for an embedding model.
+struct EmbedTokens {
+  std::vector<TokenId> ids;
+  bool truncated = false;  // cut to the model's context (EOS kept last)
+};
+
 // Called on the worker thread while the run progresses.
 class RunSink {
  public:
@@ -77,6 +108,9 @@ struct RunResult {
   bool accelerator_fault = false;     // the error came from the accelerator (allocation refused, device lost)
   std::uint32_t new_tokens = 0;
   Clock::duration decode_time{};
+  // Embed: one L2-normalised vector per input (texts first, then images), when the status is ok.
+  std::vector<std::vector<float>> vectors;
+  std::uint32_t failed_input = 0;     // invalid_argument: the index of the input that could not be used
 };
 
 // One step of a replica's step loop (continuous batching): `batch` sequences, `tokens` tokens in one forward.
@@ -98,6 +132,21 @@ class Backend {
                                               const std::vector<gen::Message>& messages) = 0;
   // Runs one job to the end on spec.route (worker thread; thread-safe). `cancel` is polled between tokens.
   virtual RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) = 0;
+  // Embedding models: tokenizes one text ([BOS] text [EOS]); longer than the model's context: cut (truncate) or
+  // invalid_argument. Loop thread. Default: no embedding models.
+  virtual Result<EmbedTokens> embed_tokens(const std::string& model, const std::string& text, bool truncate) {
+    (void)model, (void)text, (void)truncate;
+    return fail(Errc::unsupported, "this backend has no embedding models");
+  }
+  // Runs one embedding job to the end on spec.route (worker thread; thread-safe): decodes and preprocesses the
+  // images, runs both towers, returns the vectors. A bad image: invalid_argument with RunResult::failed_input.
+  virtual RunResult embed(const EmbedSpec& spec, const std::atomic<bool>& cancel) {
+    (void)spec, (void)cancel;
+    RunResult r;
+    r.status = fail(Errc::unsupported, "this backend has no embedding models");
+    r.finish_reason = "error";
+    return r;
+  }
   virtual std::vector<ReplicaInfo> replicas(const std::string& model) const = 0;
   // The accelerator (nullptr: none). Its memory() feeds the policy; its health_probe() the breaker.
   virtual std::shared_ptr<device::Device> accelerator() const = 0;

@@ -73,7 +73,13 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
                                                              std::function<void(const std::string&)> progress) {
   std::shared_ptr<EngineBackend> b(new EngineBackend());
   b->accel_ = std::move(accelerator);
+  b->max_image_bytes_ = cfg.embedding.max_image_bytes;
+  b->max_image_pixels_ = cfg.embedding.max_image_pixels;
   for (const auto& mc : cfg.models) {
+    if (auto emb = is_embedding_model(mc.dir); emb && *emb) {
+      TANDEM_TRY(b->add_embedding_model(mc, cfg, progress));
+      continue;
+    }
     auto e = std::make_unique<Entry>();
     e->cfg = mc;
     auto dt = engine::parse_compute_dtype(mc.dtype);
@@ -190,6 +196,7 @@ EngineBackend::Entry* EngineBackend::entry(const std::string& name) const {
 Result<std::vector<TokenId>> EngineBackend::encode(const std::string& model, const std::string& prompt,
                                                    const std::vector<gen::Message>& messages) {
   Entry* e = entry(model);
+  if (!e && embed_entry(model)) return fail(Errc::unsupported, "model " + model + " is an embedding model (call Embed)");
   if (!e) return fail(Errc::not_found, "unknown model '" + model + "'");
   std::shared_ptr<engine::Model> m;
   {
@@ -240,7 +247,9 @@ RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atom
   RunResult out;
   Entry* e = entry(spec.route.model);
   if (!e) {
-    out.status = fail(Errc::not_found, "unknown model '" + spec.route.model + "'");
+    out.status = embed_entry(spec.route.model)
+                     ? fail(Errc::unsupported, "model " + spec.route.model + " is an embedding model")
+                     : fail(Errc::not_found, "unknown model '" + spec.route.model + "'");
     out.finish_reason = "error";
     return out;
   }
@@ -340,6 +349,7 @@ RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atom
 
 std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const {
   std::vector<ReplicaInfo> out;
+  if (const EmbedEntry* x = embed_entry(model)) return embed_replicas(*x);
   Entry* e = entry(model);
   if (!e) return out;
   if (e->gpu_wanted) {
@@ -373,6 +383,7 @@ std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const
 }
 
 std::uint64_t EngineBackend::gpu_resident_bytes(const std::string& model) const {
+  if (const EmbedEntry* x = embed_entry(model)) return embed_gpu_bytes(*x);
   Entry* e = entry(model);
   if (!e) return 0;
   std::lock_guard lock(e->gpu_mu);
@@ -381,13 +392,16 @@ std::uint64_t EngineBackend::gpu_resident_bytes(const std::string& model) const 
 }
 
 bool EngineBackend::gpu_ready(const std::string& model) const {
+  if (const EmbedEntry* x = embed_entry(model)) return embed_gpu_ready(*x);
   Entry* e = entry(model);
   if (!e) return false;
   std::lock_guard lock(e->gpu_mu);
   return e->gpu && !e->gpu->device_lost();
 }
 
-bool EngineBackend::cpu_ready(const std::string& model) const { return entry(model) != nullptr; }
+bool EngineBackend::cpu_ready(const std::string& model) const {
+  return entry(model) != nullptr || embed_entry(model) != nullptr;
+}
 
 // A sequence of the GPU replica can run its last layers on the CPU (engine::Model::new_sequence(gpu_layers)).
 bool EngineBackend::offload_ready(const std::string& model) const {
@@ -409,6 +423,7 @@ Status EngineBackend::reload_gpu() {
     }
     if (auto st = load_gpu(*e); !st && first) first = st;
   }
+  if (auto st = reload_embed_gpu(); !st && first) first = st;
   return first;
 }
 

@@ -32,6 +32,12 @@ class EngineBackend final : public Backend {
   Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
                                       const std::vector<gen::Message>& messages) override;
   RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) override;
+  Result<EmbedTokens> embed_tokens(const std::string& model, const std::string& text, bool truncate) override;
+  RunResult embed(const EmbedSpec& spec, const std::atomic<bool>& cancel) override;
+  // Whether the model at `path` (a directory or a .gguf) is an embedding model (CLIP layout): config.json's
+  // model_type "clip" / architectures CLIPModel, or a GGUF general.architecture "clip". Unreadable: false (the
+  // LLM loader then reports what is wrong).
+  static Result<bool> is_embedding_model(const std::string& path);
   std::vector<ReplicaInfo> replicas(const std::string& model) const override;
   std::shared_ptr<device::Device> accelerator() const override { return accel_; }
   std::uint64_t gpu_resident_bytes(const std::string& model) const override;
@@ -47,6 +53,21 @@ class EngineBackend final : public Backend {
   EngineBackend() = default;
   Entry* entry(const std::string& name) const;
   Status load_gpu(Entry& e);
+
+  // Embedding models (engine_backend_embed.cc).
+  struct EmbedEntry;
+  Status add_embedding_model(const ModelConfig& mc, const DaemonConfig& cfg,
+                             const std::function<void(const std::string&)>& progress);
+  Status load_embed_gpu(EmbedEntry& e);
+  EmbedEntry* embed_entry(const std::string& name) const;
+  bool embed_gpu_lost(const EmbedEntry& e) const;
+  std::vector<ReplicaInfo> embed_replicas(const EmbedEntry& e) const;
+  std::uint64_t embed_gpu_bytes(const EmbedEntry& e) const;
+  bool embed_gpu_ready(const EmbedEntry& e) const;
+  Status reload_embed_gpu();
+  std::vector<std::unique_ptr<EmbedEntry>> embed_entries_;
+  std::uint64_t max_image_bytes_ = 32ull << 20;
+  std::uint64_t max_image_pixels_ = 40'000'000;
 
   std::shared_ptr<device::Device> accel_;
   std::vector<std::unique_ptr<Entry>> entries_;

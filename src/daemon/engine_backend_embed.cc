@@ -1,0 +1,372 @@
+// EngineBackend, embedding models (kind embedding; docs/embeddings.md): a CLIP-layout model per [[model]] whose
+// files say so (config.json model_type "clip" / architectures CLIPModel, or a GGUF with general.architecture
+// "clip"), a CPU replica (the mmap'd weights) and — when there is an accelerator and the model wants it — a GPU
+// replica. A job runs both towers on one replica: the texts were tokenized on the loop thread (Service::embed), the
+// images are decoded and preprocessed here, on the worker.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/engine_backend.h"
+#include "daemon/log.h"
+#include "engine/clip.h"
+#include "image/image.h"
+#include "tokenizer/model_tokenizer.h"
+#include "weights/gguf.h"
+
+namespace tandem::daemon {
+
+using SteadyTime = std::chrono::steady_clock;
+
+struct EngineBackend::EmbedEntry {
+  ModelConfig cfg;
+  engine::ClipLoadOptions cpu_opts, gpu_opts;
+  std::shared_ptr<engine::ClipModel> cpu;
+  mutable std::mutex gpu_mu;
+  std::shared_ptr<engine::ClipModel> gpu;  // guarded by gpu_mu
+  std::string gpu_error;                   // guarded by gpu_mu
+  std::uint64_t gpu_epoch = 0;             // the accelerator's epoch when `gpu` was loaded; a loss bumps it
+  bool gpu_wanted = false;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  image::ClipPreprocess preprocess;
+  // One forward at a time per replica: a job is already a batch (its inputs run together), and the replica's
+  // scratch is per model. Jobs on the two replicas run in parallel.
+  std::mutex cpu_run_mu, gpu_run_mu;
+};
+
+namespace {
+
+std::string read_small_file(const std::string& path, std::size_t limit = 16u << 20) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return {};
+  std::string s;
+  s.resize(limit);
+  f.read(s.data(), static_cast<std::streamsize>(limit));
+  s.resize(static_cast<std::size_t>(f.gcount()));
+  return s;
+}
+
+bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_lost || c == Errc::kv_exhausted; }
+
+// The largest tower's shape, for the estimator: an embedding job's peak is one forward of its inputs through the
+// wider tower (activations only; policy::ModelShape::encoder_only).
+policy::ModelShape embed_shape(const std::string& name, const engine::ClipModel& m, std::uint32_t act_bytes,
+                               std::uint64_t weight_bytes) {
+  const auto& c = m.config();
+  const auto& t = c.vision.hidden >= c.text.hidden ? c.vision : c.text;
+  policy::ModelShape s;
+  s.name = name;
+  s.encoder_only = true;
+  s.layers = static_cast<std::uint32_t>(c.text.layers + c.vision.layers);
+  s.hidden = static_cast<std::uint32_t>(t.hidden);
+  s.intermediate = static_cast<std::uint32_t>(t.intermediate);
+  s.heads = static_cast<std::uint32_t>(t.heads);
+  s.kv_heads = s.heads;
+  s.head_dim = static_cast<std::uint32_t>(t.hidden / std::max(1, t.heads));
+  s.vocab = static_cast<std::uint32_t>(c.vocab);
+  s.weight_bits = act_bytes * 8;
+  s.kv_elem_bytes = act_bytes;
+  s.act_elem_bytes = act_bytes;
+  s.weights_bytes_override = weight_bytes;
+  return s;
+}
+
+}  // namespace
+
+Result<bool> EngineBackend::is_embedding_model(const std::string& path) {
+  std::error_code ec;
+  std::string file = path;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::string cfg = path + "/config.json";
+    if (std::filesystem::exists(cfg, ec)) {
+      const std::string text = read_small_file(cfg);
+      auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object()) return false;  // the LLM loader reports the broken file
+      if (j.value("model_type", std::string()) == "clip") return true;
+      if (j.contains("architectures") && j["architectures"].is_array())
+        for (const auto& a : j["architectures"])
+          if (a.is_string() && a.get<std::string>() == "CLIPModel") return true;
+      return false;
+    }
+    // A directory with one .gguf (weights::ModelDir's rule).
+    std::string found;
+    for (const auto& de : std::filesystem::directory_iterator(path, ec))
+      if (de.path().extension() == ".gguf") {
+        if (!found.empty()) return false;
+        found = de.path().string();
+      }
+    if (found.empty()) return false;
+    file = found;
+  }
+  if (std::filesystem::path(file).extension() != ".gguf") return false;
+  auto g = weights::GgufFile::open(file);
+  if (!g) return false;
+  const auto* arch = g->find("general.architecture");
+  return arch && arch->str == "clip";
+}
+
+Status EngineBackend::add_embedding_model(const ModelConfig& mc, const DaemonConfig& cfg,
+                                          const std::function<void(const std::string&)>& progress) {
+  (void)cfg;
+  auto e = std::make_unique<EmbedEntry>();
+  e->cfg = mc;
+  auto dt = engine::parse_compute_dtype(mc.dtype);
+  if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
+  engine::ClipLoadOptions o;
+  o.dtype = *dt;
+  o.revision = mc.revision;
+  e->cpu_opts = o;
+  e->cpu_opts.threads = mc.cpu_threads;
+  e->gpu_opts = o;
+  e->gpu_opts.threads = mc.gpu_threads;
+  e->gpu_opts.accelerator = accel_;
+  e->gpu_wanted = mc.gpu && accel_ != nullptr;
+
+  if (progress) progress("loading embedding model " + mc.name + " (CPU replica)");
+  const auto t0 = SteadyTime::now();
+  auto m = engine::ClipModel::load(mc.dir, e->cpu_opts);
+  if (!m) return fail(m.error().code, "model " + mc.name + ": " + m.error().message);
+  e->cpu = std::move(m).value();
+  // The tokenizer: the model directory's (tokenizer.json, else vocab.json + merges.txt); for a .gguf file, the
+  // directory it is in.
+  std::error_code ec;
+  const std::string tok_dir =
+      std::filesystem::is_directory(mc.dir, ec) ? mc.dir : std::filesystem::path(mc.dir).parent_path().string();
+  auto tk = tok::load_tokenizer_files(tok_dir);
+  if (!tk) return fail(tk.error().code, "model " + mc.name + ": its tokenizer: " + tk.error().message);
+  e->tokenizer = std::make_unique<tok::Tokenizer>(std::move(tk).value());
+  // Preprocessing: preprocessor_config.json when present, else the model's image size with CLIP's mean/std.
+  const auto& c = e->cpu->config();
+  e->preprocess.size = static_cast<std::uint32_t>(c.image_size);
+  e->preprocess.crop = static_cast<std::uint32_t>(c.image_size);
+  for (int i = 0; i < 3 && i < static_cast<int>(c.image_mean.size()) && i < static_cast<int>(c.image_std.size()); ++i) {
+    e->preprocess.mean[i] = c.image_mean[static_cast<std::size_t>(i)];
+    e->preprocess.std[i] = c.image_std[static_cast<std::size_t>(i)];
+  }
+  const std::string pp = tok_dir + "/preprocessor_config.json";
+  if (std::filesystem::exists(pp, ec)) {
+    auto p = image::clip_preprocess_from_json(read_small_file(pp));
+    if (!p) return fail(p.error().code, "model " + mc.name + ": " + pp + ": " + p.error().message);
+    e->preprocess = *p;
+  }
+  if (e->preprocess.crop != static_cast<std::uint32_t>(c.image_size))
+    return fail(Errc::format_error, "model " + mc.name + ": preprocessor crop " + std::to_string(e->preprocess.crop) +
+                                        " differs from the vision tower's image_size " + std::to_string(c.image_size));
+
+  ModelInfo info;
+  info.name = mc.name;
+  info.kind = ModelKind::embedding;
+  info.embedding.dim = static_cast<std::uint32_t>(c.projection_dim);
+  info.embedding.text_positions = static_cast<std::uint32_t>(c.text.positions);
+  info.embedding.image_size = static_cast<std::uint32_t>(c.image_size);
+  info.embedding.image_tokens = static_cast<std::uint32_t>(c.vision.positions);
+  const std::uint32_t act = *dt == engine::ComputeDType::bf16 || *dt == engine::ComputeDType::f16 ? 2 : 4;
+  info.shape = embed_shape(mc.name, *e->cpu, act, e->cpu->stats().weight_bytes);
+  info.revision = mc.revision;
+  info.dtype = std::string(engine::compute_dtype_name(*dt));
+  info.max_context = static_cast<std::uint32_t>(c.text.positions);
+  info.weight_bytes = e->cpu->stats().weight_bytes;
+  info.gpu_configured = e->gpu_wanted;
+  info.gpu_layers = static_cast<std::uint32_t>(c.text.layers + c.vision.layers);
+  info.fingerprint = e->cpu->fingerprint();
+  log::info("embedding model {}: CPU replica ready in {} ms (dim {}, image {} px, fingerprint {})", mc.name,
+            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
+            info.embedding.dim, info.embedding.image_size, info.fingerprint);
+  if (e->gpu_wanted) {
+    if (progress) progress("loading embedding model " + mc.name + " (GPU replica)");
+    if (auto st = load_embed_gpu(*e); !st)
+      log::warn("embedding model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
+  }
+  infos_.push_back(std::move(info));
+  embed_entries_.push_back(std::move(e));
+  return {};
+}
+
+Status EngineBackend::load_embed_gpu(EmbedEntry& e) {
+  const auto t0 = SteadyTime::now();
+  auto m = engine::ClipModel::load(e.cfg.dir, e.gpu_opts);
+  std::lock_guard lock(e.gpu_mu);
+  if (!m) {
+    e.gpu.reset();
+    e.gpu_error = m.error().message;
+    return fail(std::move(m).error());
+  }
+  if ((*m)->fingerprint() != e.cpu->fingerprint()) {
+    e.gpu_error = "GPU replica fingerprint differs from the CPU replica's";
+    return fail(Errc::incompatible, e.gpu_error);
+  }
+  e.gpu = std::move(m).value();
+  e.gpu_epoch = accel_ ? accel_->epoch() : 0;
+  e.gpu_error.clear();
+  log::info("embedding model {}: GPU replica ready in {} ms ({} MiB weights on {})", e.cfg.name,
+            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
+            e.gpu->stats().accel_weight_bytes >> 20, accel_ ? accel_->name() : "none");
+  return {};
+}
+
+// The GPU replica's tensors died with the device: lost now, or lost and back since it was loaded (a new epoch).
+bool EngineBackend::embed_gpu_lost(const EmbedEntry& e) const {
+  return accel_ && (accel_->lost() || accel_->epoch() != e.gpu_epoch);
+}
+
+EngineBackend::EmbedEntry* EngineBackend::embed_entry(const std::string& name) const {
+  for (const auto& e : embed_entries_)
+    if (e->cfg.name == name) return e.get();
+  return nullptr;
+}
+
+Result<EmbedTokens> EngineBackend::embed_tokens(const std::string& model, const std::string& text, bool truncate) {
+  EmbedEntry* e = embed_entry(model);
+  if (!e) return fail(entry(model) ? Errc::unsupported : Errc::not_found,
+                      entry(model) ? "model " + model + " is not an embedding model" : "unknown model '" + model + "'");
+  const auto positions = static_cast<std::size_t>(e->cpu->config().text.positions);
+  tok::EncodeOptions o;
+  o.add_bos = true;
+  o.add_eos = true;
+  auto full = e->tokenizer->encode(text, o);
+  EmbedTokens out;
+  if (full.size() <= positions) {
+    out.ids = std::move(full);
+    return out;
+  }
+  if (!truncate)
+    return fail(Errc::invalid_argument, "a text is " + std::to_string(full.size()) + " tokens; model " + model +
+                                            " takes at most " + std::to_string(positions) + " (truncate=false)");
+  o.max_tokens = positions;
+  out.ids = e->tokenizer->encode(text, o);
+  out.truncated = true;
+  return out;
+}
+
+RunResult EngineBackend::embed(const EmbedSpec& spec, const std::atomic<bool>& cancel) {
+  RunResult out;
+  out.finish_reason = "error";
+  EmbedEntry* e = embed_entry(spec.route.model);
+  if (!e) {
+    out.status = fail(Errc::not_found, "unknown embedding model '" + spec.route.model + "'");
+    return out;
+  }
+  const bool on_gpu = spec.route.device != policy::Device::cpu;
+  std::shared_ptr<engine::ClipModel> m;
+  if (on_gpu) {
+    std::lock_guard lock(e->gpu_mu);
+    m = e->gpu;
+    if (!m || embed_gpu_lost(*e)) {
+      out.status = fail(Errc::device_lost, "the GPU replica of " + spec.route.model + " is not available");
+      out.accelerator_fault = true;
+      return out;
+    }
+  } else {
+    m = e->cpu;
+  }
+  // Decode and preprocess every image first: a bad one fails the job before any forward (typed, with its index).
+  std::vector<std::vector<float>> pixels;
+  pixels.reserve(spec.images.size());
+  image::DecodeLimits lim;
+  lim.max_bytes = max_image_bytes_;
+  lim.max_pixels = max_image_pixels_;
+  for (std::size_t i = 0; i < spec.images.size(); ++i) {
+    if (cancel.load(std::memory_order_relaxed)) {
+      out.status = {};
+      out.finish_reason = "cancelled";
+      return out;
+    }
+    auto img = image::decode(*spec.images[i], lim);
+    if (!img) {
+      out.status = fail(Errc::invalid_argument, "image " + std::to_string(i) + ": " + img.error().message);
+      out.failed_input = static_cast<std::uint32_t>(spec.texts.size() + i);
+      return out;
+    }
+    pixels.push_back(image::clip_preprocess(*img, e->preprocess));
+  }
+  auto fail_with = [&](Error err) {
+    if (err.code == Errc::cancelled) {  // polled between layers: a cancelled job, not a failed one
+      out.status = {};
+      out.vectors.clear();
+      out.finish_reason = "cancelled";
+      return out;
+    }
+    out.accelerator_fault = on_gpu && (accel_fault(err.code) || embed_gpu_lost(*e));
+    out.status = fail(std::move(err));
+    return out;
+  };
+  const auto t0 = SteadyTime::now();
+  std::lock_guard run_lock(on_gpu ? e->gpu_run_mu : e->cpu_run_mu);
+  if (!spec.texts.empty()) {
+    auto v = m->embed_texts(spec.texts, &cancel);
+    if (!v) return fail_with(std::move(v).error());
+    for (auto& x : *v) out.vectors.push_back(std::move(x));
+  }
+  if (!pixels.empty() && !cancel.load(std::memory_order_relaxed)) {
+    auto v = m->embed_images(pixels, &cancel);
+    if (!v) return fail_with(std::move(v).error());
+    for (auto& x : *v) out.vectors.push_back(std::move(x));
+  }
+  out.decode_time = SteadyTime::now() - t0;
+  if (cancel.load(std::memory_order_relaxed) && out.vectors.size() < spec.texts.size() + spec.images.size()) {
+    out.vectors.clear();
+    out.finish_reason = "cancelled";
+    return out;
+  }
+  out.finish_reason = "done";
+  return out;
+}
+
+std::vector<ReplicaInfo> EngineBackend::embed_replicas(const EmbedEntry& e) const {
+  std::vector<ReplicaInfo> out;
+  if (e.gpu_wanted) {
+    ReplicaInfo r;
+    std::lock_guard lock(e.gpu_mu);
+    r.device = "gpu";
+    r.mode = "resident";
+    if (e.gpu) {
+      const bool lost = embed_gpu_lost(e);
+      r.state = lost ? "lost" : "loaded";
+      r.layers = static_cast<std::uint32_t>(e.gpu->config().text.layers + e.gpu->config().vision.layers);
+      r.accel_bytes = lost ? 0 : e.gpu->stats().accel_weight_bytes;
+      r.fingerprint = e.gpu->fingerprint();
+    } else {
+      r.state = "failed";
+      r.error = e.gpu_error;
+    }
+    out.push_back(r);
+  }
+  ReplicaInfo c;
+  c.device = "cpu";
+  c.state = "loaded";
+  c.mode = "mmap";
+  c.fingerprint = e.cpu->fingerprint();
+  c.host_bytes = e.cpu->stats().resident_copy_bytes;
+  out.push_back(c);
+  return out;
+}
+
+std::uint64_t EngineBackend::embed_gpu_bytes(const EmbedEntry& e) const {
+  std::lock_guard lock(e.gpu_mu);
+  if (!e.gpu || embed_gpu_lost(e)) return 0;
+  return e.gpu->stats().accel_weight_bytes;
+}
+
+bool EngineBackend::embed_gpu_ready(const EmbedEntry& e) const {
+  std::lock_guard lock(e.gpu_mu);
+  return e.gpu && !embed_gpu_lost(e);
+}
+
+Status EngineBackend::reload_embed_gpu() {
+  Status first;
+  for (auto& e : embed_entries_) {
+    if (!e->gpu_wanted) continue;
+    {
+      std::lock_guard lock(e->gpu_mu);
+      if (e->gpu && !embed_gpu_lost(*e)) continue;
+      e->gpu.reset();
+    }
+    if (auto st = load_embed_gpu(*e); !st && first) first = st;
+  }
+  return first;
+}
+
+}  // namespace tandem::daemon
