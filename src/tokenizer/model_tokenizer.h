@@ -2,20 +2,13 @@
 // Its own library (tandem_model_tokenizer), depending on weights and tokenizer.
 #pragma once
 
-#include <string>
-
 #include "core/result.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/model_dir.h"
 
 namespace tandem::tok {
 
-// The tokenizer files of a directory: tokenizer.json if present (as Hugging Face's AutoTokenizer prefers the fast
-// tokenizer), else vocab.json + merges.txt (CLIP's slow-tokenizer files, Tokenizer::from_vocab_merges), else
-// tokenizer.model (SentencePiece). not_found naming the directory when none is there; else the loader's errors.
-Result<Tokenizer> load_tokenizer_files(const std::string& dir);
-
-// hf_dir: load_tokenizer_files(dir.dir()): tokenizer.json, else vocab.json + merges.txt, else tokenizer.model
+// hf_dir: load_hf_tokenizer_files(dir.dir()) (tokenizer.json, else vocab.json + merges.txt), else tokenizer.model
 // (dir.tokenizer_bytes()). GGUF: tokenizer.ggml.model "llama" → the SentencePiece vocabulary
 // (dir.tokenizer_bytes()), "gpt2" → the BPE vocabulary (weights::bpe_vocab_from_gguf). Errors name the file:
 // not_found / io_error reading, and the loaders' parse_error / format_error / unsupported.

@@ -150,6 +150,15 @@ class Tokenizer {
   std::unique_ptr<detail::BpeModel> bpe_;   // bpe kind
 };
 
+// The tokenizer files of a directory (tokenizer_files.cc): tokenizer.json if present (as Hugging Face's
+// AutoTokenizer prefers the fast tokenizer), else vocab.json + merges.txt (CLIP's slow-tokenizer files,
+// Tokenizer::from_vocab_merges), else tokenizer.model (SentencePiece). not_found naming the directory when none is
+// there; else io_error reading and the loader's errors, naming the file.
+Result<Tokenizer> load_tokenizer_files(const std::string& dir);
+// The same without the tokenizer.model step: not_found when there is neither tokenizer.json nor vocab.json +
+// merges.txt (tok::load_model_tokenizer then reads tokenizer.model through the ModelDir).
+Result<Tokenizer> load_hf_tokenizer_files(const std::string& dir);
+
 // Streaming-safe detokenization: feed token ids one at a time, get back only complete UTF-8 text. A multi-byte
 // character split across byte-fallback / byte-level tokens is held back until it is complete; the concatenation
 // of all push() results plus flush() equals Tokenizer::decode() of the whole sequence (both kinds).
