@@ -32,8 +32,8 @@ Result<Format> sniff(std::span<const std::uint8_t> bytes);
 
 // Any JPEG (baseline, progressive, grey, YCbCr, CMYK/YCCK) or PNG (any colour type and depth, interlaced) to RGB8.
 // Alpha is dropped (PIL's convert("RGB")); EXIF orientation is not applied (Hugging Face does not either).
-// Errors: invalid_argument (not an image, truncated, corrupt: the message says what), unsupported (a limit, or a
-// colour space we do not convert), out_of_memory.
+// Errors: invalid_argument (not an image, empty, truncated, corrupt, over a limit: the message says what),
+// unsupported (a JPEG colour space we do not convert), out_of_memory.
 Result<Rgb8> decode(std::span<const std::uint8_t> bytes, const DecodeLimits& limits = {});
 
 // 8-bit RGB PNG, not interlaced. invalid_argument when pixels.size() != width * height * 3 or a side is 0.
