@@ -120,6 +120,34 @@ struct Request {
   SubmitOptions options;
 };
 
+// Embed (docs/dbus.md): inputs in order texts, image_fds, images; one vector per input, in that order.
+struct EmbedOptions {
+  std::optional<std::string> idempotency_key;
+  std::optional<bool> allow_cpu;  // daemon default true
+  std::optional<std::uint64_t> deadline_ms;
+  std::optional<bool> truncate;  // daemon default true: texts longer than the context are cut
+};
+
+inline constexpr std::chrono::milliseconds kDefaultEmbedTimeout{10 * 60 * 1000};
+
+struct EmbedRequest {
+  std::string model;  // "" = the daemon's default embedding model
+  std::vector<std::string> texts;
+  std::vector<int> image_fds;  // borrowed (not closed): readable JPEG/PNG files, read from their offset to the end
+  std::vector<std::vector<std::uint8_t>> images;  // JPEG/PNG file contents
+  EmbedOptions options;
+  // The reply comes when the job ends, after any queueing: the D-Bus call waits this long (then Errc::timeout).
+  std::chrono::milliseconds call_timeout = kDefaultEmbedTimeout;
+};
+
+struct EmbedReply {
+  std::vector<std::vector<float>> vectors;  // one per input, each info.dim wide
+  EmbedInfo info;                           // job_id, model, route, dim, fingerprint, ...
+};
+
+// idempotency_key s, allow_cpu b, deadline_ms t, truncate b (only those set).
+VariantMap to_dbus(const EmbedOptions& o);
+
 // a{sv} with the XML's key names and types: max_tokens u, temperature d, top_k u, top_p d, repetition_penalty d,
 // seed t, stop as, idempotency_key s, side_effects b, allow_cpu b, allow_reduce b, allow_fallback_model b,
 // deadline_ms t, prefill_chunk u, resume_tokens ai, stream b.
@@ -135,6 +163,7 @@ Placement placement_from_dbus(const VariantMap& m);
 PlanDecision plan_from_dbus(const VariantMap& m);
 JobInfo job_from_dbus(const VariantMap& m);
 ModelInfo model_from_dbus(const VariantMap& m);
+EmbedInfo embed_info_from_dbus(const VariantMap& m);
 JobUpdate job_update_from_dbus(std::uint64_t job_id, const std::string& kind, const VariantMap& data);
 DegradedChange degraded_from_dbus(bool degraded, const std::string& reason, const VariantMap& details);
 PolicySettings policy_from_dbus(const VariantMap& m);
@@ -209,6 +238,10 @@ class Client {
   Result<std::string> hold_gpu(const std::string& reason, const std::string& app_id);  // the cookie
   Result<void> release_gpu(const std::string& cookie);
   Result<std::vector<ModelInfo>> list_models();
+  // Embed: blocks until the job ends (up to r.call_timeout). The reply is checked: one vector per input, all of the
+  // result's dim (else Errc::internal naming the mismatch). Errors as the other calls (last_error() has the
+  // RemoteError, e.g. InvalidArgument for an input that is not an image, Busy with retry_after_ms).
+  Result<EmbedReply> embed(const EmbedRequest& r);
   // OpenSession (docs/rings.md): the raw fds (owned by the result; RingSession::open takes them) and the layout.
   using SessionHandles = client::SessionHandles;
   using SessionOptions = client::SessionOptions;

@@ -756,13 +756,18 @@ std::string format_job(const JobInfo& j, std::int64_t now_unix_ms) {
 std::string format_models(const std::vector<ModelInfo>& models) {
   if (models.empty()) return "no models configured\n";
   std::vector<std::vector<std::string>> rows;
+  // KIND and DIM only when the daemon has embedding models (the LLM-only table is unchanged).
+  bool kinds = std::any_of(models.begin(), models.end(), [](const ModelInfo& m) { return m.kind && *m.kind != "llm"; });
   rows.push_back({"NAME", "DEFAULT", "PLACEMENT", "FALLBACK", "MAX_CONTEXT", "REVISION", "FINGERPRINT"});
+  if (kinds) rows[0].insert(rows[0].begin() + 2, {"KIND", "DIM"});
   for (const auto& m : models) {
     std::string fp = m.fingerprint.value_or("");
     if (fp.size() > 12) fp = fp.substr(0, 12);
     rows.push_back({m.name.value_or("?"), m.is_default.value_or(false) ? "*" : "", m.placement.value_or(""),
                     m.fallback.value_or(""), m.max_context ? std::to_string(*m.max_context) : "",
                     m.revision.value_or(""), fp});
+    if (kinds)
+      rows.back().insert(rows.back().begin() + 2, {m.kind.value_or("llm"), m.dim ? std::to_string(*m.dim) : ""});
   }
   std::vector<std::size_t> w(rows[0].size(), 0);
   for (const auto& r : rows)
@@ -1118,7 +1123,31 @@ json to_json(const ModelInfo& m) {
   put(j, "placement", m.placement);
   put(j, "fallback", m.fallback);
   put(j, "max_context", m.max_context);
+  put(j, "kind", m.kind);
+  put(j, "dim", m.dim);
+  put(j, "image_size", m.image_size);
+  put(j, "modalities", m.modalities);
   put_unparsed(j, m.unparsed);
+  return j;
+}
+
+json to_json(const EmbedInfo& e) {
+  json j = json::object();
+  put(j, "job_id", e.job_id);
+  put(j, "model", e.model);
+  put(j, "route", e.route);
+  put(j, "dim", e.dim);
+  put(j, "inputs", e.inputs);
+  put(j, "texts", e.texts);
+  put(j, "images", e.images);
+  put(j, "truncated", e.truncated);
+  put(j, "attempts", e.attempts);
+  put(j, "degraded", e.degraded);
+  put(j, "fingerprint", e.fingerprint);
+  put(j, "queued_ms", e.queued_ms);
+  put(j, "run_ms", e.run_ms);
+  put(j, "existing", e.existing);
+  put_unparsed(j, e.unparsed);
   return j;
 }
 

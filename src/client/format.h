@@ -237,6 +237,27 @@ struct ModelInfo {
   std::optional<std::string> placement;
   std::optional<std::string> fallback;
   std::optional<std::uint32_t> max_context;
+  std::optional<std::string> kind;  // llm | embedding (absent from daemons before Embed: llm)
+  // Embedding models only.
+  std::optional<std::uint32_t> dim;         // vector width
+  std::optional<std::uint32_t> image_size;  // pixels per side of the image input
+  std::optional<std::vector<std::string>> modalities;  // text, image
+  Unparsed unparsed;
+};
+
+// Embed's result dictionary (the vectors travel beside it).
+struct EmbedInfo {
+  std::optional<std::uint64_t> job_id;
+  std::optional<std::string> model;
+  std::optional<std::string> route;  // gpu | cpu
+  std::optional<std::uint32_t> dim;
+  std::optional<std::uint32_t> inputs, texts, images;
+  std::optional<std::uint32_t> truncated;  // texts cut to the context
+  std::optional<std::uint32_t> attempts;
+  std::optional<bool> degraded;
+  std::optional<std::string> fingerprint;
+  std::optional<std::uint64_t> queued_ms, run_ms;
+  std::optional<bool> existing;  // the idempotency key matched a finished job
   Unparsed unparsed;
 };
 
@@ -377,6 +398,7 @@ nlohmann::json to_json(const Placement& p);
 nlohmann::json to_json(const PlanDecision& d);
 nlohmann::json to_json(const JobInfo& j);
 nlohmann::json to_json(const ModelInfo& m);
+nlohmann::json to_json(const EmbedInfo& e);
 nlohmann::json to_json(const ModelDetails& m);  // property names in snake_case ("template" for Template)
 nlohmann::json to_json(const JobUpdate& u);     // {"job": id, "kind": ..., <data keys>}
 nlohmann::json to_json(const RunSummary& s);

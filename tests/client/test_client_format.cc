@@ -789,6 +789,56 @@ TEST(FormatOther, ModelsCountersPolicy) {
   EXPECT_FALSE(to_json(p).contains("gpu_concurrency"));
 }
 
+TEST(Embed, OptionsNamesAndTypesAsTheXmlSays) {
+  EXPECT_TRUE(to_dbus(EmbedOptions{}).empty());
+  EmbedOptions o;
+  o.idempotency_key = "k";
+  o.allow_cpu = false;
+  o.deadline_ms = 5000;
+  o.truncate = false;
+  VariantMap m = to_dbus(o);
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m.at("idempotency_key").peekValueType(), "s");
+  EXPECT_EQ(m.at("allow_cpu").peekValueType(), "b");
+  EXPECT_EQ(m.at("deadline_ms").peekValueType(), "t");
+  EXPECT_EQ(m.at("deadline_ms").get<std::uint64_t>(), 5000u);
+  EXPECT_EQ(m.at("truncate").peekValueType(), "b");
+  EXPECT_EQ(EmbedRequest{}.call_timeout, std::chrono::minutes(10));
+}
+
+TEST(Embed, ResultAndEmbeddingModels) {
+  VariantMap r = {{"job_id", Variant(std::uint64_t{12})},  {"model", Variant(std::string("clip"))},
+                  {"route", Variant(std::string("cpu"))},   {"dim", Variant(std::uint32_t{512})},
+                  {"inputs", Variant(std::uint32_t{3})},    {"images", Variant(std::uint32_t{3})},
+                  {"fingerprint", Variant(std::string("f"))}, {"queued_ms", Variant(std::uint64_t{7})},
+                  {"existing", Variant(false)},             {"new_key", Variant(std::string("x"))}};
+  EmbedInfo e = embed_info_from_dbus(r);
+  EXPECT_EQ(e.job_id, 12u);
+  EXPECT_EQ(e.dim, 512u);
+  EXPECT_EQ(e.route, "cpu");
+  EXPECT_EQ(e.fingerprint, "f");
+  EXPECT_EQ(e.unparsed.count("new_key"), 1u);
+  EXPECT_EQ(to_json(e)["queued_ms"], 7);
+
+  VariantMap clip = {{"name", Variant(std::string("clip"))},
+                     {"kind", Variant(std::string("embedding"))},
+                     {"dim", Variant(std::uint32_t{512})},
+                     {"image_size", Variant(std::uint32_t{224})},
+                     {"modalities", Variant(std::vector<std::string>{"text", "image"})}};
+  ModelInfo m = model_from_dbus(clip);
+  EXPECT_TRUE(m.unparsed.empty());
+  EXPECT_EQ(m.kind, "embedding");
+  EXPECT_EQ(m.dim, 512u);
+  EXPECT_EQ(m.image_size, 224u);
+  EXPECT_EQ(to_json(m)["modalities"].size(), 2u);
+  ModelInfo llm;
+  llm.name = "tiny";
+  EXPECT_FALSE(contains(format_models({llm}), "KIND"));  // an LLM-only table is as before
+  std::string t = format_models({llm, m});
+  EXPECT_TRUE(contains(t, "KIND")) << t;
+  EXPECT_TRUE(contains(t, "embedding  512")) << t;
+}
+
 TEST(FormatUnits, BytesAndDurations) {
   EXPECT_EQ(format_bytes(0), "0 B");
   EXPECT_EQ(format_bytes(1023), "1023 B");
