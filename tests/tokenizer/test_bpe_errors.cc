@@ -89,14 +89,17 @@ TEST(BpeJsonErrors, UnknownComponentsAndBadRegexes) {
   j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
   EXPECT_ERR(load(j), Errc::unsupported, "BertPreTokenizer");
   j = valid();
-  j["normalizer"] = {{"type", "Lowercase"}};
-  EXPECT_ERR(load(j), Errc::unsupported, "Lowercase");
+  j["normalizer"] = {{"type", "BertNormalizer"}};
+  EXPECT_ERR(load(j), Errc::unsupported, "BertNormalizer");
   j = valid();
   j["decoder"] = {{"type", "WordPiece"}};
   EXPECT_ERR(load(j), Errc::unsupported, "WordPiece");
   j = valid();
-  j["post_processor"] = {{"type", "RobertaProcessing"}};
-  EXPECT_ERR(load(j), Errc::unsupported, "RobertaProcessing");
+  j["post_processor"] = {{"type", "BertProcessing"}};
+  EXPECT_ERR(load(j), Errc::unsupported, "BertProcessing");
+  j = valid();
+  j["post_processor"] = {{"type", "RobertaProcessing"}};  // CLIP's; cls / sep are required
+  EXPECT_ERR(load(j), Errc::format_error, "post_processor.cls");
   j = valid();
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(unclosed"}};
   EXPECT_ERR(load(j), Errc::parse_error, "pre_tokenizer.pretokenizers[0].pattern");
