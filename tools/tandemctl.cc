@@ -1,7 +1,8 @@
 // tandemctl: the command-line client of tandemd (docs/tandemctl.md). Torch-free: src/client + sdbus-c++ only.
 //
 // Exit codes: 0 ok/completed, 1 usage (bad flags or values), 2 job failed, 3 job cancelled (also Ctrl-C),
-// 4 bus or daemon error (cannot connect, tandemd not running, an error reply, a timeout).
+// 4 bus or daemon error (cannot connect, tandemd not running, an error reply, a timeout), 5 the image index file
+// cannot be used (index/search: corrupt, another model, missing).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +60,10 @@ Commands:
                                  keep new work off the GPU until Ctrl-C (or S seconds); prints the cookie
   release COOKIE                 release a GPU hold
   models [NAME] [--details]      configured models (--details / NAME: replicas, placement, template)
+  index DIR [--model M] [--index FILE] [--rebuild] [--batch N]
+                                 add DIR's JPEG/PNG images to the image index (new and changed files only)
+  search TEXT | --image FILE [-n N] [--model M] [--index FILE]
+                                 the indexed images closest to a text or an image
   testing foreign-load BYTES | fail-alloc N SITE | fail-probes N | lose-device | recover-device |
           reading-lag MS | counters
                                  fault injection (tandemd must run with testing enabled)
@@ -72,7 +77,7 @@ Job options (run, resume, plan):
 Global: --system (default, or TANDEM_BUS=system|session|address=ADDR), --session, --address ADDR,
   --name NAME (tandemd's bus name, default io.tandem.Tandem1), --json (machine-readable output), --help, --version
 Sizes take units (6GiB, 512MiB); durations take ms, s, min, h (plain numbers: seconds for --timeout/--for, ms
-otherwise). Exit codes: 0 ok, 1 usage, 2 job failed, 3 cancelled, 4 bus/daemon error.
+otherwise). Exit codes: 0 ok, 1 usage, 2 job failed, 3 cancelled, 4 bus/daemon error, 5 image index unusable.
 )";
 
 std::optional<std::string> help_for(const std::string& cmd) {
@@ -88,6 +93,10 @@ std::optional<std::string> help_for(const std::string& cmd) {
   if (cmd == "watch") return std::string("usage: tandemctl watch [--count N] [--timeout S]\n");
   if (cmd == "hold") return std::string("usage: tandemctl hold [--app-id ID] [--for S] REASON\n");
   if (cmd == "policy") return std::string("usage: tandemctl policy | tandemctl policy set KEY=VALUE...\n");
+  if (cmd == "index")
+    return std::string("usage: tandemctl index DIR [--model M] [--index FILE] [--rebuild] [--batch N] [--json]\n");
+  if (cmd == "search")
+    return std::string("usage: tandemctl search TEXT | --image FILE [-n N] [--model M] [--index FILE] [--json]\n");
   if (cmd == "testing")
     return std::string(
         "usage: tandemctl testing foreign-load BYTES | fail-alloc N SITE | fail-probes N | lose-device |\n"
@@ -107,6 +116,8 @@ int dispatch(Global& g, const std::string& cmd, ArgList& a) {
   if (cmd == "release") return cmd_release(g, a);
   if (cmd == "models") return cmd_models(g, a);
   if (cmd == "testing") return cmd_testing(g, a);
+  if (cmd == "index") return cmd_index(g, a);
+  if (cmd == "search") return cmd_search(g, a);
   throw ArgError{"unknown command '" + cmd + "'"};
 }
 

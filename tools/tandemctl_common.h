@@ -93,5 +93,8 @@ int cmd_hold(Global& g, ArgList& a);
 int cmd_release(Global& g, ArgList& a);
 int cmd_models(Global& g, ArgList& a);
 int cmd_testing(Global& g, ArgList& a);
+// tandemctl_images.cc: image search.
+int cmd_index(Global& g, ArgList& a);
+int cmd_search(Global& g, ArgList& a);
 
 }  // namespace tandemctl
