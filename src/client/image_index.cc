@@ -348,6 +348,7 @@ Result<std::unique_ptr<ImageIndex>> ImageIndex::open(const std::string& file, co
       st.reset();
     }
     if (auto r = ix->exec("COMMIT"); !r.ok()) return fail(r.error());
+    if (auto r = ix->exec("PRAGMA synchronous=NORMAL"); !r.ok()) return fail(r.error());
     return ix;
   }
   const IndexIdentity& have = *stored;
@@ -372,6 +373,9 @@ Result<std::unique_ptr<ImageIndex>> ImageIndex::open(const std::string& file, co
     if (res != "ok") return fail(Errc::format_error, file + " is a corrupt image index (" + res + ")");
   }
   if (auto r = ix->exec("PRAGMA journal_mode=WAL"); !r.ok()) return fail(r.error());
+  // A cache: a commit need not reach the disk before the next batch (WAL stays consistent; a power cut may lose the
+  // last batches, which the next run embeds again).
+  if (auto r = ix->exec("PRAGMA synchronous=NORMAL"); !r.ok()) return fail(r.error());
   return ix;
 }
 
