@@ -5,6 +5,10 @@
 //        decode must equal whole decode.
 //   'M'  lines "a b" used as the merges of a small byte-level vocabulary whose tokens are every merge result:
 //        loads or fails with a typed error; if it loads, encodes and decodes a text.
+//   'K'  text for a fixed CLIP tokenizer (train_clip_bpe, vocab.json + merges.txt): encode with BOS / EOS and
+//        truncation to 77 (EOS last), decode equal to streaming decode; the equivalent tokenizer.json gives the same ids.
+//   'C'  CLIP files: "VOCAB_JSON\0MERGES_TXT", or without a NUL byte merges.txt lines for the fixed CLIP vocab.json:
+//        Tokenizer::from_vocab_merges loads or fails with a typed error; if it loads, encode/decode.
 //   else the whole input is a tokenizer.json: loads or fails with a typed error; if it loads, encode/decode.
 // Anything else than "ok or a typed error" — a crash, a sanitizer report, a broken invariant (abort) — is a finding.
 #include <cstdint>
@@ -12,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/clip_vocab.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -73,6 +78,47 @@ const Tokenizer& fixed() {
   return t;
 }
 
+const ClipVocab& clip_vocab() {
+  static const ClipVocab v = train_clip_bpe({"a small red circle on the left", "two blue squares, it's 2024!",
+                                             "caf\xC3\xA9 na\xC3\xAFve \xF0\x9F\x98\x80 \xE6\x9D\xB1\xE4\xBA\xAC"},
+                                            700);
+  return v;
+}
+
+const Tokenizer& clip_files() {
+  static const Tokenizer t = [] {
+    auto r = Tokenizer::from_vocab_merges(clip_vocab_json(clip_vocab()), clip_merges_txt(clip_vocab()));
+    check(r.ok());
+    return std::move(r).value();
+  }();
+  return t;
+}
+
+const Tokenizer& clip_json() {
+  static const Tokenizer t = [] {
+    auto j = clip_hf_json(clip_vocab());
+    check(j.ok());
+    auto r = Tokenizer::from_hf_json(*j, "clip.json");
+    check(r.ok());
+    return std::move(r).value();
+  }();
+  return t;
+}
+
+void exercise_clip(std::string_view text) {
+  const Tokenizer& t = clip_files();
+  exercise(t, text);
+  EncodeOptions o;
+  o.add_bos = o.add_eos = true;
+  o.max_tokens = kClipContextLength;
+  const auto ids = t.encode(text, o);
+  check(ids.size() >= 2 && ids.size() <= kClipContextLength);
+  check(ids.front() == t.bos_id() && ids.back() == t.eos_id());
+  check(clip_json().encode(text, o) == ids);
+  const std::string d = t.decode(ids);
+  check(d.empty() || (d.front() != ' ' && d.back() != ' '));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -83,6 +129,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Tokenizer& t = fixed();
     exercise(t, rest);
     if (valid_utf8(rest)) check(t.decode(t.encode(rest)) == rest);
+    return 0;
+  }
+  if (in[0] == 'K') {
+    exercise_clip(rest);
+    return 0;
+  }
+  if (in[0] == 'C') {
+    const std::size_t nul = rest.find('\0');
+    const std::string vocab = nul == std::string_view::npos ? clip_vocab_json(clip_vocab()) : std::string(rest.substr(0, nul));
+    const std::string_view merges = nul == std::string_view::npos ? rest : rest.substr(nul + 1);
+    auto t = Tokenizer::from_vocab_merges(vocab, merges);
+    if (!t.ok()) {
+      check(!t.error().message.empty());
+      return 0;
+    }
+    exercise(*t, "A small red circle, it's 2024! caf\xC3\xA9 \xF0\x9F\x98\x80\n\n  x");
+    exercise(*t, merges.substr(0, 256));
     return 0;
   }
   std::string json;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tokenizer/bpe_vocab.h"
+#include "tokenizer/clip_vocab.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -30,6 +31,14 @@ int main(int argc, char** argv) {
                         "T\xC3\x28 \xFF", "Ma b\nab c\nx y\n"}) {
     put(t);
   }
+  // CLIP: texts for the fixed CLIP tokenizer, a vocab.json + merges.txt pair, merges.txt lines alone.
+  for (const char* t : {"KA photo of a CAT", "Kit's 2024!!!  \n\t caf\xC3\xA9 \xF0\x9F\x98\x80 <|endoftext|>",
+                        "K\xCE\x9F\xCE\x94\xCE\x9F\xCE\xA3 \xC4\xB0"}) {
+    put(t);
+  }
+  const tandem::tok::ClipVocab cv = tandem::tok::train_clip_bpe({"a small red circle on the left", "it's 2024"}, 540);
+  put("C" + tandem::tok::clip_vocab_json(cv) + std::string(1, '\0') + tandem::tok::clip_merges_txt(cv));
+  put("C#version: 0.2\nr e\nre d</w>\nc a\n");
   std::printf("wrote %d seeds to %s\n", n, dir.c_str());
   return 0;
 }
