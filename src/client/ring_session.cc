@@ -1,5 +1,9 @@
 #include "client/ring_session.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "ring/record.h"
@@ -11,7 +15,13 @@ namespace {
 VariantMap to_variants(const std::vector<ring::Field>& fields) {
   VariantMap m;
   for (const auto& f : fields) {
-    std::visit([&](const auto& x) { m.emplace(f.key, sdbus::Variant(x)); }, f.value);
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          // D-Bus has no float32; the embedded vectors are decoded apart (decode_embedded).
+          if constexpr (!std::is_same_v<T, std::vector<float>>) m.emplace(f.key, sdbus::Variant(x));
+        },
+        f.value);
   }
   return m;
 }
@@ -27,7 +37,58 @@ std::optional<T> get(const VariantMap& m, const char* key) {
   }
 }
 
+// An `embedded` completion: count × dim float32 vectors beside the result keys. Every size is checked (the client
+// trusts the daemon, but a mismatch must not become an out-of-range read or a silently short reply).
+std::optional<std::string> decode_embedded(const ring::ParsedRecord& rec, const VariantMap& m, EmbedReply& out) {
+  const auto count = get<std::uint64_t>(m, "count");
+  const auto dim = get<std::uint64_t>(m, "dim");
+  const auto* f = rec.find("vectors");
+  const auto* v = f ? std::get_if<std::vector<float>>(&f->value) : nullptr;
+  if (!count || !dim || !v) return "embedded without count, dim or vectors";
+  if (*dim == 0 || *dim > (1u << 20) || *count > (1u << 20) || *count * *dim != v->size())
+    return "embedded sizes disagree: count " + std::to_string(*count) + " × dim " + std::to_string(*dim) + " vs " +
+           std::to_string(v->size()) + " values";
+  VariantMap info = m;
+  info.erase("count");
+  out.info = embed_info_from_dbus(info);
+  out.info.dim = static_cast<std::uint32_t>(*dim);
+  out.vectors.resize(*count);
+  for (std::uint64_t i = 0; i < *count; ++i)
+    out.vectors[i].assign(v->begin() + static_cast<std::ptrdiff_t>(i * *dim),
+                          v->begin() + static_cast<std::ptrdiff_t>((i + 1) * *dim));
+  return std::nullopt;
+}
+
 }  // namespace
+
+Result<std::vector<std::uint8_t>> embed_record(const EmbedRequest& r) {
+  if (r.texts.empty() && r.images.empty() && r.image_fds.empty())
+    return fail(Errc::invalid_argument, "Embed: no inputs");
+  ring::ByteList images = r.images;
+  for (int fd : r.image_fds) {
+    if (fd < 0) return fail(Errc::invalid_argument, "Embed: an image fd is negative");
+    std::vector<std::uint8_t> bytes;
+    std::uint8_t buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail(Errc::io_error, std::string("Embed: cannot read an image fd: ") + std::strerror(errno));
+      if (n == 0) break;
+      bytes.insert(bytes.end(), buf, buf + n);
+    }
+    images.push_back(std::move(bytes));
+  }
+  ring::RecordWriter w;
+  if (!r.model.empty()) w.add("model", std::string_view(r.model));
+  if (!r.texts.empty()) w.add("texts", r.texts);
+  if (!images.empty()) w.add("images", images);
+  const auto& o = r.options;
+  if (o.idempotency_key) w.add("idempotency_key", std::string_view(*o.idempotency_key));
+  if (o.allow_cpu) w.add("allow_cpu", *o.allow_cpu);
+  if (o.deadline_ms) w.add("deadline_ms", std::uint64_t{*o.deadline_ms});
+  if (o.truncate) w.add("truncate", *o.truncate);
+  return w.take();
+}
 
 std::vector<std::uint8_t> submit_record(const Request& r) {
   ring::RecordWriter w;
@@ -114,6 +175,12 @@ RingEvent decode_event(const ring::Event& e) {
       break;
     case ring::Kind::nop:
       break;
+    case ring::Kind::embedded: {
+      EmbedReply reply;
+      if (auto why = decode_embedded(rec, m, reply)) return internal(*why);
+      ev.embedded = std::move(reply);
+      break;
+    }
     case ring::Kind::degraded_mode: {
       VariantMap details = m;
       details.erase("degraded");
@@ -151,6 +218,12 @@ RingSession::~RingSession() {
 
 Result<void> RingSession::submit(const Request& r, std::uint64_t user_data) {
   return ring_->submit(user_data, submit_record(r));
+}
+
+Result<void> RingSession::embed(const EmbedRequest& r, std::uint64_t user_data) {
+  auto rec = embed_record(r);
+  if (!rec) return fail(std::move(rec).error());
+  return ring_->embed(user_data, *rec);
 }
 
 Result<void> RingSession::cancel(std::uint64_t job_id, std::uint64_t user_data) {

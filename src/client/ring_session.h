@@ -21,17 +21,21 @@ struct RingEvent {
   std::uint64_t user_data = 0;          // of the submission it answers (job events: of the job's submit)
   std::uint64_t job_id = 0;
   std::string kind;                     // accepted | routed | started | tokens | migrated | finished | error |
-                                        // cancel_result | nop | degraded_mode
+                                        // cancel_result | nop | degraded_mode | embedded
   std::optional<SubmitResult> accepted; // kind accepted: the placement (as Submit returns it)
   std::optional<JobUpdate> update;      // routed, started, tokens, migrated, finished (as JobUpdate signals)
   std::optional<RemoteError> error;     // kind error: name "io.tandem.Tandem1.Error.<Name>", retry_after_ms, ...
   std::optional<std::string> cancel_state;  // kind cancel_result
   std::optional<DegradedChange> degraded;   // kind degraded_mode (as the DegradedModeChanged signal)
+  std::optional<EmbedReply> embedded;       // kind embedded: the vectors and the result (as Client::embed returns)
   bool gap = false;                     // tokens: earlier tokens were dropped (overflow); GetJob has them
 };
 
 // The submit record for a request (docs/rings.md "Submit record").
 std::vector<std::uint8_t> submit_record(const Request& r);
+// The embed record (docs/rings.md "Embed record"): model, texts, images (the bytes, then the image_fds read from
+// their offset to the end), options. Errors: invalid_argument (no inputs, a negative fd), io_error (an fd unreadable).
+Result<std::vector<std::uint8_t>> embed_record(const EmbedRequest& r);
 // One completion → event. Malformed records give kind "error" with name "...Error.Internal" (never expected).
 RingEvent decode_event(const ring::Event& e);
 
@@ -48,6 +52,10 @@ class RingSession {
   std::uint64_t id() const { return ring_->session_id(); }
   // queue_full: no room in the ring right now (reap events and retry); unavailable: the session ended.
   Result<void> submit(const Request& r, std::uint64_t user_data);
+  // Embed (ABI 1.1): answered by one event, kind "embedded" (event.embedded) or "error". call_timeout is not used
+  // (wait() bounds the waiting). Errors as submit, and those of embed_record(); invalid_argument when the record is
+  // larger than the session's max_request_bytes (open the session with a larger request_data_bytes).
+  Result<void> embed(const EmbedRequest& r, std::uint64_t user_data);
   Result<void> cancel(std::uint64_t job_id, std::uint64_t user_data);
   Result<void> nop(std::uint64_t user_data);
   // Decoded events that are there now / after waiting up to timeout (0 on timeout or when extra_fd is readable).

@@ -27,7 +27,7 @@ namespace tandem::ring {
 
 inline constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'R', 'I', 'N', 'G'};
 inline constexpr std::uint16_t kAbiMajor = 1;
-inline constexpr std::uint16_t kAbiMinor = 0;
+inline constexpr std::uint16_t kAbiMinor = 1;  // 1.1: Opcode::embed, Kind::embedded, float32_list, bytes_list
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kEntrySize = 64;  // both rings
 
@@ -144,6 +144,7 @@ enum class Opcode : std::uint8_t {
   nop = 1,     // no data; answered with a `nop` completion (liveness and latency probes)
   submit = 2,  // data: a request record (docs/rings.md "Submit record"); answered with accepted or error
   cancel = 3,  // no data; job_id: the job; answered with `cancel_result` or error
+  embed = 4,   // ABI 1.1. data: an embed record (docs/rings.md "Embed record"); answered with ONE `embedded` or error
 };
 
 struct SubmissionEntry {
@@ -180,6 +181,9 @@ enum class Kind : std::uint8_t {
                       // details of the D-Bus DegradedModeChanged signal. Sent to every open session before the first
                       // completion of a job placed under the new mode (ABI 1.0: a reader ignores kinds it does not
                       // know).
+  embedded = 11,      // ABI 1.1, the answer to an `embed` (job_id: its job): record = the Embed result (job_id,
+                      // model, route, dim, inputs, ...) + count (uint64), dim (uint64) and vectors (float32_list,
+                      // count × dim, input order). The only completion of an embed job.
 };
 
 // CompletionEntry::flags
@@ -236,6 +240,8 @@ enum class FieldType : std::uint8_t {
   string = 5,       // UTF-8, value_length bytes, no terminator
   string_list = 6,  // repeated (length:u32, UTF-8 bytes)
   int32_list = 7,   // value_length / 4 int32
+  float32_list = 8, // ABI 1.1: value_length / 4 IEEE-754 binary32, finite (embedded: vectors)
+  bytes_list = 9,   // ABI 1.1: repeated (length:u32, raw bytes) (embed: images)
 };
 inline constexpr std::size_t kFieldHeaderSize = 8;
 inline constexpr std::size_t kMaxKeyLength = 64;

@@ -136,14 +136,28 @@ void RingClient::ring_sq_doorbell_if_needed() {
   }
 }
 
+namespace {
+Status check_record(std::span<const std::uint8_t> record, std::uint32_t max, const char* what) {
+  if (record.empty()) return fail(Errc::invalid_argument, std::string("empty ") + what + " record");
+  if (record.size() > max)
+    return fail(Errc::invalid_argument, std::string(what) + " record of " + std::to_string(record.size()) +
+                                            " bytes exceeds the session's max_request_bytes " + std::to_string(max));
+  return {};
+}
+}  // namespace
+
 Status RingClient::submit(std::uint64_t user_data, std::span<const std::uint8_t> record) {
-  if (record.empty()) return fail(Errc::invalid_argument, "empty submit record");
-  if (record.size() > view_.layout.max_request_bytes)
-    return fail(Errc::invalid_argument, "submit record of " + std::to_string(record.size()) +
-                                            " bytes exceeds the session's max_request_bytes " +
-                                            std::to_string(view_.layout.max_request_bytes));
+  TANDEM_TRY(check_record(record, view_.layout.max_request_bytes, "submit"));
   SubmissionEntry e{};
   e.opcode = static_cast<std::uint8_t>(Opcode::submit);
+  e.user_data = user_data;
+  return push(e, record);
+}
+
+Status RingClient::embed(std::uint64_t user_data, std::span<const std::uint8_t> record) {
+  TANDEM_TRY(check_record(record, view_.layout.max_request_bytes, "embed"));
+  SubmissionEntry e{};
+  e.opcode = static_cast<std::uint8_t>(Opcode::embed);
   e.user_data = user_data;
   return push(e, record);
 }

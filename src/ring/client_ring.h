@@ -46,6 +46,8 @@ class RingClient {
   // Errors: queue_full (no SQ slot or request-area room now: reap completions, then retry), invalid_argument (record
   // larger than max_request_bytes or empty), unavailable (the session is no longer open).
   Status submit(std::uint64_t user_data, std::span<const std::uint8_t> record);
+  // An embed record (ABI 1.1; the same errors as submit). Answered with one `embedded` or `error` completion.
+  Status embed(std::uint64_t user_data, std::span<const std::uint8_t> record);
   Status cancel(std::uint64_t user_data, std::uint64_t job_id);
   Status nop(std::uint64_t user_data);
 

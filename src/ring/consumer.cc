@@ -63,13 +63,15 @@ ConsumeResult SubmissionConsumer::consume(std::uint32_t max) {
         c.job_id = e.job_id;
         out.commands.push_back(std::move(c));
         break;
-      case Opcode::submit: {
+      case Opcode::submit:
+      case Opcode::embed: {
+        const char* name = static_cast<Opcode>(e.opcode) == Opcode::submit ? "submit" : "embed";
         if (e.job_id != 0) {
-          fault(Fault::reserved, "submit with a job id");
+          fault(Fault::reserved, std::string(name) + " with a job id");
           break;
         }
         if (e.data_length == 0 || e.data_length > l.max_request_bytes) {
-          fault(Fault::length, "submit data_length " + std::to_string(e.data_length) + " not in [1," +
+          fault(Fault::length, std::string(name) + " data_length " + std::to_string(e.data_length) + " not in [1," +
                                    std::to_string(l.max_request_bytes) + "]");
           break;
         }
@@ -85,7 +87,7 @@ ConsumeResult SubmissionConsumer::consume(std::uint32_t max) {
           fault(r.error->fault, r.error->message);
           break;
         }
-        c.op = Opcode::submit;
+        c.op = static_cast<Opcode>(e.opcode);
         c.record = std::move(r.fields);
         out.commands.push_back(std::move(c));
         break;

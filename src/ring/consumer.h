@@ -17,7 +17,7 @@ struct Command {
   Opcode op = Opcode::nop;
   std::uint64_t user_data = 0;
   std::uint64_t job_id = 0;   // cancel
-  std::vector<Field> record;  // submit
+  std::vector<Field> record;  // submit, embed
 };
 
 struct ConsumeResult {

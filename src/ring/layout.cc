@@ -193,6 +193,7 @@ std::string_view kind_name(Kind k) {
     case Kind::cancel_result: return "cancel_result";
     case Kind::nop: return "nop";
     case Kind::degraded_mode: return "degraded_mode";
+    case Kind::embedded: return "embedded";
   }
   return "unknown";
 }

@@ -43,7 +43,7 @@ const Field* ParsedRecord::find(std::string_view key) const {
 
 std::string_view field_type_name(const FieldValue& v) {
   static constexpr std::string_view names[] = {"boolean", "uint64", "int64", "float64", "string", "string_list",
-                                               "int32_list"};
+                                               "int32_list", "float32_list", "bytes_list"};
   return names[v.index()];
 }
 
@@ -136,6 +136,34 @@ ParsedRecord parse_record(std::span<const std::uint8_t> bytes, const RecordLimit
         f.value = std::move(ids);
         break;
       }
+      case FieldType::float32_list: {
+        if (value_len % 4 != 0) return failed(Fault::record, "'" + f.key + "' length is not a multiple of 4");
+        if (value_len / 4 > limits.max_list_elements)
+          return failed(Fault::record, "'" + f.key + "' has more than " + std::to_string(limits.max_list_elements) + " elements");
+        std::vector<float> xs(value_len / 4);
+        if (!xs.empty()) std::memcpy(xs.data(), v, value_len);
+        for (std::size_t i = 0; i < xs.size(); ++i)
+          if (!std::isfinite(xs[i]))
+            return failed(Fault::record, "'" + f.key + "' element " + std::to_string(i) + " is not a finite number");
+        f.value = std::move(xs);
+        break;
+      }
+      case FieldType::bytes_list: {
+        ByteList list;
+        std::size_t p = 0;
+        while (p < value_len) {
+          if (list.size() >= limits.max_list_elements)
+            return failed(Fault::record, "'" + f.key + "' has more than " + std::to_string(limits.max_list_elements) + " elements");
+          if (value_len - p < 4) return failed(Fault::record, "'" + f.key + "': truncated element length");
+          const std::size_t len = load<std::uint32_t>(v + p);
+          p += 4;
+          if (len > value_len - p) return failed(Fault::record, "'" + f.key + "': element runs past the value");
+          list.emplace_back(v + p, v + p + len);
+          p += len;
+        }
+        f.value = std::move(list);
+        break;
+      }
       default:
         return failed(Fault::record, "'" + f.key + "' has unknown type " + std::to_string(type));
     }
@@ -199,6 +227,30 @@ RecordWriter& RecordWriter::add(std::string_view key, const std::vector<std::str
 RecordWriter& RecordWriter::add(std::string_view key, const std::vector<std::int32_t>& v) {
   header(FieldType::int32_list, key, v.size() * 4);
   if (!v.empty()) raw(v.data(), v.size() * 4);
+  return *this;
+}
+RecordWriter& RecordWriter::add(std::string_view key, const std::vector<float>& v) {
+  header(FieldType::float32_list, key, v.size() * 4);
+  if (!v.empty()) raw(v.data(), v.size() * 4);
+  return *this;
+}
+RecordWriter& RecordWriter::add_float32_rows(std::string_view key, const std::vector<std::vector<float>>& rows) {
+  std::size_t n = 0;
+  for (const auto& r : rows) n += r.size();
+  header(FieldType::float32_list, key, n * 4);
+  for (const auto& r : rows)
+    if (!r.empty()) raw(r.data(), r.size() * 4);
+  return *this;
+}
+RecordWriter& RecordWriter::add(std::string_view key, const ByteList& v) {
+  std::size_t len = 0;
+  for (const auto& b : v) len += 4 + b.size();
+  header(FieldType::bytes_list, key, len);
+  for (const auto& b : v) {
+    const auto n = static_cast<std::uint32_t>(b.size());
+    raw(&n, 4);
+    if (!b.empty()) raw(b.data(), b.size());
+  }
   return *this;
 }
 RecordWriter& RecordWriter::add(std::string_view key, const FieldValue& v) {

@@ -17,8 +17,10 @@
 
 namespace tandem::ring {
 
+using ByteList = std::vector<std::vector<std::uint8_t>>;
+// The alternatives in FieldType order (index + 1 == the wire type).
 using FieldValue = std::variant<bool, std::uint64_t, std::int64_t, double, std::string, std::vector<std::string>,
-                                std::vector<std::int32_t>>;
+                                std::vector<std::int32_t>, std::vector<float>, ByteList>;
 
 struct Field {
   std::string key;
@@ -61,6 +63,10 @@ class RecordWriter {
   RecordWriter& add(std::string_view key, const std::string& v) { return add(key, std::string_view(v)); }
   RecordWriter& add(std::string_view key, const std::vector<std::string>& v);
   RecordWriter& add(std::string_view key, const std::vector<std::int32_t>& v);
+  RecordWriter& add(std::string_view key, const std::vector<float>& v);
+  // float32_list from consecutive spans (the embedded vectors: count × dim floats without a copy into one vector).
+  RecordWriter& add_float32_rows(std::string_view key, const std::vector<std::vector<float>>& rows);
+  RecordWriter& add(std::string_view key, const ByteList& v);
   RecordWriter& add(std::string_view key, const FieldValue& v);
 
   const std::vector<std::uint8_t>& bytes() const { return out_; }

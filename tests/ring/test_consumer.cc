@@ -231,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadEntry{"submit_with_job", Fault::reserved,
                  [](TestSession& s) { return tweak(with_data(s, 0, simple_request("x")), [](auto& e) { e.job_id = 5; }); }},
         BadEntry{"opcode_0", Fault::opcode, [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 0; }); }},
-        BadEntry{"opcode_4", Fault::opcode, [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 4; }); }},
+        BadEntry{"opcode_5", Fault::opcode, [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 5; }); }},  // 4 is embed (1.1)
         BadEntry{"opcode_255", Fault::opcode,
                  [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 255; }); }},
         BadEntry{"nop_with_length", Fault::length,
