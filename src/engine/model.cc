@@ -43,25 +43,6 @@ double ms_since(Clock::time_point t0) {
 
 using kernels::WType;
 
-// Content identity without reading every byte: SHA-256 over 64 evenly spaced 4 KiB windows of each shard, plus
-// its last 4 KiB. Together with the header digest this tells apart checkpoints of the same shape (a fine-tune
-// changes all weights); a change confined to unsampled bytes goes unseen — ModelDir::content_digest() reads all.
-std::string sampled_content_digest(const weights::ModelDir& dir) {
-  using weights::MappedFile;
-  Sha256 h;
-  constexpr std::size_t kWindow = 4096, kWindows = 64;
-  for (const MappedFile* f : dir.mapped_files()) {
-    const std::byte* p = f->data();
-    const std::size_t n = f->size();
-    for (std::size_t i = 0; i < kWindows; ++i) {
-      const std::size_t off = n > kWindow ? (n - kWindow) / kWindows * i : 0;
-      h.update(std::span(p + off, std::min(kWindow, n - off)));
-    }
-    if (n > kWindow) h.update(std::span(p + n - kWindow, kWindow));
-  }
-  return Sha256::hex(h.finish());
-}
-
 // All intra-op parallelism is the model's WorkerPool: ATen (OpenMP) and OpenBLAS are kept to one thread on every
 // thread that computes, so no library thread spin-waits against our workers.
 void single_threaded_kernels() {
@@ -372,7 +353,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
     }
     std::vector<std::pair<std::string, std::string>> parts = {
         {"architecture", arch.str()},
-        {"weights", im.dir.header_digest() + ";" + sampled_content_digest(im.dir)},
+        {"weights", im.dir.header_digest() + ";" + weights::sampled_content_digest(im.dir.mapped_files())},
         {"revision", opts.revision},
         {"weights_types", im.held_type_summary()},
         {"accel_activations", std::string(opts.dtype == ComputeDType::bf16  ? "bf16"

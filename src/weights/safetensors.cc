@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/sha256.h"
 #include "weights/json_util.h"
 
 namespace tandem::weights {
@@ -122,6 +123,21 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+}
+
+std::string sampled_content_digest(const std::vector<const MappedFile*>& files) {
+  Sha256 h;
+  constexpr std::size_t kWindow = 4096, kWindows = 64;
+  for (const MappedFile* f : files) {
+    const std::byte* p = f->data();
+    const std::size_t n = f->size();
+    for (std::size_t i = 0; i < kWindows; ++i) {
+      const std::size_t off = n > kWindow ? (n - kWindow) / kWindows * i : 0;
+      h.update(std::span(p + off, std::min(kWindow, n - off)));
+    }
+    if (n > kWindow) h.update(std::span(p + n - kWindow, kWindow));
+  }
+  return Sha256::hex(h.finish());
 }
 
 std::size_t MappedFile::prefault() const {

@@ -44,6 +44,11 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
+// Content identity without reading every byte: SHA-256 (hex) over 64 evenly spaced 4 KiB windows of each file, plus
+// its last 4 KiB. With a header digest this tells apart checkpoints of the same shape (a fine-tune changes all
+// weights); a change confined to unsampled bytes goes unseen. For fingerprints (engine/model.cc, engine/clip.cc).
+std::string sampled_content_digest(const std::vector<const MappedFile*>& files);
+
 struct TensorInfo {
   std::string name;
   DType dtype = DType::f32;
