@@ -307,12 +307,18 @@ Status JobJournal::append(JournalRecord type, Rec&& r) {
   const std::string frame = frame_journal_record(static_cast<std::uint8_t>(type), *payload);
   const std::string path = opts_.dir + "/" + kJournalName;
   const auto before = static_cast<off_t>(file_bytes_);
+  if (fail_writes_ > 0) {  // testing_fail_writes: as a write() that failed before writing a byte
+    --fail_writes_;
+    ++write_stats_.append_failures;
+    return io_fail("cannot append to", path, EIO);
+  }
   ssize_t n;
   do {
     n = ::write(fd_, frame.data(), frame.size());  // O_APPEND: one write of the whole record
   } while (n < 0 && errno == EINTR);
   if (n != static_cast<ssize_t>(frame.size())) {
     const int err = n < 0 ? errno : ENOSPC;
+    ++write_stats_.append_failures;
     if (n > 0) (void)::ftruncate(fd_, before);
     return io_fail("cannot append to", path, err);
   }

@@ -109,6 +109,7 @@ class JobJournal {
     std::uint64_t max_records_per_commit = 0;
     std::uint64_t commit_failures = 0;    // commits whose fdatasync failed (their records were cut back)
     std::uint64_t records_rolled_back = 0;
+    std::uint64_t append_failures = 0;    // appends whose write() failed (disk full, EIO, testing_fail_writes)
   };
   struct ReplayStats {
     std::uint64_t records = 0;                // records with a valid frame and CRC
@@ -181,6 +182,10 @@ class JobJournal {
 
   std::uint64_t file_bytes() const { return file_bytes_; }
 
+  // Testing: the next `n` appends (any record type) that pass validation fail with io_error (EIO) before they write
+  // anything, exactly as a failed write() does. Compaction and commits are not affected.
+  void testing_fail_writes(std::uint32_t n) { fail_writes_ = n; }
+
  private:
   struct Rec;
   explicit JobJournal(Options opts) : opts_(std::move(opts)) {}
@@ -210,6 +215,7 @@ class JobJournal {
   std::uint64_t durable_bytes_ = 0;                              // file size at the last commit
   std::map<std::uint64_t, std::optional<JournalJob>> undo_;      // job → its state at the last commit (none: new)
   bool broken_ = false;                                          // a failed commit could not cut the file back
+  std::uint32_t fail_writes_ = 0;                                // testing_fail_writes
   WriteStats write_stats_;
   Status auto_compact_status_;
 };

@@ -112,7 +112,8 @@ Service::~Service() {
   if (maint_pool_) maint_pool_->stop();
   // No run is left, so no step loop steps (a loop reports a step before it ends any of its jobs).
   backend_->set_step_observer({});
-  if (journal_) (void)journal_->sync();
+  if (journal_)
+    if (Status st = journal_->sync(); !st) log::error("journal sync at exit: {}", st.error().message);
 }
 
 void Service::start_workers() {
@@ -312,10 +313,7 @@ void Service::process_events() {
         if (j->stream)
           emit(*j, "tokens", {{"text", ev.text}, {"tokens", ev.ids}, {"step", first_step}});
         // Checkpoints ride along in the journal (synced with the next accept/outcome).
-        if (j->tokens.size() >= j->journaled_tokens + 32u) {
-          (void)journal_->checkpoint(j->id, j->tokens, j->text);
-          j->journaled_tokens = static_cast<std::uint32_t>(j->tokens.size());
-        }
+        if (j->tokens.size() >= j->journaled_tokens + 32u) journal_checkpoint(*j);
         break;
       }
       case WorkerEvent::finished:
@@ -335,17 +333,66 @@ void Service::process_events() {
 
 void Service::emit(const JobRecord& j, const std::string& kind, const Dict& data) {
   if (!observer_ || j.owner.empty() || j.muted) return;
-  // Sent by commit() once its record is durable.
-  if (group_commit_ && (j.accept_pending || j.durable_at > journal_->durable_seq())) {
+  // Sent by commit() once its record is durable (an outcome not written: also without group commit).
+  if (j.outcome_unwritten || (group_commit_ && (j.accept_pending || j.durable_at > journal_->durable_seq()))) {
     held_updates_.push_back({j.id, kind, data});
     return;
   }
   observer_->job_update(j.reply_to.empty() ? j.owner : j.reply_to, j.id, kind, data);
 }
 
-void Service::journal_transition(const JobRecord& j, const std::string& reason) {
-  (void)journal_->transition(j.id, phase_name(j.phase), reason, route_json(j.route).dump(), unix_ms(),
-                             j.fsm ? j.fsm->attempts() : 0);
+// --- journal writes (docs/journal.md, "Failed writes") ---
+
+void Service::journal_transition(JobRecord& j, const std::string& reason) {
+  // Only the latest transition matters to replay (phase, route, attempts): an older unwritten one is replaced.
+  j.unwritten_transition = JobRecord::UnwrittenTransition{phase_name(j.phase), reason, route_json(j.route).dump(),
+                                                          unix_ms(), j.fsm ? j.fsm->attempts() : 0};
+  if (Status st = write_unwritten_transition(j); !st) journal_write_failed("transition", j.id, st);
+}
+
+Status Service::write_unwritten_transition(JobRecord& j) {
+  if (!j.unwritten_transition) return {};
+  const auto& t = *j.unwritten_transition;
+  TANDEM_TRY(journal_->transition(j.id, t.phase, t.reason, t.route_json, t.at_unix_ms, t.attempts));
+  j.unwritten_transition.reset();
+  return {};
+}
+
+void Service::journal_checkpoint(JobRecord& j) {
+  // The route its tokens came from first: a checkpoint never lands under another route's (model's) record.
+  Status st = write_unwritten_transition(j);
+  if (st) st = journal_->checkpoint(j.id, j.tokens, j.text);
+  if (!st) {
+    // journaled_tokens stays where the journal is: the next checkpoint (a checkpoint holds every token so far) covers
+    // these tokens too, so the journal never has a hole. The job runs on: a checkpoint only shortens a resume.
+    journal_write_failed("checkpoint", j.id, st);
+    return;
+  }
+  j.journaled_tokens = static_cast<std::uint32_t>(j.tokens.size());
+}
+
+void Service::journal_write_failed(std::string_view what, JobId id, const Status& st) {
+  ++counters_["journal_write_errors"];
+  const auto now = std::chrono::steady_clock::now();
+  if (journal_error_logged_ != std::chrono::steady_clock::time_point{} && now - journal_error_logged_ < 10s) {
+    ++journal_errors_unlogged_;  // at most one line per 10 s (a full disk fails every write)
+    return;
+  }
+  const std::string more = journal_errors_unlogged_ == 0 ? std::string()
+                           : "; " + std::to_string(journal_errors_unlogged_) + " more failed writes not logged";
+  log::error("journal: {} record of job {} not written: {}{}", what, id, st.error().message, more);
+  journal_error_logged_ = now;
+  journal_errors_unlogged_ = 0;
+}
+
+void Service::resync_journaled_tokens() {
+  const auto& held = journal_->jobs();
+  for (JobId id : active_)
+    if (JobRecord* j = find(id)) {
+      const auto it = held.find(id);
+      const auto n = static_cast<std::uint32_t>(it == held.end() ? 0 : it->second.tokens.size());
+      j->journaled_tokens = std::min(j->journaled_tokens, n);
+    }
 }
 
 policy::JobQueue* Service::queue_of(QueueId q) {

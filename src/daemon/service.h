@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -19,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -170,6 +172,9 @@ class Service {
   // The daemon kills itself (SIGKILL) in the `n`-th commit that has accepts pending, after their records were
   // written and before the fdatasync (tandemd --testing with TANDEM_TESTING_CRASH_AT_COMMIT=n; it_restart.sh).
   void testing_crash_at_commit(std::uint32_t n) { crash_at_commit_ = n; }
+  // The next `n` journal appends (accepted, transition, checkpoint, outcome records) fail with EIO before writing
+  // anything (JobJournal::testing_fail_writes; docs/journal.md, "Failed writes").
+  void testing_fail_journal_writes(std::uint32_t n);
   std::map<std::string, std::uint64_t> counters() const;
 
   // Journal replay figures (for the start-up log line).
@@ -214,8 +219,15 @@ class Service {
   void check_deadlines();
   void post(WorkerEvent ev);
   void emit(const JobRecord& j, const std::string& kind, const Dict& data);
-  void journal_transition(const JobRecord& j, const std::string& reason);
-  void journal_outcome(JobRecord& j);  // the job's outcome record (committed at once without group commit)
+  // Journal writes (docs/journal.md, "Failed writes"): a failure is counted (journal_write_errors) and logged
+  // (rate-limited); none of them fails the job.
+  void journal_transition(JobRecord& j, const std::string& reason);  // not written: again before the next record
+  void journal_checkpoint(JobRecord& j);  // not written: journaled_tokens stays, the next one writes every token
+  void journal_outcome(JobRecord& j);  // the job's outcome record (committed at once without group commit); not
+                                       // written: the job's updates are held, commit() writes it again
+  Status write_unwritten_transition(JobRecord& j);
+  void journal_write_failed(std::string_view what, JobId id, const Status& st);
+  void resync_journaled_tokens();      // after a failed commit undid checkpoints: what the journal holds again
   void withdraw(JobRecord& j);         // a failed commit: the job was never accepted
   void release_held();                 // held updates whose records are durable now, in order
   JobRecord* find(JobId id);
@@ -279,7 +291,10 @@ class Service {
   bool committing_ = false;
   std::vector<JobId> pending_accepts_;   // accepted since the last commit
   std::vector<JobId> pending_outcomes_;  // outcomes written since the last commit
-  std::vector<JobId> outcome_retry_;     // outcomes a failed commit undid: written again at the next commit
+  std::vector<JobId> outcome_retry_;     // outcomes not durable (a failed write or commit): written again at a commit
+  Clock::time_point outcome_retry_at_{}; // not before (a retry that failed again waits a poll interval)
+  std::chrono::steady_clock::time_point journal_error_logged_{};  // rate limit of the journal_write_failed lines
+  std::uint64_t journal_errors_unlogged_ = 0;
   std::vector<std::function<void(const Status&)>> waiters_;
   std::deque<HeldUpdate> held_updates_;
   std::uint32_t fail_journal_syncs_ = 0;

@@ -307,7 +307,12 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   jj.request_json = j.request_json.dump();
   jj.accepted_unix_ms = j.accepted_unix_ms;
   Status journaled = journal_->accepted(jj);
-  if (journaled && !group_commit_) journaled = journal_->commit();  // else: the loop's commit() (group commit)
+  if (!journaled) {
+    ++counters_["journal_write_errors"];
+  } else if (!group_commit_) {  // else: the loop's commit() (group commit)
+    journaled = journal_->commit();
+    if (!journaled) resync_journaled_tokens();  // the commit undid checkpoints of running jobs too
+  }
   if (!journaled) {
     log::error("journal write failed, job not accepted: {}", journaled.error().message);
     return fail(Errc::internal, "could not journal the job (" + journaled.error().message + "); it was not accepted");

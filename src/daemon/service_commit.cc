@@ -15,7 +15,8 @@ namespace tandem::daemon {
 // Only accepts and outcomes need a commit: transitions and checkpoints ride along with the next one (as before
 // group commit), so an iteration that only dispatched or checkpointed does not sync.
 bool Service::commit_pending() const {
-  return !pending_accepts_.empty() || !pending_outcomes_.empty() || !outcome_retry_.empty() || !waiters_.empty();
+  return !pending_accepts_.empty() || !pending_outcomes_.empty() ||
+         (!outcome_retry_.empty() && clock_->now() >= outcome_retry_at_) || !waiters_.empty();
 }
 
 void Service::after_commit(std::function<void(const Status&)> then) {
@@ -28,13 +29,26 @@ void Service::after_commit(std::function<void(const Status&)> then) {
 }
 
 void Service::journal_outcome(JobRecord& j) {
-  Status st = journal_->outcome(j.id, phase_name(j.phase), j.reason, j.tokens, j.text, j.error_code, j.error_message,
+  Status st = write_unwritten_transition(j);  // the route (and model) its tokens came from first
+  if (st) st = journal_->outcome(j.id, phase_name(j.phase), j.reason, j.tokens, j.text, j.error_code, j.error_message,
                                 static_cast<std::int64_t>(j.retry_after_ms), j.finish_reason, j.finished_unix_ms);
-  if (st && !group_commit_) st = journal_->commit();
+  if (st && !group_commit_) {
+    st = journal_->commit();
+    if (!st) resync_journaled_tokens();
+  }
   if (!st) {
-    log::error("journal: outcome of job {} not written: {}", j.id, st.error().message);
+    journal_write_failed("outcome", j.id, st);
+    // Not durable: as after a failed group commit, its updates (the `finished` one first) are held and the outcome is
+    // written again at the next commit() — nothing about its end leaves the process before its record is durable.
+    // Other errors (a record over the limits) cannot succeed later: logged, and the job's end goes out as before.
+    if (st.error().code == Errc::io_error) {
+      j.outcome_unwritten = true;
+      if (std::find(outcome_retry_.begin(), outcome_retry_.end(), j.id) == outcome_retry_.end())
+        outcome_retry_.push_back(j.id);
+    }
     return;
   }
+  j.outcome_unwritten = false;
   j.durable_at = journal_->appended_seq();
   if (group_commit_) pending_outcomes_.push_back(j.id);
 }
@@ -43,9 +57,14 @@ Status Service::commit() {
   if (committing_) return {};  // from a callback of the commit in progress: that commit covers it
   if (!commit_pending()) return {};
   committing_ = true;
-  // Outcomes a failed commit undid are written again first (their `finished` updates are still held).
-  for (JobId id : std::exchange(outcome_retry_, {}))
-    if (JobRecord* j = find(id); j && j->terminal()) journal_outcome(*j);
+  // Outcomes a failed commit undid or a failed write left out are written again first (their `finished` updates are
+  // still held); when one fails again, the next try waits a poll interval (no busy loop on a failing disk).
+  if (!outcome_retry_.empty() && clock_->now() >= outcome_retry_at_) {
+    for (JobId id : std::exchange(outcome_retry_, {}))
+      if (JobRecord* j = find(id); j && j->terminal()) journal_outcome(*j);
+    if (!outcome_retry_.empty())
+      outcome_retry_at_ = clock_->now() + std::chrono::duration_cast<Clock::duration>(cfg_.device.poll_interval);
+  }
   if (crash_at_commit_ > 0 && !pending_accepts_.empty() && --crash_at_commit_ == 0) {
     log::warn("testing: killing tandemd between the write and the sync of {} accept(s)", pending_accepts_.size());
     ::raise(SIGKILL);
@@ -64,9 +83,13 @@ Status Service::commit() {
                pending_accepts_.size());
     for (JobId id : pending_accepts_)
       if (JobRecord* j = find(id)) withdraw(*j);
+    resync_journaled_tokens();  // checkpoints of the window are undone too
     // Outcomes of earlier jobs that the failure undid: written again at the next commit.
     for (JobId id : pending_outcomes_)
-      if (JobRecord* j = find(id); j && j->durable_at > journal_->durable_seq()) outcome_retry_.push_back(id);
+      if (JobRecord* j = find(id); j && j->durable_at > journal_->durable_seq()) {
+        j->outcome_unwritten = true;  // held until written again (whatever later commits make durable)
+        outcome_retry_.push_back(id);
+      }
     result = fail(Errc::internal, "could not journal the job (" + why + "); it was not accepted");
   }
   pending_accepts_.clear();
@@ -93,7 +116,7 @@ void Service::release_held() {
   for (auto& h : held_updates_) {
     const JobRecord* j = find(h.job);
     if (!j) continue;  // withdrawn (or pruned): nothing about it goes out
-    if (j->accept_pending || j->durable_at > journal_->durable_seq() || waiting.count(h.job)) {
+    if (j->accept_pending || j->outcome_unwritten || j->durable_at > journal_->durable_seq() || waiting.count(h.job)) {
       // Still waiting (an outcome to write again); the job's later updates stay behind it.
       waiting.insert(h.job);
       keep.push_back(std::move(h));

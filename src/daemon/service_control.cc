@@ -261,6 +261,8 @@ Status Service::testing_recover_device() {
   return {};
 }
 
+void Service::testing_fail_journal_writes(std::uint32_t n) { journal_->testing_fail_writes(n); }
+
 std::map<std::string, std::uint64_t> Service::counters() const {
   std::map<std::string, std::uint64_t> c(counters_.begin(), counters_.end());
   for (const char* k : {"jobs_accepted", "jobs_completed", "jobs_failed", "jobs_cancelled", "jobs_rejected",
@@ -289,6 +291,8 @@ std::map<std::string, std::uint64_t> Service::counters() const {
   c["journal_records_committed"] = ws.records_committed;
   c["journal_max_records_per_commit"] = ws.max_records_per_commit;
   c["journal_commit_failures"] = ws.commit_failures;
+  c["journal_append_failures"] = ws.append_failures;
+  c.emplace("journal_write_errors", 0);  // service records (transition, checkpoint, outcome) not written
   return c;
 }
 

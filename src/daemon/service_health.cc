@@ -177,7 +177,7 @@ bool Service::idle() const {
   return active_.empty() && gpu_queue_.depth() == 0 && cpu_queue_.depth() == 0 && gpu_queue_.running() == 0 &&
          cpu_queue_.running() == 0 && pressure_ == policy::Pressure::normal &&
          breaker_.state() == policy::BreakerState::closed && !device_lost_ && !probe_in_flight_ &&
-         !last_probe_failed_ && !reload_in_flight_ && !draining_;
+         !last_probe_failed_ && !reload_in_flight_ && !draining_ && outcome_retry_.empty();
 }
 
 // Terminal jobs stay readable (GetJob) as long as the journal keeps them.
@@ -186,7 +186,7 @@ void Service::prune_finished() {
   std::size_t terminal = 0;
   for (const auto& [id, j] : jobs_) terminal += j->terminal();
   for (auto it = jobs_.begin(); it != jobs_.end() && terminal > cfg_.journal.max_jobs;) {
-    if (it->second->terminal()) {
+    if (it->second->terminal() && !it->second->outcome_unwritten) {  // an outcome to write again stays
       it = jobs_.erase(it);
       --terminal;
     } else {

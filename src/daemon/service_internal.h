@@ -174,6 +174,17 @@ struct Service::JobRecord {
   std::uint64_t durable_at = 0;
   bool accept_pending = false;
   std::optional<policy::Route> deferred_route;  // started in its queue while its accept was pending: dispatched then
+  // Journal writes that failed (docs/journal.md, "Failed writes"). The latest transition record not written yet:
+  // written again before the job's next checkpoint or outcome (the journal never holds tokens without the route that
+  // produced them). The outcome record not written (or undone by a failed commit and not written again): the job's
+  // updates are held and commit() writes the outcome again.
+  struct UnwrittenTransition {
+    std::string phase, reason, route_json;
+    std::int64_t at_unix_ms = 0;
+    std::uint32_t attempts = 0;
+  };
+  std::optional<UnwrittenTransition> unwritten_transition;
+  bool outcome_unwritten = false;
 
   bool terminal() const { return policy::is_terminal(phase); }
 };

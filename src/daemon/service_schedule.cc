@@ -274,10 +274,7 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
   release_resources(j);
   j.queue = QueueId::none;
   // Journal what was delivered.
-  if (j.tokens.size() != j.journaled_tokens) {
-    (void)journal_->checkpoint(j.id, j.tokens, j.text);
-    j.journaled_tokens = static_cast<std::uint32_t>(j.tokens.size());
-  }
+  if (j.tokens.size() != j.journaled_tokens) journal_checkpoint(j);
   if (r.status) {
     if (on_gpu) breaker_event(BreakerEvent::job_succeeded);
     if (r.finish_reason == "cancelled") {
