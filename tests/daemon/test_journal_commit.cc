@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <vector>
@@ -183,6 +184,49 @@ TEST(JournalGroupCommit, ACutThatCannotBeSyncedBreaksTheJournalUntilACompaction)
   ASSERT_TRUE(jr->accepted(make_job(3)).ok());
   ASSERT_TRUE(jr->commit().ok());
   EXPECT_EQ(jr->jobs().size(), 2u);
+}
+
+// testing_fail_writes(n): the next n appends of any type fail with io_error (EIO) and write nothing; a record that
+// fails validation does not use one up; the journal goes on as if they had never been tried.
+TEST(JournalGroupCommit, InjectedWriteFailuresWriteNothing) {
+  TempDir d;
+  std::map<std::uint64_t, JournalJob> kept;
+  {
+    auto jr = open_ok(opts_for(d));
+    ASSERT_TRUE(jr);
+    ASSERT_TRUE(jr->accepted(make_job(1)).ok());
+    ASSERT_TRUE(jr->transition(1, "running", "admitted", R"({"device":"gpu"})", 1100, 1).ok());
+    ASSERT_TRUE(jr->checkpoint(1, {1, 2}, "ab").ok());
+    ASSERT_TRUE(jr->commit().ok());
+    const auto jobs = jr->jobs();
+    const auto bytes = jr->file_bytes();
+    const auto seq = jr->appended_seq();
+    jr->testing_fail_writes(4);
+    // Invalid: refused before the injection is reached (does not use one up).
+    EXPECT_EQ(code_of(jr->checkpoint(99, {1}, "x")), Errc::invalid_argument);
+    EXPECT_EQ(code_of(jr->accepted(make_job(2))), Errc::io_error);
+    EXPECT_EQ(code_of(jr->transition(1, "migrating", "oom", "", 1200, 1)), Errc::io_error);
+    EXPECT_EQ(code_of(jr->checkpoint(1, {1, 2, 3}, "abc")), Errc::io_error);
+    const Status st = jr->outcome(1, "completed", "eos", {1, 2, 3}, "abc", "", "", 0, "eos", 1300);
+    ASSERT_EQ(code_of(st), Errc::io_error);
+    EXPECT_NE(st.error().message.find(std::strerror(EIO)), std::string::npos) << st.error().message;
+    EXPECT_EQ(jr->jobs(), jobs);
+    EXPECT_EQ(jr->file_bytes(), bytes);
+    EXPECT_EQ(fs::file_size(d.journal()), bytes);
+    EXPECT_EQ(jr->appended_seq(), seq);
+    EXPECT_FALSE(jr->commit_pending());
+    EXPECT_EQ(jr->write_stats().append_failures, 4u);
+    // The fifth append is written: the journal goes on.
+    ASSERT_TRUE(jr->checkpoint(1, {1, 2, 3}, "abc").ok());
+    ASSERT_TRUE(jr->outcome(1, "completed", "eos", {1, 2, 3}, "abc", "", "", 0, "eos", 1300).ok());
+    ASSERT_TRUE(jr->commit().ok());
+    kept = jr->jobs();
+  }
+  auto jr = open_ok(opts_for(d));
+  ASSERT_TRUE(jr);
+  EXPECT_EQ(jr->jobs(), kept);
+  EXPECT_EQ(jr->jobs().at(1).phase, "completed");
+  EXPECT_EQ(jr->replay_stats().torn_tail_bytes + jr->replay_stats().corrupt_records, 0u);
 }
 
 // A writer killed (SIGKILL) between write() and its commit: every record it committed before is there at the next
