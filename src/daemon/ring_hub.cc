@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "daemon/log.h"
+#include "daemon/ring_hub_internal.h"
 #include "ring/completion_writer.h"
 #include "ring/consumer.h"
 #include "ring/record.h"
@@ -42,6 +43,10 @@ void ring_doorbell(int fd) {
 Failure sys_fail(const char* what) {
   return fail(Errc::io_error, std::string("cannot open a ring session: ") + what + ": " + std::strerror(errno));
 }
+
+}  // namespace
+
+namespace ring_detail {
 
 // Dict → record: scalars and lists (maps and history rows stay on D-Bus: GetJob).
 std::vector<std::uint8_t> to_record(const Dict& d) {
@@ -90,7 +95,7 @@ ring::ErrorCode error_code(Errc e, bool job) {
 }
 
 // The service's messages end with "; key=value" facts (retry_after_ms, job, tokens): lift them into fields.
-ring::Completion error_completion(std::uint64_t user_data, const Error& e, bool job_op, std::uint64_t job_id = 0) {
+ring::Completion error_completion(std::uint64_t user_data, const Error& e, bool job_op, std::uint64_t job_id) {
   const auto code = error_code(e.code, job_op);
   ring::RecordWriter w;
   w.add("error", ring::error_code_name(code));
@@ -115,7 +120,10 @@ ring::Completion error_completion(std::uint64_t user_data, const Error& e, bool 
   return ring::record_completion(Kind::error, user_data, job_id, w.take(), code);
 }
 
-}  // namespace
+}  // namespace ring_detail
+
+using ring_detail::error_completion;
+using ring_detail::to_record;
 
 void SessionFds::close_all() {
   close_fd(memfd);
@@ -140,7 +148,7 @@ struct RingHub::Session {
   std::vector<std::tuple<JobId, std::string, Dict>> held;
   SessionState state = SessionState::open;
   std::int64_t opened_unix_ms = 0;
-  std::uint64_t submissions = 0, cancels = 0, nops = 0, jobs = 0;
+  std::uint64_t submissions = 0, cancels = 0, nops = 0, jobs = 0, embeds = 0;
 
   ~Session() {
     if (base) ::munmap(base, size);
@@ -418,6 +426,11 @@ void RingHub::handle(Session& s, ring::Command&& cmd) {
       });
       return;
     }
+    case ring::Opcode::embed:
+      ++s.embeds;
+      ++counters_["ring_embeds"];
+      handle_embed(s.id, s.caller, std::move(cmd));  // ring_hub_embed.cc
+      return;
     case ring::Opcode::submit: {
       ++s.submissions;
       ++counters_["ring_submissions"];
@@ -475,6 +488,16 @@ void RingHub::handle(Session& s, ring::Command&& cmd) {
       return;
     }
   }
+}
+
+void RingHub::post_to(std::uint64_t session_id, ring::Completion c) {
+  if (Session* s = find_open(session_id)) post(*s, std::move(c));
+}
+
+std::uint64_t RingHub::max_completion_bytes(std::uint64_t session_id) {
+  Session* s = find_open(session_id);
+  // The writer never writes a payload above half the response area (completion_writer.cc).
+  return s ? s->view.layout.response_data_size / 2 : 0;
 }
 
 RingHub::Session* RingHub::find_open(std::uint64_t session_id) {
@@ -615,6 +638,7 @@ std::vector<Dict> RingHub::sessions_view() const {
                        {"uid", s->caller.uid},
                        {"opened_unix_ms", s->opened_unix_ms},
                        {"submissions", s->submissions},
+                       {"embeds", s->embeds},
                        {"jobs", s->jobs},
                        {"completions", st.written},
                        {"backlog_entries", static_cast<std::uint64_t>(s->writer.backlog_entries())},

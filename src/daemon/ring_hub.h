@@ -5,7 +5,8 @@
 // of the session's jobs to its completion ring instead of a D-Bus signal. The answers to submit and cancel wait for
 // Service::after_commit: an `accepted` completion is written only once the job's accept is durable (group commit,
 // docs/journal.md). A protocol error ends that session only,
-// counted and logged; its jobs keep running to a terminal state readable with GetJob.
+// counted and logged; its jobs keep running to a terminal state readable with GetJob. An `embed` (ABI 1.1) calls
+// Service::embed and is answered by one `embedded` completion (the vectors) or `error` when the job ends.
 //
 // Torch-free and D-Bus-free: the D-Bus layer calls open()/close()/client_vanished() and passes the fds on; tandemd's
 // loop polls fds() and calls process(). Single-threaded (the loop thread).
@@ -91,6 +92,11 @@ class RingHub {
  private:
   struct Session;
   void handle(Session& s, ring::Command&& cmd);
+  // An embed command (ring_hub_embed.cc): Service::embed with a callback that posts one `embedded` or `error`
+  // completion to the session if it is still open then.
+  void handle_embed(std::uint64_t session_id, const Caller& caller, ring::Command&& cmd);
+  void post_to(std::uint64_t session_id, ring::Completion c);  // dropped when the session is gone
+  std::uint64_t max_completion_bytes(std::uint64_t session_id);  // 0 when the session is gone
   void post(Session& s, ring::Completion c);
   // Writes what a session's backlog can write now (ending the session on a bad client head); true if anything
   // happened (written, or the session ended).
