@@ -18,6 +18,11 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
   echo "demo: training the default model into $MODEL (a few minutes, once)"
   "$BUILD/tools/tandem-train" --out "$MODEL"
 fi
+CLIP_MODEL=${TANDEM_CLIP_MODEL:-$PWD/$BUILD/models/clip-default}
+if [ ! -f "$CLIP_MODEL/model.safetensors" ]; then
+  echo "demo: training the default embedding model into $CLIP_MODEL (about 3 minutes, once)"
+  "$BUILD/tools/tandem-train-clip" --out "$CLIP_MODEL"
+fi
 
 DIR=$(mktemp -d /tmp/tandem-demo.XXXXXX)
 SOCK="$DIR/bus.sock"
