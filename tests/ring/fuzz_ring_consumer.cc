@@ -2,7 +2,8 @@
 // ASan + UBSan). The input becomes the SQ control block, the CQ head (twice), the SQ entries and the request data area
 // of a real, initialize()d session (fuzz_ring_input.h); the session sits in the middle of a PROT_NONE region, so any
 // read or write outside it faults even where ASan's redzones do not reach. Then, as the hub does: consume() in up to
-// three passes, request_from_record() on every submit, post() completions for every command (records, token
+// three passes, request_from_record() on every submit, embed_from_record() on every embed (answered with one
+// `embedded` completion of count × 4 floats, or an error), post() completions for every command (records, token
 // batches, finished) with a small backlog limit, move the CQ head, flush(), take_wakeup().
 //
 // Beyond "no crash, no leak, no hang, no sanitizer report", it checks invariants and traps when one breaks:
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "daemon/embed_record.h"
 #include "daemon/submit_options.h"
 #include "fuzz_ring_input.h"
 #include "ring/completion_writer.h"
@@ -122,6 +124,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           ok = post(writer, record_completion(Kind::cancel_result, c.user_data, c.job_id,
                                               RecordWriter().add("state", "cancelled").take()));
           break;
+        case Opcode::embed: {
+          RecordWriter rw;
+          for (const Field& f : c.record) rw.add(f.key, f.value);
+          ParsedRecord again = parse_record(rw.bytes());
+          check(again.ok() && again.fields == c.record);
+          auto req = tandem::daemon::embed_from_record(c.record);
+          if (!req) {
+            check(!req.error().message.empty());
+            ok = post(writer, record_completion(Kind::error, c.user_data, 0,
+                                                RecordWriter().add("message", std::string_view(req.error().message)).take(),
+                                                ErrorCode::invalid_argument));
+            break;
+          }
+          check(!req->texts.empty() || !req->images.empty());
+          // One vector of 4 per input, derived from its bytes; the record must parse back to the same floats.
+          std::vector<std::vector<float>> vectors;
+          for (const auto& t : req->texts) vectors.push_back({float(t.size()), 1.0f, -1.0f, 0.5f});
+          for (const auto& im : req->images) vectors.push_back({float(im.size()), im.empty() ? 0.0f : float(im[0]), 0.0f, 2.0f});
+          RecordWriter out;
+          out.add("count", std::uint64_t{vectors.size()}).add("dim", std::uint64_t{4}).add_float32_rows("vectors", vectors);
+          ParsedRecord back = parse_record(out.bytes());
+          check(back.ok() && std::get<std::vector<float>>(back.find("vectors")->value).size() == vectors.size() * 4);
+          ok = post(writer, record_completion(Kind::embedded, c.user_data, c.user_data | 1, out.take()));
+          break;
+        }
         case Opcode::submit: {
           // The record as the hub gets it: write it back and parse it again — it must not change.
           RecordWriter rw;

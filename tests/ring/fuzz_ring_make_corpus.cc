@@ -127,5 +127,21 @@ int main(int argc, char** argv) {
     (void)s.client->submit(4, RecordWriter().add("model", "m").add("prompt", "p").add("max_tokens", "ten").take());
     write_input(s, dir + "/bad_option_type", 1, 1, 0, 3);
   }
+  {  // embeds (ABI 1.1): texts + images + every option, a text-only one, and one with a wrong type
+    Session s = open_session();
+    (void)s.client->embed(1, RecordWriter()
+                                 .add("model", "emb")
+                                 .add("texts", std::vector<std::string>{"a red circle", "two blue squares"})
+                                 .add("images", ByteList{{0x89, 'P', 'N', 'G', 13, 10, 26, 10}, {0xff, 0xd8, 0xff}})
+                                 .add("idempotency_key", "e-1")
+                                 .add("allow_cpu", true)
+                                 .add("deadline_ms", std::uint64_t{5000})
+                                 .add("truncate", false)
+                                 .take());
+    (void)s.client->embed(2, RecordWriter().add("texts", std::vector<std::string>{"x"}).take());
+    (void)s.client->embed(3, RecordWriter().add("texts", "not a list").take());
+    (void)s.client->nop(4);
+    write_input(s, dir + "/embed_texts_images", 4, 4, 0, 3);
+  }
   return 0;
 }
