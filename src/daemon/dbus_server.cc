@@ -2,9 +2,12 @@
 
 #include <grp.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 
 #include "daemon/log.h"
@@ -189,6 +192,30 @@ Result<Dict> from_variant_map(const std::map<std::string, sdbus::Variant>& m) {
   return d;
 }
 
+// An image passed as a file descriptor: read from its offset to the end, at most `max` bytes (one more is read to
+// tell "too large" from "exactly max"). The daemon reads with its own privileges only what the caller opened.
+// Only regular files (a memfd is one): a pipe or socket could keep the loop thread waiting for ever.
+Result<std::vector<std::uint8_t>> read_image_fd(int fd, std::uint64_t max) {
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) return fail(Errc::invalid_argument, std::string("cannot stat it: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return fail(Errc::invalid_argument, "not a regular file (pipes and sockets are refused)");
+  std::vector<std::uint8_t> out;
+  std::uint8_t buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(Errc::invalid_argument, std::string("cannot read it: ") + std::strerror(errno));
+    }
+    if (n == 0) break;
+    out.insert(out.end(), buf, buf + n);
+    if (out.size() > max)
+      return fail(Errc::invalid_argument, "over [embedding] max_image_bytes (" + std::to_string(max) + " bytes)");
+  }
+  if (out.empty()) return fail(Errc::invalid_argument, "it is empty (0 bytes from its offset)");
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 
 struct Creds {
@@ -369,13 +396,83 @@ class DbusServer::Impl::Main final
     if (!impl_.rings) throw_error(make_error(Errc::not_found, "no ring session " + std::to_string(session_id)));
     unwrap(impl_.rings->close(who(), session_id));
   }
+  // The reply comes when the job ends (an async method): the Result moves into the job's completion callback.
   void Embed(sdbus::Result<std::vector<std::vector<double>>, std::map<std::string, sdbus::Variant>>&& result,
              std::string model, std::vector<std::string> texts, std::vector<sdbus::UnixFd> image_fds,
              std::vector<std::vector<uint8_t>> images, std::map<std::string, sdbus::Variant> options) override {
-    (void)model, (void)texts, (void)image_fds, (void)images, (void)options;
-    result.returnError(sdbus::Error(std::string(kErrPrefix) + "NotSupported", "this tandemd serves no embedding model"));
+    auto reply = std::make_shared<sdbus::Result<std::vector<std::vector<double>>, std::map<std::string, sdbus::Variant>>>(
+        std::move(result));
+    auto done = [reply](Result<EmbedReply> r) {
+      try {
+        if (!r) {
+          reply->returnError(to_dbus_error(r.error(), "UnknownModel"));
+          return;
+        }
+        std::vector<std::vector<double>> v;
+        v.reserve(r->vectors.size());
+        for (const auto& x : r->vectors) v.emplace_back(x.begin(), x.end());
+        reply->returnResults(v, to_variant_map(r->result));
+      } catch (const sdbus::Error& e) {
+        log::debug("Embed reply not sent: {}", e.getMessage());
+      }
+    };
+    Caller c;
+    try {
+      c = who();
+    } catch (const sdbus::Error& e) {
+      reply->returnError(e);
+      return;
+    }
+    auto req = embed_request(std::move(model), std::move(texts), image_fds, std::move(images), options);
+    if (!req) {
+      done(fail(std::move(req).error()));
+      return;
+    }
+    s().embed(c, std::move(req).value(), std::move(done));
+    try {
+      commit();
+    } catch (const sdbus::Error& e) {  // the failed commit already answered the withdrawn job's call
+      log::debug("Embed: {}", e.getMessage());
+    }
   }
-  std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {
+  // Validates the call's shape and reads the image fds (bounded: max_image_bytes + 1 bytes each).
+  Result<EmbedRequest> embed_request(std::string model, std::vector<std::string> texts,
+                                     const std::vector<sdbus::UnixFd>& fds, std::vector<std::vector<uint8_t>> images,
+                                     const std::map<std::string, sdbus::Variant>& options) {
+    EmbedRequest r;
+    r.model = std::move(model);
+    r.texts = std::move(texts);
+    for (const auto& [k, v] : options) {
+      const std::string t = v.peekValueType();
+      if (k == "idempotency_key") {
+        if (t != "s") return bad_type(k, "a string", t);
+        r.options.idempotency_key = v.get<std::string>();
+      } else if (k == "allow_cpu" || k == "truncate") {
+        if (t != "b") return bad_type(k, "a boolean", t);
+        (k == "allow_cpu" ? r.options.allow_cpu : r.options.truncate) = v.get<bool>();
+      } else if (k == "deadline_ms") {
+        auto u = get_uint(k, v, 7ull * 24 * 3600 * 1000);
+        if (!u) return fail(std::move(u).error());
+        r.options.deadline_ms = *u;
+      } else {
+        return fail(Errc::invalid_argument, "unknown Embed option '" + k.substr(0, 64) +
+                                                "' (allowed: idempotency_key, allow_cpu, deadline_ms, truncate)");
+      }
+    }
+    const auto& lim = s().config().embedding;
+    const std::size_t inputs = r.texts.size() + fds.size() + images.size();
+    if (inputs > lim.max_inputs)  // before reading any fd
+      return fail(Errc::invalid_argument, "at most " + std::to_string(lim.max_inputs) + " inputs per call, got " +
+                                              std::to_string(inputs));
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      auto bytes = read_image_fd(fds[i].get(), lim.max_image_bytes);
+      if (!bytes) return fail(Errc::invalid_argument, "image_fds[" + std::to_string(i) + "]: " + bytes.error().message);
+      r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes).value()));
+    }
+    for (auto& b : images) r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::move(b)));
+    return r;
+  }
+  std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {  std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {
     std::vector<std::map<std::string, sdbus::Variant>> out;
     for (const auto& d : s().list_models()) {
       auto m = to_variant_map(d);

@@ -311,7 +311,7 @@ RunResult EngineBackend::embed(const EmbedSpec& spec, const std::atomic<bool>& c
     out.finish_reason = "cancelled";
     return out;
   }
-  out.finish_reason = "done";
+  out.finish_reason = "embedded";
   return out;
 }
 

@@ -71,7 +71,14 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
       pressure_tracker_(cfg_.policy.ladder.pressure),
       state_(cfg_.policy.service),
       failover_(cfg_.policy.failover),
-      idempotency_(cfg_.policy.idempotency) {}
+      idempotency_(cfg_.policy.idempotency) {
+  generate_wl_ = std::make_unique<GenerateWorkload>();
+  embed_wl_ = std::make_unique<EmbedWorkload>();
+}
+
+Service::Workload& Service::workload(const JobRecord& j) const {
+  return j.kind == WorkloadKind::embed ? *embed_wl_ : *generate_wl_;
+}
 
 Result<std::unique_ptr<Service>> Service::create(DaemonConfig cfg, std::shared_ptr<Backend> backend,
                                                  std::shared_ptr<const Clock> clock, ServiceObserver* observer,
@@ -173,7 +180,17 @@ Status Service::restore() {
                                   hj.value("at_unix_ms", std::int64_t{0}));
     }
     auto rj = json::parse(jj.request_json, nullptr, false);
-    if (rj.is_object()) {
+    if (rj.is_object() && rj.value("kind", "") == "embed") {
+      // An embedding job: its inputs were never journaled (images by digest only) and its vectors are not kept
+      // across a restart; the caller that waited got an error when tandemd stopped and calls Embed again.
+      rec->kind = WorkloadKind::embed;
+      rec->embed = std::make_shared<EmbedWork>();
+      rec->embed->n_texts = static_cast<std::uint32_t>(rj.contains("texts") && rj["texts"].is_array() ? rj["texts"].size() : 0);
+      rec->embed->n_images = static_cast<std::uint32_t>(rj.contains("images") && rj["images"].is_array() ? rj["images"].size() : 0);
+      rec->req.model = rj.value("model", "");
+      rec->request_json = json{{"kind", "embed"}, {"model", rec->req.model}};
+      rec->muted = true;
+    } else if (rj.is_object()) {
       rec->request_json = rj;
       rec->req.model = rj.value("model", "");
       rec->req.prompt = rj.value("prompt", "");
@@ -210,9 +227,11 @@ Status Service::restore() {
       rec->history.emplace_back(phase_name(rec->phase), phase_name(JobPhase::failed), reason, now_ms);
       rec->phase = JobPhase::failed;
       rec->reason = reason;
-      rec->error_code = std::string(errc_name(Errc::resumable));
-      rec->error_message = "tandemd stopped while the job was " + jj.phase + "; resume from the checkpoint (" +
-                           std::to_string(rec->tokens.size()) + " tokens)";
+      rec->error_code = std::string(errc_name(rec->kind == WorkloadKind::embed ? Errc::unavailable : Errc::resumable));
+      rec->error_message = rec->kind == WorkloadKind::embed
+                               ? "tandemd stopped while the embedding job was " + jj.phase + "; call Embed again"
+                               : "tandemd stopped while the job was " + jj.phase + "; resume from the checkpoint (" +
+                                     std::to_string(rec->tokens.size()) + " tokens)";
       rec->retry_after_ms = 0;
       rec->finished_unix_ms = now_ms;
       // The outcome record is the transition to failed (a transition record may only name a non-terminal phase).

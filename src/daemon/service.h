@@ -53,6 +53,35 @@ struct SubmitRequest {
   SubmitOptions options;
 };
 
+// The kinds of job the scheduler runs: each is a Workload (service_internal.h) — its request, estimate, run,
+// failover and result; admission, queues, the ledger, the breaker, the host guard, the journal, holds and degraded
+// mode are the same for all (docs/architecture.md, "The service core").
+enum class WorkloadKind : std::uint8_t { generate, embed };
+inline const char* workload_kind_name(WorkloadKind k) { return k == WorkloadKind::embed ? "embed" : "generate"; }
+
+struct EmbedOptions {
+  std::optional<std::string> idempotency_key;
+  std::optional<bool> allow_cpu;            // default true
+  std::optional<std::uint64_t> deadline_ms;
+  std::optional<bool> truncate;             // default true: texts longer than the model's context are cut
+};
+
+// An Embed call: texts, then images (the bytes of JPEG/PNG files; front ends read fds into these).
+struct EmbedRequest {
+  std::string model;  // "" = [embedding] default_model, else the first embedding model
+  std::vector<std::string> texts;
+  std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> images;
+  EmbedOptions options;
+};
+
+struct EmbedReply {
+  std::vector<std::vector<float>> vectors;  // one L2-normalised vector per input, in input order
+  Dict result;  // job_id, model, route, dim, inputs, texts, images, truncated, attempts, degraded, fingerprint,
+                // queued_ms, run_ms, existing
+};
+// Called once, on the loop thread: at once when the call is refused, else when its job ends.
+using EmbedDone = std::function<void(Result<EmbedReply>)>;
+
 // Front-end callbacks, all on the loop thread.
 class ServiceObserver {
  public:
@@ -94,6 +123,9 @@ class Service {
   // --- methods (errors are typed; see docs/dbus.md for the mapping) ---
   Result<Dict> submit(const Caller& c, const SubmitRequest& req);  // placement, with "job_id"
   Result<Dict> plan(const Caller& c, const SubmitRequest& req);
+  // An embedding job (docs/embeddings.md): validated, admitted, journaled and queued like Submit's; `done` gets
+  // the vectors when it completes, or the typed error (also for a refused request, at once).
+  void embed(const Caller& c, EmbedRequest req, EmbedDone done);
   Result<std::string> cancel(const Caller& c, JobId id);
   Result<Dict> get_job(const Caller& c, JobId id) const;
   Result<Dict> resume(const Caller& c, JobId id, const SubmitOptions& overrides);
@@ -184,6 +216,13 @@ class Service {
   struct JobRecord;
   struct WorkerEvent;
   class Sink;
+  // The per-kind parts of a job (service_internal.h): GenerateWorkload (service_generate.cc), EmbedWorkload
+  // (service_embed.cc).
+  class Workload;
+  class GenerateWorkload;
+  class EmbedWorkload;
+  struct EmbedWork;
+  Workload& workload(const JobRecord& j) const;
 
   Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const Clock> clock,
           ServiceObserver* observer, std::function<void()> wake);
@@ -193,6 +232,10 @@ class Service {
   // Request handling.
   struct Prepared;
   Result<Prepared> prepare(const Caller& c, const SubmitRequest& req, bool for_plan);
+  Result<Prepared> prepare_embed(const Caller& c, const EmbedRequest& req);
+  Dict embed_result(const JobRecord& j) const;
+  std::string default_embedding_model() const;  // "" = none configured
+  std::string default_llm() const;              // [default_model], else the first LLM
   policy::Decision decide(const Prepared& p, std::optional<JobId> self, Clock::duration waited);
   policy::AdmissionSnapshot snapshot(const ModelInfo& m, const policy::RequestShape& r, std::optional<JobId> self,
                                      Clock::duration waited) const;
@@ -243,6 +286,7 @@ class Service {
 
   DaemonConfig cfg_;
   std::shared_ptr<Backend> backend_;
+  std::unique_ptr<Workload> generate_wl_, embed_wl_;
   std::shared_ptr<const Clock> clock_;
   ServiceObserver* observer_;
   std::function<void()> wake_;

@@ -17,11 +17,12 @@ Result<Service::Prepared> Service::prepare(const Caller& c, const SubmitRequest&
   if (draining_ && !for_plan) return fail(Errc::unavailable, "tandemd is stopping; retry_after_ms=5000");
   Prepared p;
   p.req = req;
-  const std::string name = req.model.empty() ? (cfg_.default_model.empty() ? cfg_.models.front().name : cfg_.default_model)
-                                             : req.model;
+  const std::string name = req.model.empty() ? default_llm() : req.model;
   for (const auto& m : backend_->models())
     if (m.name == name) p.model = &m;
   if (!p.model) return fail(Errc::not_found, "unknown model '" + name.substr(0, 128) + "'");
+  if (p.model->kind != ModelKind::llm)
+    return fail(Errc::unsupported, "model " + name + " is an embedding model: call Embed");
   p.req.model = name;
   const auto& rt = cfg_.runtime;
   const auto& o = req.options;
@@ -127,6 +128,13 @@ Result<Service::Prepared> Service::prepare(const Caller& c, const SubmitRequest&
   for (int i = 0; i < 8; ++i) p.digest = (p.digest << 8) | dig[i];
   p.request_json["resume_tokens"] = p.resume;
   return p;
+}
+
+std::string Service::default_llm() const {
+  if (!cfg_.default_model.empty()) return cfg_.default_model;
+  for (const auto& m : backend_->models())
+    if (m.kind == ModelKind::llm) return m.name;
+  return cfg_.models.front().name;
 }
 
 policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::RequestShape& r,
@@ -250,6 +258,12 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   auto rec = std::make_unique<JobRecord>();
   JobRecord& j = *rec;
   j.id = next_id_;
+  j.kind = p.kind;
+  j.embed = p.embed;
+  if (j.embed) {
+    j.embed->n_texts = static_cast<std::uint32_t>(j.embed->texts.size());
+    j.embed->n_images = static_cast<std::uint32_t>(j.embed->images.size());
+  }
   j.fsm.emplace(j.id, p.sampling.seed, p.model->name, now);
   j.req = p.req;
   j.request_json = p.request_json;
@@ -269,6 +283,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   j.key = p.req.options.idempotency_key ? scoped_key(c.uid, *p.req.options.idempotency_key) : "";
   j.side_effects = p.shape.side_effects;
   j.stream = p.req.options.stream.value_or(true);
+  j.muted = j.kind == WorkloadKind::embed;  // an Embed call's answer is its reply (EmbedWork::waiters), not updates
   j.route = d.route;
   if (j.route.model.empty()) j.route.model = p.model->name;
   j.decision = d;
@@ -283,7 +298,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
     auto found = idempotency_.find(j.key);
     const bool failed = found && found->outcome && found->outcome->phase == JobPhase::failed;
     key_freed = failed && found->outcome->summary == kNotAccepted;
-    const bool can_claim = !found || (resumed_from && failed) || key_freed;
+    const bool can_claim = !found || (resumed_from && failed) || key_freed || p.reclaim_key;
     auto claim = can_claim ? Result<policy::Claim>(policy::Claim{j.id, true, std::nullopt})
                            : Result<policy::Claim>(policy::Claim{found->job, false, found->outcome});
     if (!claim) return fail(std::move(claim).error());
@@ -325,7 +340,8 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   ++next_id_;
   ++counters_["jobs_accepted"];
   if (!j.key.empty())
-    if (auto claim = idempotency_.claim(j.key, j.id, j.digest, now, resumed_from.has_value() || key_freed); !claim)
+    if (auto claim = idempotency_.claim(j.key, j.id, j.digest, now, resumed_from.has_value() || key_freed || p.reclaim_key);
+        !claim)
       log::error("job {}: idempotency key not recorded: {}", j.id, claim.error().message);
   j.history.emplace_back("", "queued", "accepted", j.accepted_unix_ms);
   JobRecord* jp = rec.get();

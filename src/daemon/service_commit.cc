@@ -141,6 +141,11 @@ void Service::withdraw(JobRecord& j) {
   --counters_["jobs_accepted"];
   ++counters_["jobs_withdrawn"];
   log::warn("job {} withdrawn: its accept could not be made durable", j.id);
+  if (j.embed) {  // the Embed calls waiting for it get the same answer as a Submit would
+    auto waiters = std::move(j.embed->waiters);
+    j.embed->waiters.clear();
+    for (auto& w : waiters) w(fail(Errc::internal, "could not journal the job; it was not accepted"));
+  }
   jobs_.erase(j.id);  // last: `j` is gone
 }
 

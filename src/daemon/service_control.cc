@@ -38,6 +38,9 @@ Result<Dict> Service::resume(const Caller& c, JobId id, const SubmitOptions& ove
   JobRecord* old = find(id);
   if (!old) return fail(Errc::not_found, "no job " + std::to_string(id));
   TANDEM_TRY(check_owner(c, *old));
+  if (old->kind == WorkloadKind::embed)
+    return fail(Errc::illegal_transition, "job " + std::to_string(id) +
+                                              " is an embedding job: it has no checkpoint; call Embed again");
   if (old->phase != JobPhase::failed)
     return fail(Errc::illegal_transition, "job " + std::to_string(id) + " is " + phase_name(old->phase) +
                                               "; only a failed job can be resumed");

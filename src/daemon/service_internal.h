@@ -106,7 +106,22 @@ inline std::string user_key(const std::string& scoped) {
 // Records
 
 // A validated request, ready for admission.
+// An embedding job's own state (kind embed): its inputs until it ends, the vectors, the callers waiting for them.
+struct Service::EmbedWork {
+  std::vector<std::vector<TokenId>> texts;                                 // tokenized, [BOS] ... [EOS]
+  std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> images;    // file bytes (decoded on the worker)
+  std::uint32_t n_texts = 0, n_images = 0;  // the inputs (kept when the inputs are dropped at the end)
+  std::uint32_t truncated = 0;              // texts cut to the model's context
+  std::uint32_t dim = 0;
+  std::vector<std::vector<float>> vectors;  // when completed (kept only for jobs with an idempotency key)
+  std::vector<EmbedDone> waiters;           // the Embed calls answered when the job ends
+  Clock::duration queued{}, run_time{};
+};
+
 struct Service::Prepared {
+  WorkloadKind kind = WorkloadKind::generate;
+  std::shared_ptr<EmbedWork> embed;  // kind embed
+  bool reclaim_key = false;          // embed: the key's earlier job ended without answer to give: run again
   SubmitRequest req;
   const ModelInfo* model = nullptr;
   std::vector<TokenId> prompt;
@@ -122,6 +137,8 @@ struct Service::Prepared {
 
 struct Service::JobRecord {
   JobId id = 0;
+  WorkloadKind kind = WorkloadKind::generate;
+  std::shared_ptr<EmbedWork> embed;  // kind embed (the generate kind's state is the fields below: prompts..text)
   std::optional<policy::Job> fsm;   // absent for jobs restored terminal from the journal
   JobPhase phase = JobPhase::queued;  // mirrors fsm (or the journal for restored jobs); names only at the edges
   std::string reason;
@@ -246,6 +263,55 @@ class Service::Sink final : public RunSink {
   std::chrono::steady_clock::time_point last_{};
   std::vector<TokenId> ids_;
   std::string text_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Workloads: what a kind of job does on top of the kind-agnostic core. The core (admission, queues, ledger, host
+// guard, breaker, journal records, holds, degraded mode, group commit) calls these at four points of a job's life:
+// when a route starts it, when a run succeeds, when a GPU run fails (after the breaker has counted it), and when it
+// ends; views ask them for their part of GetJob. Nested in Service, they see its state (one translation unit each).
+class Service::Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual WorkloadKind kind() const = 0;
+  // Starts a run of `j` on j.route (already set; the FSM says running): posts it to that route's pool. False: the
+  // job could not start and was ended here (e.g. a fallback model could not tokenize its prompt).
+  virtual bool start(Service& s, JobRecord& j) = 0;
+  // A run returned ok (not cancelled): keep its result before the job completes.
+  virtual void completed(Service& s, JobRecord& j, const RunResult& r) = 0;
+  // A GPU run failed with an accelerator fault: retry on the CPU, migrate at the checkpoint, or fail resumable.
+  virtual policy::FailoverDecision failover(const Service& s, const JobRecord& j) const = 0;
+  // The job reached a terminal state (its outcome is journaled, its resources released).
+  virtual void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) = 0;
+  // The kind's fields of the "finished" update and of GetJob.
+  virtual void outcome(const JobRecord& j, Dict& finished) const = 0;
+  virtual void view(const JobRecord& j, Dict& d) const = 0;
+};
+
+// Text generation (Submit/Resume): the prompt tokenized per serving model, the step loop's run with token events,
+// token checkpoints, failover by the FailoverPolicy (retry before the first token, migrate at the checkpoint).
+class Service::GenerateWorkload final : public Workload {
+ public:
+  WorkloadKind kind() const override { return WorkloadKind::generate; }
+  bool start(Service& s, JobRecord& j) override;
+  void completed(Service& s, JobRecord& j, const RunResult& r) override;
+  policy::FailoverDecision failover(const Service& s, const JobRecord& j) const override;
+  void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) override;
+  void outcome(const JobRecord& j, Dict& finished) const override;
+  void view(const JobRecord& j, Dict& d) const override;
+};
+
+// Embeddings (Embed): one run of both towers over the inputs; idempotent, so a GPU failure always re-runs it on
+// the CPU; the reply goes to every waiting Embed call when it ends.
+class Service::EmbedWorkload final : public Workload {
+ public:
+  WorkloadKind kind() const override { return WorkloadKind::embed; }
+  bool start(Service& s, JobRecord& j) override;
+  void completed(Service& s, JobRecord& j, const RunResult& r) override;
+  policy::FailoverDecision failover(const Service& s, const JobRecord& j) const override;
+  void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) override;
+  void outcome(const JobRecord& j, Dict& finished) const override;
+  void view(const JobRecord& j, Dict& d) const override;
 };
 
 }  // namespace tandem::daemon

@@ -142,7 +142,7 @@ void Service::dispatch(JobRecord& j, const policy::Route& route) {
   if (j.route.model.empty()) j.route.model = j.model;
   const std::string serving = j.route.model;
   // A fallback model has its own tokenizer and template: tokenize for it.
-  if (!j.prompts.count(serving)) {
+  if (j.kind == WorkloadKind::generate && !j.prompts.count(serving)) {
     auto ids = backend_->encode(serving, j.req.prompt, j.req.messages);
     if (!ids) {
       if (policy::JobQueue* q = queue_of(j.queue)) q->finish(j.id);
@@ -173,41 +173,7 @@ void Service::dispatch(JobRecord& j, const policy::Route& route) {
   }
   emit(j, "started", started);
 
-  // The chunk the step loop cuts this job's prompt into (engine::BatchLimits::chunk_for), for the queue's ETAs.
-  {
-    policy::JobQueue& q = j.route.device == policy::Device::cpu ? cpu_queue_ : gpu_queue_;
-    const auto& qc = q.config();
-    std::uint32_t chunk = qc.step_tokens >= qc.concurrency ? qc.step_tokens - qc.concurrency + 1 : 1;
-    if (j.prefill_chunk > 0) chunk = std::min(chunk, j.prefill_chunk);
-    q.set_prefill_chunk(j.id, chunk);
-  }
-  RunSpec spec;
-  spec.job = j.id;
-  spec.route = j.route;
-  spec.prompt = j.prompts[serving];
-  spec.sampling = j.sampling;
-  spec.max_new_tokens = j.max_new_tokens;
-  spec.stop = j.stop;
-  spec.resume_tokens = j.tokens;
-  spec.prefill_chunk = j.prefill_chunk;
-  auto cancel = j.cancel;
-  const auto attempt = j.attempt;
-  const auto flush = std::chrono::duration_cast<Clock::duration>(cfg_.runtime.token_flush_interval);
-  auto task = [this, spec = std::move(spec), cancel, attempt, flush] {
-    Sink sink(this, spec.job, attempt, flush);
-    RunResult r = backend_->run(spec, sink, *cancel);
-    sink.flush();
-    WorkerEvent ev;
-    ev.kind = WorkerEvent::finished;
-    ev.job = spec.job;
-    ev.attempt = attempt;
-    ev.result = std::move(r);
-    post(std::move(ev));
-  };
-  if (j.route.device == policy::Device::cpu)
-    cpu_pool_->post(std::move(task));
-  else
-    gpu_pool_->post(std::move(task));
+  workload(j).start(*this, j);
 }
 
 void Service::release_resources(JobRecord& j) {
@@ -246,8 +212,8 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
   journal_outcome(j);
   if (!j.key.empty()) (void)idempotency_.record_outcome(j.key, j.id, {phase, reason, now});
   ++counters_[phase == JobPhase::completed ? "jobs_completed" : phase == JobPhase::cancelled ? "jobs_cancelled" : "jobs_failed"];
-  Dict fin{{"state", phase_name(j.phase)}, {"reason", reason}, {"finish_reason", j.finish_reason},
-           {"tokens_total", static_cast<std::uint32_t>(j.tokens.size())}, {"text", j.text}};
+  Dict fin{{"state", phase_name(j.phase)}, {"reason", reason}, {"finish_reason", j.finish_reason}};
+  workload(j).outcome(j, fin);
   if (phase == JobPhase::failed) {
     fin["error_code"] = j.error_code;
     fin["error_message"] = j.error_message;
@@ -255,13 +221,7 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
   }
   emit(j, "finished", fin);
   log::job_line(j.id, j.model, route_name(j.route), phase_name(j.phase), reason, breaker_state());
-  if (phase != JobPhase::failed) {  // nothing can resume it: the prompt need not stay in memory
-    j.prompts.clear();
-    j.req.prompt.clear();
-    j.req.prompt.shrink_to_fit();
-    j.req.messages.clear();
-    j.request_json = json();
-  }
+  workload(j).ended(*this, j, phase, code, message);
 }
 
 void Service::on_run_finished(JobRecord& j, const RunResult& r) {
@@ -289,6 +249,7 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
       return;
     }
     j.finish_reason = r.finish_reason;
+    workload(j).completed(*this, j, r);
     end_job(j, JobPhase::completed, r.finish_reason, Errc::internal, "", 0s);
     return;
   }
@@ -339,12 +300,8 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
     breaker_event(BreakerEvent::alloc_failure);
   }
   ++counters_[err.code == Errc::device_lost ? "gpu_device_lost" : "gpu_alloc_failures"];
-  policy::FailoverInput in;
-  in.tokens_delivered = static_cast<std::uint32_t>(j.tokens.size() - j.resume.size());
-  in.sampling_reproducible = true;  // counter-based RNG keyed by (seed, step); CPU replica has the same fingerprint
-  in.side_effects = j.side_effects;
-  in.cpu_route_available = cpu_can_serve(j);
-  const auto fd = failover_.decide(in);
+  const auto fd = workload(j).failover(*this, j);
+  const auto tokens_delivered = static_cast<std::uint32_t>(j.tokens.size() - j.resume.size());
   const auto now = clock_->now();
   const std::string cause = std::string(errc_name(err.code));
   const JobPhase from = j.phase;
@@ -363,7 +320,7 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
       break;
     }
     case policy::FailoverAction::migrate_at_checkpoint: {
-      (void)j.fsm->record_tokens(in.tokens_delivered);
+      (void)j.fsm->record_tokens(tokens_delivered);
       (void)j.fsm->begin_migration(cause, now);
       j.phase = JobPhase::migrating;
       j.history.emplace_back(phase_name(from), phase_name(j.phase), cause, unix_ms());

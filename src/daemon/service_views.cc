@@ -27,7 +27,8 @@ Dict Service::job_dict(const JobRecord& j) const {
   d["idempotency_key"] = user_key(j.key);
   d["side_effects"] = j.side_effects;
   d["model"] = j.model;
-  if (j.phase == JobPhase::failed) {
+  workload(j).view(j, d);
+  if (j.phase == JobPhase::failed && j.kind == WorkloadKind::generate) {
     d["checkpoint_seed"] = j.sampling.seed;
     d["checkpoint_tokens"] = static_cast<std::uint32_t>(j.tokens.size());
     d["checkpoint_model"] = j.route.model.empty() ? j.model : j.route.model;  // the model whose ids they are
@@ -53,7 +54,7 @@ Dict Service::model_view(const std::string& name) const {
     if (m.name != name) continue;
     Dict d;
     d["name"] = m.name;
-    d["default"] = m.name == (cfg_.default_model.empty() ? cfg_.models.front().name : cfg_.default_model);
+    d["default"] = m.name == default_llm();
     d["fingerprint"] = m.fingerprint;
     d["revision"] = m.revision;
     d["fallback"] = m.fallback;
@@ -61,6 +62,16 @@ Dict Service::model_view(const std::string& name) const {
     d["template"] = m.template_name;
     d["dtype"] = m.dtype;
     d["weight_bytes"] = m.weight_bytes;
+    d["kind"] = std::string(model_kind_name(m.kind));
+    if (m.kind == ModelKind::embedding) {
+      d["dim"] = m.embedding.dim;
+      d["image_size"] = m.embedding.image_size;
+      std::vector<std::string> modalities;
+      if (m.embedding.text) modalities.push_back("text");
+      if (m.embedding.image) modalities.push_back("image");
+      d["modalities"] = modalities;
+      d["default"] = m.name == default_embedding_model();
+    }
     std::string placement;
     std::uint64_t gpu_bytes = 0, host_bytes = 0;
     for (const auto& r : backend_->replicas(m.name)) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -38,6 +39,12 @@ inline policy::ModelShape llama_shape(std::string name, std::uint32_t layers, st
   s.act_elem_bytes = 4;
   return s;
 }
+
+// What one embedding run does.
+struct EmbedScript {
+  std::optional<Errc> gpu_fail;  // on the GPU route: fail with this (an accelerator fault); device_lost loses the device
+  bool block = false;            // block until released or cancelled
+};
 
 // What one run does. Steps are counted from 0 within the run (resumed tokens not included).
 struct Script {
@@ -76,8 +83,110 @@ class FakeBackend final : public Backend {
     models_ = {tiny, small};
   }
 
+  void add_embedding_model() {
+    ModelInfo e;
+    e.name = "emb";
+    e.kind = ModelKind::embedding;
+    e.shape = llama_shape("emb", 4, 128);
+    e.shape.encoder_only = true;
+    e.revision = "r1";
+    e.dtype = "f32";
+    e.max_context = 8;
+    e.weight_bytes = 2ull << 20;
+    e.gpu_configured = true;
+    e.gpu_layers = 4;
+    e.fingerprint = "fp-emb";
+    e.embedding.dim = 4;
+    e.embedding.text_positions = 8;
+    e.embedding.image_size = 32;
+    e.embedding.image_tokens = 17;
+    models_.push_back(e);
+    std::lock_guard lock(mu_);
+    cpu_ready_.insert("emb");
+  }
+
   // --- Backend ---
   const std::vector<ModelInfo>& models() const override { return models_; }
+
+  Result<EmbedTokens> embed_tokens(const std::string& model, const std::string& text, bool truncate) override {
+    if (model != "emb") return ::tandem::fail(Errc::unsupported, "fake: " + model + " is not an embedding model");
+    EmbedTokens t;
+    t.ids.push_back(1);
+    for (unsigned char c : text) t.ids.push_back(3 + static_cast<TokenId>(c % 200));
+    t.ids.push_back(2);
+    if (t.ids.size() > 8) {
+      if (!truncate) return ::tandem::fail(Errc::invalid_argument, "fake: text over 8 tokens");
+      t.ids.resize(7);
+      t.ids.push_back(2);
+      t.truncated = true;
+    }
+    return t;
+  }
+
+  // The vector of one input: a function of its ids or bytes only (batch-independent), unit length.
+  static std::vector<float> vector_of(const std::vector<std::uint8_t>& bytes) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (auto b : bytes) h = (h ^ b) * 1099511628211ull;
+    std::vector<float> v(4);
+    double n = 0;
+    for (int k = 0; k < 4; ++k) {
+      v[static_cast<std::size_t>(k)] = static_cast<float>(static_cast<std::int64_t>((h >> (k * 16)) & 0xffff) - 32768) + 0.5f;
+      n += double(v[static_cast<std::size_t>(k)]) * v[static_cast<std::size_t>(k)];
+    }
+    for (auto& x : v) x = static_cast<float>(x / std::sqrt(n));
+    return v;
+  }
+  static std::vector<float> vector_of_ids(const std::vector<TokenId>& ids) {
+    std::vector<std::uint8_t> b;
+    for (auto id : ids) b.push_back(static_cast<std::uint8_t>(id));
+    b.push_back(0xee);  // texts and images never collide
+    return vector_of(b);
+  }
+
+  RunResult embed(const EmbedSpec& spec, const std::atomic<bool>& cancel) override {
+    EmbedScript s;
+    {
+      std::lock_guard lock(mu_);
+      embeds_.push_back(spec);
+      s = embed_script_;
+    }
+    RunResult r;
+    const bool on_gpu = spec.route.device != policy::Device::cpu;
+    if (s.block) wait_gate(spec.job, cancel);
+    if (cancel.load()) {
+      r.finish_reason = "cancelled";
+      return r;
+    }
+    if (on_gpu && s.gpu_fail) {
+      if (*s.gpu_fail == Errc::device_lost) {
+        {
+          std::lock_guard lock(mu_);
+          gpu_loaded_ = false;
+        }
+        sim_->lose();
+      }
+      r.status = ::tandem::fail(*s.gpu_fail, "fake: injected " + std::string(errc_name(*s.gpu_fail)));
+      r.finish_reason = "error";
+      r.accelerator_fault = true;
+      return r;
+    }
+    for (const auto& t : spec.texts) r.vectors.push_back(vector_of_ids(t));
+    for (std::size_t i = 0; i < spec.images.size(); ++i) {
+      const auto& b = *spec.images[i];
+      const std::string_view sv(reinterpret_cast<const char*>(b.data()), b.size());
+      if (sv.find("BROKEN") != std::string_view::npos) {  // decodes to nothing: the worker's typed refusal
+        r.vectors.clear();
+        r.status = ::tandem::fail(Errc::invalid_argument, "image " + std::to_string(i) + ": fake: corrupt");
+        r.failed_input = static_cast<std::uint32_t>(spec.texts.size() + i);
+        r.finish_reason = "error";
+        return r;
+      }
+      r.vectors.push_back(vector_of(b));
+    }
+    r.decode_time = std::chrono::milliseconds(1);
+    r.finish_reason = "embedded";
+    return r;
+  }
 
   Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
                                       const std::vector<gen::Message>& messages) override {
@@ -154,13 +263,25 @@ class FakeBackend final : public Backend {
 
   std::shared_ptr<device::Device> accelerator() const override { return sim_; }
 
+  void set_embed_script(EmbedScript s) {
+    std::lock_guard lock(mu_);
+    embed_script_ = s;
+  }
+  std::vector<EmbedSpec> embeds() const {
+    std::lock_guard lock(mu_);
+    return embeds_;
+  }
+
   std::uint64_t gpu_resident_bytes(const std::string& model) const override {
-    return gpu_ready(model) ? models_[0].weight_bytes : 0;
+    if (!gpu_ready(model)) return 0;
+    for (const auto& m : models_)
+      if (m.name == model) return m.weight_bytes;
+    return 0;
   }
 
   bool gpu_ready(const std::string& model) const override {
     std::lock_guard lock(mu_);
-    return model == "tiny" && gpu_loaded_ && gpu_enabled_;
+    return (model == "tiny" || model == "emb") && gpu_loaded_ && gpu_enabled_;
   }
 
   bool cpu_ready(const std::string& model) const override {
@@ -283,6 +404,8 @@ class FakeBackend final : public Backend {
   Script default_;
   std::function<Script(const RunSpec&)> scripter_;
   std::vector<RunSpec> runs_;
+  std::vector<EmbedSpec> embeds_;
+  EmbedScript embed_script_;
   std::vector<std::string> encoded_for_;
   std::set<policy::JobId> released_;
   std::multiset<policy::JobId> blocked_;

@@ -1,0 +1,410 @@
+// The embed workload in the service core: Embed requests validated and typed, admitted and queued like Submit's
+// jobs, answered with the vectors in input order, failed over to the CPU on a GPU fault, idempotent by key, kept
+// apart from the LLM on one memory budget, and what a restart leaves. FakeBackend's "emb" model (dim 4).
+#include "service_fixture.h"
+
+namespace tandem::daemon::testing {
+namespace {
+
+const std::vector<std::uint8_t> kPngMagic{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+
+std::shared_ptr<const std::vector<std::uint8_t>> png(const std::string& payload) {
+  auto v = kPngMagic;
+  v.insert(v.end(), payload.begin(), payload.end());
+  return std::make_shared<const std::vector<std::uint8_t>>(std::move(v));
+}
+
+EmbedRequest embed_request(std::vector<std::string> texts, std::vector<std::string> images = {}) {
+  EmbedRequest r;
+  r.model = "emb";
+  r.texts = std::move(texts);
+  for (const auto& i : images) r.images.push_back(png(i));
+  return r;
+}
+
+class EmbedTest : public ServiceTest {
+ protected:
+  EmbedTest() {
+    backend_->add_embedding_model();
+    ModelConfig emb;
+    emb.name = "emb";
+    emb.dir = "/nonexistent/emb";
+    cfg_.models.push_back(emb);
+  }
+
+  struct Call {
+    bool done = false;
+    Result<EmbedReply> reply = fail(Errc::internal, "not answered");
+  };
+  // Starts an Embed call; the returned record fills in when it is answered.
+  std::shared_ptr<Call> call(const Caller& c, EmbedRequest r) {
+    auto out = std::make_shared<Call>();
+    svc_->embed(c, std::move(r), [out](Result<EmbedReply> rep) {
+      EXPECT_FALSE(out->done) << "answered twice";
+      out->done = true;
+      out->reply = std::move(rep);
+    });
+    return out;
+  }
+  Result<EmbedReply> run(const Caller& c, EmbedRequest r) {
+    auto k = call(c, std::move(r));
+    EXPECT_TRUE(pump_until([&] { return k->done; })) << "no answer";
+    return k->reply;
+  }
+};
+
+TEST_F(EmbedTest, VectorsComeBackInInputOrderFromTheGpu) {
+  start();
+  auto r = run(alice_, embed_request({"a red circle", "a blue square"}, {"img-1"}));
+  ASSERT_TRUE(r) << describe(r);
+  ASSERT_EQ(r->vectors.size(), 3u);
+  const auto specs = backend_->embeds();
+  ASSERT_EQ(specs.size(), 1u);  // one run for the whole call (a batch)
+  EXPECT_EQ(r->vectors[0], FakeBackend::vector_of_ids(specs[0].texts[0]));
+  EXPECT_EQ(r->vectors[1], FakeBackend::vector_of_ids(specs[0].texts[1]));
+  EXPECT_EQ(r->vectors[2], FakeBackend::vector_of(*png("img-1")));
+  EXPECT_EQ(str(r->result, "route"), "gpu");
+  EXPECT_EQ(str(r->result, "model"), "emb");
+  EXPECT_EQ(u32(r->result, "dim"), 4u);
+  EXPECT_EQ(u32(r->result, "inputs"), 3u);
+  EXPECT_EQ(u32(r->result, "texts"), 2u);
+  EXPECT_EQ(u32(r->result, "images"), 1u);
+  EXPECT_EQ(u32(r->result, "attempts"), 1u);
+  EXPECT_FALSE(flag(r->result, "degraded"));
+  EXPECT_FALSE(flag(r->result, "existing"));
+  const JobId id = u64(r->result, "job_id");
+  Dict j = job(id);
+  EXPECT_EQ(str(j, "state"), "completed");
+  EXPECT_EQ(str(j, "kind"), "embed");
+  EXPECT_EQ(u32(j, "inputs"), 3u);
+  // An Embed call's answer is its reply: no JobUpdate signals.
+  EXPECT_TRUE(rec_.of(id).empty());
+  // The texts were tokenized on the loop with BOS/EOS.
+  EXPECT_EQ(specs[0].texts[0].front(), 1);
+  EXPECT_EQ(specs[0].texts[0].back(), 2);
+}
+
+TEST_F(EmbedTest, DefaultModelIsTheFirstEmbeddingModelAndSubmitKeepsTheLlm) {
+  start();
+  EmbedRequest r = embed_request({"x"});
+  r.model.clear();
+  auto rep = run(alice_, r);
+  ASSERT_TRUE(rep) << describe(rep);
+  EXPECT_EQ(str(rep->result, "model"), "emb");
+  const JobId id = submit_ok(alice_, request());  // "" = the first LLM, not the embedding model
+  EXPECT_EQ(str(job(id), "model"), "tiny");
+  // The models say what they are.
+  for (const auto& m : svc_->list_models()) {
+    const std::string name = str(m, "name");
+    EXPECT_EQ(str(m, "kind"), name == "emb" ? "embedding" : "llm") << name;
+    if (name == "emb") {
+      EXPECT_EQ(u32(m, "dim"), 4u);
+      EXPECT_EQ(at<std::vector<std::string>>(m, "modalities"), (std::vector<std::string>{"text", "image"}));
+    }
+  }
+}
+
+struct BadCase {
+  const char* name;
+  std::function<void(EmbedRequest&, DaemonConfig&)> edit;
+  Errc code;
+  const char* message;
+};
+
+TEST_F(EmbedTest, BadRequestsGetTypedErrorsAndRunNothing) {
+  const std::vector<BadCase> cases = {
+      {"no inputs", [](EmbedRequest& r, DaemonConfig&) { r.texts.clear(); }, Errc::invalid_argument, "no inputs"},
+      {"too many", [](EmbedRequest& r, DaemonConfig& c) { c.embedding.max_inputs = 2; r.texts = {"a", "b", "c"}; },
+       Errc::invalid_argument, "at most 2 inputs per call, got 3"},
+      {"not an image", [](EmbedRequest& r, DaemonConfig&) {
+         r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::vector<std::uint8_t>{'h', 'i'}));
+       }, Errc::invalid_argument, "images[0]: not a JPEG or PNG image"},
+      {"empty image", [](EmbedRequest& r, DaemonConfig&) {
+         r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>());
+       }, Errc::invalid_argument, "images[0] is empty"},
+      {"huge image", [](EmbedRequest& r, DaemonConfig& c) {
+         c.embedding.max_image_bytes = 1024;
+         r.images.push_back(png(std::string(2000, 'x')));
+       }, Errc::invalid_argument, "at most 1024 ([embedding] max_image_bytes)"},
+      {"text bytes", [](EmbedRequest& r, DaemonConfig& c) { c.embedding.max_text_bytes = 4; r.texts = {"hello"}; },
+       Errc::invalid_argument, "texts[0] is 5 bytes; at most 4"},
+      {"invalid utf-8", [](EmbedRequest& r, DaemonConfig&) { r.texts = {std::string("\xff\xfe")}; },
+       Errc::invalid_argument, "texts[0] is not valid UTF-8"},
+      {"too long, no truncate", [](EmbedRequest& r, DaemonConfig&) {
+         r.texts = {"a long text over eight tokens"};
+         r.options.truncate = false;
+       }, Errc::invalid_argument, "texts[0]: fake: text over 8 tokens"},
+      {"unknown model", [](EmbedRequest& r, DaemonConfig&) { r.model = "nope"; }, Errc::not_found, "unknown model 'nope'"},
+      {"an llm", [](EmbedRequest& r, DaemonConfig&) { r.model = "tiny"; }, Errc::unsupported,
+       "model tiny is not an embedding model (kind llm): call Submit"},
+      {"bad key", [](EmbedRequest& r, DaemonConfig&) { r.options.idempotency_key = ""; }, Errc::invalid_argument,
+       "idempotency_key must be 1..240 bytes"},
+      {"bad deadline", [](EmbedRequest& r, DaemonConfig&) { r.options.deadline_ms = 0; }, Errc::invalid_argument,
+       "deadline_ms must be in"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    EmbedRequest r = embed_request({"ok"});
+    DaemonConfig cfg = base_config(dir_.path());
+    cfg.models = cfg_.models;
+    c.edit(r, cfg);
+    cfg_ = cfg;
+    ASSERT_NO_FATAL_FAILURE(restart());
+    auto k = call(alice_, r);
+    ASSERT_TRUE(k->done) << "a refused call is answered at once";
+    ASSERT_FALSE(k->reply);
+    EXPECT_EQ(k->reply.error().code, c.code) << k->reply.error().message;
+    EXPECT_THAT(k->reply.error().message, HasSubstr(c.message));
+  }
+  EXPECT_TRUE(backend_->embeds().empty());
+  // And Submit to the embedding model is refused the same way.
+  SubmitRequest s = request();
+  s.model = "emb";
+  auto p = svc_->submit(alice_, s);
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, Errc::unsupported);
+}
+
+TEST_F(EmbedTest, AnImageTheWorkerCannotDecodeFailsTheJobTyped) {
+  start();
+  auto r = run(alice_, embed_request({"fine"}, {"BROKEN bytes"}));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
+  EXPECT_THAT(r.error().message, HasSubstr("image 0: fake: corrupt"));
+  const JobId id = 1;
+  EXPECT_EQ(str(job(id), "state"), "failed");
+  EXPECT_EQ(str(job(id), "reason"), "invalid_request");
+}
+
+TEST_F(EmbedTest, LongTextsAreTruncatedAndCounted) {
+  start();
+  auto r = run(alice_, embed_request({"a long text over eight tokens", "ok"}));
+  ASSERT_TRUE(r) << describe(r);
+  EXPECT_EQ(u32(r->result, "truncated"), 1u);
+  const auto spec = backend_->embeds().at(0);
+  EXPECT_EQ(spec.texts[0].size(), 8u);
+  EXPECT_EQ(spec.texts[0].back(), 2);  // EOS kept last
+}
+
+TEST_F(EmbedTest, AGpuFaultReRunsTheJobOnTheCpu) {
+  start();
+  fake::EmbedScript s;
+  s.gpu_fail = Errc::device_lost;
+  backend_->set_embed_script(s);
+  auto r = run(alice_, embed_request({"a"}, {"img"}));
+  ASSERT_TRUE(r) << describe(r);
+  EXPECT_EQ(str(r->result, "route"), "cpu");
+  EXPECT_EQ(u32(r->result, "attempts"), 2u);
+  EXPECT_TRUE(flag(r->result, "degraded"));
+  const auto specs = backend_->embeds();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].route.device, policy::Device::gpu);
+  EXPECT_EQ(specs[1].route.device, policy::Device::cpu);
+  EXPECT_EQ(specs[1].texts, specs[0].texts);  // the same inputs, run again
+  EXPECT_EQ(r->vectors[1], FakeBackend::vector_of(*png("img")));
+  EXPECT_EQ(svc_->counters().at("retries"), 1u);
+  // The next call goes to the CPU while the device is lost.
+  auto again = run(alice_, embed_request({"b"}));
+  ASSERT_TRUE(again) << describe(again);
+  EXPECT_EQ(str(again->result, "route"), "cpu");
+}
+
+TEST_F(EmbedTest, OutOfMemoryOnTheGpuAlsoMovesToTheCpu) {
+  start();
+  fake::EmbedScript s;
+  s.gpu_fail = Errc::out_of_memory;
+  backend_->set_embed_script(s);
+  auto r = run(alice_, embed_request({"a", "b"}));
+  ASSERT_TRUE(r) << describe(r);
+  EXPECT_EQ(str(r->result, "route"), "cpu");
+  EXPECT_EQ(r->vectors.size(), 2u);
+}
+
+TEST_F(EmbedTest, AnIdempotencyKeyNamesOneJobAndItsVectors) {
+  start();
+  fake::EmbedScript s;
+  s.block = true;
+  backend_->set_embed_script(s);
+  EmbedRequest r = embed_request({"same"}, {"img"});
+  r.options.idempotency_key = "k1";
+  auto first = call(alice_, r);
+  ASSERT_TRUE(pump_until([&] { return backend_->blocked() == 1; }));
+  auto second = call(alice2_, r);  // the same user retries on another connection while it runs
+  EXPECT_FALSE(second->done);
+  EmbedRequest other = r;
+  other.texts = {"different"};
+  auto dup = call(alice_, other);
+  ASSERT_TRUE(dup->done);
+  ASSERT_FALSE(dup->reply);
+  EXPECT_EQ(dup->reply.error().code, Errc::duplicate);
+  backend_->release_all();
+  ASSERT_TRUE(pump_until([&] { return first->done && second->done; }));
+  ASSERT_TRUE(first->reply) << describe(first->reply);
+  ASSERT_TRUE(second->reply) << describe(second->reply);
+  EXPECT_EQ(first->reply->vectors, second->reply->vectors);
+  EXPECT_EQ(u64(first->reply->result, "job_id"), u64(second->reply->result, "job_id"));
+  EXPECT_EQ(backend_->embeds().size(), 1u);  // one run for both calls
+  // After it completed: the held vectors, no new run.
+  auto third = run(alice_, r);
+  ASSERT_TRUE(third) << describe(third);
+  EXPECT_TRUE(flag(third->result, "existing"));
+  EXPECT_EQ(third->vectors, first->reply->vectors);
+  EXPECT_EQ(backend_->embeds().size(), 1u);
+  // Keys are per user: bob's "k1" is another job.
+  auto bobs = run(bob_, r);
+  ASSERT_TRUE(bobs) << describe(bobs);
+  EXPECT_FALSE(flag(bobs->result, "existing"));
+  EXPECT_EQ(backend_->embeds().size(), 2u);
+}
+
+TEST_F(EmbedTest, AFailedKeyedJobRunsAgainWithTheKey) {
+  start();
+  auto r0 = embed_request({"x"}, {"BROKEN"});
+  r0.options.idempotency_key = "k2";
+  auto bad = run(alice_, r0);
+  ASSERT_FALSE(bad);
+  // The same request again: the key's job failed, so it runs again (nothing was delivered, no side effects).
+  auto again = run(alice_, r0);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(backend_->embeds().size(), 2u);
+}
+
+TEST_F(EmbedTest, TheCpuServesWhenTheGpuIsHeld) {
+  start();
+  auto cookie = svc_->hold_gpu(admin_, "a game", "org.example.Game");
+  ASSERT_TRUE(cookie) << describe(cookie);
+  auto r = run(alice_, embed_request({"held"}));
+  ASSERT_TRUE(r) << describe(r);
+  EXPECT_EQ(str(r->result, "route"), "cpu");
+  EXPECT_TRUE(flag(r->result, "degraded"));
+  // allow_cpu = false under a hold: refused with a retry hint, as Submit is.
+  EmbedRequest g = embed_request({"gpu only"});
+  g.options.allow_cpu = false;
+  auto k = call(alice_, g);
+  ASSERT_TRUE(k->done);
+  ASSERT_FALSE(k->reply);
+  EXPECT_THAT(k->reply.error().message, HasSubstr("retry_after_ms="));
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  auto after = run(alice_, g);
+  ASSERT_TRUE(after) << describe(after);
+  EXPECT_EQ(str(after->result, "route"), "gpu");
+}
+
+// A second GPU job waits in the GPU queue behind a running one (allow_cpu = false keeps it there).
+class EmbedQueueTest : public EmbedTest {
+ protected:
+  EmbedQueueTest() { cfg_.policy.gpu_queue.concurrency = 1; }
+  std::shared_ptr<Call> queue_behind_a_running_job(EmbedRequest g) {
+    fake::EmbedScript s;
+    s.block = true;
+    backend_->set_embed_script(s);
+    first_ = call(alice_, embed_request({"first"}));
+    EXPECT_TRUE(pump_until([&] { return backend_->blocked() == 1; }));
+    g.options.allow_cpu = false;
+    auto k = call(alice_, g);
+    settle();
+    EXPECT_FALSE(k->done) << (k->done ? describe(k->reply) : "");
+    return k;
+  }
+  std::shared_ptr<Call> first_;
+};
+
+TEST_F(EmbedQueueTest, ADeadlineWhileQueuedIsATimeout) {
+  start();
+  EmbedRequest g = embed_request({"late"});
+  g.options.deadline_ms = 50;
+  auto k = queue_behind_a_running_job(g);
+  clock_->advance(100ms);
+  ASSERT_TRUE(pump_until([&] { return k->done; }, /*tick=*/true));
+  ASSERT_FALSE(k->reply);
+  EXPECT_EQ(k->reply.error().code, Errc::timeout) << k->reply.error().message;
+  backend_->release_all();
+  ASSERT_TRUE(pump_until([&] { return first_->done; }));
+  EXPECT_TRUE(first_->reply);
+}
+
+TEST_F(EmbedQueueTest, DrainingRefusesNewCallsAndEndsQueuedOnes) {
+  start();
+  auto k = queue_behind_a_running_job(embed_request({"queued"}));
+  svc_->begin_drain();
+  ASSERT_TRUE(pump_until([&] { return k->done; }, true));
+  ASSERT_FALSE(k->reply);
+  EXPECT_EQ(k->reply.error().code, Errc::unavailable) << k->reply.error().message;
+  auto late = call(alice_, embed_request({"late"}));
+  ASSERT_TRUE(late->done);
+  EXPECT_EQ(late->reply.error().code, Errc::unavailable);
+  backend_->release_all();
+  ASSERT_TRUE(pump_until([&] { return first_->done; }));
+  EXPECT_TRUE(first_->reply) << describe(first_->reply);  // the running one finishes
+}
+
+TEST_F(EmbedQueueTest, AQueuedJobRunsWhenTheSlotFrees) {
+  start();
+  auto k = queue_behind_a_running_job(embed_request({"second"}));
+  backend_->set_embed_script({});
+  backend_->release_all();
+  ASSERT_TRUE(pump_until([&] { return first_->done && k->done; }, true));
+  ASSERT_TRUE(k->reply) << describe(k->reply);
+  EXPECT_EQ(str(k->reply->result, "route"), "gpu");
+}
+
+TEST_F(EmbedTest, ARestartLeavesAnUnfinishedEmbeddingJobFailedAndNotResumable) {
+  start();
+  fake::EmbedScript s;
+  s.block = true;
+  backend_->set_embed_script(s);
+  auto k = call(alice_, embed_request({"in flight"}, {"img"}));
+  ASSERT_TRUE(pump_until([&] { return backend_->blocked() == 1; }));
+  backend_->release_all();
+  svc_.reset();  // a crash-like stop: the journal holds the accept only
+  backend_->set_embed_script({});
+  ASSERT_NO_FATAL_FAILURE(start());
+  Dict j = job(1);
+  EXPECT_EQ(str(j, "state"), "failed");
+  EXPECT_EQ(str(j, "reason"), "daemon_restart");
+  EXPECT_EQ(str(j, "kind"), "embed");
+  EXPECT_EQ(u32(j, "inputs"), 2u);
+  EXPECT_EQ(str(j, "error_code"), code(Errc::unavailable));
+  auto res = svc_->resume(alice_, 1, {});
+  ASSERT_FALSE(res);
+  EXPECT_EQ(res.error().code, Errc::illegal_transition);
+  EXPECT_THAT(res.error().message, HasSubstr("call Embed again"));
+}
+
+// One budget: a long prompt that does not fit next to the resident weights routes to the CPU while an embedding
+// job (a small forward, no KV) still fits and keeps the GPU.
+TEST_F(EmbedTest, ALongPromptRoutesToTheCpuWhileEmbeddingsKeepTheGpu) {
+  // A tight budget at normal pressure: no margin, pressure levels far below what is left free.
+  cfg_.policy.headroom.margin.bytes = 0;
+  cfg_.policy.headroom.margin.fraction = 0;
+  cfg_.policy.ladder.pressure = {0.0004, 0.0005, 0.0001, 0.0002};
+  start();
+  SubmitRequest big = request(std::string(400, 'x'), 100);
+  auto plan = svc_->plan(alice_, big);
+  ASSERT_TRUE(plan) << describe(plan);
+  const auto need = at<std::map<std::string, std::uint64_t>>(*plan, "breakdown").at("total");
+  const auto head = at<std::map<std::string, std::int64_t>>(*plan, "headroom").at("headroom");
+  ASSERT_GT(head, static_cast<std::int64_t>(need));
+  // Foreign load leaves room for the embedding forward but not for the prompt's KV cache and activations (set in
+  // two steps: the device's own reading decides what is free).
+  std::uint64_t foreign = static_cast<std::uint64_t>(head) - need;
+  ASSERT_TRUE(svc_->testing_foreign_load(foreign));
+  auto headroom_now = [&] {
+    auto p2 = svc_->plan(alice_, big);
+    return at<std::map<std::string, std::int64_t>>(*p2, "headroom").at("headroom");
+  };
+  foreign += static_cast<std::uint64_t>(headroom_now()) - need / 4;
+  ASSERT_TRUE(svc_->testing_foreign_load(foreign));
+  ASSERT_LT(headroom_now(), static_cast<std::int64_t>(need));
+  Dict placed;
+  const JobId llm = submit_ok(alice_, big, &placed);
+  EXPECT_EQ(str(placed, "route"), "cpu") << str(placed, "reason");
+  auto r = run(alice_, embed_request({"a small forward"}));
+  ASSERT_TRUE(r) << describe(r);
+  EXPECT_EQ(str(r->result, "route"), "gpu") << str(job(u64(r->result, "job_id")), "detail") << " / " << str(job(u64(r->result, "job_id")), "action");
+  EXPECT_FALSE(flag(r->result, "degraded"));
+  ASSERT_TRUE(wait_terminal(llm));
+}
+
+}  // namespace
+}  // namespace tandem::daemon::testing
