@@ -110,7 +110,7 @@ struct RingConfig {
 // make the daemon hold and decode.
 struct EmbeddingConfig {
   std::string default_model;                      // "" = the first embedding model
-  std::uint32_t max_inputs = 64;                  // texts + images per call, [1, 4096]
+  std::uint32_t max_inputs = 64;                  // texts + images per call, [1, 1024]
   std::uint64_t max_image_bytes = 32ull << 20;    // one image's file, [1 KiB, 1 GiB]
   std::uint64_t max_image_pixels = 40'000'000;    // one image decoded (width × height), [1, 1e9]
   std::uint32_t max_text_bytes = 64 << 10;        // one text, [1, 16 MiB]

@@ -349,7 +349,7 @@ const std::vector<Section<D>>& daemon_schema() {
       {"embedding",
        {
            TANDEM_TEXT(D, "default_model", embedding.default_model, text()),
-           TANDEM_INT(D, "max_inputs", embedding.max_inputs, integer(1, 4096)),
+           TANDEM_INT(D, "max_inputs", embedding.max_inputs, integer(1, 1024)),
            TANDEM_SIZE(D, "max_image_bytes", embedding.max_image_bytes, size(1 * kKiB, 1 * kGiB)),
            TANDEM_INT(D, "max_image_pixels", embedding.max_image_pixels, integer(1, 1'000'000'000)),
            TANDEM_INT(D, "max_text_bytes", embedding.max_text_bytes, integer(1, 16 << 20)),

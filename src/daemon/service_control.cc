@@ -178,6 +178,9 @@ void Service::abort_running() {
 Status Service::reload(const DaemonConfig& cfg) {
   cfg_.auth = cfg.auth;
   cfg_.runtime.max_jobs_per_client = cfg.runtime.max_jobs_per_client;
+  cfg_.embedding.max_inputs = cfg.embedding.max_inputs;
+  cfg_.embedding.max_image_bytes = cfg.embedding.max_image_bytes;
+  cfg_.embedding.max_text_bytes = cfg.embedding.max_text_bytes;
   cfg_.runtime.max_prompt_bytes = cfg.runtime.max_prompt_bytes;
   cfg_.runtime.max_messages = cfg.runtime.max_messages;
   Caller root{"", 0, true, true, ""};

@@ -151,7 +151,7 @@ TEST(DaemonConfig, EveryRangeViolationNamesFileKeyAndRange) {
       {"[replica]\nswitch_margin = 1", "replica.switch_margin: must be in [0,1), got 1"},
       {"[idempotency]\nretention_s = 0", "idempotency.retention_s: must be > 0, got 0s"},
       {"[idempotency]\nmax_keys = 0", "idempotency.max_keys: must be in [1,100000000], got 0"},
-      {"[embedding]\nmax_inputs = 0", "embedding.max_inputs: must be in [1,4096], got 0"},
+      {"[embedding]\nmax_inputs = 0", "embedding.max_inputs: must be in [1,1024], got 0"},
       {"[embedding]\nmax_image_bytes = \"2GiB\"", "embedding.max_image_bytes: must be in [1KiB,1GiB], got 2GiB"},
       // cross-field
       {"[embedding]\ndefault_model = \"nope\"",
