@@ -86,6 +86,7 @@ struct EmbedSpec {
   policy::Route route;
   std::vector<std::vector<TokenId>> texts;
   std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> images;
+  std::vector<std::string> image_names;  // the caller's name of each image, for error messages ("image_fds[0]")
 };
 
 // A text tokenized for an embedding model.

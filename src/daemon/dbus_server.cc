@@ -468,11 +468,15 @@ class DbusServer::Impl::Main final
       auto bytes = read_image_fd(fds[i].get(), lim.max_image_bytes);
       if (!bytes) return fail(Errc::invalid_argument, "image_fds[" + std::to_string(i) + "]: " + bytes.error().message);
       r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes).value()));
+      r.image_names.push_back("image_fds[" + std::to_string(i) + "]");
     }
-    for (auto& b : images) r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::move(b)));
+    for (std::size_t i = 0; i < images.size(); ++i) {
+      r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::move(images[i])));
+      r.image_names.push_back("images[" + std::to_string(i) + "]");
+    }
     return r;
   }
-  std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {  std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {
+  std::vector<std::map<std::string, sdbus::Variant>> ListModels() override {
     std::vector<std::map<std::string, sdbus::Variant>> out;
     for (const auto& d : s().list_models()) {
       auto m = to_variant_map(d);

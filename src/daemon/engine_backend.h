@@ -56,6 +56,11 @@ class EngineBackend final : public Backend {
 
   // Embedding models (engine_backend_embed.cc).
   struct EmbedEntry;
+  // Defined where EmbedEntry is complete (engine_backend_embed.cc), so that this class's members can be built and
+  // destroyed in engine_backend.cc, where only Entry is.
+  struct EmbedEntryDelete {
+    void operator()(EmbedEntry* e) const;
+  };
   Status add_embedding_model(const ModelConfig& mc, const DaemonConfig& cfg,
                              const std::function<void(const std::string&)>& progress);
   Status load_embed_gpu(EmbedEntry& e);
@@ -65,7 +70,7 @@ class EngineBackend final : public Backend {
   std::uint64_t embed_gpu_bytes(const EmbedEntry& e) const;
   bool embed_gpu_ready(const EmbedEntry& e) const;
   Status reload_embed_gpu();
-  std::vector<std::unique_ptr<EmbedEntry>> embed_entries_;
+  std::vector<std::unique_ptr<EmbedEntry, EmbedEntryDelete>> embed_entries_;
   std::uint64_t max_image_bytes_ = 32ull << 20;
   std::uint64_t max_image_pixels_ = 40'000'000;
 

@@ -37,6 +37,8 @@ struct EngineBackend::EmbedEntry {
   std::mutex cpu_run_mu, gpu_run_mu;
 };
 
+void EngineBackend::EmbedEntryDelete::operator()(EmbedEntry* e) const { delete e; }
+
 namespace {
 
 std::string read_small_file(const std::string& path, std::size_t limit = 16u << 20) {
@@ -111,7 +113,7 @@ Result<bool> EngineBackend::is_embedding_model(const std::string& path) {
 Status EngineBackend::add_embedding_model(const ModelConfig& mc, const DaemonConfig& cfg,
                                           const std::function<void(const std::string&)>& progress) {
   (void)cfg;
-  auto e = std::make_unique<EmbedEntry>();
+  std::unique_ptr<EmbedEntry, EmbedEntryDelete> e(new EmbedEntry());
   e->cfg = mc;
   auto dt = engine::parse_compute_dtype(mc.dtype);
   if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
@@ -276,7 +278,8 @@ RunResult EngineBackend::embed(const EmbedSpec& spec, const std::atomic<bool>& c
     }
     auto img = image::decode(*spec.images[i], lim);
     if (!img) {
-      out.status = fail(Errc::invalid_argument, "image " + std::to_string(i) + ": " + img.error().message);
+      const std::string which = i < spec.image_names.size() ? spec.image_names[i] : "image " + std::to_string(i);
+      out.status = fail(Errc::invalid_argument, which + ": " + img.error().message);
       out.failed_input = static_cast<std::uint32_t>(spec.texts.size() + i);
       return out;
     }

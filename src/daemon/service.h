@@ -71,6 +71,9 @@ struct EmbedRequest {
   std::string model;  // "" = [embedding] default_model, else the first embedding model
   std::vector<std::string> texts;
   std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> images;
+  // The caller's name of each image in error messages ("image_fds[0]" for an fd read in by the D-Bus front end);
+  // missing entries are "images[i]".
+  std::vector<std::string> image_names;
   EmbedOptions options;
 };
 

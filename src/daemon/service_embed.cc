@@ -81,7 +81,9 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
   json images = json::array();
   for (std::size_t i = 0; i < req.images.size(); ++i) {
     const auto& b = req.images[i];
-    const std::string which = "images[" + std::to_string(i) + "]";
+    const std::string which = i < req.image_names.size() && !req.image_names[i].empty()
+                                  ? req.image_names[i]
+                                  : "images[" + std::to_string(i) + "]";
     if (!b || b->empty()) return fail(Errc::invalid_argument, which + " is empty");
     if (b->size() > lim.max_image_bytes)
       return fail(Errc::invalid_argument, which + " is " + std::to_string(b->size()) + " bytes; at most " +
@@ -89,6 +91,7 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
     if (auto f = image::sniff(*b); !f) return fail(Errc::invalid_argument, which + ": " + f.error().message);
     images.push_back({{"sha256", hex_digest(*b)}, {"bytes", b->size()}});
     work->images.push_back(b);
+    work->image_names.push_back(which);
   }
   if (!req.images.empty()) longest = std::max(longest, p.model->embedding.image_tokens);
   work->dim = p.model->embedding.dim;
@@ -128,7 +131,7 @@ void Service::embed(const Caller& c, EmbedRequest req, EmbedDone done) {
                                          std::to_string(j->id) + " with different inputs"));
           return;
         }
-        if (j->kind == WorkloadKind::embed && j->embed && !j->terminal() && !j->accept_pending) {
+        if (j->kind == WorkloadKind::embed && j->embed && !j->terminal()) {  // accept pending too: withdraw answers it
           j->embed->waiters.push_back(std::move(done));
           return;
         }
@@ -209,6 +212,7 @@ bool Service::EmbedWorkload::start(Service& s, JobRecord& j) {
   spec.route.gpu_layers = 0;
   spec.texts = j.embed->texts;
   spec.images = j.embed->images;
+  spec.image_names = j.embed->image_names;
   if (j.embed->queued == Clock::duration::zero()) j.embed->queued = s.clock_->now() - j.accepted_at;
   auto cancel = j.cancel;
   const auto attempt = j.attempt;
@@ -225,10 +229,19 @@ bool Service::EmbedWorkload::start(Service& s, JobRecord& j) {
   return true;
 }
 
-void Service::EmbedWorkload::completed(Service& s, JobRecord& j, const RunResult& r) {
+Status Service::EmbedWorkload::completed(Service& s, JobRecord& j, const RunResult& r) {
   (void)s;
+  const std::size_t want = j.embed->n_texts + j.embed->n_images;
+  if (r.vectors.size() != want)
+    return fail(Errc::internal, "the backend returned " + std::to_string(r.vectors.size()) + " vectors for " +
+                                    std::to_string(want) + " inputs");
+  for (const auto& v : r.vectors)
+    if (v.size() != j.embed->dim)
+      return fail(Errc::internal, "the backend returned a vector of dim " + std::to_string(v.size()) + ", not " +
+                                      std::to_string(j.embed->dim));
   j.embed->vectors = r.vectors;
   j.embed->run_time = r.decode_time;
+  return {};
 }
 
 // Nothing was delivered and nothing acts on a partial result: the CPU always runs it again when it can.
@@ -247,10 +260,6 @@ policy::FailoverDecision Service::EmbedWorkload::failover(const Service& s, cons
 void Service::EmbedWorkload::ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) {
   auto waiters = std::move(j.embed->waiters);
   j.embed->waiters.clear();
-  if (phase == JobPhase::completed && j.embed->vectors.size() != j.embed->n_texts + j.embed->n_images) {
-    phase = JobPhase::failed;  // a backend that returned the wrong number of vectors: never a short answer
-    code = Errc::internal;
-  }
   for (auto& w : waiters) {
     if (phase == JobPhase::completed) {
       EmbedReply r;
@@ -260,8 +269,8 @@ void Service::EmbedWorkload::ended(Service& s, JobRecord& j, JobPhase phase, Err
     } else if (phase == JobPhase::cancelled) {
       w(fail(Errc::cancelled, "embedding job " + std::to_string(j.id) + " was cancelled"));
     } else {
-      // Resumable has no meaning for an embedding job: the caller simply calls again (Busy keeps retry_after_ms).
-      const Errc c = code == Errc::resumable ? Errc::unavailable : code;
+      // (end_job made Resumable Unavailable: the caller simply calls again; Busy keeps retry_after_ms.)
+      const Errc c = code;
       std::string msg = "embedding job " + std::to_string(j.id) + " failed (" + j.reason + "): " + message;
       if (j.retry_after_ms) msg += "; retry_after_ms=" + std::to_string(j.retry_after_ms);
       w(fail(c, msg));
@@ -271,6 +280,7 @@ void Service::EmbedWorkload::ended(Service& s, JobRecord& j, JobPhase phase, Err
   // the key can ask for them again.
   j.embed->texts.clear();
   j.embed->images.clear();
+  j.embed->image_names.clear();
   if (j.key.empty()) j.embed->vectors.clear();
   j.request_json = json{{"kind", "embed"}, {"model", j.model}};
 }

@@ -45,8 +45,9 @@ bool Service::GenerateWorkload::start(Service& s, JobRecord& j) {
   return true;
 }
 
-void Service::GenerateWorkload::completed(Service& s, JobRecord& j, const RunResult& r) {
+Status Service::GenerateWorkload::completed(Service& s, JobRecord& j, const RunResult& r) {
   (void)s, (void)j, (void)r;  // the tokens arrived as events and were checkpointed; nothing more to keep
+  return {};
 }
 
 // Before the first token the CPU simply runs it again; after tokens the checkpoint moves to the CPU when sampling

@@ -110,6 +110,7 @@ inline std::string user_key(const std::string& scoped) {
 struct Service::EmbedWork {
   std::vector<std::vector<TokenId>> texts;                                 // tokenized, [BOS] ... [EOS]
   std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> images;    // file bytes (decoded on the worker)
+  std::vector<std::string> image_names;     // the caller's name of each image (messages)
   std::uint32_t n_texts = 0, n_images = 0;  // the inputs (kept when the inputs are dropped at the end)
   std::uint32_t truncated = 0;              // texts cut to the model's context
   std::uint32_t dim = 0;
@@ -277,8 +278,12 @@ class Service::Workload {
   // Starts a run of `j` on j.route (already set; the FSM says running): posts it to that route's pool. False: the
   // job could not start and was ended here (e.g. a fallback model could not tokenize its prompt).
   virtual bool start(Service& s, JobRecord& j) = 0;
-  // A run returned ok (not cancelled): keep its result before the job completes.
-  virtual void completed(Service& s, JobRecord& j, const RunResult& r) = 0;
+  // A run returned ok (not cancelled): check and keep its result before the job completes. An error (a result of
+  // the wrong shape) fails the job with it instead: a caller never gets a short or malformed answer.
+  virtual Status completed(Service& s, JobRecord& j, const RunResult& r) = 0;
+  // Whether a failed job can be resumed (Resume). False: a failure that would be `Resumable` is `Unavailable`, and
+  // the caller simply calls again.
+  virtual bool resumable() const = 0;
   // A GPU run failed with an accelerator fault: retry on the CPU, migrate at the checkpoint, or fail resumable.
   virtual policy::FailoverDecision failover(const Service& s, const JobRecord& j) const = 0;
   // The job reached a terminal state (its outcome is journaled, its resources released).
@@ -294,7 +299,8 @@ class Service::GenerateWorkload final : public Workload {
  public:
   WorkloadKind kind() const override { return WorkloadKind::generate; }
   bool start(Service& s, JobRecord& j) override;
-  void completed(Service& s, JobRecord& j, const RunResult& r) override;
+  Status completed(Service& s, JobRecord& j, const RunResult& r) override;
+  bool resumable() const override { return true; }
   policy::FailoverDecision failover(const Service& s, const JobRecord& j) const override;
   void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) override;
   void outcome(const JobRecord& j, Dict& finished) const override;
@@ -307,7 +313,8 @@ class Service::EmbedWorkload final : public Workload {
  public:
   WorkloadKind kind() const override { return WorkloadKind::embed; }
   bool start(Service& s, JobRecord& j) override;
-  void completed(Service& s, JobRecord& j, const RunResult& r) override;
+  Status completed(Service& s, JobRecord& j, const RunResult& r) override;
+  bool resumable() const override { return false; }
   policy::FailoverDecision failover(const Service& s, const JobRecord& j) const override;
   void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) override;
   void outcome(const JobRecord& j, Dict& finished) const override;

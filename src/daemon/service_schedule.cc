@@ -188,6 +188,7 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
                       Clock::duration retry_after) {
   const auto now = clock_->now();
   const JobPhase from = j.phase;
+  if (phase == JobPhase::failed && code == Errc::resumable && !workload(j).resumable()) code = Errc::unavailable;
   if (j.fsm) {
     Status st;
     if (phase == JobPhase::completed) st = j.fsm->complete(now);
@@ -238,18 +239,28 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
   if (r.status) {
     if (on_gpu) breaker_event(BreakerEvent::job_succeeded);
     if (r.finish_reason == "cancelled") {
+      const bool resumable = workload(j).resumable();
       if (j.stop_cause == StopCause::deadline) {
-        end_job(j, JobPhase::failed, "deadline", Errc::timeout, "the deadline passed after " +
-                                                                   std::to_string(j.tokens.size()) + " tokens", 0s);
+        end_job(j, JobPhase::failed, "deadline", Errc::timeout,
+                resumable ? "the deadline passed after " + std::to_string(j.tokens.size()) + " tokens"
+                          : std::string("the deadline passed before the run ended"),
+                0s);
       } else if (j.stop_cause == StopCause::shutdown) {
-        end_job(j, JobPhase::failed, "daemon_stopping", Errc::resumable, "tandemd stopped; resume from the checkpoint", 0s);
+        end_job(j, JobPhase::failed, "daemon_stopping", Errc::resumable,
+                resumable ? "tandemd stopped; resume from the checkpoint" : "tandemd stopped; call again when it is back",
+                0s);
       } else {
         end_job(j, JobPhase::cancelled, "cancelled", Errc::cancelled, "", 0s);
       }
       return;
     }
     j.finish_reason = r.finish_reason;
-    workload(j).completed(*this, j, r);
+    if (Status kept = workload(j).completed(*this, j, r); !kept) {
+      log::error("job {}: {}", j.id, kept.error().message);
+      j.finish_reason.clear();
+      end_job(j, JobPhase::failed, "run_failed", kept.error().code, kept.error().message, 0s);
+      return;
+    }
     end_job(j, JobPhase::completed, r.finish_reason, Errc::internal, "", 0s);
     return;
   }

@@ -43,6 +43,8 @@ inline policy::ModelShape llama_shape(std::string name, std::uint32_t layers, st
 // What one embedding run does.
 struct EmbedScript {
   std::optional<Errc> gpu_fail;  // on the GPU route: fail with this (an accelerator fault); device_lost loses the device
+  std::optional<Errc> fail;      // on any route: a run failure that is not an accelerator fault
+  std::uint32_t drop = 0;        // a faulty backend: return this many vectors fewer than inputs
   bool block = false;            // block until released or cancelled
 };
 
@@ -170,6 +172,11 @@ class FakeBackend final : public Backend {
       r.accelerator_fault = true;
       return r;
     }
+    if (s.fail) {
+      r.status = ::tandem::fail(*s.fail, "fake: injected " + std::string(errc_name(*s.fail)));
+      r.finish_reason = "error";
+      return r;
+    }
     for (const auto& t : spec.texts) r.vectors.push_back(vector_of_ids(t));
     for (std::size_t i = 0; i < spec.images.size(); ++i) {
       const auto& b = *spec.images[i];
@@ -183,6 +190,7 @@ class FakeBackend final : public Backend {
       }
       r.vectors.push_back(vector_of(b));
     }
+    for (std::uint32_t k = 0; k < s.drop && !r.vectors.empty(); ++k) r.vectors.pop_back();
     r.decode_time = std::chrono::milliseconds(1);
     r.finish_reason = "embedded";
     return r;

@@ -348,6 +348,83 @@ TEST_F(EmbedQueueTest, AQueuedJobRunsWhenTheSlotFrees) {
   EXPECT_EQ(str(k->reply->result, "route"), "gpu");
 }
 
+// A backend that answers with the wrong number of vectors: the job fails Internal (never a short answer), and
+// GetJob says so, as the caller heard it.
+TEST_F(EmbedTest, AResultOfTheWrongShapeFailsTheJobInternal) {
+  start();
+  fake::EmbedScript s;
+  s.drop = 1;
+  backend_->set_embed_script(s);
+  auto r = run(alice_, embed_request({"one", "two"}, {"img"}));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::internal);
+  EXPECT_THAT(r.error().message, HasSubstr("2 vectors for 3 inputs"));
+  EXPECT_EQ(str(job(1), "state"), "failed");
+  EXPECT_EQ(str(job(1), "reason"), "run_failed");
+  EXPECT_EQ(str(job(1), "error_code"), code(Errc::internal));
+  backend_->set_embed_script({});
+  EXPECT_TRUE(run(alice_, embed_request({"one"})));
+}
+
+// Messages name an image as its caller passed it (the D-Bus front end names fds image_fds[i]).
+TEST_F(EmbedTest, ErrorsNameTheImageAsTheCallerPassedIt) {
+  start();
+  EmbedRequest r = embed_request({}, {"fine"});
+  r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::vector<std::uint8_t>{'G', 'I', 'F', '8'}));
+  r.image_names = {"image_fds[0]", "image_fds[1]"};
+  auto bad = run(alice_, r);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::invalid_argument);
+  EXPECT_THAT(bad.error().message, HasSubstr("image_fds[1]"));
+  r.image_names.clear();
+  bad = run(alice_, r);
+  ASSERT_FALSE(bad);
+  EXPECT_THAT(bad.error().message, HasSubstr("images[1]"));
+}
+
+// A run failure that is not an accelerator fault: Unavailable for the caller and in GetJob (an embedding job is
+// never Resumable: the caller calls again).
+TEST_F(EmbedTest, ARunFailureIsUnavailableNotResumable) {
+  start();
+  fake::EmbedScript s;
+  s.fail = Errc::io_error;
+  backend_->set_embed_script(s);
+  auto r = run(alice_, embed_request({"one"}));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::unavailable);
+  EXPECT_EQ(str(job(1), "state"), "failed");
+  EXPECT_EQ(str(job(1), "error_code"), code(Errc::unavailable));
+}
+
+// Under group commit a job waits for its accept to be durable; a second call with the same key meanwhile attaches
+// to it (one job, one run, both answered), and if the accept cannot be made durable both get the typed error.
+TEST_F(EmbedTest, ASecondCallWhileTheAcceptIsPendingAttachesToTheJob) {
+  cfg_.journal.fsync = true;  // syncs go through the hook testing_fail_journal_syncs uses
+  start();
+  svc_->set_group_commit(true);
+  EmbedRequest req = embed_request({"keyed"}, {"img"});
+  req.options.idempotency_key = "k-pending";
+  auto a = call(alice_, req);
+  auto b = call(alice_, req);
+  ASSERT_TRUE(svc_->commit());
+  ASSERT_TRUE(pump_until([&] { return a->done && b->done; }));
+  ASSERT_TRUE(a->reply) << describe(a->reply);
+  ASSERT_TRUE(b->reply) << describe(b->reply);
+  EXPECT_EQ(a->reply->vectors, b->reply->vectors);
+  EXPECT_EQ(backend_->embeds().size(), 1u) << "one run for both calls";
+
+  req.options.idempotency_key = "k-lost";
+  auto c = call(alice_, req);
+  auto d = call(alice_, req);
+  svc_->testing_fail_journal_syncs(1);  // the sync that would make the accept durable fails: the job is withdrawn
+  (void)svc_->commit();
+  ASSERT_TRUE(pump_until([&] { return c->done && d->done; }));
+  ASSERT_FALSE(c->reply);
+  ASSERT_FALSE(d->reply);
+  EXPECT_EQ(c->reply.error().code, Errc::internal);
+  EXPECT_EQ(d->reply.error().code, Errc::internal);
+}
+
 TEST_F(EmbedTest, ARestartLeavesAnUnfinishedEmbeddingJobFailedAndNotResumable) {
   start();
   fake::EmbedScript s;
