@@ -7,13 +7,15 @@
 #include "cli_args.h"
 #include "data_dir.h"
 #include "generation/family_templates.h"
+#include "modelgen/clip_writer.h"
 #include "modelgen/gguf_convert.h"
 #include "modelgen/modelgen.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: tandem-mkmodel --out DIR [--preset test|tiny|134m|llama3|qwen2|mistral|phi3] [--dtype f32|f16|bf16]\n"
+    "usage: tandem-mkmodel --out DIR [--preset test|tiny|134m|llama3|qwen2|mistral|phi3|clip-test|clip-small|clip-b32]\n"
+    "                      [--dtype f32|f16|bf16]\n"
     "                      [--seed N] [--shards N]\n"
     "                      [--tokenizer PATH] [--chat-template NAME|none] [--format hf|gguf [--type T]]\n"
     "Writes config.json, model.safetensors (or shards + index), tokenizer.model, generation_config.json and\n"
@@ -26,7 +28,10 @@ const char* kUsage =
     "--chat-template NAME writes another (llama2, llama3, llama3_1, llama3_2, mistral_v0_1, mistral_v0_3, qwen2,\n"
     "qwen2_5, phi3, phi3_5, smollm2, deepseek_llm, deepseek_coder, zephyr, chatml) or none.\n"
     "--format gguf writes one GGUF file at --out instead (llama.cpp's layout), in the --dtype or in --type T\n"
-    "(Q8_0, Q4_0, Q4_K_M, ... as tandem-quantize takes them).\n";
+    "(Q8_0, Q4_0, Q4_K_M, ... as tandem-quantize takes them).\n"
+    "The clip-* presets write a CLIP embedding model instead (Hugging Face CLIPModel layout, random weights: for\n"
+    "tests and benchmarks; clip-b32 has openai/clip-vit-base-patch32's shape) with a small CLIP BPE tokenizer\n"
+    "(vocab.json, merges.txt, tokenizer.json) trained on captions of coloured shapes; HF layout only.\n";
 
 }  // namespace
 
@@ -84,6 +89,31 @@ int main(int argc, char** argv) {
   } catch (const cli::ArgError& e) {
     std::fprintf(stderr, "tandem-mkmodel: %s\n%s", e.message.c_str(), kUsage);
     return 2;
+  }
+  if (preset.rfind("clip-", 0) == 0) {
+    if (format != "hf" || tokenizer_given || template_given || o.shards != 1) {
+      std::fprintf(stderr, "tandem-mkmodel: --preset %s writes a Hugging Face CLIP directory: --format gguf, "
+                   "--tokenizer, --chat-template and --shards do not apply\n", preset.c_str());
+      return 2;
+    }
+    auto cs = modelgen::clip_preset(preset);
+    if (!cs) {
+      std::fprintf(stderr, "tandem-mkmodel: %s\n", cs.error().message.c_str());
+      return 2;
+    }
+    modelgen::ClipWriteOptions co;
+    co.shape = *cs;
+    co.dtype = o.dtype;
+    co.seed = o.seed;
+    auto written = modelgen::write_clip_test_model(out, co);
+    if (!written) {
+      std::fprintf(stderr, "tandem-mkmodel: %s: %s\n", std::string(errc_name(written.error().code)).c_str(),
+                   written.error().message.c_str());
+      return 1;
+    }
+    std::printf("wrote %s: preset %s (CLIP), %.1fM parameters, %s\n", out.c_str(), preset.c_str(),
+                static_cast<double>(written->parameters()) / 1e6, std::string(weights::dtype_name(o.dtype)).c_str());
+    return 0;
   }
   auto shape = modelgen::preset(preset);
   if (!shape) {

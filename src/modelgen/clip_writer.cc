@@ -11,6 +11,7 @@
 #include "kernels/quant.h"
 #include "weights/gguf.h"
 #include "modelgen/modelgen.h"
+#include "tokenizer/clip_vocab.h"
 
 namespace tandem::modelgen {
 
@@ -343,6 +344,26 @@ Result<ConvertStats> convert_clip_to_gguf(const std::string& hf_dir, const std::
   std::error_code ec;
   stats.file_bytes = fs::file_size(out_file, ec);
   return stats;
+}
+
+Result<ClipShape> write_clip_test_model(const std::string& dir, ClipWriteOptions o, std::size_t vocab_tokens) {
+  static const char* colours[] = {"red", "green", "blue", "yellow", "purple", "orange", "white", "black"};
+  static const char* shapes[] = {"circle", "square", "triangle", "ring", "star"};
+  std::vector<std::string> corpus;
+  for (const char* col : colours)
+    for (const char* sh : shapes) {
+      corpus.push_back(std::string("a ") + col + " " + sh + " on a plain background");
+      corpus.push_back(std::string("two ") + col + " " + sh + "s, a picture");
+    }
+  const tok::ClipVocab vocab = tok::train_clip_bpe(corpus, vocab_tokens);
+  const int n = static_cast<int>(vocab.tokens.size());
+  o.shape.vocab = n;
+  o.shape.bos_id = n - 2;
+  o.shape.eos_id = n - 1;
+  o.shape.pad_id = n - 1;
+  if (auto s = write_clip_model(dir, o); !s) return fail(s.error());
+  if (auto s = tok::write_clip_tokenizer_files(dir, vocab); !s) return fail(s.error());
+  return o.shape;
 }
 
 }  // namespace tandem::modelgen

@@ -62,6 +62,14 @@ struct ClipWriteOptions {
 // (bad shape, a source returning the wrong size), io_error.
 Status write_clip_model(const std::string& dir, const ClipWriteOptions& opts);
 
+// A complete CLIP model directory for tests, benchmarks and tandem-validate: write_clip_model with `opts` (random
+// weights from opts.seed unless a source is given) plus a byte-level BPE tokenizer trained on fixed captions of
+// coloured shapes ("a red circle on a plain background", ...) into at most `vocab_tokens` tokens; the shape's vocab
+// and bos/eos/pad ids are set to that tokenizer's (specials last, pad = eos). The weights are random, so vectors are
+// deterministic but carry no meaning. Returns the shape written. Errors: those of write_clip_model and
+// write_clip_tokenizer_files.
+Result<ClipShape> write_clip_test_model(const std::string& dir, ClipWriteOptions opts, std::size_t vocab_tokens = 600);
+
 // Converts a Hugging Face CLIP directory (config.json + model.safetensors, sharded or not) into a GGUF file as
 // llama.cpp's convert_image_encoder_to_gguf.py lays it out (general.architecture "clip", clip.text.* /
 // clip.vision.* keys, t./v. tensor names, tokenizer.ggml.tokens from vocab.json when present), plus the Tandem
