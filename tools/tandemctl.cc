@@ -64,6 +64,9 @@ Commands:
                                  add DIR's JPEG/PNG images to the image index (new and changed files only)
   search TEXT | --image FILE [-n N] [--model M] [--index FILE]
                                  the indexed images closest to a text or an image
+  embed [--model M] [--image FILE]... [--image-bytes FILE]... [--key K] [--no-cpu] [--no-truncate]
+        [--deadline-ms N] [TEXT]...
+                                 embedding vectors (one line each: texts, then images; --json: with the result)
   testing foreign-load BYTES | fail-alloc N SITE | fail-probes N | lose-device | recover-device |
           reading-lag MS | counters
                                  fault injection (tandemd must run with testing enabled)
@@ -97,6 +100,10 @@ std::optional<std::string> help_for(const std::string& cmd) {
     return std::string("usage: tandemctl index DIR [--model M] [--index FILE] [--rebuild] [--batch N] [--json]\n");
   if (cmd == "search")
     return std::string("usage: tandemctl search TEXT | --image FILE [-n N] [--model M] [--index FILE] [--json]\n");
+  if (cmd == "embed")
+    return std::string(
+        "usage: tandemctl embed [--model M] [--image FILE]... [--image-bytes FILE]... [--key K] [--no-cpu]\n"
+        "                       [--no-truncate] [--deadline-ms N] [--json] [--] [TEXT]...\n");
   if (cmd == "testing")
     return std::string(
         "usage: tandemctl testing foreign-load BYTES | fail-alloc N SITE | fail-probes N | lose-device |\n"
@@ -118,6 +125,7 @@ int dispatch(Global& g, const std::string& cmd, ArgList& a) {
   if (cmd == "testing") return cmd_testing(g, a);
   if (cmd == "index") return cmd_index(g, a);
   if (cmd == "search") return cmd_search(g, a);
+  if (cmd == "embed") return cmd_embed(g, a);
   throw ArgError{"unknown command '" + cmd + "'"};
 }
 

@@ -96,5 +96,6 @@ int cmd_testing(Global& g, ArgList& a);
 // tandemctl_images.cc: image search.
 int cmd_index(Global& g, ArgList& a);
 int cmd_search(Global& g, ArgList& a);
+int cmd_embed(Global& g, ArgList& a);
 
 }  // namespace tandemctl

@@ -470,4 +470,96 @@ int cmd_search(Global& g, ArgList& a) {
   return kOk;
 }
 
+// tandemctl embed [--model M] [--image FILE]... [--image-bytes FILE]... [--key K] [--no-cpu] [--no-truncate]
+//                 [--deadline-ms N] [--] [TEXT]...: one Embed call; the vectors on stdout (one line each, in the
+// daemon's order: texts, then --image files, then --image-bytes files), what ran where on stderr.
+int cmd_embed(Global& g, ArgList& a) {
+  tc::EmbedRequest req;
+  std::vector<std::string> image_paths, byte_paths;
+  while (!a.done()) {
+    std::string f = a.next();
+    if (f == "--json")
+      g.json = true;
+    else if (f == "--model")
+      req.model = a.value(f);
+    else if (f == "--image")
+      image_paths.push_back(a.value(f));
+    else if (f == "--image-bytes")
+      byte_paths.push_back(a.value(f));
+    else if (f == "--key")
+      req.options.idempotency_key = a.value(f);
+    else if (f == "--no-cpu")
+      req.options.allow_cpu = false;
+    else if (f == "--no-truncate")
+      req.options.truncate = false;
+    else if (f == "--deadline-ms")
+      req.options.deadline_ms = tandem::cli::parse_number<std::uint64_t>(f, a.value(f), 1, 7ull * 24 * 3600 * 1000);
+    else if (f == "--") {
+      while (!a.done()) req.texts.push_back(a.next());
+    } else if (!f.empty() && f[0] == '-')
+      throw ArgError{"embed: unknown option " + f};
+    else
+      req.texts.push_back(f);
+  }
+  if (req.texts.empty() && image_paths.empty() && byte_paths.empty())
+    throw ArgError{"embed: give TEXT arguments, --image FILE or --image-bytes FILE"};
+  std::vector<Fd> fds;
+  for (const auto& p : image_paths) {
+    // No O_NOFOLLOW here: the user named the file. A pipe or socket is the daemon's to refuse (regular files only).
+    Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+    if (fd.fd < 0) throw ArgError{"embed: --image " + p + ": " + std::strerror(errno)};
+    req.image_fds.push_back(fd.fd);
+    fds.push_back(std::move(fd));
+  }
+  for (const auto& p : byte_paths) {
+    Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+    if (fd.fd < 0) throw ArgError{"embed: --image-bytes " + p + ": " + std::strerror(errno)};
+    std::vector<std::uint8_t> bytes;
+    std::uint8_t buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd.fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw ArgError{"embed: --image-bytes " + p + ": " + std::strerror(errno)};
+      if (n == 0) break;
+      bytes.insert(bytes.end(), buf, buf + n);
+      if (bytes.size() > (1ull << 30)) throw ArgError{"embed: --image-bytes " + p + ": over 1 GiB"};
+    }
+    req.images.push_back(std::move(bytes));
+  }
+  int rc = kOk;
+  auto c = open_client(g, rc);
+  if (!c) return rc;
+  auto r = c->embed(req);
+  if (!r.ok()) return bus_error(g, r.error(), c->last_error());
+  const auto& info = r->info;
+  if (g.json) {
+    json v = json::array();
+    for (const auto& x : r->vectors) v.push_back(x);
+    json res = {{"model", info.model.value_or("")},       {"route", info.route.value_or("")},
+                {"dim", info.dim.value_or(0)},             {"job_id", info.job_id.value_or(0)},
+                {"degraded", info.degraded.value_or(false)}, {"existing", info.existing.value_or(false)},
+                {"truncated", info.truncated.value_or(0)}, {"attempts", info.attempts.value_or(0)},
+                {"queued_ms", info.queued_ms.value_or(0)}, {"run_ms", info.run_ms.value_or(0)},
+                {"fingerprint", info.fingerprint.value_or("")}};
+    out_json({{"vectors", v}, {"result", res}});
+    return kOk;
+  }
+  std::string out;
+  char buf[32];
+  for (const auto& x : r->vectors) {
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      std::snprintf(buf, sizeof buf, i ? " %.7g" : "%.7g", static_cast<double>(x[i]));
+      out += buf;
+    }
+    out += "\n";
+  }
+  out_text(out);
+  err_line(std::to_string(r->vectors.size()) + " vector(s) of dim " + std::to_string(info.dim.value_or(0)) + " from " +
+           info.model.value_or("?") + " on " + info.route.value_or("?") + (info.degraded.value_or(false) ? " (degraded)" : "") +
+           ", job " + std::to_string(info.job_id.value_or(0)) + ", " + std::to_string(info.run_ms.value_or(0)) + " ms" +
+           (info.existing.value_or(false) ? " (an earlier run's vectors: same idempotency key)" : "") +
+           (info.truncated.value_or(0) ? ", " + std::to_string(*info.truncated) + " text(s) truncated" : ""));
+  return kOk;
+}
+
 }  // namespace tandemctl
