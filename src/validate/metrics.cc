@@ -129,9 +129,25 @@ Metrics compute_metrics(const std::vector<Event>& events_in) {
     return j;
   };
 
+  std::map<std::uint64_t, int> embed_answers;  // req -> answers
   for (const Event& e : events) {
     const json& d = e.data;
-    if (e.type == "submit") {
+    if (e.type == "embed_call") {
+      ++m.embed_calls;
+      embed_answers.emplace(u_of(d, "req"), 0);
+    } else if (e.type == "embed_ok" || e.type == "embed_error") {
+      ++embed_answers[u_of(d, "req")];
+      if (e.type == "embed_ok") {
+        ++m.embed_ok;
+        m.embed_inputs += u_of(d, "count");
+        const std::string route = s_of(d, "route");
+        if (route == "gpu") ++m.embed_gpu;
+        if (route == "cpu") ++m.embed_cpu;
+      } else {
+        ++m.embed_errors;
+        ++m.embed_errors_by[s_of(d, "error")];
+      }
+    } else if (e.type == "submit") {
       ++m.submitted;
       req_t[u_of(d, "req")] = e.t_us;
       req_data[u_of(d, "req")] = d;
@@ -460,6 +476,10 @@ Metrics compute_metrics(const std::vector<Event>& events_in) {
     m.rss_first_mib = a / static_cast<double>(tenth) / 1048576.0;
     m.rss_last_mib = b / static_cast<double>(tenth) / 1048576.0;
   }
+  for (const auto& [req, n] : embed_answers) {
+    if (n == 0) m.embed_unanswered.push_back(req);
+    if (n > 1) m.embed_answered_twice.push_back(req);
+  }
   return m;
 }
 
@@ -534,6 +554,12 @@ json to_json(const Metrics& m) {
                    {"announced_by_job_update_only", m.degraded_job_notice_only},
                    {"violations", viol}};
   j["breaker"] = {{"opened", m.breaker_opened}, {"closed", m.breaker_closed}};
+  if (m.embed_calls > 0)
+    j["embed"] = {{"calls", m.embed_calls},           {"ok", m.embed_ok},
+                  {"errors", m.embed_errors},         {"errors_by", m.embed_errors_by},
+                  {"gpu", m.embed_gpu},               {"cpu", m.embed_cpu},
+                  {"inputs", m.embed_inputs},         {"unanswered", m.embed_unanswered},
+                  {"answered_twice", m.embed_answered_twice}};
   return j;
 }
 
@@ -552,6 +578,9 @@ std::vector<std::string> check_expectations(const json& x, const Metrics& m) {
   min("min_cancelled", m.cancelled, "cancelled jobs");
   min("min_resumable_failed", m.resumable_failed, "failed-resumable jobs");
   min("min_rejected", m.rejected, "rejected submissions");
+  min("min_embed_ok", m.embed_ok, "Embed calls answered with vectors");
+  min("min_embed_gpu", m.embed_gpu, "Embed calls run on the GPU");
+  min("min_embed_cpu", m.embed_cpu, "Embed calls run on the CPU");
   if (x.contains("breaker_cycle") && x["breaker_cycle"].is_boolean() && x["breaker_cycle"].get<bool>()) {
     bool cycle = false;
     for (const auto& r : m.recoveries) cycle = cycle || (r.breaker_opened && r.to_breaker_closed_ms);
@@ -698,6 +727,28 @@ Verdict judge(const Metrics& m, const std::vector<PhaseResult>& phases) {
     }
     if (pass) o << "every phase finished and met its expectations";
     add("phase_expectations", pass, o.str());
+  }
+  // Embed calls: every call got exactly one reply (vectors or a typed error). Only when the log has any.
+  std::uint64_t calls = m.embed_calls, unanswered = m.embed_unanswered.size(), twice = m.embed_answered_twice.size();
+  for (const auto& p : phases) {
+    unanswered = std::max<std::uint64_t>(unanswered, p.metrics.embed_unanswered.size());
+    twice = std::max<std::uint64_t>(twice, p.metrics.embed_answered_twice.size());
+  }
+  if (calls > 0 || unanswered > 0 || twice > 0) {
+    std::ostringstream o;
+    o << calls << " Embed calls: " << m.embed_ok << " with vectors (" << m.embed_gpu << " gpu, " << m.embed_cpu
+      << " cpu), " << m.embed_errors << " typed errors";
+    for (const auto& [name, n] : m.embed_errors_by) o << " " << name << "=" << n;
+    o << ", " << unanswered << " unanswered, " << twice << " answered twice";
+    auto list = [&](const char* what, const std::vector<std::uint64_t>& reqs) {
+      if (reqs.empty()) return;
+      o << "; " << what << " (req";
+      for (std::size_t i = 0; i < reqs.size() && i < 20; ++i) o << " " << reqs[i];
+      o << ")";
+    };
+    list("unanswered", m.embed_unanswered);
+    list("answered twice", m.embed_answered_twice);
+    add("embed_replies", unanswered == 0 && twice == 0, o.str());
   }
   return v;
 }

@@ -96,6 +96,11 @@ struct Metrics {
   std::uint64_t degraded_job_notice_only = 0;  // ...of which only the job's routed/migrated update (State was normal)
   std::vector<Violation> degraded_violations;
   std::uint64_t breaker_opened = 0, breaker_closed = 0;
+  // Embed calls (kind = "embed" workloads): each embed_call must get exactly one embed_ok or embed_error.
+  std::uint64_t embed_calls = 0, embed_ok = 0, embed_errors = 0, embed_gpu = 0, embed_cpu = 0, embed_inputs = 0;
+  std::map<std::string, std::uint64_t> embed_errors_by;  // error name -> count
+  std::vector<std::uint64_t> embed_unanswered;           // req ids with no answer
+  std::vector<std::uint64_t> embed_answered_twice;       // req ids with more than one answer
   double duration_s = 0;
 };
 
@@ -106,6 +111,7 @@ nlohmann::json to_json(const Metrics& m);
 // Verdict rules. Each rule names itself; `failures` has one line per failed rule ("FAIL lost_jobs: ...").
 struct RuleResult {
   std::string rule;  // lost_jobs | duplicate_side_effects | host_ram_budget | degraded_announced | phase_expectations
+                     // | embed_replies (only when the log has Embed calls)
   bool pass = true;
   std::string detail;
 };

@@ -3,6 +3,7 @@
 // connection (its signals still bring PropertiesChanged). Degraded mode comes in order inside the ring
 // (`degraded_mode` completions), ahead of the first completion of a job placed under it.
 #include <deque>
+#include <set>
 
 #include "client/ring_session.h"
 #include "validate/transport.h"
@@ -62,6 +63,35 @@ class RingTransport final : public Transport {
       if (auto p = read(std::chrono::seconds(1)); !p) return fail(p.error());
     }
   }
+  Result<client::EmbedReply> embed(const client::EmbedRequest& r) override {
+    last_error_.reset();
+    const std::uint64_t ud = ++next_user_data_;
+    for (int attempt = 0;; ++attempt) {
+      auto st = ring_->embed(r, ud);
+      if (st) break;
+      if (st.error().code != Errc::queue_full || attempt > 1000) return fail(st.error());
+      if (auto p = read(std::chrono::milliseconds(10)); !p) return fail(p.error());
+    }
+    embeds_.insert(ud);
+    const auto until = std::chrono::steady_clock::now() + r.call_timeout;
+    for (;;) {
+      for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+        if (it->user_data != ud || !(it->embedded || it->error)) continue;
+        client::RingEvent ev = std::move(*it);
+        pending_.erase(it);
+        embeds_.erase(ud);
+        if (ev.error) {
+          last_error_ = *ev.error;
+          return fail(client::to_error(*ev.error));
+        }
+        return std::move(*ev.embedded);
+      }
+      if (!ring_->open()) return fail(Errc::unavailable, "the ring session ended: " + ring_->state_text());
+      if (std::chrono::steady_clock::now() > until)
+        return fail(Errc::timeout, "no answer to the ring embed within the call timeout");
+      if (auto p = read(std::chrono::milliseconds(200)); !p) return fail(p.error());
+    }
+  }
   Result<client::SubmitResult> resume(std::uint64_t job, const client::SubmitOptions& o) override {
     auto r = c_->resume(job, o);
     last_error_ = c_->last_error();
@@ -104,7 +134,8 @@ class RingTransport final : public Transport {
       if (on_update) on_update(u);
     synthesized_.clear();
     for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->accepted || (it->error && it->job_id == 0)) {  // a submit's answer: submit() takes it
+      if (it->accepted || (it->error && it->job_id == 0) || embeds_.count(it->user_data)) {
+        // a submit's or an embed's answer: submit() / embed() takes it
         ++it;
         continue;
       }
@@ -121,6 +152,7 @@ class RingTransport final : public Transport {
   std::vector<client::JobUpdate> synthesized_;
   std::optional<client::RemoteError> last_error_;
   std::uint64_t next_user_data_ = 0;
+  std::set<std::uint64_t> embeds_;  // embeds waiting for their answer
 };
 
 }  // namespace

@@ -143,6 +143,10 @@ Status write_daemon_config(Campaign& c) {
   for (const auto& n : names)
     o << "[[model]]\nname = " << quote_toml(n) << "\ndir = " << quote_toml(c.model_dir)
       << "\nreplica_mode = \"mmap\"\ncpu_threads = 1\ngpu_threads = 1\n\n";
+  if (!d.embedding_preset.empty())
+    o << "[[model]]\nname = " << quote_toml(d.embedding_name) << "\ndir = " << quote_toml(c.embedding_dir)
+      << "\nreplica_mode = \"mmap\"\ncpu_threads = 1\ngpu_threads = 1\n\n"
+      << "[embedding]\ndefault_model = " << quote_toml(d.embedding_name) << "\n\n";
   o << "[breaker]\ncooldown_ms = " << d.breaker_cooldown_ms
     << "\nmax_cooldown_ms = " << std::max<std::uint64_t>(5000, d.breaker_cooldown_ms) << "\n\n"
     << "[service]\nrecover_after_ms = " << d.recover_after_ms << "\n\n"

@@ -3,6 +3,8 @@
 //   runner_util.cc     processes, files, interrupts, JSON of jobs and updates, the prompt words
 //   runner_daemon.cc   --spawn: the private bus, the model, tandemd's config, start / kill / restart; the monitor
 //   runner_worker.cc   the workload clients (one thread and one Transport each)
+//   runner_embed.cc    the embedding workload clients (kind = "embed")
+//   runner_clip.cc     the scenario's embedding model, generated at run time
 //   runner_faults.cc   faults and the memory schedule
 //   runner_phase.cc    one phase: clients, equivalence runs, drain, settle, its results
 //   runner.cc          run_campaign, analyze, the kill_client child
@@ -86,6 +88,7 @@ struct Campaign {
   std::mutex daemon_mu;  // serializes kill/restart
   // spawn mode
   std::string bus_dir, run_dir, config_path, daemon_log, model_dir;
+  std::string embedding_dir;  // daemon.embedding_preset: the generated CLIP model (runner_clip.cc)
   pid_t bus_pid = 0;
   std::atomic<bool> monitor_stop{false};
   bool cuda = false;          // the accelerator is real: memory steps go to the ballast program
@@ -124,6 +127,8 @@ Status wait_ready(const client::BusSpec& bus, int pid, std::chrono::milliseconds
 int daemon_pid_from_bus(client::Client& c);
 Status start_bus(Campaign& c);
 Status prepare_model(Campaign& c);
+// runner_clip.cc: writes daemon.embedding_preset's model once (no-op without one).
+Status prepare_embedding_model(Campaign& c);
 Status write_daemon_config(Campaign& c);
 Status start_daemon(Campaign& c);
 Result<int> kill_and_restart(Campaign& c, bool restart);
@@ -135,6 +140,9 @@ class WorkloadClient {
   virtual ~WorkloadClient() = default;
   virtual void run(Clock::time_point phase_t0) = 0;
 };
+// runner_embed.cc: kind = "embed" (make_workload_client hands those to it).
+std::unique_ptr<WorkloadClient> make_embed_client(Campaign& c, const Phase& ph, const Workload& w, std::int32_t id,
+                                                  std::uint32_t index_in_workload);
 std::unique_ptr<WorkloadClient> make_workload_client(Campaign& c, const Phase& ph, const Workload& w, std::int32_t id,
                                                      std::uint32_t index_in_workload);
 

@@ -230,6 +230,12 @@ constexpr std::uint64_t kDay = 86400000;
 
 void read_workload(Table& t, Workload& w) {
   t.str("name", w.name);
+  std::string kind = "generate";
+  t.str("kind", kind, {"generate", "embed"});
+  w.kind = kind == "embed" ? WorkloadKind::embed : WorkloadKind::generate;
+  t.integer("texts", w.texts, 0, 4096);
+  t.integer("images", w.images, 0, 4096);
+  t.integer("image_size", w.image_size, 8, 1024);
   t.integer("clients", w.clients, 1, 256);
   t.str("transport", w.transport, {"dbus", "ring"});
   t.integer("requests", w.requests, 1, 100000);
@@ -255,6 +261,9 @@ void read_workload(Table& t, Workload& w) {
     t.bad_table("prompt_text is only used with prompt = \"text\"");
   if ((w.resubmit || w.resume_failed) && !w.idempotency_keys)
     t.bad_table("resubmit and resume_failed need idempotency_keys = true");
+  if (w.kind == WorkloadKind::embed && w.texts + w.images == 0) t.bad_table("kind = \"embed\" needs texts or images > 0");
+  if (w.kind == WorkloadKind::embed && (w.resubmit || w.resume_failed))
+    t.bad_table("resubmit and resume_failed are for kind = \"generate\"");
 }
 
 void read_fault(Table& t, Fault& f) {
@@ -344,6 +353,9 @@ void read_phase(Table& t, Phase& p, std::size_t index) {
     e.boolean("breaker_cycle", x.breaker_cycle);
     e.number("min_equivalence_rate", x.min_equivalence_rate, 0.0, 1.0);
     e.boolean("degraded_seen", x.degraded_seen);
+    e.integer("min_embed_ok", x.min_embed_ok, 0, 1000000);
+    e.integer("min_embed_gpu", x.min_embed_gpu, 0, 1000000);
+    e.integer("min_embed_cpu", x.min_embed_cpu, 0, 1000000);
   });
   for (const auto& s : p.memory)
     if (p.duration_ms < s.at_ms) p.duration_ms = s.at_ms;
@@ -418,6 +430,8 @@ Result<Scenario> parse_scenario(std::string_view text, std::string_view file) {
       t.integer("breaker_cooldown_ms", d.breaker_cooldown_ms, 1, kDay);
       t.integer("recover_after_ms", d.recover_after_ms, 0, kDay);
       t.str("config_extra", d.config_extra);
+      t.str("embedding_preset", d.embedding_preset, {"", "clip-test", "clip-small"});
+      t.str("embedding_name", d.embedding_name);
       for (const auto& m : d.extra_models) {
         bool ok = !m.empty() && m != "default" && m.size() <= 64;
         for (char c : m) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
@@ -443,7 +457,7 @@ Result<Scenario> parse_scenario(std::string_view text, std::string_view file) {
                     std::string(file) + ": phase \"" + p.name + "\" has no workload, equivalence, memory or fault");
       for (const auto& w : p.workloads)
         for (const auto& m : w.models) {
-          bool known = m == "default";
+          bool known = m == "default" || (w.kind == WorkloadKind::embed && m == s.daemon.embedding_name);
           for (const auto& e : s.daemon.extra_models) known = known || e == m;
           if (!known)
             return fail(Errc::invalid_argument, std::string(file) + ": phase \"" + p.name + "\" workload \"" + w.name +

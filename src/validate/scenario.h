@@ -54,8 +54,16 @@ struct Fault {
   bool restart = true;                    // kill_daemon: start it again
 };
 
+// generate: Submit (LLM jobs). embed: Embed calls (docs/validate.md "Embedding workloads"): each request is one call
+// with `texts` texts and `images` PNG images, generated deterministically from (workload, client, request).
+enum class WorkloadKind { generate, embed };
+
 struct Workload {
   std::string name;
+  WorkloadKind kind = WorkloadKind::generate;
+  std::uint32_t texts = 4;        // embed: texts per call
+  std::uint32_t images = 0;       // embed: images per call (PNG, rendered with src/image/draw.h)
+  std::uint32_t image_size = 64;  // embed: pixels per side
   std::uint32_t clients = 1;    // threads, each with its own bus connection
   std::string transport = "dbus";  // dbus (Submit + JobUpdate signals) | ring (a shared-memory ring session each)
   std::uint32_t requests = 1;   // per client
@@ -92,6 +100,9 @@ struct Expect {
   std::optional<bool> breaker_cycle;  // the breaker opened and was closed again within the phase
   std::optional<double> min_equivalence_rate;
   std::optional<bool> degraded_seen;  // at least one DegradedModeChanged(degraded=true) in the phase
+  std::optional<std::uint32_t> min_embed_ok;   // Embed calls answered with vectors
+  std::optional<std::uint32_t> min_embed_gpu;  // ... on the GPU route
+  std::optional<std::uint32_t> min_embed_cpu;  // ... on the CPU route
 };
 
 struct Phase {
@@ -120,6 +131,10 @@ struct DaemonSettings {
   std::uint64_t breaker_cooldown_ms = 1500;
   std::uint64_t recover_after_ms = 300;
   std::string config_extra;  // appended verbatim to the generated tandemd.toml
+  // An embedding model next to the LLM: modelgen::clip_preset name ("clip-test", "clip-small"), random weights and a
+  // small trained tokenizer, written once into the model cache; served as [[model]] `embedding_name`. "" = none.
+  std::string embedding_preset;
+  std::string embedding_name = "emb";
 };
 
 struct Scenario {

@@ -23,6 +23,10 @@ class Transport {
   // Must be called before the first submit (updates that come before the submit's reply are not lost).
   virtual Status subscribe() = 0;
   virtual Result<client::SubmitResult> submit(const client::Request& r) = 0;
+  // One Embed call, answered when its job ends (vectors or a typed error); blocks up to r.call_timeout. D-Bus:
+  // Client::embed. Ring: an `embed` entry, answered by one `embedded` or `error` completion (other completions that
+  // arrive meanwhile are kept for poll()).
+  virtual Result<client::EmbedReply> embed(const client::EmbedRequest& r) = 0;
   virtual Result<client::SubmitResult> resume(std::uint64_t job, const client::SubmitOptions& overrides) = 0;
   virtual Result<std::string> cancel(std::uint64_t job) = 0;
   virtual Result<client::JobInfo> get_job(std::uint64_t job) = 0;

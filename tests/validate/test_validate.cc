@@ -429,7 +429,7 @@ breaker_cycle = true
 
 // The shipped scenarios parse, and ci.toml covers every fault kind the issue lists.
 TEST(ValidateScenario, ShippedScenariosParseAndCiCoversEveryFault) {
-  for (const char* f : {"ci.toml", "soak.toml", "pressure-ladder.toml"}) {
+  for (const char* f : {"ci.toml", "soak.toml", "pressure-ladder.toml", "home-server.toml"}) {
     auto r = load_scenario(std::string(TANDEM_SOURCE_ROOT) + "/config/validation/" + f);
     EXPECT_TRUE(r.ok()) << f << ": " << (r.ok() ? "" : r.error().message);
   }
@@ -455,6 +455,96 @@ TEST(ValidateScenario, ShippedScenariosParseAndCiCoversEveryFault) {
   std::uint64_t total = 0;
   for (const auto& p : soak->phases) total += p.duration_ms;
   EXPECT_GE(total, 30u * 60u * 1000u) << "the soak must last at least 30 minutes";
+}
+
+TEST(ValidateScenario, EmbedWorkloadsAndTheHomeServerScenario) {
+  auto r = parse_scenario(R"(
+[daemon]
+embedding_preset = "clip-test"
+[[phase]]
+[[phase.workload]]
+kind = "embed"
+transport = "ring"
+models = ["emb"]
+texts = 3
+images = 2
+image_size = 32
+[phase.expect]
+min_embed_ok = 1
+min_embed_gpu = 1
+min_embed_cpu = 0
+)", "e.toml");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const Workload& w = r->phases[0].workloads[0];
+  EXPECT_EQ(w.kind, WorkloadKind::embed);
+  EXPECT_EQ(w.texts, 3u);
+  EXPECT_EQ(w.images, 2u);
+  EXPECT_EQ(w.image_size, 32u);
+  EXPECT_EQ(r->daemon.embedding_preset, "clip-test");
+  EXPECT_EQ(r->daemon.embedding_name, "emb");
+  EXPECT_EQ(r->phases[0].expect.min_embed_gpu, 1u);
+  for (const char* bad : {"[[phase]]\n[[phase.workload]]\nkind = \"x\"\n",
+                          "[[phase]]\n[[phase.workload]]\nkind = \"embed\"\ntexts = 0\n",
+                          "[[phase]]\n[[phase.workload]]\nkind = \"embed\"\nresubmit = true\n",
+                          "[daemon]\nembedding_preset = \"clip-huge\"\n[[phase]]\nduration_ms = 1\n",
+                          "[[phase]]\n[[phase.workload]]\nmodels = [\"emb\"]\n"}) {
+    auto e = parse_scenario(bad, "bad.toml");
+    EXPECT_FALSE(e.ok()) << bad;
+  }
+  auto home = load_scenario(std::string(TANDEM_SOURCE_ROOT) + "/config/validation/home-server.toml");
+  ASSERT_TRUE(home.ok()) << home.error().message;
+  bool dbus = false, ring = false, faults = false, memory = false, gpu_cpu = false;
+  for (const auto& p : home->phases) {
+    memory = memory || !p.memory.empty();
+    faults = faults || !p.faults.empty();
+    gpu_cpu = gpu_cpu || p.expect.min_embed_cpu.has_value();
+    for (const auto& w : p.workloads) {
+      dbus = dbus || (w.kind == WorkloadKind::embed && w.transport == "dbus");
+      ring = ring || (w.kind == WorkloadKind::embed && w.transport == "ring");
+    }
+  }
+  EXPECT_TRUE(dbus && ring && faults && memory && gpu_cpu);
+}
+
+TEST(ValidateVerdict, EveryEmbedCallGetsExactlyOneReply) {
+  using nlohmann::json;
+  auto ev = [](std::int64_t t, const char* type, json d) {
+    Event e;
+    e.t_us = t;
+    e.type = type;
+    e.phase = 0;
+    e.data = std::move(d);
+    return e;
+  };
+  std::vector<Event> log = {ev(1, "embed_call", {{"req", 1}}), ev(2, "embed_ok", {{"req", 1}, {"route", "gpu"}, {"count", 3}}),
+                            ev(3, "embed_call", {{"req", 2}}), ev(4, "embed_error", {{"req", 2}, {"error", "QueueFull"}}),
+                            ev(5, "embed_call", {{"req", 3}}), ev(6, "embed_ok", {{"req", 3}, {"route", "cpu"}, {"count", 1}})};
+  Metrics m = compute_metrics(log);
+  EXPECT_EQ(m.embed_calls, 3u);
+  EXPECT_EQ(m.embed_ok, 2u);
+  EXPECT_EQ(m.embed_gpu, 1u);
+  EXPECT_EQ(m.embed_cpu, 1u);
+  EXPECT_EQ(m.embed_errors_by["QueueFull"], 1u);
+  m.rss_samples = 1;
+  m.host_budget = 1;
+  Verdict v = judge(m, {});
+  ASSERT_NE(rule(v, "embed_replies"), nullptr);
+  EXPECT_TRUE(rule(v, "embed_replies")->pass) << rule(v, "embed_replies")->detail;
+  EXPECT_TRUE(check_expectations(json{{"min_embed_gpu", 1}, {"min_embed_cpu", 1}, {"min_embed_ok", 2}}, m).empty());
+  EXPECT_EQ(check_expectations(json{{"min_embed_cpu", 2}}, m).size(), 1u);
+  // A call without an answer, and one answered twice.
+  log.push_back(ev(7, "embed_call", {{"req", 4}}));
+  log.push_back(ev(8, "embed_error", {{"req", 3}, {"error", "Internal"}}));
+  m = compute_metrics(log);
+  m.rss_samples = 1;
+  m.host_budget = 1;
+  v = judge(m, {});
+  EXPECT_FALSE(v.pass);
+  EXPECT_FALSE(rule(v, "embed_replies")->pass);
+  EXPECT_NE(rule(v, "embed_replies")->detail.find("unanswered (req 4)"), std::string::npos) << rule(v, "embed_replies")->detail;
+  EXPECT_NE(rule(v, "embed_replies")->detail.find("answered twice (req 3)"), std::string::npos);
+  // No Embed calls: no such rule (the other scenarios' verdicts are unchanged).
+  EXPECT_EQ(rule(judge(Metrics{}, {}), "embed_replies"), nullptr);
 }
 
 // --- report ---------------------------------------------------------------------------------------------------
