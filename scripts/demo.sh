@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: installs packages (as root), builds, makes the bundled default model (a
 # small Llama-architecture model trained once on the license texts every Debian machine ships, with the real
-# Llama 2 tokenizer), then starts tandemd on a PRIVATE D-Bus bus with a simulated GPU (no CUDA needed) and walks
-# through normal → memory pressure → GPU fault (degraded) → recovered with tandemctl.
+# Llama 2 tokenizer) and the bundled default embedding model (CLIP layout, trained here on rendered shapes with
+# captions), then starts tandemd on a PRIVATE D-Bus bus with a simulated GPU (no CUDA needed) serving both, and walks
+# through normal → image search → memory pressure (the long prompt goes to the CPU, the embeddings keep the GPU) →
+# GPU fault (degraded; embeddings re-run on the CPU) → recovered with tandemctl.
 #   bash scripts/demo.sh ["your prompt"]
 # TANDEM_DEMO_KEEP=1 leaves the daemon running at the end (its bus address is printed).
 set -euo pipefail
@@ -27,6 +29,7 @@ fi
 DIR=$(mktemp -d /tmp/tandem-demo.XXXXXX)
 SOCK="$DIR/bus.sock"
 export TANDEM_BUS="address=unix:path=$SOCK"
+export XDG_CACHE_HOME="$DIR/cache"  # the image index (tandemctl index) lives here, not in your ~/.cache
 CTL="$BUILD/src/client/tandemctl"
 BUS_PID=""; DAEMON_PID=""
 cleanup() {
@@ -67,6 +70,10 @@ dir = "$MODEL"
 replica_mode = "mmap"
 [model.sampling]
 max_new_tokens = 40
+[[model]]
+name = "clip"
+dir = "$CLIP_MODEL"
+replica_mode = "mmap"
 [breaker]
 cooldown_ms = 2000
 [service]
@@ -97,25 +104,36 @@ step "1. normal: the job runs on the (simulated) GPU"
 "$CTL" status
 "$CTL" run --seed 1 "$PROMPT"
 
-step "2. memory pressure: another program takes 1.9 GiB of the GPU"
-"$CTL" testing foreign-load 1.9GiB
-"$CTL" plan "$PROMPT"
-"$CTL" run --seed 1 "$PROMPT"
+step "2. image search: index a folder of pictures (the CLIP model on the GPU), then search it by text and by image"
+"$BUILD/tools/tandem-train-clip" --render "$DIR/photos" 200 >/dev/null
+"$CTL" models
+"$CTL" index "$DIR/photos"
+"$CTL" search -n 5 "a blue circle"
+"$CTL" search -n 3 --image "$(ls "$DIR"/photos/*red-square*.png | head -1)"
 
-step "3. GPU fault: the driver resets; the breaker opens and tandemd serves on the CPU (degraded)"
+step "3. memory pressure: another program takes most of the GPU; the long prompt goes to the CPU, embeddings keep the GPU"
+"$CTL" testing foreign-load 1.9GiB
+LONG="$PROMPT $(printf 'and you can redistribute it under the terms of the license %.0s' $(seq 1 40))"
+"$CTL" plan "$LONG"
+"$CTL" run --seed 1 "$LONG"
+touch "$DIR"/photos/00[01]*.png  # 20 changed mtimes: re-embedded while the GPU is nearly full
+"$CTL" index "$DIR/photos"
+
+step "4. GPU fault: the driver resets; the breaker opens and tandemd serves on the CPU (degraded)"
 "$CTL" testing foreign-load 0
 "$CTL" testing lose-device
 wait_state degraded 10
 "$CTL" status
 "$CTL" run --seed 1 "$PROMPT"
+"$CTL" search -n 3 "a green triangle"
 
-step "4. recovered: the device is back; the half-open probe closes the breaker; back on the GPU"
+step "5. recovered: the device is back; the half-open probe closes the breaker; back on the GPU"
 "$CTL" testing recover-device
 wait_state normal 30
 "$CTL" status
 "$CTL" run --seed 1 "$PROMPT"
 
-step "5. the daemon's log (degraded-mode lines)"
+step "6. the daemon's log (degraded-mode lines)"
 grep -E "degraded|breaker|routed|accelerator" "$DIR/tandemd.log" | sed 's/^/  /' | head -20
 echo
 echo "demo: done (SIGTERM drains and exits 0)"
