@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tokenizer/bpe_learn.h"
 #include "tokenizer/bpe_vocab.h"
 #include "tokenizer/unicode.h"
 
@@ -123,67 +124,8 @@ BpeVocab generate_bpe_vocab(int vocab_size, std::string pre, std::vector<std::st
     freq.push_back(c);
   }
 
-  // Incremental BPE training: pair counts, the words holding each pair, a lazy max-heap.
-  auto key = [](int a, int b) { return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint32_t>(b); };
-  std::unordered_map<std::uint64_t, std::int64_t> pair_count;
-  std::unordered_map<std::uint64_t, std::vector<int>> pair_words;
-  using Entry = std::pair<std::int64_t, std::uint64_t>;
-  auto cmp = [](const Entry& x, const Entry& y) { return x.first != y.first ? x.first < y.first : x.second > y.second; };
-  std::priority_queue<Entry, std::vector<Entry>, decltype(cmp)> heap(cmp);
-  auto add_word = [&](int w, int sign) {
-    const auto& s = syms[static_cast<std::size_t>(w)];
-    for (std::size_t k = 0; k + 1 < s.size(); ++k) {
-      const std::uint64_t kk = key(s[k], s[k + 1]);
-      auto& c = pair_count[kk];
-      c += sign * freq[static_cast<std::size_t>(w)];
-      if (sign > 0) {
-        pair_words[kk].push_back(w);
-        heap.push({c, kk});
-      } else if (c > 0) {
-        heap.push({c, kk});
-      }
-    }
-  };
-  for (int w = 0; w < static_cast<int>(syms.size()); ++w) add_word(w, +1);
-  std::vector<int> seen(syms.size(), -1);
-  int learned = 0;
-  while (static_cast<int>(v.tokens.size()) < target && learned < kMaxLearnedMerges && !heap.empty()) {
-    const auto [count, kk] = heap.top();
-    heap.pop();
-    const auto it = pair_count.find(kk);
-    if (it == pair_count.end() || it->second != count) continue;
-    if (count < 2) break;
-    const int a = static_cast<int>(kk >> 32);
-    const int b = static_cast<int>(kk & 0xFFFFFFFFu);
-    const std::string merged = v.tokens[static_cast<std::size_t>(a)] + v.tokens[static_cast<std::size_t>(b)];
-    if (id_of.count(merged) != 0) {  // already a token by another path: never merge this pair again
-      it->second = -1;
-      continue;
-    }
-    const int id = static_cast<int>(v.tokens.size());
-    v.tokens.push_back(merged);
-    id_of.emplace(merged, id);
-    v.merges.emplace_back(v.tokens[static_cast<std::size_t>(a)], v.tokens[static_cast<std::size_t>(b)]);
-    ++learned;
-    const std::vector<int> holders = pair_words[kk];
-    for (int w : holders) {
-      if (seen[static_cast<std::size_t>(w)] == id) continue;
-      seen[static_cast<std::size_t>(w)] = id;
-      add_word(w, -1);
-      auto& s = syms[static_cast<std::size_t>(w)];
-      std::vector<int> t;
-      for (std::size_t k = 0; k < s.size(); ++k) {
-        if (k + 1 < s.size() && s[k] == a && s[k + 1] == b) {
-          t.push_back(id);
-          ++k;
-        } else {
-          t.push_back(s[k]);
-        }
-      }
-      s.swap(t);
-      add_word(w, +1);
-    }
-  }
+  detail::learn_bpe_merges(syms, freq, v.tokens, id_of, v.merges, static_cast<std::size_t>(std::max(target, 0)), 2,
+                           kMaxLearnedMerges);
 
   // Pseudo-random merges of existing tokens up to the target size.
   Rng fill{seed ^ 0xF111ULL};
@@ -211,5 +153,76 @@ BpeVocab generate_bpe_vocab(int vocab_size, std::string pre, std::vector<std::st
   v.add_bos = v.bos >= 0;
   return v;
 }
+
+namespace detail {
+
+std::size_t learn_bpe_merges(std::vector<std::vector<int>>& syms, const std::vector<std::int64_t>& freq,
+                             std::vector<std::string>& tokens, std::unordered_map<std::string, int>& id_of,
+                             std::vector<std::pair<std::string, std::string>>& merges, std::size_t target_tokens,
+                             std::int64_t min_count, std::size_t max_merges) {
+  // Pair counts, the words holding each pair, a lazy max-heap (count, then the lower pair).
+  auto key = [](int a, int b) { return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint32_t>(b); };
+  std::unordered_map<std::uint64_t, std::int64_t> pair_count;
+  std::unordered_map<std::uint64_t, std::vector<int>> pair_words;
+  using Entry = std::pair<std::int64_t, std::uint64_t>;
+  auto cmp = [](const Entry& x, const Entry& y) { return x.first != y.first ? x.first < y.first : x.second > y.second; };
+  std::priority_queue<Entry, std::vector<Entry>, decltype(cmp)> heap(cmp);
+  auto add_word = [&](int w, int sign) {
+    const auto& s = syms[static_cast<std::size_t>(w)];
+    for (std::size_t k = 0; k + 1 < s.size(); ++k) {
+      const std::uint64_t kk = key(s[k], s[k + 1]);
+      auto& c = pair_count[kk];
+      c += sign * freq[static_cast<std::size_t>(w)];
+      if (sign > 0) pair_words[kk].push_back(w);
+      if (c > 0) heap.push({c, kk});
+    }
+  };
+  for (int w = 0; w < static_cast<int>(syms.size()); ++w) add_word(w, +1);
+  std::vector<int> seen(syms.size(), -1);
+  std::size_t learned = 0;
+  while (tokens.size() < target_tokens && learned < max_merges && !heap.empty()) {
+    const auto [count, kk] = heap.top();
+    heap.pop();
+    const auto it = pair_count.find(kk);
+    if (it == pair_count.end() || it->second != count) continue;
+    if (count < min_count) break;  // the heap's top: no pair occurs often enough
+    const int a = static_cast<int>(kk >> 32);
+    const int b = static_cast<int>(kk & 0xFFFFFFFFu);
+    std::string merged = tokens[static_cast<std::size_t>(a)] + tokens[static_cast<std::size_t>(b)];
+    if (id_of.count(merged) != 0) {  // already a token by another path: never merge this pair again
+      it->second = -1;
+      continue;
+    }
+    const int id = static_cast<int>(tokens.size());
+    merges.emplace_back(tokens[static_cast<std::size_t>(a)], tokens[static_cast<std::size_t>(b)]);
+    id_of.emplace(merged, id);
+    tokens.push_back(std::move(merged));
+    ++learned;
+    const std::vector<int> holders = pair_words[kk];
+    for (int w : holders) {
+      if (seen[static_cast<std::size_t>(w)] == id) continue;
+      seen[static_cast<std::size_t>(w)] = id;
+      auto& s = syms[static_cast<std::size_t>(w)];
+      bool has = false;
+      for (std::size_t k = 0; k + 1 < s.size() && !has; ++k) has = s[k] == a && s[k + 1] == b;
+      if (!has) continue;  // the word lost the pair to an earlier merge
+      add_word(w, -1);
+      std::vector<int> t;
+      for (std::size_t k = 0; k < s.size(); ++k) {
+        if (k + 1 < s.size() && s[k] == a && s[k + 1] == b) {
+          t.push_back(id);
+          ++k;
+        } else {
+          t.push_back(s[k]);
+        }
+      }
+      s.swap(t);
+      add_word(w, +1);
+    }
+  }
+  return learned;
+}
+
+}  // namespace detail
 
 }  // namespace tandem::tok

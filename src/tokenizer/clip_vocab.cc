@@ -6,9 +6,10 @@
 
 #include <algorithm>
 #include <fstream>
-#include <queue>
+#include <cstdint>
 #include <unordered_map>
 
+#include "tokenizer/bpe_learn.h"
 #include "tokenizer/clip_text.h"
 #include "tokenizer/unicode.h"
 
@@ -75,64 +76,8 @@ ClipVocab train_clip_bpe(const std::vector<std::string>& corpus, std::size_t voc
     freq.push_back(c);
   }
 
-  // Incremental BPE: pair counts, the words holding each pair, a lazy max-heap (count, then the lower pair).
-  const std::size_t target = std::max<std::size_t>(vocab_size, 514) - 2;
-  auto key = [](int a, int b) { return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint32_t>(b); };
-  std::unordered_map<std::uint64_t, std::int64_t> pair_count;
-  std::unordered_map<std::uint64_t, std::vector<int>> pair_words;
-  using Entry = std::pair<std::int64_t, std::uint64_t>;
-  auto cmp = [](const Entry& x, const Entry& y) { return x.first != y.first ? x.first < y.first : x.second > y.second; };
-  std::priority_queue<Entry, std::vector<Entry>, decltype(cmp)> heap(cmp);
-  auto add_word = [&](int w, int sign) {
-    const auto& s = syms[static_cast<std::size_t>(w)];
-    for (std::size_t k = 0; k + 1 < s.size(); ++k) {
-      const std::uint64_t kk = key(s[k], s[k + 1]);
-      auto& c = pair_count[kk];
-      c += sign * freq[static_cast<std::size_t>(w)];
-      if (sign > 0) pair_words[kk].push_back(w);
-      if (c > 0) heap.push({c, kk});
-    }
-  };
-  for (int w = 0; w < static_cast<int>(syms.size()); ++w) add_word(w, +1);
-  std::vector<int> seen(syms.size(), -1);
-  while (v.tokens.size() < target && !heap.empty()) {
-    const auto [count, kk] = heap.top();
-    heap.pop();
-    const auto it = pair_count.find(kk);
-    if (it == pair_count.end() || it->second != count || count <= 0) continue;
-    const int a = static_cast<int>(kk >> 32);
-    const int b = static_cast<int>(kk & 0xFFFFFFFFu);
-    std::string merged = v.tokens[static_cast<std::size_t>(a)] + v.tokens[static_cast<std::size_t>(b)];
-    if (id_of.count(merged) != 0) {  // already a token by another path: never merge this pair
-      it->second = -1;
-      continue;
-    }
-    const int id = static_cast<int>(v.tokens.size());
-    v.merges.emplace_back(v.tokens[static_cast<std::size_t>(a)], v.tokens[static_cast<std::size_t>(b)]);
-    id_of.emplace(merged, id);
-    v.tokens.push_back(std::move(merged));
-    const std::vector<int> holders = pair_words[kk];
-    for (int w : holders) {
-      if (seen[static_cast<std::size_t>(w)] == id) continue;
-      seen[static_cast<std::size_t>(w)] = id;
-      auto& s = syms[static_cast<std::size_t>(w)];
-      bool has = false;
-      for (std::size_t k = 0; k + 1 < s.size() && !has; ++k) has = s[k] == a && s[k + 1] == b;
-      if (!has) continue;
-      add_word(w, -1);
-      std::vector<int> t;
-      for (std::size_t k = 0; k < s.size(); ++k) {
-        if (k + 1 < s.size() && s[k] == a && s[k + 1] == b) {
-          t.push_back(id);
-          ++k;
-        } else {
-          t.push_back(s[k]);
-        }
-      }
-      s.swap(t);
-      add_word(w, +1);
-    }
-  }
+  const std::size_t target = std::max<std::size_t>(vocab_size, 514) - 2;  // the two specials come last
+  detail::learn_bpe_merges(syms, freq, v.tokens, id_of, v.merges, target, 1, SIZE_MAX);
   v.tokens.emplace_back(kClipBos);
   v.tokens.emplace_back(kClipEos);
   return v;
