@@ -102,13 +102,7 @@ Status check(const ClipWriteOptions& o) {
   return {};
 }
 
-Status write_text(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) return fail(Errc::io_error, "cannot write " + p.string());
-  return {};
-}
+Status write_text(const fs::path& p, const std::string& text) { return write_text_file(p.string(), text); }
 
 std::string floats(const std::vector<float>& v) {
   std::ostringstream o;

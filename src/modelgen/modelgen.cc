@@ -142,16 +142,17 @@ Status check(const Options& o) {
   return {};
 }
 
-
-Status write_text(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) return fail(Errc::io_error, "cannot write " + p.string());
-  return {};
-}
+Status write_text(const fs::path& p, const std::string& text) { return write_text_file(p.string(), text); }
 
 }  // namespace
+
+Status write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) return fail(Errc::io_error, "cannot write " + path);
+  return {};
+}
 
 Status write_model(const std::string& dir, const Options& o) {
   TANDEM_TRY(check(o));

@@ -79,6 +79,9 @@ std::shared_ptr<const tok::BpeVocab> preset_bpe_vocab(std::string_view preset);
 // Creates `dir` if needed and writes the model. Errors: invalid_argument (bad shape/options), io_error.
 Status write_model(const std::string& dir, const Options& opts);
 
+// Writes `text` to `path` (created or truncated); io_error naming the file. Shared by the writers.
+Status write_text_file(const std::string& path, const std::string& text);
+
 // Rounding conversions used for f16/bf16 files (round to nearest even).
 std::uint16_t float_to_bf16(float f);
 std::uint16_t float_to_f16(float f);
