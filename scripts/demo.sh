@@ -3,7 +3,7 @@
 # small Llama-architecture model trained once on the license texts every Debian machine ships, with the real
 # Llama 2 tokenizer) and the bundled default embedding model (CLIP layout, trained here on rendered shapes with
 # captions), then starts tandemd on a PRIVATE D-Bus bus with a simulated GPU (no CUDA needed) serving both, and walks
-# through normal → image search → memory pressure (the long prompt goes to the CPU, the embeddings keep the GPU) →
+# through normal → image search → memory pressure (the embeddings keep the GPU, the long prompt is offloaded) →
 # GPU fault (degraded; embeddings re-run on the CPU) → recovered with tandemctl.
 #   bash scripts/demo.sh ["your prompt"]
 # TANDEM_DEMO_KEEP=1 leaves the daemon running at the end (its bus address is printed).
@@ -74,6 +74,11 @@ max_new_tokens = 40
 name = "clip"
 dir = "$CLIP_MODEL"
 replica_mode = "mmap"
+[ladder.pressure]
+# The demo's GPU is small: "critical" (where nothing new starts on the GPU) begins at 1% headroom instead of 5%, so
+# that in step 3 the ladder decides job by job under elevated pressure.
+critical_enter_fraction = 0.01
+critical_exit_fraction = 0.02
 [breaker]
 cooldown_ms = 2000
 [service]
@@ -111,13 +116,15 @@ step "2. image search: index a folder of pictures (the CLIP model on the GPU), t
 "$CTL" search -n 5 "a blue circle"
 "$CTL" search -n 3 --image "$(ls "$DIR"/photos/*red-square*.png | head -1)"
 
-step "3. memory pressure: another program takes most of the GPU; the long prompt goes to the CPU, embeddings keep the GPU"
-"$CTL" testing foreign-load 1.9GiB
-LONG="$PROMPT $(printf 'and you can redistribute it under the terms of the license %.0s' $(seq 1 40))"
-"$CTL" plan "$LONG"
-"$CTL" run --seed 1 "$LONG"
+step "3. memory pressure: another program takes most of the GPU; embeddings keep the GPU, the long prompt does not fit"
+"$CTL" testing foreign-load 1.43GiB   # about 40 MiB of headroom left above the 512 MiB safety margin
+"$CTL" status | grep -A1 "GPU memory"
 touch "$DIR"/photos/00[01]*.png  # 20 changed mtimes: re-embedded while the GPU is nearly full
 "$CTL" index "$DIR/photos"
+"$CTL" embed "a yellow ring" >/dev/null   # prints where it ran (stderr): the GPU, a small job
+LONG="$PROMPT $(printf 'and you can redistribute it under the terms of the license %.0s' $(seq 1 40))"
+"$CTL" plan "$LONG"   # the long prompt does not fit whole: the ladder offloads its last layer to the CPU
+"$CTL" run --seed 1 "$LONG"
 
 step "4. GPU fault: the driver resets; the breaker opens and tandemd serves on the CPU (degraded)"
 "$CTL" testing foreign-load 0
@@ -126,6 +133,7 @@ wait_state degraded 10
 "$CTL" status
 "$CTL" run --seed 1 "$PROMPT"
 "$CTL" search -n 3 "a green triangle"
+"$CTL" embed "a yellow ring" >/dev/null
 
 step "5. recovered: the device is back; the half-open probe closes the breaker; back on the GPU"
 "$CTL" testing recover-device
