@@ -54,7 +54,7 @@ const char* kUsage =
     "it (config.json, model.safetensors, preprocessor_config.json, vocab.json, merges.txt, tokenizer.json) plus\n"
     "training.json; then checks that engine::ClipModel reproduces the training forward on the written files.\n"
     "  --steps N          optimizer steps (default 600)\n"
-    "  --seconds S        also stop within S seconds of training: after 10 steps the step count is lowered to fit\n"
+    "  --seconds S        also stop within S seconds of training: after 30 steps the step count is lowered to fit\n"
     "                     (the schedule follows); the result then depends on machine speed. Default 360, a cap that\n"
     "                     only a slow or busy machine reaches (0 = none)\n"
     "  --quick            a short run for tests: 150 steps of batch 64, 1 thread, no time cap (deterministic)\n"
@@ -607,7 +607,8 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(c.seed);
     std::vector<std::pair<int, cd::Retrieval>> curve;
     const auto t_train = TrainTimer::now();
-    double loss_ema = 0, last_loss = 0, first_loss = 0;
+    double loss_ema = 0, last_loss = 0, first_loss = 0, el_at_5 = 0;
+    constexpr int kPlanAt = 30;  // --seconds replans the step count here
     int done = 0;
     bool cut = false;
     std::uint64_t next_scene = 0;
@@ -716,8 +717,9 @@ int main(int argc, char** argv) {
       loss_ema = step == 0 ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
       done = step + 1;
       const double el = seconds_since(t_train);
-      if (c.seconds > 0 && done == 10 && steps > 10) {
-        const double per_step = el / done;
+      if (done == 5) el_at_5 = el;
+      if (c.seconds > 0 && done == kPlanAt && steps > kPlanAt) {
+        const double per_step = (el - el_at_5) / (kPlanAt - 5);  // the pace after the first steps' start-up
         const int fit = done + static_cast<int>(std::max(0.0, c.seconds - el) / per_step);
         if (fit < steps) {
           steps = std::max(fit, done);
