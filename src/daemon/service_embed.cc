@@ -258,6 +258,9 @@ policy::FailoverDecision Service::EmbedWorkload::failover(const Service& s, cons
 }
 
 void Service::EmbedWorkload::ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) {
+  // A degraded answer is never the first news of degraded mode: the service's state (and DegradedModeChanged, the
+  // rings' degraded_mode completion) goes out before the vectors do.
+  if (j.degraded) s.update_service_state();
   auto waiters = std::move(j.embed->waiters);
   j.embed->waiters.clear();
   for (auto& w : waiters) {

@@ -120,7 +120,9 @@ class Forwarder final : public ServiceObserver {
       bus_updates.push_back(destination + " " + std::to_string(id) + " " + kind);
     }
   }
-  void degraded_changed(bool, const std::string&, const Dict&) override {}
+  void degraded_changed(bool degraded, const std::string& reason, const Dict& details) override {
+    if (hub) hub->degraded_changed(degraded, reason, details);  // as DbusServer forwards it
+  }
   void properties_changed(const std::vector<std::string>&) override {}
 
   RingHub* hub = nullptr;
