@@ -483,5 +483,40 @@ TEST_F(EmbedTest, ALongPromptRoutesToTheCpuWhileEmbeddingsKeepTheGpu) {
   ASSERT_TRUE(wait_terminal(llm));
 }
 
+
+// And the other way round: an embedding batch too large for what is left goes to the CPU while a short LLM job
+// still fits and keeps the GPU.
+TEST_F(EmbedTest, ALargeEmbeddingBatchRoutesToTheCpuWhileAShortPromptKeepsTheGpu) {
+  cfg_.policy.headroom.margin.bytes = 0;
+  cfg_.policy.headroom.margin.fraction = 0;
+  cfg_.policy.ladder.pressure = {1e-9, 2e-9, 0.0, 1e-9};  // a few hundred KiB free is not "critical" here
+  start();
+  SubmitRequest small = request("hi", 4);
+  auto plan = svc_->plan(alice_, small);
+  ASSERT_TRUE(plan) << describe(plan);
+  const auto need = at<std::map<std::string, std::uint64_t>>(*plan, "breakdown").at("total");
+  auto headroom_now = [&] {
+    auto p2 = svc_->plan(alice_, small);
+    return at<std::map<std::string, std::int64_t>>(*p2, "headroom").at("headroom");
+  };
+  // Leave twice what the short prompt needs (two steps: the device's own reading decides what is free).
+  std::uint64_t foreign = static_cast<std::uint64_t>(headroom_now()) - 2 * need;
+  ASSERT_TRUE(svc_->testing_foreign_load(foreign));
+  foreign += static_cast<std::uint64_t>(headroom_now()) - 2 * need;
+  ASSERT_TRUE(svc_->testing_foreign_load(foreign));
+  ASSERT_GE(headroom_now(), static_cast<std::int64_t>(need));
+  ASSERT_LT(headroom_now(), static_cast<std::int64_t>(3 * need));
+  std::vector<std::string> texts, images;
+  for (int i = 0; i < 32; ++i) texts.push_back("a long caption of a picture, number " + std::to_string(i));
+  for (int i = 0; i < 32; ++i) images.push_back("img-" + std::to_string(i));
+  auto big = run(alice_, embed_request(texts, images));
+  ASSERT_TRUE(big) << describe(big);
+  EXPECT_EQ(str(big->result, "route"), "cpu") << str(job(u64(big->result, "job_id")), "detail");
+  Dict placed;
+  const JobId llm = submit_ok(alice_, small, &placed);
+  EXPECT_EQ(str(placed, "route"), "gpu") << str(placed, "reason");
+  ASSERT_TRUE(wait_terminal(llm));
+}
+
 }  // namespace
 }  // namespace tandem::daemon::testing
