@@ -10,7 +10,7 @@ tandem_setup
 T_FAST_STOP=1
 
 P="Once upon a time in a small village"
-N=200   # tokens of the long jobs (~0.5-5 s, machine-dependent)
+N=800   # tokens of the long jobs (~1.5-15 s, machine-dependent: at 200 a fast CPU finished before the device loss)
 
 # Reference: an uninterrupted GPU run of the long request. Greedy: the simulated GPU (ATen's GEMM over the weights)
 # and the CPU (Tandem's kernels) are two f32 kernel families whose logits differ in the last bits, so under sampling a
