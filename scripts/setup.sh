@@ -12,6 +12,9 @@ PACKAGES=(
   libtomlplusplus-dev nlohmann-json3-dev libsentencepiece-dev
   libicu-dev  # the BPE tokenizers: Unicode-property regexes and normalization (docs/tokenizers.md)
   libjpeg62-turbo-dev libpng-dev  # image input (src/image): JPEG and PNG decoding, PNG writing (docs/image-input.md)
+  libsndfile1-dev libsamplerate0-dev zlib1g-dev  # audio input (src/audio): WAV/FLAC/Ogg decoding, resampling to
+                                                 # 16 kHz; zlib: Whisper's compression-ratio check (src/speech)
+  espeak-ng  # speech made on this machine for the default speech model and the transcription tests
   libsqlite3-dev  # tandemctl index/search: the image index is a SQLite file (src/client/image_index.h, docs/image-search.md)
   dbus dbus-daemon dbus-bin libglib2.0-bin systemd socat jq util-linux
   debhelper devscripts lintian
