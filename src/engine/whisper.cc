@@ -1,0 +1,328 @@
+// Loading a Whisper model, its placement on an accelerator, its accessors and sessions (the forward passes are
+// whisper_forward.cc).
+#include "engine/whisper.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <system_error>
+
+#include "core/sha256.h"
+#include "engine/dequant.h"
+#include "engine/whisper_impl.h"
+#include "generation/fingerprint.h"
+#include "kernels/quant.h"
+
+namespace tandem::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kernels::WType;
+
+std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Result<std::string> read_text(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return fail(Errc::not_found, path + ": not found");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return fail(Errc::io_error, path + ": " + ec.message());
+  if (size > (64u << 20)) return fail(Errc::format_error, path + ": larger than 64 MiB");
+  std::ifstream f(path, std::ios::binary);
+  std::string text(static_cast<std::size_t>(size), '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!f) return fail(Errc::io_error, path + ": read error");
+  return text;
+}
+
+std::uint64_t tensor_bytes(const at::Tensor& t) {
+  return static_cast<std::uint64_t>(t.numel()) * static_cast<std::uint64_t>(t.element_size());
+}
+
+}  // namespace
+
+std::vector<Weight*> WhisperModel::Impl::all_matrices() {
+  std::vector<Weight*> out{&conv1, &conv2, &embed};
+  if (proj.rows > 0) out.push_back(&proj);
+  for (auto* stack : {&enc, &dec})
+    for (WhisperLayer& l : *stack) {
+      for (WhisperAttn* a : {&l.self, &l.cross})
+        if (a == &l.self || l.decoder)
+          for (Weight* w : {&a->wq, &a->wk, &a->wv, &a->wo}) out.push_back(w);
+      out.push_back(&l.w1);
+      out.push_back(&l.w2);
+    }
+  return out;
+}
+
+std::vector<at::Tensor*> WhisperModel::Impl::all_vectors() {
+  std::vector<at::Tensor*> out{&conv1_b, &conv2_b, &enc_pos, &dec_pos, &enc_ln_w, &enc_ln_b, &dec_ln_w, &dec_ln_b};
+  for (auto* stack : {&enc, &dec})
+    for (WhisperLayer& l : *stack) {
+      for (at::Tensor* v : {&l.ln1_w, &l.ln1_b, &l.ln2_w, &l.ln2_b, &l.b1, &l.b2, &l.self.bq, &l.self.bv, &l.self.bo})
+        out.push_back(v);
+      if (l.decoder)
+        for (at::Tensor* v : {&l.lnx_w, &l.lnx_b, &l.cross.bq, &l.cross.bv, &l.cross.bo}) out.push_back(v);
+    }
+  return out;
+}
+
+// Every matrix at its held size (the token embedding too: it is the output head) and every vector (f32) goes to
+// the accelerator, accounted first as one allocation at Site::weights.
+Status WhisperModel::Impl::place_on_accelerator() {
+  accel_dev = accel->kind() == device::Kind::cuda ? at::Device(at::kCUDA, static_cast<at::DeviceIndex>(accel->torch_index()))
+                                                 : at::Device(at::kCPU);
+  std::uint64_t bytes = 0;
+  for (Weight* w : all_matrices()) {
+    bytes += w->bytes();
+    dequant_ws = std::max(dequant_ws, dequantize_aten_workspace(w->type, w->rows, w->cols, 4));
+  }
+  for (at::Tensor* v : all_vectors()) bytes += tensor_bytes(*v);
+  auto a = accel->allocate(bytes, device::Site::weights);
+  if (!a) {
+    Error e = std::move(a).error();
+    e.message = "Whisper weights on " + accel->name() + ": " + e.message;
+    return fail(std::move(e));
+  }
+  accel_allocs.push_back(std::move(a).value());
+  for (Weight* w : all_matrices()) w->dev = accel_dev.is_cuda() ? w->cpu_tensor().to(accel_dev) : w->cpu_tensor().clone();
+  for (at::Tensor* v : all_vectors()) *v = accel_dev.is_cuda() ? v->to(accel_dev) : v->clone();
+  stats.accel_weight_bytes = bytes;
+  return {};
+}
+
+// Encoder peak for one window: the mel, conv1's im2col and output, conv2's im2col and output, per layer the
+// residual, its norm, q, k, v, the attention output and projection (7 · d) and the FFN pair (2 · ffn), one head's
+// scores and probabilities (2 · S²). The CPU kernels need less (per-row scores); the estimate covers both.
+std::uint64_t WhisperModel::Impl::encode_ws() const {
+  const std::uint64_t S = static_cast<std::uint64_t>(cfg.source_positions), F = 2 * S,
+                      d = static_cast<std::uint64_t>(cfg.d_model), M = static_cast<std::uint64_t>(cfg.n_mels),
+                      ffn = static_cast<std::uint64_t>(cfg.encoder_ffn);
+  const std::uint64_t floats = M * F + F * 3 * M + F * d + S * 3 * d + S * d + S * (7 * d + 2 * ffn) + 2 * S * S;
+  return floats * 4 + (accel ? dequant_ws : 0);
+}
+
+// One decode call of n tokens: per row 8 · d + ffn (residual, norm, q, k, v, attention, projection, cross query;
+// FFN), one head's scores over max(S, T) keys (×2), and the logits row.
+std::uint64_t WhisperModel::Impl::decode_ws(std::int64_t n) const {
+  const std::uint64_t rows = static_cast<std::uint64_t>(std::max<std::int64_t>(n, 1)),
+                      d = static_cast<std::uint64_t>(cfg.d_model), ffn = static_cast<std::uint64_t>(cfg.decoder_ffn),
+                      keys = static_cast<std::uint64_t>(std::max(cfg.source_positions, cfg.target_positions));
+  const std::uint64_t floats = rows * (8 * d + ffn) + 2 * rows * keys + static_cast<std::uint64_t>(cfg.vocab);
+  return floats * 4 + (accel ? dequant_ws : 0);
+}
+
+std::uint64_t WhisperModel::Impl::kv_bytes() const {
+  return 4ull * 2 * static_cast<std::uint64_t>(cfg.decoder_layers) * static_cast<std::uint64_t>(cfg.d_model) *
+         static_cast<std::uint64_t>(cfg.source_positions + cfg.target_positions);
+}
+
+WhisperModel::WhisperModel() = default;
+WhisperModel::~WhisperModel() = default;
+
+Result<std::shared_ptr<WhisperModel>> WhisperModel::load(const std::string& path, const WhisperLoadOptions& opts) {
+  const auto t0 = Clock::now();
+  if (opts.threads < 1 || opts.threads > 256)
+    return fail(Errc::invalid_argument, "threads must be in [1, 256], got " + std::to_string(opts.threads));
+  if (opts.accelerator && opts.accelerator->lost())
+    return fail(Errc::device_lost, opts.accelerator->name() + ": device lost; cannot load onto it");
+
+  auto m = std::shared_ptr<WhisperModel>(new WhisperModel());
+  m->impl_ = std::make_unique<Impl>();
+  Impl& im = *m->impl_;
+  im.opts = opts;
+  std::string dir = path;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  auto text = read_text(dir + "/config.json");
+  if (!text) return fail(std::move(text).error());
+  auto c = weights::parse_whisper_config(*text, dir + "/config.json");
+  if (!c) return fail(std::move(c).error());
+  im.cfg = std::move(c).value();
+  auto st = weights::open_safetensors_weights(dir);
+  if (!st) return fail(std::move(st).error());
+  im.st.emplace(std::move(st).value());
+  std::string origin, header_id;
+  for (const auto& s : im.st->shards) {
+    im.files.push_back(&s.file());
+    origin += (origin.empty() ? "" : ", ") + s.path();
+    const auto hb = s.header_bytes();
+    header_id += Sha256::hex(Sha256().update(hb).finish()) + ":" + std::to_string(s.file().size()) + ";";
+  }
+  header_id += Sha256::hex(Sha256::of(*text));
+  const WhisperConfig& cfg = im.cfg;
+
+  std::map<std::string, const weights::TensorView*> tv;
+  auto required = weights::whisper_required_tensors(cfg);
+  const weights::TensorView* proj = im.st->find("proj_out.weight");
+  if (proj) required.push_back({"proj_out.weight", {cfg.vocab, cfg.d_model}});
+  for (const auto& [name, shape] : required) {
+    const weights::TensorView* t = im.st->find(name);
+    if (t == nullptr)
+      return fail(Errc::format_error, origin + ": required tensor '" + name + "' " + shape_str(shape) + " is missing");
+    if (t->shape != shape)
+      return fail(Errc::format_error, origin + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " +
+                                          shape_str(shape) + " from the configuration");
+    if (!t->type_supported)
+      return fail(Errc::unsupported, origin + ": tensor '" + name + "' has dtype " + std::string(weights::dtype_name(t->dtype)) +
+                                         ", which Tandem does not compute with");
+    tv[name] = t;
+  }
+  for (const auto& [name, t] : tv) im.stats.weight_bytes += t->data.size();
+
+  try {
+    c10::InferenceMode guard;
+    Model::init_compute_thread();
+    im.pool = std::make_unique<WorkerPool>(opts.threads, [] { Model::init_compute_thread(); });
+    std::uint64_t copied = 0;
+    auto w = [&](const std::string& name) { return make_weight(*tv.at(name), opts.dtype, copied); };
+    auto vec = [&](const std::string& name) { return vector_f32(*tv.at(name)); };
+    auto rows_f32 = [&](const std::string& name) {
+      const Weight e = make_weight(*tv.at(name), ComputeDType::auto_, copied);
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(e.rows));
+      std::iota(ids.begin(), ids.end(), 0);
+      return embedding_rows(e, ids);
+    };
+    auto conv = [&](const std::string& name) {
+      weights::TensorView v = *tv.at(name);
+      v.shape = {v.shape[0], v.shape[1] * v.shape[2]};
+      return make_weight(v, opts.dtype, copied);
+    };
+    im.conv1 = conv("model.encoder.conv1.weight");
+    im.conv1_b = vec("model.encoder.conv1.bias");
+    im.conv2 = conv("model.encoder.conv2.weight");
+    im.conv2_b = vec("model.encoder.conv2.bias");
+    im.enc_pos = rows_f32("model.encoder.embed_positions.weight");
+    im.dec_pos = rows_f32("model.decoder.embed_positions.weight");
+    im.embed = w("model.decoder.embed_tokens.weight");
+    if (proj) im.proj = w("proj_out.weight");
+    im.enc_ln_w = vec("model.encoder.layer_norm.weight");
+    im.enc_ln_b = vec("model.encoder.layer_norm.bias");
+    im.dec_ln_w = vec("model.decoder.layer_norm.weight");
+    im.dec_ln_b = vec("model.decoder.layer_norm.bias");
+    auto attn = [&](const std::string& p) {
+      WhisperAttn a;
+      a.wq = w(p + ".q_proj.weight");
+      a.bq = vec(p + ".q_proj.bias");
+      a.wk = w(p + ".k_proj.weight");
+      a.wv = w(p + ".v_proj.weight");
+      a.bv = vec(p + ".v_proj.bias");
+      a.wo = w(p + ".out_proj.weight");
+      a.bo = vec(p + ".out_proj.bias");
+      return a;
+    };
+    for (bool decoder : {false, true}) {
+      const int n = decoder ? cfg.decoder_layers : cfg.encoder_layers;
+      for (int i = 0; i < n; ++i) {
+        const std::string p = std::string(decoder ? "model.decoder" : "model.encoder") + ".layers." + std::to_string(i) + ".";
+        WhisperLayer l;
+        l.decoder = decoder;
+        l.self = attn(p + "self_attn");
+        l.ln1_w = vec(p + "self_attn_layer_norm.weight");
+        l.ln1_b = vec(p + "self_attn_layer_norm.bias");
+        if (decoder) {
+          l.cross = attn(p + "encoder_attn");
+          l.lnx_w = vec(p + "encoder_attn_layer_norm.weight");
+          l.lnx_b = vec(p + "encoder_attn_layer_norm.bias");
+        }
+        l.ln2_w = vec(p + "final_layer_norm.weight");
+        l.ln2_b = vec(p + "final_layer_norm.bias");
+        l.w1 = w(p + "fc1.weight");
+        l.b1 = vec(p + "fc1.bias");
+        l.w2 = w(p + "fc2.weight");
+        l.b2 = vec(p + "fc2.bias");
+        (decoder ? im.dec : im.enc).push_back(std::move(l));
+      }
+    }
+    im.stats.resident_copy_bytes = copied;
+    if (opts.accelerator) {
+      im.accel = opts.accelerator;
+      TANDEM_TRY(im.place_on_accelerator());
+    }
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    const bool oom = what.find("alloc") != std::string::npos || what.find("memory") != std::string::npos;
+    return fail(oom ? Errc::out_of_memory : Errc::internal, path + ": loading Whisper weights failed: " + what);
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::out_of_memory, path + ": out of host memory while loading Whisper weights");
+  } catch (const std::system_error& e) {
+    return fail(Errc::internal, path + ": cannot start worker threads: " + e.what());
+  }
+  if (opts.prefault)
+    for (const weights::MappedFile* f : im.files) f->prefault();
+
+  std::ostringstream arch;
+  arch << cfg.d_model << "," << cfg.encoder_layers << "," << cfg.decoder_layers << "," << cfg.encoder_heads << ","
+       << cfg.decoder_heads << "," << cfg.encoder_ffn << "," << cfg.decoder_ffn << ";mels=" << cfg.n_mels
+       << ";src=" << cfg.source_positions << ";tgt=" << cfg.target_positions << ";vocab=" << cfg.vocab
+       << ";scale=" << cfg.scale_embedding << ";head=" << (im.proj.rows > 0 ? "proj_out" : "tied");
+  std::map<WType, int> types;
+  for (Weight* x : im.all_matrices()) types[x->type]++;
+  std::string held;
+  for (WType t : kernels::kAllWTypes)
+    if (types.count(t)) held += (held.empty() ? "" : ",") + std::string(kernels::wtype_name(t)) + ":" + std::to_string(types[t]);
+  im.fingerprint = gen::Fingerprint::make({{"architecture", "whisper;" + arch.str()},
+                                           {"weights", header_id + ";" + weights::sampled_content_digest(im.files)},
+                                           {"revision", opts.revision},
+                                           {"weights_types", held}})
+                       .digest;
+  im.stats.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return m;
+}
+
+const WhisperConfig& WhisperModel::config() const { return impl_->cfg; }
+const WhisperLoadStats& WhisperModel::stats() const { return impl_->stats; }
+std::string WhisperModel::fingerprint() const { return impl_->fingerprint; }
+device::Device* WhisperModel::accelerator() const { return impl_->accel.get(); }
+int WhisperModel::window_frames() const { return impl_->cfg.window_frames(); }
+std::uint64_t WhisperModel::session_kv_bytes() const { return impl_->kv_bytes(); }
+std::uint64_t WhisperModel::session_bytes() const {
+  return std::max(impl_->encode_ws(), impl_->decode_ws(impl_->cfg.target_positions)) + impl_->kv_bytes();
+}
+
+Result<std::unique_ptr<WhisperSession>> WhisperModel::new_session() {
+  Impl& im = *impl_;
+  auto s = std::make_unique<WhisperSession::State>();
+  s->model = shared_from_this();
+  const WhisperConfig& c = im.cfg;
+  std::lock_guard lock(im.compute_mu);
+  if (im.accel) {
+    if (im.device_lost())
+      return fail(Errc::device_lost, im.accel->name() + ": the Whisper model's device buffers were lost; reload it");
+    auto a = im.accel->allocate(im.kv_bytes(), device::Site::kv_pool);
+    if (!a) return fail(std::move(a).error());
+    s->kv_alloc = std::move(a).value();
+  }
+  try {
+    c10::InferenceMode guard;
+    const auto o = at::TensorOptions().dtype(at::kFloat).device(im.on_accel() ? im.accel_dev : at::Device(at::kCPU));
+    for (int i = 0; i < c.decoder_layers; ++i) {
+      s->cross_k.push_back(at::zeros({c.source_positions, c.d_model}, o));
+      s->cross_v.push_back(at::zeros({c.source_positions, c.d_model}, o));
+      s->self_k.push_back(at::zeros({c.target_positions, c.d_model}, o));
+      s->self_v.push_back(at::zeros({c.target_positions, c.d_model}, o));
+    }
+  } catch (const c10::Error& e) {
+    return fail(Errc::out_of_memory, "Whisper session buffers: " + std::string(e.what_without_backtrace()));
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::out_of_memory, "Whisper session buffers: out of host memory");
+  }
+  return std::unique_ptr<WhisperSession>(new WhisperSession(std::move(s)));
+}
+
+WhisperSession::WhisperSession(std::unique_ptr<State> st) : st_(std::move(st)) {}
+WhisperSession::~WhisperSession() = default;
+std::size_t WhisperSession::fed() const { return st_->fed; }
+void WhisperSession::rewind(std::size_t n) { st_->fed = std::min(n, st_->fed); }
+
+}  // namespace tandem::engine

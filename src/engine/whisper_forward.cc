@@ -1,0 +1,326 @@
+// The Whisper encoder and decoder (Hugging Face WhisperEncoder / WhisperDecoder semantics). On the CPU: matrix
+// products through Tandem's kernels (cpu_linear: row-independent), the convolutions as im2col + cpu_linear, layer
+// norm, gelu and attention as per-row loops (scores in double, rows split across the model's pool), so a row's
+// values do not depend on how many rows a call carries: feeding tokens one at a time gives the logits of feeding
+// them at once. On an accelerator: ATen (matrices expanded one at a time, dequant.h; at::conv1d; attention per head).
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/dequant.h"
+#include "engine/whisper_impl.h"
+
+namespace tandem::engine {
+
+namespace {
+
+struct Cancelled {};
+
+void layer_norm_rows(const float* x, const float* w, const float* b, std::int64_t n, std::int64_t d, double eps,
+                     float* out) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* r = x + i * d;
+    double sum = 0;
+    for (std::int64_t j = 0; j < d; ++j) sum += r[j];
+    const double mean = sum / static_cast<double>(d);
+    double var = 0;
+    for (std::int64_t j = 0; j < d; ++j) var += (r[j] - mean) * (r[j] - mean);
+    const double rstd = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
+    float* o = out + i * d;
+    for (std::int64_t j = 0; j < d; ++j) o[j] = static_cast<float>((r[j] - mean) * rstd) * w[j] + b[j];
+  }
+}
+
+// Rows [r0, r1) of one attention: q [n, d] (row i at position past + i), k, v [m, d]; out [n, d].
+void attention_rows(const float* q, const float* k, const float* v, float* out, std::int64_t r0, std::int64_t r1,
+                    std::int64_t m, std::int64_t d, int heads, bool causal, std::int64_t past) {
+  const std::int64_t hd = d / heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> s(static_cast<std::size_t>(m)), acc(static_cast<std::size_t>(hd));
+  for (std::int64_t i = r0; i < r1; ++i) {
+    const std::int64_t n = causal ? std::min(m, past + i + 1) : m;
+    for (int h = 0; h < heads; ++h) {
+      const float* qi = q + i * d + h * hd;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float* kj = k + j * d + h * hd;
+        double dot = 0;
+        for (std::int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qi[e]) * kj[e];
+        s[static_cast<std::size_t>(j)] = dot * scale;
+        mx = std::max(mx, s[static_cast<std::size_t>(j)]);
+      }
+      double sum = 0;
+      for (std::int64_t j = 0; j < n; ++j) sum += (s[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(j)] - mx));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float* vj = v + j * d + h * hd;
+        const double p = s[static_cast<std::size_t>(j)];
+        for (std::int64_t e = 0; e < hd; ++e) acc[static_cast<std::size_t>(e)] += p * vj[e];
+      }
+      float* o = out + i * d + h * hd;
+      for (std::int64_t e = 0; e < hd; ++e) o[e] = static_cast<float>(acc[static_cast<std::size_t>(e)] / sum);
+    }
+  }
+}
+
+Error torch_error(const std::string& what, const char* op) {
+  const bool oom = what.find("out of memory") != std::string::npos || what.find("alloc") != std::string::npos;
+  return Error{oom ? Errc::out_of_memory : Errc::internal, std::string(op) + ": " + what};
+}
+
+}  // namespace
+
+at::Tensor WhisperModel::Impl::layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+  const double eps = static_cast<double>(static_cast<float>(cfg.eps));
+  if (!on_accel()) {
+    const at::Tensor xf = x.contiguous();
+    at::Tensor out = at::empty_like(xf);
+    layer_norm_rows(xf.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(), xf.size(0), xf.size(1), eps,
+                    out.data_ptr<float>());
+    return out;
+  }
+  return at::layer_norm(x, {x.size(1)}, w, b, eps);
+}
+
+at::Tensor WhisperModel::Impl::linear(const at::Tensor& x, const Weight& w, const at::Tensor& b) {
+  if (!on_accel()) {
+    at::Tensor y = cpu_linear(x.contiguous(), w, *pool, act_buf);
+    if (b.defined()) {
+      float* p = y.data_ptr<float>();
+      const float* bp = b.data_ptr<float>();
+      const std::int64_t n = y.size(0), r = y.size(1);
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t j = 0; j < r; ++j) p[i * r + j] += bp[j];
+    }
+    return y;
+  }
+  const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, at::kFloat);
+  at::Tensor y = at::matmul(x, m.t());
+  return b.defined() ? y.add_(b) : y;
+}
+
+at::Tensor WhisperModel::Impl::gelu(at::Tensor x) const {
+  if (!on_accel()) {
+    float* p = x.data_ptr<float>();
+    for (std::int64_t i = 0, n = x.numel(); i < n; ++i)
+      p[i] = static_cast<float>(0.5 * p[i] * (1.0 + std::erf(p[i] * 0.70710678118654752440)));
+    return x;
+  }
+  return at::gelu(x);
+}
+
+at::Tensor WhisperModel::Impl::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int heads,
+                                         bool causal, std::int64_t past) {
+  const std::int64_t n = q.size(0), m = k.size(0), d = q.size(1), hd = d / heads;
+  if (!on_accel()) {
+    const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+    at::Tensor out = at::empty({n, d}, q.options());
+    const float *qp = qc.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    // Small attentions (a decode step) run on the calling thread: waking the pool costs more than they do.
+    const std::int64_t parts = n * m * d < (1 << 18) ? 1 : pool->size();
+    if (parts == 1) {
+      attention_rows(qp, kp, vp, op, 0, n, m, d, heads, causal, past);
+      return out;
+    }
+    pool->run([&](int c) {
+      attention_rows(qp, kp, vp, op, n * c / parts, n * (c + 1) / parts, m, d, heads, causal, past);
+    });
+    return out;
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<at::Tensor> outs;
+  for (int h = 0; h < heads; ++h) {
+    const at::Tensor qh = q.narrow(1, h * hd, hd), kh = k.narrow(1, h * hd, hd), vh = v.narrow(1, h * hd, hd);
+    at::Tensor sc = at::matmul(qh, kh.t()).mul_(scale);  // [n, m]
+    if (causal && n > 1) {
+      // Query i (position past + i) sees keys j <= past + i.
+      const at::Tensor mask = at::ones({n, m}, sc.options().dtype(at::kBool)).triu(past + 1);
+      sc.masked_fill_(mask, -std::numeric_limits<float>::infinity());
+    }
+    outs.push_back(at::matmul(at::softmax(sc, -1), vh));
+  }
+  return at::cat(outs, 1);
+}
+
+at::Tensor WhisperModel::Impl::conv(const at::Tensor& x, bool chan_major, const Weight& w, const at::Tensor& b, int stride) {
+  const std::int64_t cin = chan_major ? x.size(0) : x.size(1), frames = chan_major ? x.size(1) : x.size(0);
+  const std::int64_t out_frames = (frames + 2 - 3) / stride + 1;
+  if (!on_accel()) {
+    // im2col: row t holds (channel, tap) in the weight's order, input frame t·stride + tap − 1 (zero outside).
+    const at::Tensor xc = x.contiguous();
+    at::Tensor cols = at::zeros({out_frames, cin * 3}, x.options());
+    const float* xp = xc.data_ptr<float>();
+    float* cp = cols.data_ptr<float>();
+    for (std::int64_t t = 0; t < out_frames; ++t) {
+      float* row = cp + t * cin * 3;
+      for (int tap = 0; tap < 3; ++tap) {
+        const std::int64_t f = t * stride + tap - 1;
+        if (f < 0 || f >= frames) continue;
+        for (std::int64_t c = 0; c < cin; ++c) row[c * 3 + tap] = chan_major ? xp[c * frames + f] : xp[f * cin + c];
+      }
+    }
+    return gelu(linear(cols, w, b));
+  }
+  const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, at::kFloat).view({w.rows, cin, 3});
+  const at::Tensor in = (chan_major ? x : x.t()).unsqueeze(0);
+  return at::gelu(at::conv1d(in, m, b, {stride}, {1})[0].t().contiguous());
+}
+
+at::Tensor WhisperModel::Impl::encoder(const at::Tensor& mel, const std::atomic<bool>* cancel) {
+  at::Tensor x = conv(on_accel() ? mel.to(accel_dev) : mel, true, conv1, conv1_b, 1);
+  x = conv(x, false, conv2, conv2_b, 2);
+  x = x + enc_pos;
+  for (const WhisperLayer& l : enc) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled{};
+    if (on_accel()) {
+      Status s = accel->check(device::Site::prefill);
+      if (!s.ok()) throw Error(std::move(s).error());
+    }
+    at::Tensor h = layer_norm(x, l.ln1_w, l.ln1_b);
+    const at::Tensor q = linear(h, l.self.wq, l.self.bq), k = linear(h, l.self.wk, at::Tensor()),
+                     v = linear(h, l.self.wv, l.self.bv);
+    x = x + linear(attention(q, k, v, cfg.encoder_heads, false, 0), l.self.wo, l.self.bo);
+    h = layer_norm(x, l.ln2_w, l.ln2_b);
+    x = x + linear(gelu(linear(h, l.w1, l.b1)), l.w2, l.b2);
+  }
+  return layer_norm(x, enc_ln_w, enc_ln_b);
+}
+
+namespace {
+
+// Runs `body` under the model's lock with `ws_bytes` accounted at `site` on the accelerator, mapping failures to
+// errors (a c10 failure on a device that no longer answers is device_lost).
+template <class T, class F>
+Result<T> guarded(WhisperModel::Impl& im, const WhisperSession::State* s, std::uint64_t ws_bytes, device::Site site,
+                  const char* op, F&& body) {
+  std::lock_guard lock(im.compute_mu);
+  device::Allocation ws;
+  if (im.accel) {
+    if (im.device_lost() || (s && !s->kv_alloc.valid()))
+      return fail(Errc::device_lost, im.accel->name() + ": the Whisper model's device buffers were lost; reload it");
+    TANDEM_TRY(im.accel->check(site));
+    auto a = im.accel->allocate(ws_bytes, site);
+    if (!a) return fail(std::move(a).error());
+    ws = std::move(a).value();
+  }
+  try {
+    c10::InferenceMode guard;
+    return body();
+  } catch (const Cancelled&) {
+    return fail(Errc::cancelled, std::string(op) + ": cancelled");
+  } catch (const Error& e) {
+    return fail(e);
+  } catch (const c10::Error& e) {
+    Error err = torch_error(e.what_without_backtrace(), op);
+    if (im.accel && err.code == Errc::internal && !im.accel->check(site).ok()) err.code = Errc::device_lost;
+    return fail(std::move(err));
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::out_of_memory, std::string(op) + ": out of host memory");
+  }
+}
+
+}  // namespace
+
+namespace {
+
+Status check_mel(const WhisperConfig& c, std::size_t got) {
+  const std::size_t want = static_cast<std::size_t>(c.n_mels) * static_cast<std::size_t>(c.window_frames());
+  if (got == want) return {};
+  return fail(Errc::invalid_argument, "encode: " + std::to_string(got) + " floats; a window is " + std::to_string(c.n_mels) +
+                                          " mel bins x " + std::to_string(c.window_frames()) + " frames = " + std::to_string(want));
+}
+
+at::Tensor mel_tensor(const WhisperConfig& c, std::span<const float> mel) {
+  return at::from_blob(const_cast<float*>(mel.data()), {c.n_mels, c.window_frames()}, at::kFloat);
+}
+
+}  // namespace
+
+Result<std::vector<float>> WhisperModel::encoder_output(std::span<const float> mel, const std::atomic<bool>* cancel) {
+  Impl& im = *impl_;
+  TANDEM_TRY(check_mel(im.cfg, mel.size()));
+  return guarded<std::vector<float>>(im, nullptr, im.encode_ws(), device::Site::prefill, "encode", [&] {
+    const at::Tensor out = im.encoder(mel_tensor(im.cfg, mel), cancel).to(at::kCPU).contiguous();
+    return Result<std::vector<float>>(std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel()));
+  });
+}
+
+Status WhisperSession::encode(std::span<const float> mel, const std::atomic<bool>* cancel) {
+  State& s = *st_;
+  WhisperModel::Impl& im = *s.model->impl_;
+  const WhisperConfig& c = im.cfg;
+  TANDEM_TRY(check_mel(c, mel.size()));
+  // A failed or cancelled encode leaves no usable window.
+  s.encoded = false;
+  s.fed = 0;
+  auto r = guarded<bool>(im, &s, im.encode_ws(), device::Site::prefill, "encode", [&] {
+    const at::Tensor out = im.encoder(mel_tensor(c, mel), cancel);
+    for (std::size_t i = 0; i < im.dec.size(); ++i) {
+      if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled{};
+      const WhisperAttn& a = im.dec[i].cross;
+      s.cross_k[i].copy_(im.linear(out, a.wk, at::Tensor()));
+      s.cross_v[i].copy_(im.linear(out, a.wv, a.bv));
+    }
+    return Result<bool>(true);
+  });
+  if (!r) return fail(std::move(r).error());
+  s.encoded = true;
+  return {};
+}
+
+Result<std::vector<float>> WhisperSession::decode(std::span<const std::int32_t> tokens, const std::atomic<bool>* cancel) {
+  State& s = *st_;
+  WhisperModel::Impl& im = *s.model->impl_;
+  const WhisperConfig& c = im.cfg;
+  if (!s.encoded) return fail(Errc::invalid_argument, "decode: no window encoded (call encode first)");
+  if (tokens.empty()) return fail(Errc::invalid_argument, "decode: no tokens");
+  if (s.fed + tokens.size() > static_cast<std::size_t>(c.target_positions))
+    return fail(Errc::invalid_argument, "decode: " + std::to_string(s.fed) + " tokens fed + " + std::to_string(tokens.size()) +
+                                            " exceed the model's " + std::to_string(c.target_positions) + " text positions");
+  std::vector<std::int64_t> ids;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab)
+      return fail(Errc::invalid_argument, "decode: token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                                              " is outside the vocabulary of " + std::to_string(c.vocab));
+    ids.push_back(tokens[i]);
+  }
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const auto past = static_cast<std::int64_t>(s.fed);
+  auto r = guarded<std::vector<float>>(im, &s, im.decode_ws(n), device::Site::decode, "decode", [&] {
+    at::Tensor x = embedding_rows(im.embed, ids);
+    if (c.scale_embedding) x.mul_(static_cast<float>(std::sqrt(static_cast<double>(c.d_model))));
+    if (im.on_accel()) x = x.to(im.accel_dev);
+    x = x + im.dec_pos.narrow(0, past, n);
+    for (std::size_t i = 0; i < im.dec.size(); ++i) {
+      if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled{};
+      if (im.on_accel()) {
+        Status st = im.accel->check(device::Site::decode);
+        if (!st.ok()) throw Error(std::move(st).error());
+      }
+      const WhisperLayer& l = im.dec[i];
+      at::Tensor h = im.layer_norm(x, l.ln1_w, l.ln1_b);
+      const at::Tensor q = im.linear(h, l.self.wq, l.self.bq);
+      s.self_k[i].narrow(0, past, n).copy_(im.linear(h, l.self.wk, at::Tensor()));
+      s.self_v[i].narrow(0, past, n).copy_(im.linear(h, l.self.wv, l.self.bv));
+      const at::Tensor a = im.attention(q, s.self_k[i].narrow(0, 0, past + n), s.self_v[i].narrow(0, 0, past + n),
+                                        c.decoder_heads, true, past);
+      x = x + im.linear(a, l.self.wo, l.self.bo);
+      h = im.layer_norm(x, l.lnx_w, l.lnx_b);
+      const at::Tensor cq = im.linear(h, l.cross.wq, l.cross.bq);
+      x = x + im.linear(im.attention(cq, s.cross_k[i], s.cross_v[i], c.decoder_heads, false, 0), l.cross.wo, l.cross.bo);
+      h = im.layer_norm(x, l.ln2_w, l.ln2_b);
+      x = x + im.linear(im.gelu(im.linear(h, l.w1, l.b1)), l.w2, l.b2);
+    }
+    const at::Tensor last = im.layer_norm(x.narrow(0, n - 1, 1).contiguous(), im.dec_ln_w, im.dec_ln_b);
+    const at::Tensor logits = im.linear(last, im.head(), at::Tensor()).to(at::kCPU).contiguous();
+    return Result<std::vector<float>>(std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel()));
+  });
+  if (!r) return r;
+  s.fed += tokens.size();
+  return r;
+}
+
+}  // namespace tandem::engine

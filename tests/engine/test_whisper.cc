@@ -1,0 +1,561 @@
+// The Whisper model (engine/whisper.h): encoder output and decoder logits against an independent reference in plain
+// ATen ops, incremental decoding, rewind, independent sessions, the simulated accelerator (accounting, refusal,
+// loss), cancellation, bad inputs and malformed files.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/clock.h"
+#include "device/simulated.h"
+#include "engine/whisper.h"
+#include "modelgen/whisper_writer.h"
+#include "weights/safetensors.h"
+
+namespace tandem::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tmp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("tandem-whisper-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+modelgen::WhisperShape test_shape() { return *modelgen::whisper_preset("whisper-test"); }
+
+std::string write_model(const std::string& name, modelgen::WhisperShape s = test_shape(), std::uint64_t seed = 7) {
+  const std::string dir = tmp_dir(name);
+  modelgen::WhisperWriteOptions o;
+  o.shape = std::move(s);
+  o.seed = seed;
+  EXPECT_TRUE(modelgen::write_whisper_model(dir, o).ok());
+  return dir;
+}
+
+std::shared_ptr<WhisperModel> load(const std::string& path, WhisperLoadOptions o = {}) {
+  auto m = WhisperModel::load(path, o);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+  return m.ok() ? *m : nullptr;
+}
+
+std::unique_ptr<WhisperSession> session(WhisperModel& m) {
+  auto s = m.new_session();
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+// A log-mel-like window (values in about [-1, 1.5]), different per `k`.
+std::vector<float> mel(const WhisperConfig& c, int k) {
+  std::vector<float> m(static_cast<std::size_t>(c.n_mels) * c.window_frames());
+  for (int b = 0; b < c.n_mels; ++b)
+    for (int f = 0; f < c.window_frames(); ++f)
+      m[static_cast<std::size_t>(b) * c.window_frames() + f] =
+          0.25F + 1.2F * std::sin(0.013F * f * (1 + k) + 0.7F * b) * std::cos(0.002F * f + 0.3F * k);
+  return m;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// --- Independent reference: the HF modules written with ATen ops over the safetensors (f32). ---
+struct Ref {
+  weights::SafetensorsFile f;
+  WhisperConfig c;
+  at::Tensor t(const std::string& name) const {
+    const auto* info = f.find(name);
+    EXPECT_NE(info, nullptr) << name;
+    auto bytes = f.bytes(*info);
+    return at::from_blob(const_cast<std::byte*>(bytes.data()), at::IntArrayRef(info->shape), at::kFloat).clone();
+  }
+  at::Tensor lin(const at::Tensor& x, const std::string& p, bool bias = true) const {
+    return at::linear(x, t(p + ".weight"), bias ? t(p + ".bias") : at::Tensor());
+  }
+  at::Tensor ln(const at::Tensor& x, const std::string& p) const {
+    return at::layer_norm(x, {c.d_model}, t(p + ".weight"), t(p + ".bias"), 1e-5);
+  }
+  // WhisperAttention: q scaled after its projection, k without bias.
+  at::Tensor mha(const at::Tensor& xq, const at::Tensor& xkv, const std::string& p, int heads, bool causal) const {
+    const std::int64_t n = xq.size(0), m = xkv.size(0), hd = c.d_model / heads;
+    auto split = [&](const at::Tensor& v, std::int64_t L) { return v.view({L, heads, hd}).transpose(0, 1); };
+    at::Tensor q = split(lin(xq, p + ".q_proj") * std::pow(static_cast<double>(hd), -0.5), n);
+    at::Tensor k = split(lin(xkv, p + ".k_proj", false), m), v = split(lin(xkv, p + ".v_proj"), m);
+    at::Tensor sc = at::matmul(q, k.transpose(1, 2));
+    if (causal) sc = sc + at::full({n, m}, -std::numeric_limits<float>::infinity()).triu(1);
+    at::Tensor o = at::matmul(at::softmax(sc, -1), v).transpose(0, 1).reshape({n, c.d_model});
+    return lin(o, p + ".out_proj");
+  }
+  at::Tensor encoder(const std::vector<float>& mel) const {
+    at::Tensor x = at::from_blob(const_cast<float*>(mel.data()), {1, c.n_mels, c.window_frames()}, at::kFloat);
+    x = at::gelu(at::conv1d(x, t("model.encoder.conv1.weight"), t("model.encoder.conv1.bias"), 1, 1));
+    x = at::gelu(at::conv1d(x, t("model.encoder.conv2.weight"), t("model.encoder.conv2.bias"), 2, 1));
+    x = x[0].t() + t("model.encoder.embed_positions.weight");
+    for (int i = 0; i < c.encoder_layers; ++i) {
+      const std::string l = "model.encoder.layers." + std::to_string(i) + ".";
+      at::Tensor h = ln(x, l + "self_attn_layer_norm");
+      x = x + mha(h, h, l + "self_attn", c.encoder_heads, false);
+      x = x + lin(at::gelu(lin(ln(x, l + "final_layer_norm"), l + "fc1")), l + "fc2");
+    }
+    return ln(x, "model.encoder.layer_norm");
+  }
+  // The logits at every position for `ids` fed at once from position 0: [L, vocab].
+  at::Tensor decoder(const at::Tensor& enc, const std::vector<std::int32_t>& ids) const {
+    const auto L = static_cast<std::int64_t>(ids.size());
+    std::vector<std::int64_t> i64(ids.begin(), ids.end());
+    at::Tensor emb = t("model.decoder.embed_tokens.weight");
+    at::Tensor x = emb.index_select(0, at::tensor(i64, at::kLong));
+    if (c.scale_embedding) x = x * std::sqrt(static_cast<double>(c.d_model));
+    x = x + t("model.decoder.embed_positions.weight").narrow(0, 0, L);
+    for (int i = 0; i < c.decoder_layers; ++i) {
+      const std::string l = "model.decoder.layers." + std::to_string(i) + ".";
+      at::Tensor h = ln(x, l + "self_attn_layer_norm");
+      x = x + mha(h, h, l + "self_attn", c.decoder_heads, true);
+      x = x + mha(ln(x, l + "encoder_attn_layer_norm"), enc, l + "encoder_attn", c.decoder_heads, false);
+      x = x + lin(at::gelu(lin(ln(x, l + "final_layer_norm"), l + "fc1")), l + "fc2");
+    }
+    x = ln(x, "model.decoder.layer_norm");
+    return at::matmul(x, (f.find("proj_out.weight") ? t("proj_out.weight") : emb).t());
+  }
+};
+
+Ref reference(const std::string& dir) {
+  auto f = weights::SafetensorsFile::open(dir + "/model.safetensors");
+  EXPECT_TRUE(f.ok());
+  return Ref{std::move(f).value(), *weights::parse_whisper_config(read(dir + "/config.json"))};
+}
+
+std::vector<float> row(const at::Tensor& t, std::int64_t i) {
+  const at::Tensor r = t[i].contiguous();
+  return std::vector<float>(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
+}
+
+// max |a − b| / max |b|.
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0, m = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d = std::max(d, std::abs(double(a[i]) - b[i]));
+    m = std::max(m, std::abs(double(b[i])));
+  }
+  return m > 0 ? d / m : d;
+}
+
+const std::vector<std::int32_t> kTokens{297, 5, 17, 42, 250, 3, 99, 296, 11, 12};
+
+// One model shared by the CPU tests (written and loaded once).
+class WhisperCpu : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(write_model("shared"));
+    model_ = new std::shared_ptr<WhisperModel>(load(*dir_));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+  }
+  static WhisperModel& m() { return **model_; }
+  static std::string* dir_;
+  static std::shared_ptr<WhisperModel>* model_;
+};
+std::string* WhisperCpu::dir_ = nullptr;
+std::shared_ptr<WhisperModel>* WhisperCpu::model_ = nullptr;
+
+TEST_F(WhisperCpu, ConfigRoundTripAndPresets) {
+  const WhisperConfig& c = m().config();
+  EXPECT_EQ(c.d_model, 32);
+  EXPECT_EQ(c.encoder_layers, 2);
+  EXPECT_EQ(c.decoder_heads, 2);
+  EXPECT_EQ(c.n_mels, 80);
+  EXPECT_EQ(c.source_positions, 1500);
+  EXPECT_EQ(c.target_positions, 64);
+  EXPECT_EQ(c.vocab, 300);
+  EXPECT_EQ(c.decoder_start_id, 297);
+  EXPECT_EQ(c.eos_id, 296);
+  EXPECT_EQ(m().window_frames(), 3000);
+  EXPECT_EQ(m().accelerator(), nullptr);
+  EXPECT_EQ(m().fingerprint().rfind("tfp1-", 0), 0U) << m().fingerprint();
+  EXPECT_GT(m().session_bytes(), m().session_kv_bytes());
+  EXPECT_EQ(m().session_kv_bytes(), 4ull * 2 * 2 * 32 * (1500 + 64));
+  auto tiny = modelgen::whisper_preset("whisper-tiny");
+  ASSERT_TRUE(tiny.ok());
+  // openai/whisper-tiny: 37,760,640 parameters (tied head, both position tables).
+  EXPECT_EQ(tiny->parameters(), 37760640U);
+  auto large = modelgen::whisper_preset("whisper-large-v3");
+  ASSERT_TRUE(large.ok());
+  EXPECT_EQ(large->n_mels, 128);
+  EXPECT_EQ(large->vocab, 51866);
+  EXPECT_FALSE(modelgen::whisper_preset("whisper-huge").ok());
+  const std::string gen = read(*dir_ + "/generation_config.json");
+  EXPECT_NE(gen.find("\"no_timestamps_token_id\": 299"), std::string::npos) << gen;
+  EXPECT_NE(gen.find("\"begin_suppress_tokens\": [220, 296]"), std::string::npos) << gen;
+  EXPECT_NE(read(*dir_ + "/preprocessor_config.json").find("\"feature_size\": 80"), std::string::npos);
+}
+
+TEST_F(WhisperCpu, EncoderPositionsAreWhispersSinusoids) {
+  const Ref ref = reference(*dir_);
+  const at::Tensor got = ref.t("model.encoder.embed_positions.weight");
+  // whisper/model.py sinusoids(length, channels).
+  const double inc = std::log(10000.0) / (32 / 2 - 1);
+  const at::Tensor inv = at::exp(-inc * at::arange(16, at::kFloat));
+  const at::Tensor st = at::arange(1500, at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+  const at::Tensor want = at::cat({at::sin(st), at::cos(st)}, 1);
+  // Arguments reach 1499 (f32 spacing 1.2e-4 there): exp's last bit differs between libm and ATen.
+  EXPECT_LT((got - want).abs().max().item<float>(), 2e-4);
+  EXPECT_LT((got - want).narrow(0, 0, 16).abs().max().item<float>(), 1e-6);
+}
+
+TEST_F(WhisperCpu, MatchesTheReferenceForward) {
+  const Ref ref = reference(*dir_);
+  const auto mw = mel(m().config(), 0);
+  const at::Tensor enc = ref.encoder(mw);
+  auto got_enc = m().encoder_output(mw);
+  ASSERT_TRUE(got_enc.ok()) << got_enc.error().message;
+  const at::Tensor flat = enc.contiguous().view({-1});
+  EXPECT_LT(rel_diff(*got_enc, std::vector<float>(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel())), 1e-5);
+
+  auto s = session(m());
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->encode(mw, nullptr).ok());
+  EXPECT_EQ(s->fed(), 0U);
+  auto logits = s->decode(kTokens, nullptr);
+  ASSERT_TRUE(logits.ok()) << logits.error().message;
+  EXPECT_EQ(s->fed(), kTokens.size());
+  const at::Tensor want = ref.decoder(enc, kTokens);
+  EXPECT_LT(rel_diff(*logits, row(want, static_cast<std::int64_t>(kTokens.size()) - 1)), 1e-5);
+}
+
+TEST_F(WhisperCpu, IncrementalDecodeEqualsFeedingAtOnce) {
+  const Ref ref = reference(*dir_);
+  const auto mw = mel(m().config(), 1);
+  const at::Tensor want = ref.decoder(ref.encoder(mw), kTokens);
+  auto all = session(m()), one = session(m());
+  ASSERT_TRUE(all->encode(mw, nullptr).ok() && one->encode(mw, nullptr).ok());
+  auto at_once = all->decode(kTokens, nullptr);
+  ASSERT_TRUE(at_once.ok());
+  std::vector<float> last;
+  for (std::size_t i = 0; i < kTokens.size(); ++i) {
+    auto r = one->decode(std::span(kTokens).subspan(i, 1), nullptr);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_LT(rel_diff(*r, row(want, static_cast<std::int64_t>(i))), 1e-5) << "position " << i;
+    last = *r;
+  }
+  EXPECT_EQ(last, *at_once);  // bit-identical on the CPU
+  // Chunks of 3 + 7.
+  auto chunks = session(m());
+  ASSERT_TRUE(chunks->encode(mw, nullptr).ok());
+  ASSERT_TRUE(chunks->decode(std::span(kTokens).subspan(0, 3), nullptr).ok());
+  EXPECT_EQ(*chunks->decode(std::span(kTokens).subspan(3), nullptr), *at_once);
+}
+
+TEST_F(WhisperCpu, RewindThenRedecode) {
+  const auto mw = mel(m().config(), 2);
+  auto s = session(m());
+  ASSERT_TRUE(s->encode(mw, nullptr).ok());
+  auto first = s->decode(kTokens, nullptr);
+  ASSERT_TRUE(first.ok());
+  s->rewind(4);
+  EXPECT_EQ(s->fed(), 4U);
+  auto again = s->decode(std::span(kTokens).subspan(4), nullptr);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *first);
+  // A different continuation after the rewind equals a fresh session fed that sequence.
+  s->rewind(2);
+  const std::vector<std::int32_t> alt{297, 5, 200, 201};
+  auto a = s->decode(std::span(alt).subspan(2), nullptr);
+  auto fresh = session(m());
+  ASSERT_TRUE(fresh->encode(mw, nullptr).ok());
+  auto b = fresh->decode(alt, nullptr);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_NE(*a, *first);
+  s->rewind(100);  // clamped
+  EXPECT_EQ(s->fed(), 4U);
+  // A new encode empties the decoder.
+  ASSERT_TRUE(s->encode(mw, nullptr).ok());
+  EXPECT_EQ(s->fed(), 0U);
+  EXPECT_EQ(*s->decode(kTokens, nullptr), *first);
+}
+
+TEST_F(WhisperCpu, InterleavedSessionsDoNotInterfere) {
+  const auto m0 = mel(m().config(), 3), m1 = mel(m().config(), 4);
+  std::vector<std::vector<float>> alone0, alone1;
+  for (auto [mw, out] : {std::pair{&m0, &alone0}, std::pair{&m1, &alone1}}) {
+    auto s = session(m());
+    ASSERT_TRUE(s->encode(*mw, nullptr).ok());
+    for (std::size_t i = 0; i < 5; ++i) out->push_back(*s->decode(std::span(kTokens).subspan(i, 1), nullptr));
+  }
+  EXPECT_NE(alone0.back(), alone1.back());
+  auto a = session(m()), b = session(m());
+  ASSERT_TRUE(a->encode(m0, nullptr).ok());
+  ASSERT_TRUE(b->encode(m1, nullptr).ok());
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(*b->decode(std::span(kTokens).subspan(i, 1), nullptr), alone1[i]);
+    EXPECT_EQ(*a->decode(std::span(kTokens).subspan(i, 1), nullptr), alone0[i]);
+  }
+}
+
+TEST_F(WhisperCpu, CancelledBetweenLayers) {
+  const auto mw = mel(m().config(), 0);
+  auto s = session(m());
+  std::atomic<bool> cancel{true};
+  auto e = s->encode(mw, &cancel);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, Errc::cancelled);
+  EXPECT_EQ(s->decode(kTokens, nullptr).error().code, Errc::invalid_argument);  // no window after a cancel
+  ASSERT_TRUE(s->encode(mw, nullptr).ok());
+  auto d = s->decode(kTokens, &cancel);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code, Errc::cancelled);
+  EXPECT_EQ(s->fed(), 0U);
+}
+
+TEST_F(WhisperCpu, BadInputsAreInvalidArguments) {
+  const WhisperConfig& c = m().config();
+  auto s = session(m());
+  EXPECT_EQ(s->decode(kTokens, nullptr).error().code, Errc::invalid_argument);  // before encode
+  EXPECT_EQ(s->encode(std::vector<float>(100), nullptr).error().code, Errc::invalid_argument);
+  EXPECT_EQ(s->encode(std::vector<float>(static_cast<std::size_t>(c.n_mels) * c.window_frames() - 1), nullptr).error().code,
+            Errc::invalid_argument);
+  ASSERT_TRUE(s->encode(mel(c, 0), nullptr).ok());
+  EXPECT_EQ(s->decode(std::vector<std::int32_t>{}, nullptr).error().code, Errc::invalid_argument);
+  EXPECT_EQ(s->decode(std::vector<std::int32_t>{297, 300}, nullptr).error().code, Errc::invalid_argument);
+  EXPECT_EQ(s->decode(std::vector<std::int32_t>{-1}, nullptr).error().code, Errc::invalid_argument);
+  EXPECT_EQ(s->fed(), 0U);
+  EXPECT_EQ(s->decode(std::vector<std::int32_t>(65, 5), nullptr).error().code, Errc::invalid_argument);
+  ASSERT_TRUE(s->decode(std::vector<std::int32_t>(60, 5), nullptr).ok());
+  EXPECT_EQ(s->decode(std::vector<std::int32_t>(5, 5), nullptr).error().code, Errc::invalid_argument);
+  EXPECT_TRUE(s->decode(std::vector<std::int32_t>(4, 5), nullptr).ok());  // exactly 64
+  EXPECT_EQ(s->fed(), 64U);
+}
+
+TEST(Whisper, ProjOutAndScaledEmbeddingsFollowTheReference) {
+  // A copy of a model with scale_embedding true and an untied proj_out.weight.
+  const std::string src = write_model("variant-src");
+  const std::string dir = tmp_dir("variant");
+  std::string cfg = read(src + "/config.json");
+  cfg.replace(cfg.find("\"scale_embedding\": false"), 24, "\"scale_embedding\": true");
+  { std::ofstream(dir + "/config.json") << cfg; }
+  auto f = weights::SafetensorsFile::open(src + "/model.safetensors");
+  ASSERT_TRUE(f.ok());
+  std::vector<weights::TensorToWrite> ts;
+  for (const auto& t : f->tensors()) ts.push_back({t.name, t.dtype, t.shape, f->bytes(t)});
+  std::vector<float> proj(300 * 32);
+  for (std::size_t i = 0; i < proj.size(); ++i) proj[i] = 0.05F * std::sin(0.1F * static_cast<float>(i));
+  ts.push_back({"proj_out.weight", weights::DType::f32, {300, 32}, std::as_bytes(std::span(proj))});
+  ASSERT_TRUE(weights::write_safetensors(dir + "/model.safetensors", ts).ok());
+  auto base = load(src), m = load(dir);
+  ASSERT_TRUE(base && m);
+  EXPECT_TRUE(m->config().scale_embedding);
+  EXPECT_NE(m->fingerprint(), base->fingerprint());
+  const Ref ref = reference(dir);
+  const auto mw = mel(m->config(), 5);
+  auto s = session(*m);
+  ASSERT_TRUE(s->encode(mw, nullptr).ok());
+  auto got = s->decode(kTokens, nullptr);
+  ASSERT_TRUE(got.ok());
+  EXPECT_LT(rel_diff(*got, row(ref.decoder(ref.encoder(mw), kTokens), 9)), 1e-5);
+  auto bs = session(*base);
+  ASSERT_TRUE(bs->encode(mw, nullptr).ok());
+  EXPECT_GT(rel_diff(*bs->decode(kTokens, nullptr), *got), 1e-2);
+}
+
+TEST(Whisper, SimulatedAcceleratorMatchesTheCpuAndAccounts) {
+  const std::string dir = write_model("sim");
+  auto cpu = load(dir);
+  device::SimulatedConfig sc;
+  sc.capacity_bytes = 1ull << 30;
+  auto sim = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+  WhisperLoadOptions o;
+  o.accelerator = sim;
+  auto acc = load(dir, o);
+  ASSERT_TRUE(cpu && acc);
+  EXPECT_EQ(acc->accelerator(), sim.get());
+  const std::uint64_t wbytes = acc->stats().accel_weight_bytes;
+  EXPECT_GT(wbytes, 0U);
+  EXPECT_EQ(sim->accounted_bytes(), wbytes);
+  EXPECT_EQ(acc->fingerprint(), cpu->fingerprint());
+  EXPECT_GT(acc->session_bytes(), cpu->session_bytes());  // + the matrix expansion workspace
+  const auto mw = mel(cpu->config(), 6);
+  {
+    auto a = session(*acc), c = session(*cpu);
+    ASSERT_TRUE(a && c);
+    EXPECT_EQ(sim->accounted_bytes(), wbytes + acc->session_kv_bytes());
+    ASSERT_TRUE(a->encode(mw, nullptr).ok());
+    ASSERT_TRUE(c->encode(mw, nullptr).ok());
+    EXPECT_EQ(sim->accounted_bytes(), wbytes + acc->session_kv_bytes());  // the encoder workspace is released
+    auto la = a->decode(std::span(kTokens).subspan(0, 6), nullptr), lc = c->decode(std::span(kTokens).subspan(0, 6), nullptr);
+    ASSERT_TRUE(la.ok() && lc.ok()) << (la.ok() ? "" : la.error().message);
+    EXPECT_LT(rel_diff(*la, *lc), 1e-4);
+    // Incremental on the device too.
+    auto lb = a->decode(std::span(kTokens).subspan(6, 1), nullptr), ld = c->decode(std::span(kTokens).subspan(6, 1), nullptr);
+    ASSERT_TRUE(lb.ok() && ld.ok());
+    EXPECT_LT(rel_diff(*lb, *ld), 1e-4);
+    // A refused encoder workspace is out_of_memory.
+    sim->fail_at_site(device::Site::prefill);
+    auto refused = a->encode(mw, nullptr);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().code, Errc::out_of_memory);
+  }
+  EXPECT_EQ(sim->accounted_bytes(), wbytes);  // sessions' buffers freed with them
+  sim->fail_at_site(device::Site::kv_pool);
+  auto no_kv = acc->new_session();
+  ASSERT_FALSE(no_kv.ok());
+  EXPECT_EQ(no_kv.error().code, Errc::out_of_memory);
+
+  // Device loss during an encode (whenever it lands) → device_lost, and every later call too.
+  auto s = session(*acc);
+  auto early = session(*acc);
+  ASSERT_TRUE(early->encode(mw, nullptr).ok());
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    sim->lose();
+  });
+  auto lost = s->encode(mw, nullptr);
+  killer.join();
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.error().code, Errc::device_lost) << lost.error().message;
+  auto d = early->decode(kTokens, nullptr);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code, Errc::device_lost);
+  auto ns = acc->new_session();
+  ASSERT_FALSE(ns.ok());
+  EXPECT_EQ(ns.error().code, Errc::device_lost);
+}
+
+TEST(Whisper, RefusedWeightsFailTheLoad) {
+  device::SimulatedConfig sc;
+  sc.capacity_bytes = 1000;
+  WhisperLoadOptions o;
+  o.accelerator = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+  auto m = WhisperModel::load(write_model("small-dev"), o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code, Errc::out_of_memory);
+}
+
+TEST(Whisper, MalformedConfigsAndTensorsAreTypedErrors) {
+  const std::string dir = write_model("malformed");
+  const std::string base = read(dir + "/config.json");
+  ASSERT_TRUE(weights::parse_whisper_config(base).ok());
+  auto expect = [](const std::string& text, Errc code, const std::string& key) {
+    auto r = weights::parse_whisper_config(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.error().code, code) << r.error().message;
+    EXPECT_NE(r.error().message.find(key), std::string::npos) << r.error().message;
+  };
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string s = base;
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    return s;
+  };
+  expect("{", Errc::parse_error, "config.json");
+  expect(edit("\"activation_function\": \"gelu\"", "\"activation_function\": \"relu\""), Errc::unsupported, "activation_function");
+  expect(edit("\"model_type\": \"whisper\"", "\"model_type\": \"llama\""), Errc::unsupported, "model_type");
+  expect(edit("\"d_model\": 32,", ""), Errc::format_error, "d_model");
+  expect(edit("\"encoder_attention_heads\": 2", "\"encoder_attention_heads\": 3"), Errc::format_error, "encoder_attention_heads");
+  expect(edit("\"vocab_size\": 300", "\"vocab_size\": \"300\""), Errc::format_error, "vocab_size");
+  expect(edit("\"decoder_start_token_id\": 297", "\"decoder_start_token_id\": 300"), Errc::format_error, "decoder_start_token_id");
+  expect(edit("\"scale_embedding\": false", "\"scale_embedding\": 1"), Errc::format_error, "scale_embedding");
+
+  auto f = weights::SafetensorsFile::open(dir + "/model.safetensors");
+  ASSERT_TRUE(f.ok());
+  auto rewrite = [&](const std::string& name, const std::string& drop, std::vector<std::int64_t> shape) {
+    const std::string d = tmp_dir(name);
+    fs::copy_file(dir + "/config.json", d + "/config.json");
+    std::vector<weights::TensorToWrite> ts;
+    for (const auto& t : f->tensors()) {
+      if (t.name == drop && shape.empty()) continue;
+      weights::TensorToWrite w{t.name, t.dtype, t.shape, f->bytes(t)};
+      if (t.name == drop) {
+        w.shape = shape;
+        std::size_t n = 1;
+        for (auto x : shape) n *= static_cast<std::size_t>(x);
+        w.data = w.data.subspan(0, weights::dtype_size(t.dtype) * n);
+      }
+      ts.push_back(w);
+    }
+    EXPECT_TRUE(weights::write_safetensors(d + "/model.safetensors", ts).ok());
+    return WhisperModel::load(d, {});
+  };
+  for (const char* name : {"model.decoder.layers.1.encoder_attn.v_proj.bias", "model.encoder.conv2.weight",
+                           "model.decoder.embed_positions.weight"}) {
+    auto missing = rewrite("missing", name, {});
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.error().code, Errc::format_error);
+    EXPECT_NE(missing.error().message.find(name), std::string::npos) << missing.error().message;
+  }
+  auto shape = rewrite("shape", "model.encoder.conv1.weight", {32, 40, 3});
+  ASSERT_FALSE(shape.ok());
+  EXPECT_EQ(shape.error().code, Errc::format_error);
+  EXPECT_NE(shape.error().message.find("model.encoder.conv1.weight"), std::string::npos);
+  auto none = WhisperModel::load(tmp_dir("empty"), {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code, Errc::not_found);
+  WhisperLoadOptions bad;
+  bad.threads = 0;
+  EXPECT_EQ(WhisperModel::load(dir, bad).error().code, Errc::invalid_argument);
+}
+
+TEST(Whisper, ThreadCountAndDtypes) {
+  const std::string dir = write_model("threads");
+  WhisperLoadOptions o2;
+  o2.threads = 2;
+  auto m1 = load(dir), m2 = load(dir, o2);
+  const auto mw = mel(m1->config(), 7);
+  auto a = session(*m1), b = session(*m2);
+  ASSERT_TRUE(a->encode(mw, nullptr).ok() && b->encode(mw, nullptr).ok());
+  EXPECT_EQ(*a->decode(kTokens, nullptr), *b->decode(kTokens, nullptr));  // bit-identical across thread counts
+  WhisperLoadOptions ob;
+  ob.dtype = ComputeDType::bf16;
+  auto mb = load(dir, ob);
+  EXPECT_GT(mb->stats().resident_copy_bytes, 0U);
+  EXPECT_NE(mb->fingerprint(), m1->fingerprint());
+  auto c = session(*mb);
+  ASSERT_TRUE(c->encode(mw, nullptr).ok());
+  a->rewind(0);
+  EXPECT_LT(rel_diff(*c->decode(kTokens, nullptr), *a->decode(kTokens, nullptr)), 0.05);
+}
+
+// Timings (a log line, no assertion): one window's encode and per-token decode on the CPU, 1 and 2 threads.
+void log_timings(const std::string& preset) {
+  const std::string dir = write_model("timing-" + preset, *modelgen::whisper_preset(preset));
+  for (int threads : {1, 2}) {
+    WhisperLoadOptions o;
+    o.threads = threads;
+    auto m = load(dir, o);
+    ASSERT_TRUE(m);
+    const auto mw = mel(m->config(), 0);
+    auto s = session(*m);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(s->encode(mw, nullptr).ok());
+    const auto t1 = std::chrono::steady_clock::now();
+    const int n = 32;
+    std::int32_t tok = m->config().decoder_start_id;
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(s->decode(std::span(&tok, 1), nullptr).ok());
+    const auto t2 = std::chrono::steady_clock::now();
+    std::printf("[timing] %s threads=%d encode %.1f ms, decode %.2f ms/token, session_bytes %.1f MiB\n", preset.c_str(),
+                threads, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                std::chrono::duration<double, std::milli>(t2 - t1).count() / n,
+                static_cast<double>(m->session_bytes()) / 1048576.0);
+  }
+}
+
+TEST(Whisper, TimingsWhisperTest) { log_timings("whisper-test"); }
+// Run with --gtest_also_run_disabled_tests (random weights, ~150 MB).
+TEST(Whisper, DISABLED_TimingsWhisperTiny) { log_timings("whisper-tiny"); }
+
+}  // namespace
+}  // namespace tandem::engine
