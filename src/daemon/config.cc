@@ -365,6 +365,10 @@ Status DaemonConfig::validate() const {
     return bad("embedding.default_model", "must be \"\" (the first embedding model) or the name of a [[model]] (" +
                                               model_names(models) + "), got " + quote(embedding.default_model));
   }
+  if (!speech.default_model.empty() && !find_model(speech.default_model)) {
+    return bad("speech.default_model", "must be \"\" (the first speech model) or the name of a [[model]] (" +
+                                              model_names(models) + "), got " + quote(speech.default_model));
+  }
   if (!default_model.empty() && !find_model(default_model)) {
     return bad("default_model", "must be \"\" (the first [[model]]) or the name of a [[model]] (" +
                                     model_names(models) + "), got " + quote(default_model));

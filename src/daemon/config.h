@@ -116,6 +116,14 @@ struct EmbeddingConfig {
   std::uint32_t max_text_bytes = 64 << 10;        // one text, [1, 16 MiB]
 };
 
+// Transcribe requests (speech models; docs/transcription.md). The audio is untrusted: these bound what one call may
+// make the daemon hold and decode.
+struct SpeechConfig {
+  std::string default_model;                      // "" = the first speech model
+  std::uint64_t max_audio_bytes = 512ull << 20;   // one audio file, [1 KiB, 4 GiB]
+  std::uint32_t max_audio_seconds = 4 * 3600;     // decoded duration, [1, 86400]
+};
+
 struct DaemonConfig {
   BusConfig bus;
   AuthConfig auth;
@@ -127,6 +135,7 @@ struct DaemonConfig {
   RuntimeConfig runtime;
   RingConfig rings;
   EmbeddingConfig embedding;
+  SpeechConfig speech;
   std::vector<std::string> sources;  // files read, in order (main file, then drop-ins)
 
   const ModelConfig* find_model(std::string_view name) const;

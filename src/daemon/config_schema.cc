@@ -354,6 +354,12 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_INT(D, "max_image_pixels", embedding.max_image_pixels, integer(1, 1'000'000'000)),
            TANDEM_INT(D, "max_text_bytes", embedding.max_text_bytes, integer(1, 16 << 20)),
        }},
+      {"speech",
+       {
+           TANDEM_TEXT(D, "default_model", speech.default_model, text()),
+           TANDEM_SIZE(D, "max_audio_bytes", speech.max_audio_bytes, size(1 * kKiB, 4 * kGiB)),
+           TANDEM_INT(D, "max_audio_seconds", speech.max_audio_seconds, integer(1, 86400)),
+       }},
       {"rings",
        {
            TANDEM_BOOL(D, "enabled", rings.enabled),

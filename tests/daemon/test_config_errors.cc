@@ -156,6 +156,10 @@ TEST(DaemonConfig, EveryRangeViolationNamesFileKeyAndRange) {
       // cross-field
       {"[embedding]\ndefault_model = \"nope\"",
        "embedding.default_model: must be \"\" (the first embedding model) or the name of a [[model]] (\"m\"), got \"nope\""},
+      {"[speech]\nmax_audio_seconds = 0", "speech.max_audio_seconds: must be in [1,86400], got 0"},
+      {"[speech]\nmax_audio_bytes = \"5GiB\"", "speech.max_audio_bytes: must be in [1KiB,4GiB], got 5GiB"},
+      {"[speech]\ndefault_model = \"nope\"",
+       "speech.default_model: must be \"\" (the first speech model) or the name of a [[model]] (\"m\"), got \"nope\""},
       {"default_model = \"nope\"",
        "default_model: must be \"\" (the first [[model]]) or the name of a [[model]] (\"m\"), got \"nope\""},
       {model_with("fallback = \"nope\""),
@@ -252,7 +256,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
       {"foo = 1",
        "unknown key 'foo' (allowed: default_model, bus, auth, device, model, margin, estimator, headroom, ladder, "
        "breaker, gpu_queue, cpu_queue, gpu_rates, cpu_rates, host, service, replica, failover, idempotency, journal, "
-       "runtime, embedding, rings)"},
+       "runtime, embedding, speech, rings)"},
       {"[device]\nfoo = 1",
        "unknown key 'device.foo' (allowed: kind, cuda_index, sim_capacity, sim_reading_lag_ms, poll_interval_ms, "
        "idle_poll_interval_ms, probe_interval_ms, probe_timeout_ms)"},
@@ -266,7 +270,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
       {"[host_guard]\nbudget = 0",
        "unknown key 'host_guard' (allowed: default_model, bus, auth, device, model, margin, estimator, headroom, "
        "ladder, breaker, gpu_queue, cpu_queue, gpu_rates, cpu_rates, host, service, replica, failover, idempotency, "
-       "journal, runtime, embedding, rings)"},
+       "journal, runtime, embedding, speech, rings)"},
       {"[margin.extra]\nx = 1", "unknown key 'margin.extra' (allowed: bytes, fraction)"},
       {"[headroom]\nfresh_for = 5", "unknown key 'headroom.fresh_for' (allowed: fresh_for_ms, max_age_ms, "
                                     "stale_discount_fraction)"},
