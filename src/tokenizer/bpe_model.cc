@@ -293,7 +293,10 @@ void BpeModel::encode(std::span<const TextPiece> pieces, const EncodeOptions& op
     trusted.insert(trusted.end(), clean.size(), p.trusted || opts.parse_special ? 1 : 0);
     any_trusted = any_trusted || p.trusted;
   }
-  if (opts.add_bos && bos >= 0) out.push_back(bos);
+  if (opts.add_bos && bos >= 0) {
+    out.push_back(bos);
+    out.insert(out.end(), bos_extra.begin(), bos_extra.end());
+  }
 
   auto is_ws_before = [&](std::size_t i, std::size_t lo) -> std::size_t {  // start of whitespace run ending at i
     while (i > lo) {

@@ -123,6 +123,7 @@ class BpeModel {
   bool fuse_unk = false;
   TokenId unk = -1, bos = -1, eos = -1, eot = -1, pad = -1;
   bool adds_bos = false;  // the post-processor / GGUF add_bos_token adds BOS
+  std::vector<TokenId> bos_extra;  // TemplateProcessing: further specials after BOS (Whisper: <|notimestamps|>)
   bool adds_eos = false;
   // Decoder, reduced to a per-token byte mapping plus stripping at the text start (bpe_model.cc).
   struct DecodeStep {

@@ -321,7 +321,7 @@ Status read_roberta(const Reader& rd, const Json& n, const std::string& path, Bp
   return {};
 }
 
-// TemplateProcessing "single": [SpecialToken?, Sequence A, SpecialToken?] → BOS / EOS.
+// TemplateProcessing "single": [SpecialToken*, Sequence A, SpecialToken?] → BOS (+ bos_extra) / EOS.
 Status read_post(const Reader& rd, const Json& n, const std::string& path, BpeModel& m) {
   if (n.is_null()) return {};
   if (!n.is_object()) return rd.wrong(path, n, "an object or null");
@@ -379,7 +379,10 @@ Status read_post(const Reader& rd, const Json& n, const std::string& path, BpeMo
     }
     if (!id) return rd.bad(Errc::format_error, ipath, "names special token '" + name + "' that is not in the vocabulary");
     if (!seen_seq) {
-      if (m.adds_bos) return rd.bad(Errc::unsupported, ipath, "more than one special token before the sequence");
+      if (m.adds_bos) {  // Whisper's "<|startoftranscript|> <|notimestamps|> $A": the rest follow BOS
+        m.bos_extra.push_back(*id);
+        continue;
+      }
       m.bos = *id;
       m.adds_bos = true;
     } else {

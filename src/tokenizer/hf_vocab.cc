@@ -189,6 +189,10 @@ Result<BpeVocab> bpe_vocab_from_hf_json(std::string_view tokenizer_json, std::st
   } catch (const std::exception& e) {
     return fail(Errc::parse_error, origin + ": " + e.what());
   }
+  if (!m.bos_extra.empty()) {
+    return fail(Errc::unsupported, origin + ": post_processor: more than one special token before the sequence (a "
+                                            "GGUF vocabulary has one BOS)");
+  }
   BpeVocab v;
   auto pre = identify_pre(m, origin);
   if (!pre) return fail(std::move(pre).error());
