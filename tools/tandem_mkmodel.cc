@@ -10,11 +10,13 @@
 #include "modelgen/clip_writer.h"
 #include "modelgen/gguf_convert.h"
 #include "modelgen/modelgen.h"
+#include "modelgen/whisper_writer.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: tandem-mkmodel --out DIR [--preset test|tiny|134m|llama3|qwen2|mistral|phi3|clip-test|clip-small|clip-b32]\n"
+    "usage: tandem-mkmodel --out DIR [--preset test|tiny|134m|llama3|qwen2|mistral|phi3|clip-test|clip-small|clip-b32|\n"
+    "                                  whisper-test|whisper-tiny|whisper-base|whisper-small|whisper-large-v3]\n"
     "                      [--dtype f32|f16|bf16]\n"
     "                      [--seed N] [--shards N]\n"
     "                      [--tokenizer PATH] [--chat-template NAME|none] [--format hf|gguf [--type T]]\n"
@@ -31,7 +33,12 @@ const char* kUsage =
     "(Q8_0, Q4_0, Q4_K_M, ... as tandem-quantize takes them).\n"
     "The clip-* presets write a CLIP embedding model instead (Hugging Face CLIPModel layout, random weights: for\n"
     "tests and benchmarks; clip-b32 has openai/clip-vit-base-patch32's shape) with a small CLIP BPE tokenizer\n"
-    "(vocab.json, merges.txt, tokenizer.json) trained on captions of coloured shapes; HF layout only.\n";
+    "(vocab.json, merges.txt, tokenizer.json) trained on captions of coloured shapes; HF layout only.\n"
+    "The whisper-* presets write a Whisper speech model (Hugging Face WhisperForConditionalGeneration layout,\n"
+    "random weights; whisper-tiny/base/small/large-v3 have openai's shapes): config.json, model.safetensors,\n"
+    "preprocessor_config.json, generation_config.json. whisper-test also gets a small Whisper tokenizer\n"
+    "(tokenizer.json with the special, language and timestamp tokens) and its vocabulary size; the others keep\n"
+    "openai's vocabulary size and ids and have no tokenizer. HF layout only.\n";
 
 }  // namespace
 
@@ -113,6 +120,37 @@ int main(int argc, char** argv) {
     }
     std::printf("wrote %s: preset %s (CLIP), %.1fM parameters, %s\n", out.c_str(), preset.c_str(),
                 static_cast<double>(written->parameters()) / 1e6, std::string(weights::dtype_name(o.dtype)).c_str());
+    return 0;
+  }
+  if (preset.rfind("whisper-", 0) == 0) {
+    if (format != "hf" || tokenizer_given || template_given || o.shards != 1) {
+      std::fprintf(stderr, "tandem-mkmodel: --preset %s writes a Hugging Face Whisper directory: --format gguf, "
+                   "--tokenizer, --chat-template and --shards do not apply\n", preset.c_str());
+      return 2;
+    }
+    auto ws = modelgen::whisper_preset(preset);
+    if (!ws) {
+      std::fprintf(stderr, "tandem-mkmodel: %s\n", ws.error().message.c_str());
+      return 2;
+    }
+    modelgen::WhisperWriteOptions wo;
+    wo.shape = *ws;
+    wo.dtype = o.dtype;
+    wo.seed = o.seed;
+    Result<modelgen::WhisperShape> written = preset == "whisper-test"
+        ? modelgen::write_whisper_test_model(out, wo, modelgen::whisper_test_corpus())
+        : [&]() -> Result<modelgen::WhisperShape> {
+            if (auto s = modelgen::write_whisper_model(out, wo); !s) return fail(s.error());
+            return wo.shape;
+          }();
+    if (!written) {
+      std::fprintf(stderr, "tandem-mkmodel: %s: %s\n", std::string(errc_name(written.error().code)).c_str(),
+                   written.error().message.c_str());
+      return 1;
+    }
+    std::printf("wrote %s: preset %s (Whisper), %.1fM parameters, vocab %d, %s\n", out.c_str(), preset.c_str(),
+                static_cast<double>(written->parameters()) / 1e6, written->vocab,
+                std::string(weights::dtype_name(o.dtype)).c_str());
     return 0;
   }
   auto shape = modelgen::preset(preset);

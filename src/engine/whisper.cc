@@ -307,8 +307,11 @@ Result<std::unique_ptr<WhisperSession>> WhisperModel::new_session() {
     c10::InferenceMode guard;
     const auto o = at::TensorOptions().dtype(at::kFloat).device(im.on_accel() ? im.accel_dev : at::Device(at::kCPU));
     for (int i = 0; i < c.decoder_layers; ++i) {
-      s->cross_k.push_back(at::zeros({c.source_positions, c.d_model}, o));
-      s->cross_v.push_back(at::zeros({c.source_positions, c.d_model}, o));
+      const std::int64_t hd = c.d_model / c.decoder_heads;
+      s->cross_k.push_back(im.on_accel() ? at::zeros({c.source_positions, c.d_model}, o)
+                                         : at::zeros({c.decoder_heads * std::int64_t{c.source_positions}, hd}, o));
+      s->cross_v.push_back(im.on_accel() ? at::zeros({c.source_positions, c.d_model}, o)
+                                         : at::zeros({c.decoder_heads * hd, std::int64_t{c.source_positions}}, o));
       s->self_k.push_back(at::zeros({c.target_positions, c.d_model}, o));
       s->self_v.push_back(at::zeros({c.target_positions, c.d_model}, o));
     }

@@ -1,6 +1,7 @@
 // The Whisper encoder and decoder (Hugging Face WhisperEncoder / WhisperDecoder semantics). On the CPU: matrix
-// products through Tandem's kernels (cpu_linear: row-independent), the convolutions as im2col + cpu_linear, layer
-// norm, gelu and attention as per-row loops (scores in double, rows split across the model's pool), so a row's
+// products through Tandem's kernels (cpu_linear: row-independent), the convolutions as im2col + cpu_linear,
+// unmasked attention (encoder, cross) as two cpu_linear products per head around a per-row softmax, the decoder's
+// causal self-attention, layer norm and gelu as per-row loops (scores in double), so a row's
 // values do not depend on how many rows a call carries: feeding tokens one at a time gives the logits of feeding
 // them at once. On an accelerator: ATen (matrices expanded one at a time, dequant.h; at::conv1d; attention per head).
 #include <ATen/ATen.h>
@@ -111,9 +112,50 @@ at::Tensor WhisperModel::Impl::gelu(at::Tensor x) const {
   return at::gelu(x);
 }
 
+std::pair<at::Tensor, at::Tensor> WhisperModel::Impl::head_layout(const at::Tensor& k, const at::Tensor& v,
+                                                                   int heads) const {
+  const std::int64_t m = k.size(0), d = k.size(1), hd = d / heads;
+  return {k.view({m, heads, hd}).transpose(0, 1).contiguous().view({heads * m, hd}),
+          v.view({m, heads, hd}).permute({1, 2, 0}).contiguous().view({heads * hd, m})};
+}
+
+at::Tensor WhisperModel::Impl::attention_cpu(const at::Tensor& q, const at::Tensor& kh, const at::Tensor& vt, int heads) {
+  const std::int64_t n = q.size(0), d = q.size(1), hd = d / heads, m = kh.size(0) / heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  at::Tensor out = at::empty({n, d}, q.options());
+  for (int h = 0; h < heads; ++h) {
+    Weight wk, wv;
+    wk.type = wv.type = kernels::WType::f32;
+    wk.rows = m, wk.cols = hd, wk.data = reinterpret_cast<const std::byte*>(kh.data_ptr<float>() + h * m * hd);
+    wv.rows = hd, wv.cols = m, wv.data = reinterpret_cast<const std::byte*>(vt.data_ptr<float>() + h * hd * m);
+    at::Tensor sc = cpu_linear(q.narrow(1, h * hd, hd).contiguous(), wk, *pool, act_buf);  // [n, m]
+    float* sp = sc.data_ptr<float>();
+    auto softmax = [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t i = r0; i < r1; ++i) {
+        float* r = sp + i * m;
+        float mx = r[0];
+        for (std::int64_t j = 1; j < m; ++j) mx = std::max(mx, r[j]);
+        double sum = 0;
+        for (std::int64_t j = 0; j < m; ++j) sum += (r[j] = static_cast<float>(std::exp((static_cast<double>(r[j]) - mx) * scale)));
+        const double inv = 1.0 / sum;
+        for (std::int64_t j = 0; j < m; ++j) r[j] = static_cast<float>(r[j] * inv);
+      }
+    };
+    const std::int64_t parts = n * m < (1 << 16) ? 1 : pool->size();
+    if (parts == 1) softmax(0, n);
+    else pool->run([&](int c) { softmax(n * c / parts, n * (c + 1) / parts); });
+    out.narrow(1, h * hd, hd).copy_(cpu_linear(sc, wv, *pool, act_buf));
+  }
+  return out;
+}
+
 at::Tensor WhisperModel::Impl::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int heads,
                                          bool causal, std::int64_t past) {
   const std::int64_t n = q.size(0), m = k.size(0), d = q.size(1), hd = d / heads;
+  if (!on_accel() && !causal) {
+    const auto [kh, vt] = head_layout(k, v, heads);
+    return attention_cpu(q, kh, vt, heads);
+  }
   if (!on_accel()) {
     const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
     at::Tensor out = at::empty({n, d}, q.options());
@@ -261,8 +303,15 @@ Status WhisperSession::encode(std::span<const float> mel, const std::atomic<bool
     for (std::size_t i = 0; i < im.dec.size(); ++i) {
       if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled{};
       const WhisperAttn& a = im.dec[i].cross;
-      s.cross_k[i].copy_(im.linear(out, a.wk, at::Tensor()));
-      s.cross_v[i].copy_(im.linear(out, a.wv, a.bv));
+      const at::Tensor k = im.linear(out, a.wk, at::Tensor()), v = im.linear(out, a.wv, a.bv);
+      if (im.on_accel()) {
+        s.cross_k[i].copy_(k);
+        s.cross_v[i].copy_(v);
+      } else {
+        const auto [kh, vt] = im.head_layout(k, v, c.decoder_heads);
+        s.cross_k[i].copy_(kh);
+        s.cross_v[i].copy_(vt);
+      }
     }
     return Result<bool>(true);
   });
@@ -310,7 +359,9 @@ Result<std::vector<float>> WhisperSession::decode(std::span<const std::int32_t> 
       x = x + im.linear(a, l.self.wo, l.self.bo);
       h = im.layer_norm(x, l.lnx_w, l.lnx_b);
       const at::Tensor cq = im.linear(h, l.cross.wq, l.cross.bq);
-      x = x + im.linear(im.attention(cq, s.cross_k[i], s.cross_v[i], c.decoder_heads, false, 0), l.cross.wo, l.cross.bo);
+      const at::Tensor ca = im.on_accel() ? im.attention(cq, s.cross_k[i], s.cross_v[i], c.decoder_heads, false, 0)
+                                          : im.attention_cpu(cq, s.cross_k[i], s.cross_v[i], c.decoder_heads);
+      x = x + im.linear(ca, l.cross.wo, l.cross.bo);
       h = im.layer_norm(x, l.ln2_w, l.ln2_b);
       x = x + im.linear(im.gelu(im.linear(h, l.w1, l.b1)), l.w2, l.b2);
     }

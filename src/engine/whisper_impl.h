@@ -83,6 +83,11 @@ struct WhisperModel::Impl {
   // Multi-head attention of q [n, d] over k, v [m, d] (prefix rows). causal: query i sees keys j ≤ past + i.
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int heads, bool causal,
                        std::int64_t past);
+  // CPU: K as [heads · m, hd] (head-major) and V transposed as [heads · hd, m], the layouts attention_cpu reads.
+  std::pair<at::Tensor, at::Tensor> head_layout(const at::Tensor& k, const at::Tensor& v, int heads) const;
+  // CPU, no mask: per head scores = cpu_linear(q_h, K_h), softmax per row, out_h = cpu_linear(P, V_hᵀ). Every row
+  // is computed the same way whatever the other rows.
+  at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& kh, const at::Tensor& vt, int heads);
   // Conv1d (kernel 3, padding 1) over x given channel-major [cin, frames] (chan_major) or time-major [frames, cin].
   at::Tensor conv(const at::Tensor& x, bool chan_major, const Weight& w, const at::Tensor& b, int stride);
   // The encoder over one window's mel (f32 CPU [n_mels, frames]) → [source positions, d].
@@ -91,7 +96,8 @@ struct WhisperModel::Impl {
 
 struct WhisperSession::State {
   std::shared_ptr<WhisperModel> model;
-  std::vector<at::Tensor> cross_k, cross_v;  // per decoder layer [source positions, d]
+  // Per decoder layer: on an accelerator [source positions, d] each; on the CPU head_layout's K and Vᵀ.
+  std::vector<at::Tensor> cross_k, cross_v;
   std::vector<at::Tensor> self_k, self_v;    // per decoder layer [target positions, d]; rows < fed are valid
   std::size_t fed = 0;
   bool encoded = false;

@@ -206,10 +206,34 @@ Status write_whisper_model(const std::string& dir, const WhisperWriteOptions& o)
 }
 
 Result<WhisperShape> write_whisper_test_model(const std::string& dir, WhisperWriteOptions opts,
-                                              const std::vector<std::string>& corpus) {
-  (void)corpus;  // the tokenizer is added when tok::write_whisper_tokenizer exists (docs/speech-model.md)
-  if (auto s = write_whisper_model(dir, opts); !s) return fail(s.error());
-  return opts.shape;
+                                              const std::vector<std::string>& corpus,
+                                              const tok::WhisperTokenizerWrite& tok_opts) {
+  auto vocab = tok::write_whisper_tokenizer(dir, corpus, tok_opts);
+  if (!vocab) return fail(std::move(vocab).error());
+  auto t = tok::load_tokenizer_files(dir);
+  if (!t) return fail(std::move(t).error());
+  auto sp = tok::whisper_specials(*t, *vocab);
+  if (!sp) return fail(std::move(sp).error());
+  WhisperShape& s = opts.shape;
+  s.vocab = *vocab;
+  s.eos_id = s.bos_id = s.pad_id = sp->eot;
+  s.decoder_start_id = sp->sot;
+  s.no_timestamps_id = sp->notimestamps;
+  if (auto w = write_whisper_model(dir, opts); !w) return fail(w.error());
+  return s;
+}
+
+std::vector<std::string> whisper_test_corpus() {
+  static const char* who[] = {"the cat", "a small dog", "my brother", "the old man", "our teacher", "a red bird",
+                              "the children", "her friend"};
+  static const char* did[] = {"walked to", "looked at", "painted", "carried", "found", "talked about"};
+  static const char* what[] = {"the green house", "a wooden boat", "the river", "seven apples", "the quiet market",
+                               "a long letter", "the morning train"};
+  std::vector<std::string> out;
+  for (const char* a : who)
+    for (const char* b : did)
+      for (const char* c : what) out.push_back(std::string(a) + " " + b + " " + c + ".");
+  return out;
 }
 
 }  // namespace tandem::modelgen

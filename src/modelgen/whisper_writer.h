@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "tokenizer/whisper_tokens.h"
 #include "weights/safetensors.h"
 #include "weights/whisper_layout.h"
 
@@ -61,10 +62,17 @@ Status write_whisper_model(const std::string& dir, const WhisperWriteOptions& op
 // exp(−k·ln(10000)/(channels/2 − 1)), k < channels/2 (channels even, ≥ 4).
 std::vector<float> whisper_sinusoids(int length, int channels);
 
-// A complete Whisper model directory for tests and benchmarks: write_whisper_model with `opts`, plus (once the
-// tokenizer library provides tok::write_whisper_tokenizer) a Whisper tokenizer trained on `corpus`, whose vocab size
-// and special ids replace the shape's. Returns the shape written.
+// A complete Whisper model directory for tests and benchmarks: a Whisper tokenizer trained on `corpus`
+// (tok::write_whisper_tokenizer with `tok_opts`: byte-level BPE + <|endoftext|>, <|startoftranscript|>, languages,
+// task, <|notimestamps|> and the 1501 timestamps), then write_whisper_model with the shape's vocab set to the
+// tokenizer's size and eos / bos / pad = <|endoftext|>, decoder start = <|startoftranscript|>, no-timestamps =
+// <|notimestamps|> (found by tok::whisper_specials). The weights are random: the model transcribes nothing. Returns
+// the shape written. Errors: those of the tokenizer writer and loader, and of write_whisper_model.
 Result<WhisperShape> write_whisper_test_model(const std::string& dir, WhisperWriteOptions opts,
-                                              const std::vector<std::string>& corpus);
+                                              const std::vector<std::string>& corpus,
+                                              const tok::WhisperTokenizerWrite& tok_opts = {});
+
+// Fixed English sentences (a few hundred, deterministic) for write_whisper_test_model's tokenizer.
+std::vector<std::string> whisper_test_corpus();
 
 }  // namespace tandem::modelgen

@@ -529,6 +529,31 @@ TEST(Whisper, ThreadCountAndDtypes) {
   EXPECT_LT(rel_diff(*c->decode(kTokens, nullptr), *a->decode(kTokens, nullptr)), 0.05);
 }
 
+TEST(Whisper, TestModelWithTokenizer) {
+  const std::string dir = tmp_dir("with-tokenizer");
+  modelgen::WhisperWriteOptions o;
+  o.shape = test_shape();
+  auto shape = modelgen::write_whisper_test_model(dir, o, modelgen::whisper_test_corpus(), {400, 3});
+  ASSERT_TRUE(shape.ok()) << shape.error().message;
+  EXPECT_TRUE(fs::exists(dir + "/tokenizer.json"));
+  // 400 text tokens at most + eot, sot, 3 languages, 6 task/control tokens, 1501 timestamps.
+  EXPECT_GT(shape->vocab, 1501 + 11);
+  EXPECT_LE(shape->vocab, 400 + 1501 + 11);
+  EXPECT_EQ(shape->decoder_start_id, shape->eos_id + 1);
+  EXPECT_EQ(shape->no_timestamps_id, shape->vocab - 1502);
+  auto m = load(dir);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->config().vocab, shape->vocab);
+  EXPECT_EQ(m->config().decoder_start_id, shape->decoder_start_id);
+  auto s = session(*m);
+  ASSERT_TRUE(s->encode(mel(m->config(), 0), nullptr).ok());
+  const std::vector<std::int32_t> prompt{shape->decoder_start_id, shape->decoder_start_id + 1, shape->vocab - 1503,
+                                         shape->no_timestamps_id};
+  auto logits = s->decode(prompt, nullptr);
+  ASSERT_TRUE(logits.ok()) << logits.error().message;
+  EXPECT_EQ(logits->size(), static_cast<std::size_t>(shape->vocab));
+}
+
 // Timings (a log line, no assertion): one window's encode and per-token decode on the CPU, 1 and 2 threads.
 void log_timings(const std::string& preset) {
   const std::string dir = write_model("timing-" + preset, *modelgen::whisper_preset(preset));
