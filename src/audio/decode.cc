@@ -202,7 +202,7 @@ Result<Pcm> decode_audio(std::span<const std::uint8_t> bytes, const AudioLimits&
   const std::uint64_t header_frames = pcm.info.source_frames;
   // MP3 frame counts are estimates when the stream has no Xing/Info header: only an exact count can show truncation.
   const bool exact_count = (src.sf.format & SF_FORMAT_TYPEMASK) != SF_FORMAT_MPEG;
-  const auto max_frames = static_cast<std::uint64_t>(limits.max_seconds * pcm.info.source_rate);
+  const double max_frames = limits.max_seconds * pcm.info.source_rate;  // compared in double: any limit is safe
 
   std::unique_ptr<SRC_STATE, SrcDeleter> resampler;
   const bool resample = pcm.info.source_rate != kSampleRate;
@@ -212,7 +212,10 @@ Result<Pcm> decode_audio(std::span<const std::uint8_t> bytes, const AudioLimits&
     resampler.reset(src_new(SRC_SINC_MEDIUM_QUALITY, 1, &err));
     if (!resampler) return fail(Errc::internal, std::string("libsamplerate: ") + src_strerror(err));
   }
-  pcm.samples.reserve(static_cast<std::size_t>(std::ceil(static_cast<double>(header_frames) * ratio)) + 64);
+  // The header's length is untrusted (a 100-byte FLAC may claim hours): reserve at most 10 minutes up front and let
+  // the vector grow past that only as samples actually decode.
+  const double expected = std::min(static_cast<double>(header_frames) * ratio, 600.0 * kSampleRate);
+  pcm.samples.reserve(static_cast<std::size_t>(expected) + 64);
 
   constexpr sf_count_t kChunk = 8192;
   std::vector<float> interleaved(static_cast<std::size_t>(kChunk) * ch);
@@ -260,7 +263,7 @@ Result<Pcm> decode_audio(std::span<const std::uint8_t> bytes, const AudioLimits&
       mono[f] = static_cast<float>(sum / ch);
     }
     decoded += static_cast<std::uint64_t>(got);
-    if (decoded > max_frames) {  // an MP3 longer than its estimate: the duration limit still holds
+    if (static_cast<double>(decoded) > max_frames) {  // an MP3 longer than its estimate: the duration limit still holds
       return fail(Errc::invalid_argument, "duration over " + format_duration(static_cast<double>(decoded) /
                                                                               pcm.info.source_rate) +
                                               " exceeds the configured maximum " + format_duration(limits.max_seconds));

@@ -41,7 +41,7 @@ void Fft::forward(const std::complex<double>* in, std::complex<double>* out) con
 }
 
 // Decimation in time: the p sub-transforms of length m (inputs strided by fstride·p), then one radix-p pass that
-// applies the twiddles and the size-p DFT together (kissfft's kf_bfly_generic).
+// applies the twiddles and the size-p DFT together (kissfft's kf_bfly2/kf_bfly4, else kf_bfly_generic).
 void Fft::work(std::complex<double>* out, const std::complex<double>* in, std::size_t fstride,
                std::size_t level) const {
   const std::size_t p = factors_[2 * level], m = factors_[2 * level + 1];
@@ -49,6 +49,27 @@ void Fft::work(std::complex<double>* out, const std::complex<double>* in, std::s
     for (std::size_t q = 0; q < p; ++q) out[q] = in[q * fstride];
   } else {
     for (std::size_t q = 0; q < p; ++q) work(out + q * m, in + q * fstride, fstride * p, level + 1);
+  }
+  const std::complex<double>* tw = twiddles_.data();
+  if (p == 2) {  // kissfft's kf_bfly2
+    for (std::size_t u = 0; u < m; ++u) {
+      const std::complex<double> t = out[u + m] * tw[u * fstride];
+      out[u + m] = out[u] - t;
+      out[u] += t;
+    }
+    return;
+  }
+  if (p == 4) {  // kissfft's kf_bfly4, forward
+    for (std::size_t u = 0; u < m; ++u) {
+      const std::complex<double> s0 = out[u + m] * tw[u * fstride], s1 = out[u + 2 * m] * tw[2 * u * fstride],
+                                 s2 = out[u + 3 * m] * tw[3 * u * fstride];
+      const std::complex<double> s5 = out[u] - s1, a = out[u] + s1, s3 = s0 + s2, s4 = s0 - s2;
+      out[u + 2 * m] = a - s3;
+      out[u] = a + s3;
+      out[u + m] = {s5.real() + s4.imag(), s5.imag() - s4.real()};
+      out[u + 3 * m] = {s5.real() - s4.imag(), s5.imag() + s4.real()};
+    }
+    return;
   }
   std::complex<double> small[16];
   std::vector<std::complex<double>> big;
@@ -60,12 +81,12 @@ void Fft::work(std::complex<double>* out, const std::complex<double>* in, std::s
   for (std::size_t u = 0; u < m; ++u) {
     for (std::size_t q = 0, k = u; q < p; ++q, k += m) scratch[q] = out[k];
     for (std::size_t q1 = 0, k = u; q1 < p; ++q1, k += m) {
-      std::size_t tw = 0;
+      std::size_t ti = 0;
       std::complex<double> acc = scratch[0];
       for (std::size_t q = 1; q < p; ++q) {
-        tw += fstride * k;  // fstride·k < n, so one subtraction keeps tw in range
-        if (tw >= n_) tw -= n_;
-        acc += scratch[q] * twiddles_[tw];
+        ti += fstride * k;  // fstride·k < n, so one subtraction keeps ti in range
+        if (ti >= n_) ti -= n_;
+        acc += scratch[q] * tw[ti];
       }
       out[k] = acc;
     }
@@ -81,13 +102,17 @@ constexpr double kFSp = 200.0 / 3.0, kMinLogHz = 1000.0, kMinLogMel = kMinLogHz 
 const double kLogStep = std::log(6.4) / 27.0;
 
 double hz_to_mel(double hz) { return hz >= kMinLogHz ? kMinLogMel + std::log(hz / kMinLogHz) / kLogStep : hz / kFSp; }
-double mel_to_hz(double mel) { return mel >= kMinLogMel ? kMinLogHz * std::exp(kLogStep * (mel - kMinLogMel)) : mel * kFSp; }
+double mel_to_hz(double mel) {
+  return mel >= kMinLogMel ? kMinLogHz * std::exp(kLogStep * (mel - kMinLogMel)) : mel * kFSp;
+}
 
 }  // namespace
 
-LogMel::LogMel(MelSpec spec) : spec_(spec), fft_(static_cast<std::size_t>(spec.n_fft)) {
+LogMel::LogMel(MelSpec spec) : spec_(spec), fft_(static_cast<std::size_t>(spec.n_fft / 2)) {
   assert(spec.n_fft >= 4 && spec.n_fft % 2 == 0 && spec.hop >= 1 && spec.n_mels >= 1 && spec.sample_rate > 0);
   const int n_fft = spec.n_fft, bins = n_fft / 2 + 1, n_mels = spec.n_mels;
+  split_.resize(static_cast<std::size_t>(bins));
+  for (int k = 0; k < bins; ++k) split_[k] = std::polar(1.0, -2.0 * std::numbers::pi * k / n_fft);
   hann_.resize(static_cast<std::size_t>(n_fft));
   for (int j = 0; j < n_fft; ++j) hann_[j] = 0.5 - 0.5 * std::cos(2.0 * std::numbers::pi * j / n_fft);  // periodic
 
@@ -116,14 +141,26 @@ LogMel::LogMel(MelSpec spec) : spec_(spec), fft_(static_cast<std::size_t>(spec.n
   filters_f_.assign(filters_.begin(), filters_.end());
 }
 
+void LogMel::power_of(const double* x, std::complex<double>* z, std::complex<double>* zf, double* power) const {
+  const std::size_t m = static_cast<std::size_t>(spec_.n_fft) / 2;
+  for (std::size_t j = 0; j < m; ++j) z[j] = {x[2 * j], x[2 * j + 1]};
+  fft_.forward(z, zf);
+  // With E, O the transforms of the even and odd samples: Z[k] = E[k] + i·O[k], E[k] = (Z[k] + conj Z[m−k]) / 2,
+  // O[k] = (Z[k] − conj Z[m−k]) / 2i, and X[k] = E[k] + exp(−2πik/n)·O[k] for k = 0..m (Z[m] = Z[0]).
+  for (std::size_t k = 0; k <= m; ++k) {
+    const std::complex<double> a = zf[k == m ? 0 : k], b = std::conj(zf[k == 0 ? 0 : m - k]);
+    const std::complex<double> e = 0.5 * (a + b), o = std::complex<double>(0, -0.5) * (a - b);
+    power[k] = std::norm(e + split_[k] * o);
+  }
+}
+
 std::vector<double> LogMel::power_spectrum(std::span<const double> frame) const {
   const auto n = static_cast<std::size_t>(spec_.n_fft);
   assert(frame.size() == n);
-  std::vector<std::complex<double>> in(n), out(n);
-  for (std::size_t j = 0; j < n; ++j) in[j] = frame[j] * hann_[j];
-  fft_.forward(in.data(), out.data());
-  std::vector<double> power(n / 2 + 1);
-  for (std::size_t k = 0; k < power.size(); ++k) power[k] = std::norm(out[k]);
+  std::vector<double> windowed(n), power(n / 2 + 1);
+  std::vector<std::complex<double>> z(n / 2), zf(n / 2);
+  for (std::size_t j = 0; j < n; ++j) windowed[j] = frame[j] * hann_[j];
+  power_of(windowed.data(), z.data(), zf.data(), power.data());
   return power;
 }
 
@@ -133,39 +170,42 @@ std::vector<float> LogMel::window(std::span<const float> pcm, std::size_t start,
   const std::size_t frames = w / hop, n_mels = static_cast<std::size_t>(spec_.n_mels);
   if (frames == 0) return {};
 
-  // The window's samples (zeros past the end of pcm), reflect-padded by n_fft/2 on each side (np.pad "reflect":
-  // the edge sample is not repeated; the pattern repeats with period 2(w−1) when the pad is longer than w).
-  std::vector<double> padded(w + 2 * pad);
-  const std::size_t period = w > 1 ? 2 * (w - 1) : 1;
-  for (std::size_t j = 0; j < padded.size(); ++j) {
-    const long long rel = static_cast<long long>(j) - static_cast<long long>(pad);
-    std::size_t s = static_cast<std::size_t>(((rel % static_cast<long long>(period)) + period) % period);
-    if (s >= w) s = period - s;
-    const std::size_t src = start + s;  // start may be past the end: all zeros
-    padded[j] = (start < pcm.size() && src < pcm.size()) ? pcm[src] : 0.0;
-  }
+  // Sample i of the window (zeros past the end of pcm), i in [0, w).
+  auto sample = [&](std::size_t i) -> double {
+    return start < pcm.size() && i < pcm.size() - start ? static_cast<double>(pcm[start + i]) : 0.0;
+  };
+  // Position j of the reflect-padded window (np.pad "reflect": the edge sample is not repeated; the pattern repeats
+  // with period 2(w−1) when the pad is longer than w).
+  const long long period = w > 1 ? 2 * static_cast<long long>(w - 1) : 1;
+  auto padded = [&](long long j) -> double {
+    long long s = ((j - static_cast<long long>(pad)) % period + period) % period;
+    if (s >= static_cast<long long>(w)) s = period - s;
+    return sample(static_cast<std::size_t>(s));
+  };
 
-  std::vector<double> logmel(n_mels * frames);
-  std::vector<std::complex<double>> in(n_fft), out(n_fft);
-  std::vector<double> power(bins);
+  std::vector<float> result(n_mels * frames);
+  std::vector<std::complex<double>> z(n_fft / 2), zf(n_fft / 2);
+  std::vector<double> windowed(n_fft), power(bins);
   double max_log = -HUGE_VAL;
   for (std::size_t t = 0; t < frames; ++t) {
-    const double* frame = padded.data() + t * hop;
-    for (std::size_t j = 0; j < n_fft; ++j) in[j] = frame[j] * hann_[j];
-    fft_.forward(in.data(), out.data());
-    for (std::size_t k = 0; k < bins; ++k) power[k] = std::norm(out[k]);
+    const std::size_t first = t * hop;  // in padded coordinates
+    if (first >= pad && first - pad + n_fft <= w) {
+      for (std::size_t j = 0; j < n_fft; ++j) windowed[j] = sample(first - pad + j) * hann_[j];
+    } else {  // an edge frame: reflected samples
+      for (std::size_t j = 0; j < n_fft; ++j) windowed[j] = padded(static_cast<long long>(first + j)) * hann_[j];
+    }
+    power_of(windowed.data(), z.data(), zf.data(), power.data());
     for (std::size_t i = 0; i < n_mels; ++i) {
       const double* f = filters_.data() + i * bins;
       double mel = 0;
       for (int k = first_bin_[i]; k < end_bin_[i]; ++k) mel += f[k] * power[k];
       const double v = std::log10(std::max(mel, 1e-10));
-      logmel[i * frames + t] = v;
+      result[i * frames + t] = static_cast<float>(v);  // |v| <= ~20: float keeps ~1e-6 absolute
       max_log = std::max(max_log, v);
     }
   }
-  std::vector<float> result(logmel.size());
   const double floor = max_log - 8.0;
-  for (std::size_t i = 0; i < logmel.size(); ++i) result[i] = static_cast<float>((std::max(logmel[i], floor) + 4.0) / 4.0);
+  for (float& v : result) v = static_cast<float>((std::max(static_cast<double>(v), floor) + 4.0) / 4.0);
   return result;
 }
 

@@ -58,8 +58,14 @@ class LogMel {
   const MelSpec& spec() const { return spec_; }
 
  private:
+  // |FFT|² of n_fft real samples through one complex FFT of n_fft/2 (even samples real, odd imaginary), split
+  // with the twiddles below: half the work of a complex FFT of n_fft.
+  void power_of(const double* windowed, std::complex<double>* scratch_in, std::complex<double>* scratch_out,
+                double* power) const;
+
   MelSpec spec_;
-  Fft fft_;
+  Fft fft_;  // length n_fft / 2
+  std::vector<std::complex<double>> split_;  // exp(-2πik/n_fft), k = 0..n_fft/2
   std::vector<double> hann_;
   std::vector<double> filters_;  // double copy used for the product
   std::vector<float> filters_f_;

@@ -22,7 +22,9 @@ struct GrowBuf {
 inline sf_count_t gb_len(void* u) { return static_cast<sf_count_t>(static_cast<GrowBuf*>(u)->data.size()); }
 inline sf_count_t gb_seek(sf_count_t off, int whence, void* u) {
   auto* b = static_cast<GrowBuf*>(u);
-  const sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? b->pos : static_cast<sf_count_t>(b->data.size());
+  const sf_count_t base = whence == SEEK_SET   ? 0
+                          : whence == SEEK_CUR ? b->pos
+                                               : static_cast<sf_count_t>(b->data.size());
   if (base + off < 0) return -1;
   b->pos = base + off;
   return b->pos;
@@ -63,7 +65,8 @@ inline Bytes write_audio(int format, int rate, int channels, const std::vector<f
 
 inline std::vector<float> sine(double hz, int rate, std::size_t frames, double amp = 0.5) {
   std::vector<float> s(frames);
-  for (std::size_t i = 0; i < frames; ++i) s[i] = static_cast<float>(amp * std::sin(2 * std::numbers::pi * hz * i / rate));
+  for (std::size_t i = 0; i < frames; ++i)
+    s[i] = static_cast<float>(amp * std::sin(2 * std::numbers::pi * hz * i / rate));
   return s;
 }
 

@@ -136,7 +136,8 @@ TEST(Decode, StereoIsDownmixedToTheMeanOfChannels) {
 
 TEST(Decode, OtherRatesAreResampledTo16kKeepingTheFrequency) {
   for (int rate : {44100, 8000, 48000, 22050}) {
-    const Bytes b = write_audio(SF_FORMAT_WAV | SF_FORMAT_FLOAT, rate, 1, sine(1000, rate, static_cast<std::size_t>(rate)));
+    const Bytes b =
+        write_audio(SF_FORMAT_WAV | SF_FORMAT_FLOAT, rate, 1, sine(1000, rate, static_cast<std::size_t>(rate)));
     auto pcm = decode_audio(b);
     ASSERT_TRUE(pcm.ok()) << pcm.error().message;
     EXPECT_EQ(pcm->info.source_rate, rate);
@@ -229,6 +230,23 @@ TEST(Refuse, TooLongFromTheHeader) {
   AudioLimits slow;
   slow.min_rate = 1;
   expect_refused(wav_with_rate(1, 18120), "duration 5h 2m exceeds the configured maximum 4h", slow);
+}
+
+TEST(Refuse, FlacWhoseHeaderClaimsMoreThanTheFileHolds) {
+  Bytes b = write_audio(SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 16000, 1, sine(440, 16000, 16000));
+  ASSERT_EQ(std::memcmp(b.data(), "fLaC", 4), 0);
+  // STREAMINFO starts at 8; bytes 18..25 hold rate (20 bits), channels − 1 (3), bits − 1 (5), total samples (36).
+  auto set_total = [&](std::uint64_t total) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v = v << 8 | b[18 + i];
+    v = (v & ~((1ull << 36) - 1)) | total;
+    for (int i = 7; i >= 0; --i, v >>= 8) b[18 + i] = static_cast<std::uint8_t>(v);
+  };
+  set_total(16000ull * 3600 * 5);  // 5 hours in a few kilobytes: refused from the header
+  expect_refused(b, "duration 5h exceeds the configured maximum 4h");
+  set_total(16000ull * 120);  // 2 minutes: only decoding finds 1 s
+  ASSERT_TRUE(probe_audio(b).ok());
+  expect_refused(b, "truncated: header says 1920000 frames, 16000 decoded", {}, false);
 }
 
 TEST(Refuse, TooManyBytes) {

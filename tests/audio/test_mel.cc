@@ -26,7 +26,8 @@ std::vector<cd> naive_dft(const std::vector<cd>& x) {
     cd acc = 0;
     for (std::size_t j = 0; j < n; ++j) {
       // Reduce j·k mod n first so the angle stays small and exact.
-      acc += x[j] * std::polar(1.0, -2.0 * std::numbers::pi * static_cast<double>((j * k) % n) / static_cast<double>(n));
+      acc +=
+          x[j] * std::polar(1.0, -2.0 * std::numbers::pi * static_cast<double>((j * k) % n) / static_cast<double>(n));
     }
     out[k] = acc;
   }
@@ -35,7 +36,9 @@ std::vector<cd> naive_dft(const std::vector<cd>& x) {
 
 // Slaney mel scale written from its definition: 3 mels per 200 Hz up to 1 kHz (mel 15), then 27 mels per
 // factor 6.4 of frequency.
-double slaney_mel(double hz) { return hz < 1000 ? 3.0 * hz / 200.0 : 15.0 + 27.0 * std::log(hz / 1000.0) / std::log(6.4); }
+double slaney_mel(double hz) {
+  return hz < 1000 ? 3.0 * hz / 200.0 : 15.0 + 27.0 * std::log(hz / 1000.0) / std::log(6.4);
+}
 double slaney_hz(double mel) { return mel < 15 ? 200.0 * mel / 3.0 : 1000.0 * std::pow(6.4, (mel - 15.0) / 27.0); }
 
 // librosa.filters.mel(sr, n_fft, n_mels, htk=False, norm="slaney"), double.
@@ -66,7 +69,7 @@ std::vector<double> reference_window(const std::vector<float>& x, int n_mels, in
     std::vector<cd> fr(n_fft);
     for (int j = 0; j < n_fft; ++j) {
       int s = t * hop + j - pad;
-      if (s < 0) s = -s;                 // reflect: x[-1] = x[1]
+      if (s < 0) s = -s;                // reflect: x[-1] = x[1]
       if (s >= w) s = 2 * (w - 1) - s;  // x[w] = x[w - 2]
       fr[j] = x[s] * (0.5 - 0.5 * std::cos(2 * std::numbers::pi * j / n_fft));
     }
@@ -92,7 +95,8 @@ std::vector<float> noise(std::size_t n, unsigned seed, double amp = 0.3) {
 
 std::vector<float> sine(double hz, std::size_t n, double amp = 0.5) {
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(amp * std::sin(2 * std::numbers::pi * hz * i / 16000.0));
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(amp * std::sin(2 * std::numbers::pi * hz * i / 16000.0));
   return v;
 }
 
@@ -171,7 +175,8 @@ TEST(LogMel, ShortWindowMatchesNaiveRecipeEverywhere) {
   const auto got = lm.window(x, 0, x.size());
   const auto ref = reference_window(x, 80, 400, 160);
   ASSERT_EQ(got.size(), 80u * 10);
-  for (std::size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-6) << "mel " << i / 10 << " frame " << i % 10;
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], 2e-6) << "mel " << i / 10 << " frame " << i % 10;
 }
 
 TEST(LogMel, SineEnergyLandsInTheFilterPeakingNearestItsFrequency) {
@@ -193,7 +198,8 @@ TEST(LogMel, SineEnergyLandsInTheFilterPeakingNearestItsFrequency) {
       if (e > best_e) best_e = e, best = i;
     }
     int nearest = 0;
-    for (int i = 1; i < 80; ++i) if (std::fabs(centre[i] - hz) < std::fabs(centre[nearest] - hz)) nearest = i;
+    for (int i = 1; i < 80; ++i)
+      if (std::fabs(centre[i] - hz) < std::fabs(centre[nearest] - hz)) nearest = i;
     EXPECT_EQ(best, nearest) << hz << " Hz: loudest mel bin " << best << " (peak " << centre[best] << " Hz)";
   }
   // 1000 Hz: centres ... 968, 1006, 1045 ... → bin 26; 3000 Hz: 2947 vs 3063 → bin 54 (values derived above).
