@@ -96,12 +96,12 @@ struct WhisperModel::Impl {
 
 struct WhisperSession::State {
   std::shared_ptr<WhisperModel> model;
+  device::Allocation kv_alloc;  // the accelerator's accounting of the buffers below (released after them)
   // Per decoder layer: on an accelerator [source positions, d] each; on the CPU head_layout's K and Vᵀ.
   std::vector<at::Tensor> cross_k, cross_v;
   std::vector<at::Tensor> self_k, self_v;    // per decoder layer [target positions, d]; rows < fed are valid
   std::size_t fed = 0;
   bool encoded = false;
-  device::Allocation kv_alloc;  // the accelerator's accounting of the buffers above
 };
 
 }  // namespace tandem::engine

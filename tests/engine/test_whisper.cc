@@ -402,6 +402,17 @@ TEST(Whisper, SimulatedAcceleratorMatchesTheCpuAndAccounts) {
     auto lb = a->decode(std::span(kTokens).subspan(6, 1), nullptr), ld = c->decode(std::span(kTokens).subspan(6, 1), nullptr);
     ASSERT_TRUE(lb.ok() && ld.ok());
     EXPECT_LT(rel_diff(*lb, *ld), 1e-4);
+    // Several tokens after a prefix (the causal mask offset by fed()).
+    auto le = a->decode(std::span(kTokens).subspan(7, 3), nullptr), lf = c->decode(std::span(kTokens).subspan(7, 3), nullptr);
+    ASSERT_TRUE(le.ok() && lf.ok());
+    EXPECT_LT(rel_diff(*le, *lf), 1e-4);
+    a->rewind(7);
+    auto lg = a->decode(std::span(kTokens).subspan(7, 1), nullptr);
+    c->rewind(7);
+    auto lh = c->decode(std::span(kTokens).subspan(7, 1), nullptr);
+    ASSERT_TRUE(lg.ok() && lh.ok());
+    EXPECT_LT(rel_diff(*lg, *lh), 1e-4);
+    EXPECT_GT(rel_diff(*lg, *le), 1e-3);  // position 7's logits, not position 9's
     // A refused encoder workspace is out_of_memory.
     sim->fail_at_site(device::Site::prefill);
     auto refused = a->encode(mw, nullptr);
