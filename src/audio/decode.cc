@@ -271,8 +271,11 @@ Result<Pcm> decode_audio(std::span<const std::uint8_t> bytes, const AudioLimits&
     TANDEM_TRY(push(mono.data(), static_cast<long>(got), false));
   }
   if (exact_count && decoded < header_frames) {
+    // Some decoders also set an error (a corrupt frame rather than a missing end): say so when one did.
+    std::string why;
+    if (sf_error(src.file) != SF_ERR_NO_ERROR) why = std::string(" (") + sf_strerror(src.file) + ")";
     return fail(Errc::invalid_argument, "truncated: header says " + std::to_string(header_frames) + " frames, " +
-                                            std::to_string(decoded) + " decoded");
+                                            std::to_string(decoded) + " decoded" + why);
   }
   if (decoded == 0) return fail(Errc::invalid_argument, "no samples");
   pcm.info.source_frames = decoded;
