@@ -208,8 +208,8 @@ TEST(LogMel, SineEnergyLandsInTheFilterPeakingNearestItsFrequency) {
 }
 
 TEST(LogMel, SilenceGivesTheExactFloor) {
-  // All mel energies 0 → log10(1e-10) = −10 everywhere; the window max is −10 so max − 8 = −18 clamps nothing;
-  // (−10 + 4) / 4 = −1.5.
+  // All mel energies 0 → log10(1e-10) = −10 everywhere; the window max is −10, so max − 8 = −18 clamps
+  // nothing; (−10 + 4) / 4 = −1.5.
   const LogMel lm;
   const std::vector<float> zeros(4800, 0.0f);
   const auto m = lm.window(zeros, 0, zeros.size());
