@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -44,6 +45,21 @@ Result<std::string> read_text(const std::string& path) {
   f.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (!f) return fail(Errc::io_error, path + ": read error");
   return text;
+}
+
+// A GGUF path: the file itself, or a directory without config.json holding exactly one .gguf ("" otherwise).
+std::string gguf_path_of(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return path;
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "config.json", ec)) return {};
+  std::string found;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (e.path().extension() == ".gguf") {
+      if (!found.empty()) return {};
+      found = e.path().string();
+    }
+  return found;
 }
 
 std::uint64_t tensor_bytes(const at::Tensor& t) {
@@ -142,32 +158,53 @@ Result<std::shared_ptr<WhisperModel>> WhisperModel::load(const std::string& path
   m->impl_ = std::make_unique<Impl>();
   Impl& im = *m->impl_;
   im.opts = opts;
-  std::string dir = path;
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  auto text = read_text(dir + "/config.json");
-  if (!text) return fail(std::move(text).error());
-  auto c = weights::parse_whisper_config(*text, dir + "/config.json");
-  if (!c) return fail(std::move(c).error());
-  im.cfg = std::move(c).value();
-  auto st = weights::open_safetensors_weights(dir);
-  if (!st) return fail(std::move(st).error());
-  im.st.emplace(std::move(st).value());
   std::string origin, header_id;
-  for (const auto& s : im.st->shards) {
-    im.files.push_back(&s.file());
-    origin += (origin.empty() ? "" : ", ") + s.path();
-    const auto hb = s.header_bytes();
-    header_id += Sha256::hex(Sha256().update(hb).finish()) + ":" + std::to_string(s.file().size()) + ";";
+  std::function<const weights::TensorView*(const std::string&)> find;
+  if (const std::string gpath = gguf_path_of(path); !gpath.empty()) {
+    auto f = weights::GgufFile::open(gpath);
+    if (!f) return fail(std::move(f).error());
+    im.gguf.emplace(std::move(f).value());
+    auto c = weights::whisper_config_from_gguf(*im.gguf);
+    if (!c) return fail(std::move(c).error());
+    im.cfg = std::move(c).value();
+    im.gguf_views = weights::whisper_tensor_views_from_gguf(*im.gguf);
+    im.files.push_back(im.gguf->mapped_file());
+    origin = gpath;
+    const auto hb = im.gguf->header_bytes();
+    header_id = Sha256::hex(Sha256().update(hb).finish()) + ":" + std::to_string(im.gguf->file_size());
+    find = [&im](const std::string& name) -> const weights::TensorView* {
+      auto it = std::lower_bound(im.gguf_views.begin(), im.gguf_views.end(), name,
+                                 [](const weights::TensorView& t, const std::string& n) { return t.name < n; });
+      return it != im.gguf_views.end() && it->name == name ? &*it : nullptr;
+    };
+  } else {
+    std::string dir = path;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    auto text = read_text(dir + "/config.json");
+    if (!text) return fail(std::move(text).error());
+    auto c = weights::parse_whisper_config(*text, dir + "/config.json");
+    if (!c) return fail(std::move(c).error());
+    im.cfg = std::move(c).value();
+    auto st = weights::open_safetensors_weights(dir);
+    if (!st) return fail(std::move(st).error());
+    im.st.emplace(std::move(st).value());
+    for (const auto& s : im.st->shards) {
+      im.files.push_back(&s.file());
+      origin += (origin.empty() ? "" : ", ") + s.path();
+      const auto hb = s.header_bytes();
+      header_id += Sha256::hex(Sha256().update(hb).finish()) + ":" + std::to_string(s.file().size()) + ";";
+    }
+    header_id += Sha256::hex(Sha256::of(*text));
+    find = [&im](const std::string& name) { return im.st->find(name); };
   }
-  header_id += Sha256::hex(Sha256::of(*text));
   const WhisperConfig& cfg = im.cfg;
 
   std::map<std::string, const weights::TensorView*> tv;
   auto required = weights::whisper_required_tensors(cfg);
-  const weights::TensorView* proj = im.st->find("proj_out.weight");
+  const weights::TensorView* proj = find("proj_out.weight");
   if (proj) required.push_back({"proj_out.weight", {cfg.vocab, cfg.d_model}});
   for (const auto& [name, shape] : required) {
-    const weights::TensorView* t = im.st->find(name);
+    const weights::TensorView* t = find(name);
     if (t == nullptr)
       return fail(Errc::format_error, origin + ": required tensor '" + name + "' " + shape_str(shape) + " is missing");
     if (t->shape != shape)

@@ -40,7 +40,9 @@ class WhisperSession;
 
 class WhisperModel : public std::enable_shared_from_this<WhisperModel> {
  public:
-  // `path`: a Hugging Face directory (config.json + model.safetensors, or model.safetensors.index.json + shards).
+  // `path`: a Hugging Face directory (config.json + model.safetensors, or model.safetensors.index.json + shards),
+  // or a Tandem Whisper .gguf (weights::whisper_config_from_gguf; the file, or a directory without config.json
+  // holding exactly one), whose matrices may be quantized (q8_0 …).
   // Every tensor the config implies must be there with its shape (format_error naming the tensor and file);
   // proj_out.weight is used when present (else the head is tied to the token embedding); extra tensors are ignored.
   // Errors: those of the readers, parse_whisper_config's, invalid_argument (options), out_of_memory / device_lost

@@ -13,6 +13,7 @@
 #include "engine/weight.h"
 #include "engine/whisper.h"
 #include "engine/worker_pool.h"
+#include "weights/gguf.h"
 #include "weights/model_dir.h"
 
 namespace tandem::engine {
@@ -38,6 +39,8 @@ struct WhisperModel::Impl {
   std::string fingerprint;
 
   std::optional<weights::SafetensorsWeights> st;
+  std::optional<weights::GgufFile> gguf;
+  std::vector<weights::TensorView> gguf_views;  // sorted by name
   std::vector<const weights::MappedFile*> files;
 
   Weight conv1, conv2;          // [d, n_mels · 3], [d, d · 3]: (channel, tap) order, the conv weight's

@@ -3,11 +3,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "generation/rng.h"
+#include "kernels/quant.h"
 #include "modelgen/modelgen.h"
+#include "weights/gguf.h"
 
 namespace tandem::modelgen {
 
@@ -119,6 +122,15 @@ Status check(const WhisperWriteOptions& o) {
 
 std::string id_json(std::int32_t v) { return v >= 0 ? std::to_string(v) : std::string("null"); }
 
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail(Errc::io_error, path + ": cannot open");
+  std::ostringstream o;
+  o << f.rdbuf();
+  if (!f && !f.eof()) return fail(Errc::io_error, path + ": read error");
+  return o.str();
+}
+
 }  // namespace
 
 Status write_whisper_model(const std::string& dir, const WhisperWriteOptions& o) {
@@ -203,6 +215,77 @@ Status write_whisper_model(const std::string& dir, const WhisperWriteOptions& o)
   }
   const std::map<std::string, std::string> meta{{"format", "pt"}, {"generator", "tandem-mkmodel"}};
   return weights::write_safetensors((fs::path(dir) / "model.safetensors").string(), all, meta);
+}
+
+Result<ConvertStats> convert_whisper_to_gguf(const std::string& hf_dir, const std::string& out_file, Recipe r) {
+  using kernels::WType;
+  using weights::GgufType;
+  using weights::GgufValue;
+  if (r != Recipe::f32 && r != Recipe::f16 && r != Recipe::bf16 && r != Recipe::q8_0)
+    return fail(Errc::unsupported, "Whisper GGUF: type " + std::string(recipe_name(r)) + " is not supported (F32, F16, BF16, Q8_0)");
+  auto text = read_text(hf_dir + "/config.json");
+  if (!text) return fail(std::move(text).error());
+  auto cfg = weights::parse_whisper_config(*text, hf_dir + "/config.json");
+  if (!cfg) return fail(std::move(cfg).error());
+  const weights::WhisperConfig& c = *cfg;
+  auto st = weights::open_safetensors_weights(hf_dir);
+  if (!st) return fail(std::move(st).error());
+
+  weights::GgufWriter w;
+  auto u32 = [](std::int64_t v) { return GgufValue::of_uint(GgufType::u32, static_cast<std::uint64_t>(v)); };
+  w.set("general.architecture", GgufValue::of_string("whisper"));
+  w.set("general.file_type", u32(static_cast<std::int64_t>(r)));
+  w.set("general.name", GgufValue::of_string(fs::path(hf_dir).filename().string()));
+  w.set("whisper.embedding_length", u32(c.d_model));
+  w.set("whisper.n_mels", u32(c.n_mels));
+  w.set("whisper.encoder.block_count", u32(c.encoder_layers));
+  w.set("whisper.encoder.attention.head_count", u32(c.encoder_heads));
+  w.set("whisper.encoder.feed_forward_length", u32(c.encoder_ffn));
+  w.set("whisper.encoder.context_length", u32(c.source_positions));
+  w.set("whisper.decoder.block_count", u32(c.decoder_layers));
+  w.set("whisper.decoder.attention.head_count", u32(c.decoder_heads));
+  w.set("whisper.decoder.feed_forward_length", u32(c.decoder_ffn));
+  w.set("whisper.decoder.context_length", u32(c.target_positions));
+  w.set("whisper.scale_embedding", GgufValue::of_bool(c.scale_embedding));
+  for (auto [key, id] : {std::pair{"whisper.decoder_start_token_id", c.decoder_start_id}, std::pair{"whisper.eos_token_id", c.eos_id},
+                         std::pair{"whisper.pad_token_id", c.pad_id}, std::pair{"whisper.bos_token_id", c.bos_id}})
+    w.set(key, GgufValue::of_int(GgufType::i32, id));
+
+  auto tensors = weights::whisper_required_tensors(c);
+  if (st->find("proj_out.weight")) tensors.push_back({"proj_out.weight", {c.vocab, c.d_model}});
+  ConvertStats stats;
+  const WType half = r == Recipe::bf16 ? WType::bf16 : WType::f16;
+  for (const auto& [name, shape] : tensors) {
+    const weights::TensorView* tv = st->find(name);
+    if (!tv) return fail(Errc::format_error, hf_dir + ": required tensor '" + name + "' is missing");
+    if (tv->shape != shape) return fail(Errc::format_error, hf_dir + ": tensor '" + name + "' has the wrong shape for config.json");
+    if (!tv->type_supported) return fail(Errc::unsupported, hf_dir + ": tensor '" + name + "' is not F32, F16 or BF16");
+    WType type = WType::f32;
+    if (r != Recipe::f32 && shape.size() >= 2) {
+      const bool positions = name.find("embed_positions") != std::string::npos;
+      if (shape.size() == 3 || positions) type = half;
+      else type = r == Recipe::q8_0 && shape.back() % 32 != 0 ? WType::f16 : r == Recipe::q8_0 ? recipe_default_type(r) : half;
+    }
+    const std::int64_t cols = shape.back();
+    const std::uint64_t rows = static_cast<std::uint64_t>(tv->data.size() / kernels::row_bytes(tv->type, cols));
+    const std::size_t in_rb = kernels::row_bytes(tv->type, cols), out_rb = kernels::row_bytes(type, cols);
+    std::vector<std::byte> data(out_rb * rows);
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    for (std::uint64_t i = 0; i < rows; ++i) {
+      kernels::dequantize_row(tv->type, tv->data.data() + i * in_rb, row.data(), cols);
+      kernels::quantize_row(type, row.data(), data.data() + i * out_rb, cols);
+    }
+    TANDEM_TRY(w.add_tensor(name, type, shape, data));
+    stats.tensors++;
+    stats.quantized += type != tv->type;
+    stats.bytes_in += tv->data.size();
+    stats.bytes_out += data.size();
+    stats.types.emplace_back(name, type);
+  }
+  TANDEM_TRY(w.write(out_file));
+  std::error_code ec;
+  stats.file_bytes = fs::file_size(out_file, ec);
+  return stats;
 }
 
 Result<WhisperShape> write_whisper_test_model(const std::string& dir, WhisperWriteOptions opts,

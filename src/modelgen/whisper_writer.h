@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "modelgen/gguf_convert.h"
 #include "tokenizer/whisper_tokens.h"
 #include "weights/safetensors.h"
 #include "weights/whisper_layout.h"
@@ -71,6 +72,14 @@ std::vector<float> whisper_sinusoids(int length, int channels);
 Result<WhisperShape> write_whisper_test_model(const std::string& dir, WhisperWriteOptions opts,
                                               const std::vector<std::string>& corpus,
                                               const tok::WhisperTokenizerWrite& tok_opts = {});
+
+// Converts a Hugging Face Whisper directory (config.json + model.safetensors, sharded or not) into Tandem's Whisper
+// GGUF (weights::whisper_config_from_gguf: general.architecture "whisper", whisper.* keys, Hugging Face tensor
+// names; proj_out.weight carried when present). `r`: F32 (every tensor f32), F16 / BF16 (2-D matrices and the
+// convolutions in that type, vectors f32), or Q8_0 (2-D matrices with 32-divisible rows q8_0 except the position
+// tables, which with the convolutions are f16; vectors f32). The tokenizer stays in tokenizer.json next to the file.
+// Errors: those of the reader, unsupported (another recipe), io_error.
+Result<ConvertStats> convert_whisper_to_gguf(const std::string& hf_dir, const std::string& out_file, Recipe r);
 
 // Fixed English sentences (a few hundred, deterministic) for write_whisper_test_model's tokenizer.
 std::vector<std::string> whisper_test_corpus();

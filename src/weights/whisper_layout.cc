@@ -1,5 +1,6 @@
 #include "weights/whisper_layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -139,6 +140,87 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> whisper_required_
     norm(l + "final_layer_norm");
   }
   norm("model.decoder.layer_norm");
+  return out;
+}
+
+Result<WhisperConfig> whisper_config_from_gguf(const GgufFile& f) {
+  const std::string& origin = f.path();
+  const GgufValue* arch = f.find("general.architecture");
+  if (!arch || arch->type != GgufType::string) return fail(Errc::format_error, origin + ": general.architecture is missing");
+  if (arch->str != "whisper")
+    return fail(Errc::unsupported, origin + ": general.architecture '" + detail::printable(arch->str) + "' is not whisper");
+  auto integer = [&](const std::string& key, std::int64_t lo, std::int64_t hi, std::optional<std::int64_t> def) -> Result<std::int64_t> {
+    const GgufValue* v = f.find(key);
+    if (!v) {
+      if (def) return *def;
+      return fail(Errc::format_error, origin + ": " + key + " is missing");
+    }
+    const auto x = v->as_i64();
+    if (!v->is_integer() || !x) return fail(Errc::format_error, origin + ": " + key + " must be an integer");
+    if (*x < lo || *x > hi) return fail(Errc::format_error, origin + ": " + key + " is out of range");
+    return *x;
+  };
+  WhisperConfig c;
+  const GgufTensorInfo* te = f.find_tensor("model.decoder.embed_tokens.weight");
+  if (!te || te->ne.size() != 2 || te->ne[1] < 1 || te->ne[1] > static_cast<std::uint64_t>(kMaxVocab))
+    return fail(Errc::format_error, origin + ": tensor 'model.decoder.embed_tokens.weight' is missing or not [vocab, d]");
+  c.vocab = static_cast<int>(te->ne[1]);
+  struct Key {
+    const char* key;
+    int* dst;
+    std::int64_t hi;
+    std::optional<std::int64_t> def;
+  };
+  const Key keys[] = {
+      {"whisper.embedding_length", &c.d_model, kMaxHidden, std::nullopt},
+      {"whisper.encoder.block_count", &c.encoder_layers, kMaxLayers, std::nullopt},
+      {"whisper.decoder.block_count", &c.decoder_layers, kMaxLayers, std::nullopt},
+      {"whisper.encoder.attention.head_count", &c.encoder_heads, kMaxHeads, std::nullopt},
+      {"whisper.decoder.attention.head_count", &c.decoder_heads, kMaxHeads, std::nullopt},
+      {"whisper.encoder.feed_forward_length", &c.encoder_ffn, kMaxIntermediate, std::nullopt},
+      {"whisper.decoder.feed_forward_length", &c.decoder_ffn, kMaxIntermediate, std::nullopt},
+      {"whisper.n_mels", &c.n_mels, 1024, 80},
+      {"whisper.encoder.context_length", &c.source_positions, 1 << 16, 1500},
+      {"whisper.decoder.context_length", &c.target_positions, 1 << 16, 448},
+  };
+  for (const Key& k : keys) {
+    auto v = integer(k.key, 1, k.hi, k.def);
+    if (!v) return fail(std::move(v).error());
+    *k.dst = static_cast<int>(*v);
+  }
+  for (auto [key, heads] : {std::pair{"whisper.encoder.attention.head_count", c.encoder_heads},
+                            std::pair{"whisper.decoder.attention.head_count", c.decoder_heads}})
+    if (c.d_model % heads != 0) return fail(Errc::format_error, origin + ": " + key + " does not divide whisper.embedding_length");
+  if (const GgufValue* v = f.find("whisper.scale_embedding")) {
+    if (v->type != GgufType::boolean) return fail(Errc::format_error, origin + ": whisper.scale_embedding must be a bool");
+    c.scale_embedding = v->u != 0;
+  }
+  for (auto [key, dst] : {std::pair{"whisper.decoder_start_token_id", &c.decoder_start_id}, std::pair{"whisper.eos_token_id", &c.eos_id},
+                          std::pair{"whisper.pad_token_id", &c.pad_id}, std::pair{"whisper.bos_token_id", &c.bos_id}}) {
+    auto v = integer(key, -1, c.vocab - 1, -1);
+    if (!v) return fail(std::move(v).error());
+    *dst = static_cast<std::int32_t>(*v);
+  }
+  return c;
+}
+
+std::vector<TensorView> whisper_tensor_views_from_gguf(const GgufFile& f) {
+  std::vector<TensorView> out;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    TensorView tv;
+    tv.name = t.name;
+    tv.shape = t.hf_shape();
+    tv.type_supported = t.wtype.has_value();
+    tv.type = t.wtype.value_or(kernels::WType::f32);
+    tv.dtype = !t.wtype                           ? DType::u8
+               : *t.wtype == kernels::WType::f32  ? DType::f32
+               : *t.wtype == kernels::WType::f16  ? DType::f16
+               : *t.wtype == kernels::WType::bf16 ? DType::bf16
+                                                  : DType::u8;
+    if (t.wtype) tv.data = f.raw_tensor_bytes(t);
+    out.push_back(std::move(tv));
+  }
+  std::sort(out.begin(), out.end(), [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
   return out;
 }
 

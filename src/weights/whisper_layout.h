@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/result.h"
+#include "weights/gguf.h"
+#include "weights/model_dir.h"
 
 namespace tandem::weights {
 
@@ -39,5 +41,15 @@ Result<WhisperConfig> parse_whisper_config(std::string_view json_text, const std
 // convolutions are [d, n_mels, 3] and [d, d, 3]; k_proj has no bias. proj_out.weight is not listed (tied to
 // model.decoder.embed_tokens.weight; the engine uses it when the file has it).
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> whisper_required_tensors(const WhisperConfig& c);
+
+// Tandem's Whisper GGUF (there is no llama.cpp convention for Whisper; whisper.cpp's files are not GGUF):
+// general.architecture "whisper"; keys whisper.embedding_length, whisper.{encoder,decoder}.{block_count,
+// attention.head_count, feed_forward_length, context_length}, whisper.n_mels, whisper.scale_embedding (optional),
+// whisper.{decoder_start,eos,pad,bos}_token_id (optional, i32); tensors under their Hugging Face names. The
+// vocabulary size is the rows of model.decoder.embed_tokens.weight. Errors: format_error naming the key or
+// tensor, unsupported (another architecture).
+Result<WhisperConfig> whisper_config_from_gguf(const GgufFile& f);
+// The tensors of a Whisper GGUF file (names as stored, Hugging Face shapes), zero-copy, sorted by name.
+std::vector<TensorView> whisper_tensor_views_from_gguf(const GgufFile& f);
 
 }  // namespace tandem::weights

@@ -540,6 +540,41 @@ TEST(Whisper, ThreadCountAndDtypes) {
   EXPECT_LT(rel_diff(*c->decode(kTokens, nullptr), *a->decode(kTokens, nullptr)), 0.05);
 }
 
+TEST(Whisper, GgufF32IsIdenticalAndQuantizedIsClose) {
+  const std::string dir = write_model("gguf");
+  auto hf = load(dir);
+  const auto mw = mel(hf->config(), 8);
+  auto hs = session(*hf);
+  ASSERT_TRUE(hs->encode(mw, nullptr).ok());
+  const auto want = *hs->decode(kTokens, nullptr);
+  const auto want_enc = *hf->encoder_output(mw);
+  struct Case { modelgen::Recipe r; double tol; };
+  for (const Case& c : {Case{modelgen::Recipe::f32, 0.0}, Case{modelgen::Recipe::f16, 0.02}, Case{modelgen::Recipe::q8_0, 0.05}}) {
+    const std::string name = std::string(modelgen::recipe_name(c.r));
+    const std::string g = tmp_dir("gguf-" + name) + "/model.gguf";
+    auto st = modelgen::convert_whisper_to_gguf(dir, g, c.r);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    auto m = load(fs::path(g).parent_path().string());  // a directory holding one .gguf
+    ASSERT_TRUE(m) << name;
+    EXPECT_EQ(m->config().vocab, hf->config().vocab);
+    EXPECT_EQ(m->config().decoder_start_id, hf->config().decoder_start_id);
+    EXPECT_EQ(m->config().target_positions, 64);
+    auto s = session(*m);
+    ASSERT_TRUE(s->encode(mw, nullptr).ok());
+    const auto got = *s->decode(kTokens, nullptr);
+    if (c.tol == 0) {
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(*m->encoder_output(mw), want_enc);
+    } else {
+      EXPECT_LT(m->stats().weight_bytes, hf->stats().weight_bytes) << name;
+      EXPECT_LT(rel_diff(got, want), c.tol) << name;
+      EXPECT_GT(rel_diff(got, want), 0.0) << name;
+    }
+  }
+  EXPECT_EQ(modelgen::convert_whisper_to_gguf(dir, tmp_dir("gguf-q4") + "/m.gguf", modelgen::Recipe::q4_0).error().code,
+            Errc::unsupported);
+}
+
 TEST(Whisper, TestModelWithTokenizer) {
   const std::string dir = tmp_dir("with-tokenizer");
   modelgen::WhisperWriteOptions o;
