@@ -18,15 +18,24 @@
 #include "generation/prompt_template.h"
 #include "generation/sampler.h"
 #include "policy/types.h"
+#include "speech/transcriber.h"
 
 namespace tandem::daemon {
 
 using TokenId = std::int32_t;
 
-// What a model serves: text generation (Submit) or embedding vectors (Embed). The service's scheduler is the same
-// for both; the per-kind parts are its Workloads (service_internal.h, docs/architecture.md).
-enum class ModelKind : std::uint8_t { llm, embedding };
-inline const char* model_kind_name(ModelKind k) { return k == ModelKind::embedding ? "embedding" : "llm"; }
+// The service's scheduler is the same for every kind; the per-kind parts are its Workloads (service_internal.h,
+// docs/architecture.md).
+// What a model serves: text generation (Submit), embedding vectors (Embed) or transcripts (Transcribe).
+enum class ModelKind : std::uint8_t { llm, embedding, speech };
+inline const char* model_kind_name(ModelKind k) {
+  switch (k) {
+    case ModelKind::embedding: return "embedding";
+    case ModelKind::speech: return "speech";
+    case ModelKind::llm: break;
+  }
+  return "llm";
+}
 
 // An embedding model's interface (kind embedding).
 struct EmbeddingInfo {
@@ -37,10 +46,20 @@ struct EmbeddingInfo {
   bool text = true, image = true;     // modalities the model has towers for
 };
 
+// A speech model's interface (kind speech: a Whisper-layout model).
+struct SpeechInfo {
+  std::uint32_t n_mels = 80;
+  std::uint32_t window_samples = 480000;   // 16-kHz samples per window (30 s for standard models)
+  std::uint32_t text_positions = 448;      // decoder positions per window
+  std::vector<std::string> languages;      // codes of the model's language tokens, in Whisper's order
+  bool translate = false;                  // has the translate task (multilingual models)
+};
+
 struct ModelInfo {
   std::string name;
   ModelKind kind = ModelKind::llm;
   EmbeddingInfo embedding;          // kind embedding
+  SpeechInfo speech;                // kind speech
   policy::ModelShape shape;         // for the estimator (element sizes from the compute dtype)
   std::string revision;
   std::string dtype;
@@ -87,6 +106,29 @@ struct EmbedSpec {
   std::vector<std::vector<TokenId>> texts;
   std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> images;
   std::vector<std::string> image_names;  // the caller's name of each image, for error messages ("image_fds[0]")
+};
+
+// One transcription job's run on one route, from a window boundary (docs/transcription.md). The audio is the bytes
+// the client sent, decoded and resampled on the worker; `from` is where the job stands (a fresh job: seek 0; after a
+// GPU fault: the last finished window), so a run never repeats or skips a window.
+struct TranscribeSpec {
+  policy::JobId job = 0;
+  policy::Route route;
+  std::shared_ptr<const std::vector<std::uint8_t>> audio;
+  std::string audio_name;  // the caller's name of the audio, for error messages ("audio_fd")
+  speech::TranscribeOptions options;
+  speech::Checkpoint from;
+};
+
+// Called on the worker thread as a transcription run progresses.
+class TranscribeSink {
+ public:
+  virtual ~TranscribeSink() = default;
+  // The audio is decoded: its length and the number of windows a whole run takes (an estimate: seeks follow the
+  // timestamps).
+  virtual void decoded(double audio_seconds, std::uint32_t windows_total) = 0;
+  // One window finished: its segments (absolute times) and the checkpoint after it.
+  virtual void window(const speech::WindowResult& w, Clock::duration took) = 0;
 };
 
 // A text tokenized for an embedding model.
@@ -145,6 +187,16 @@ class Backend {
     (void)spec, (void)cancel;
     RunResult r;
     r.status = fail(Errc::unsupported, "this backend has no embedding models");
+    r.finish_reason = "error";
+    return r;
+  }
+  // Speech models: runs one transcription job on spec.route from spec.from until the audio ends (worker thread;
+  // thread-safe), reporting every window to `sink`. Bad audio: invalid_argument. An accelerator fault
+  // (accelerator_fault) leaves the job at its last reported window. `cancel` is polled between tokens.
+  virtual RunResult transcribe(const TranscribeSpec& spec, TranscribeSink& sink, const std::atomic<bool>& cancel) {
+    (void)spec, (void)sink, (void)cancel;
+    RunResult r;
+    r.status = fail(Errc::unsupported, "this backend has no speech models");
     r.finish_reason = "error";
     return r;
   }

@@ -74,10 +74,16 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
       idempotency_(cfg_.policy.idempotency) {
   generate_wl_ = std::make_unique<GenerateWorkload>();
   embed_wl_ = std::make_unique<EmbedWorkload>();
+  transcribe_wl_ = std::make_unique<TranscribeWorkload>();
 }
 
 Service::Workload& Service::workload(const JobRecord& j) const {
-  return j.kind == WorkloadKind::embed ? *embed_wl_ : *generate_wl_;
+  switch (j.kind) {
+    case WorkloadKind::embed: return *embed_wl_;
+    case WorkloadKind::transcribe: return *transcribe_wl_;
+    case WorkloadKind::generate: break;
+  }
+  return *generate_wl_;
 }
 
 Result<std::unique_ptr<Service>> Service::create(DaemonConfig cfg, std::shared_ptr<Backend> backend,
@@ -190,6 +196,13 @@ Status Service::restore() {
       rec->req.model = rj.value("model", "");
       rec->request_json = json{{"kind", "embed"}, {"model", rec->req.model}};
       rec->muted = true;
+    } else if (rj.is_object() && rj.value("kind", "") == "transcribe") {
+      // A transcription job: its audio was never journaled (by digest only), so it cannot continue after a restart;
+      // the journal's text is the transcript of the windows it finished.
+      rec->kind = WorkloadKind::transcribe;
+      rec->transcribe = std::make_shared<TranscribeWork>();
+      rec->req.model = rj.value("model", "");
+      rec->request_json = rj;
     } else if (rj.is_object()) {
       rec->request_json = rj;
       rec->req.model = rj.value("model", "");
@@ -227,9 +240,12 @@ Status Service::restore() {
       rec->history.emplace_back(phase_name(rec->phase), phase_name(JobPhase::failed), reason, now_ms);
       rec->phase = JobPhase::failed;
       rec->reason = reason;
-      rec->error_code = std::string(errc_name(rec->kind == WorkloadKind::embed ? Errc::unavailable : Errc::resumable));
+      rec->error_code = std::string(errc_name(rec->kind == WorkloadKind::generate ? Errc::resumable : Errc::unavailable));
       rec->error_message = rec->kind == WorkloadKind::embed
                                ? "tandemd stopped while the embedding job was " + jj.phase + "; call Embed again"
+                           : rec->kind == WorkloadKind::transcribe
+                               ? "tandemd stopped while the transcription job was " + jj.phase +
+                                     "; its text so far is kept; call Transcribe again"
                                : "tandemd stopped while the job was " + jj.phase + "; resume from the checkpoint (" +
                                      std::to_string(rec->tokens.size()) + " tokens)";
       rec->retry_after_ms = 0;
@@ -337,6 +353,10 @@ void Service::process_events() {
       }
       case WorkerEvent::finished:
         on_run_finished(*j, ev.result);
+        break;
+      case WorkerEvent::audio_decoded:
+      case WorkerEvent::window:
+        on_transcribe_event(*j, ev);
         break;
       default:
         break;

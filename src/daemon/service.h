@@ -56,8 +56,15 @@ struct SubmitRequest {
 // The kinds of job the scheduler runs: each is a Workload (service_internal.h) — its request, estimate, run,
 // failover and result; admission, queues, the ledger, the breaker, the host guard, the journal, holds and degraded
 // mode are the same for all (docs/architecture.md, "The service core").
-enum class WorkloadKind : std::uint8_t { generate, embed };
-inline const char* workload_kind_name(WorkloadKind k) { return k == WorkloadKind::embed ? "embed" : "generate"; }
+enum class WorkloadKind : std::uint8_t { generate, embed, transcribe };
+inline const char* workload_kind_name(WorkloadKind k) {
+  switch (k) {
+    case WorkloadKind::embed: return "embed";
+    case WorkloadKind::transcribe: return "transcribe";
+    case WorkloadKind::generate: break;
+  }
+  return "generate";
+}
 
 struct EmbedOptions {
   std::optional<std::string> idempotency_key;
@@ -84,6 +91,28 @@ struct EmbedReply {
 };
 // Called once, on the loop thread: at once when the call is refused, else when its job ends.
 using EmbedDone = std::function<void(Result<EmbedReply>)>;
+
+struct TranscribeOptions {
+  std::optional<std::string> idempotency_key;
+  std::optional<bool> allow_cpu;              // default true
+  std::optional<std::uint64_t> deadline_ms;
+  std::string language;                       // "" = detected (multilingual models) / the model's only language
+  bool translate = false;                     // the translate task (to English) instead of transcribe
+  bool timestamps = true;                     // segment times from the timestamp tokens; false: one segment per window
+  std::optional<double> temperature;          // the first temperature (default 0: greedy)
+  bool temperature_fallback = true;           // retry a window hotter when its text is repetitive or improbable
+  std::uint64_t seed = 0;
+  std::string initial_prompt;                 // text the first window is conditioned on
+  bool condition_on_previous_text = true;
+};
+
+// A Transcribe call: one audio file (the bytes of a WAV, FLAC, Ogg, ... file; front ends read fds into these).
+struct TranscribeRequest {
+  std::string model;  // "" = [speech] default_model, else the first speech model
+  std::shared_ptr<const std::vector<std::uint8_t>> audio;
+  std::string audio_name = "audio";  // the caller's name of the audio in error messages ("audio_fd")
+  TranscribeOptions options;
+};
 
 // Front-end callbacks, all on the loop thread.
 class ServiceObserver {
@@ -129,6 +158,10 @@ class Service {
   // An embedding job (docs/embeddings.md): validated, admitted, journaled and queued like Submit's; `done` gets
   // the vectors when it completes, or the typed error (also for a refused request, at once).
   void embed(const Caller& c, EmbedRequest req, EmbedDone done);
+  // A transcription job (docs/transcription.md): validated (the audio's header is read here; its samples on the
+  // worker), admitted, journaled and queued like Submit's; returns the placement with "job_id". Segments go to the
+  // caller as JobUpdate "segment" signals, window by window; GetJob has the transcript.
+  Result<Dict> transcribe(const Caller& c, const TranscribeRequest& req);
   Result<std::string> cancel(const Caller& c, JobId id);
   Result<Dict> get_job(const Caller& c, JobId id) const;
   Result<Dict> resume(const Caller& c, JobId id, const SubmitOptions& overrides);
@@ -225,6 +258,9 @@ class Service {
   class GenerateWorkload;
   class EmbedWorkload;
   struct EmbedWork;
+  class TranscribeWorkload;
+  struct TranscribeWork;
+  class TranscribeSinkImpl;
   Workload& workload(const JobRecord& j) const;
 
   Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const Clock> clock,
@@ -238,6 +274,9 @@ class Service {
   Result<Prepared> prepare_embed(const Caller& c, const EmbedRequest& req);
   Dict embed_result(const JobRecord& j) const;
   std::string default_embedding_model() const;  // "" = none configured
+  Result<Prepared> prepare_transcribe(const Caller& c, const TranscribeRequest& req);
+  std::string default_speech_model() const;     // "" = none configured
+  void on_transcribe_event(JobRecord& j, WorkerEvent& ev);
   std::string default_llm() const;              // [default_model], else the first LLM
   policy::Decision decide(const Prepared& p, std::optional<JobId> self, Clock::duration waited);
   policy::AdmissionSnapshot snapshot(const ModelInfo& m, const policy::RequestShape& r, std::optional<JobId> self,
@@ -289,7 +328,7 @@ class Service {
 
   DaemonConfig cfg_;
   std::shared_ptr<Backend> backend_;
-  std::unique_ptr<Workload> generate_wl_, embed_wl_;
+  std::unique_ptr<Workload> generate_wl_, embed_wl_, transcribe_wl_;
   std::shared_ptr<const Clock> clock_;
   ServiceObserver* observer_;
   std::function<void()> wake_;

@@ -22,7 +22,9 @@ Result<Service::Prepared> Service::prepare(const Caller& c, const SubmitRequest&
     if (m.name == name) p.model = &m;
   if (!p.model) return fail(Errc::not_found, "unknown model '" + name.substr(0, 128) + "'");
   if (p.model->kind != ModelKind::llm)
-    return fail(Errc::unsupported, "model " + name + " is an embedding model: call Embed");
+    return fail(Errc::unsupported, "model " + name + (p.model->kind == ModelKind::speech
+                                                         ? " is a speech model: call Transcribe"
+                                                         : " is an embedding model: call Embed"));
   p.req.model = name;
   const auto& rt = cfg_.runtime;
   const auto& o = req.options;
@@ -260,6 +262,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   j.id = next_id_;
   j.kind = p.kind;
   j.embed = p.embed;
+  j.transcribe = p.transcribe;
   if (j.embed) {
     j.embed->n_texts = static_cast<std::uint32_t>(j.embed->texts.size());
     j.embed->n_images = static_cast<std::uint32_t>(j.embed->images.size());

@@ -41,6 +41,9 @@ Result<Dict> Service::resume(const Caller& c, JobId id, const SubmitOptions& ove
   if (old->kind == WorkloadKind::embed)
     return fail(Errc::illegal_transition, "job " + std::to_string(id) +
                                               " is an embedding job: it has no checkpoint; call Embed again");
+  if (old->kind == WorkloadKind::transcribe)
+    return fail(Errc::illegal_transition, "job " + std::to_string(id) +
+                                              " is a transcription job: its audio is not kept; call Transcribe again");
   if (old->phase != JobPhase::failed)
     return fail(Errc::illegal_transition, "job " + std::to_string(id) + " is " + phase_name(old->phase) +
                                               "; only a failed job can be resumed");
@@ -181,6 +184,8 @@ Status Service::reload(const DaemonConfig& cfg) {
   cfg_.embedding.max_inputs = cfg.embedding.max_inputs;
   cfg_.embedding.max_image_bytes = cfg.embedding.max_image_bytes;
   cfg_.embedding.max_text_bytes = cfg.embedding.max_text_bytes;
+  cfg_.speech.max_audio_bytes = cfg.speech.max_audio_bytes;
+  cfg_.speech.max_audio_seconds = cfg.speech.max_audio_seconds;
   cfg_.runtime.max_prompt_bytes = cfg.runtime.max_prompt_bytes;
   cfg_.runtime.max_messages = cfg.runtime.max_messages;
   Caller root{"", 0, true, true, ""};

@@ -119,9 +119,29 @@ struct Service::EmbedWork {
   Clock::duration queued{}, run_time{};
 };
 
+// A transcription job's own state (kind transcribe): the audio until it ends, where it stands (the checkpoint: the
+// last finished window), the segments delivered so far.
+struct Service::TranscribeWork {
+  std::shared_ptr<const std::vector<std::uint8_t>> audio;  // file bytes (decoded on the worker, each run)
+  std::string audio_name;
+  std::uint64_t audio_bytes = 0;
+  std::string format;                  // from the header (probe)
+  double audio_seconds = 0;            // from the header; exact once a run decoded it
+  speech::TranscribeOptions options;
+  speech::Checkpoint checkpoint;       // the next window to run; a GPU fault continues here on the CPU
+  std::vector<speech::Segment> segments;
+  std::uint32_t windows_total = 1;     // estimate (seeks follow timestamps)
+  std::uint32_t windows_skipped = 0;   // silent windows (no_speech)
+  std::uint32_t fallbacks = 0;         // windows decoded above the first temperature
+  std::uint32_t windows_on_cpu = 0;
+  Clock::duration run_time{};          // summed window time (for the real-time factor and the ETA)
+  Clock::duration queued{};
+};
+
 struct Service::Prepared {
   WorkloadKind kind = WorkloadKind::generate;
   std::shared_ptr<EmbedWork> embed;  // kind embed
+  std::shared_ptr<TranscribeWork> transcribe;  // kind transcribe
   bool reclaim_key = false;          // embed: the key's earlier job ended without answer to give: run again
   SubmitRequest req;
   const ModelInfo* model = nullptr;
@@ -140,6 +160,7 @@ struct Service::JobRecord {
   JobId id = 0;
   WorkloadKind kind = WorkloadKind::generate;
   std::shared_ptr<EmbedWork> embed;  // kind embed (the generate kind's state is the fields below: prompts..text)
+  std::shared_ptr<TranscribeWork> transcribe;  // kind transcribe (text: the transcript so far)
   std::optional<policy::Job> fsm;   // absent for jobs restored terminal from the journal
   JobPhase phase = JobPhase::queued;  // mirrors fsm (or the journal for restored jobs); names only at the edges
   std::string reason;
@@ -208,7 +229,7 @@ struct Service::JobRecord {
 };
 
 struct Service::WorkerEvent {
-  enum Kind { prefilled, tokens, finished, probe_done, reload_done, step } kind = tokens;
+  enum Kind { prefilled, tokens, finished, probe_done, reload_done, step, audio_decoded, window } kind = tokens;
   JobId job = 0;
   std::uint64_t attempt = 0;
   std::vector<TokenId> ids;
@@ -219,6 +240,10 @@ struct Service::WorkerEvent {
   Status status;
   policy::ProbeId probe = policy::kNoProbe;
   StepReport step_report;  // kind step: one step of a route's step loop (continuous batching)
+  // kind audio_decoded: the audio's length and the windows estimate; kind window: one finished window.
+  double audio_seconds = 0;
+  std::uint32_t windows_total = 0;
+  std::shared_ptr<speech::WindowResult> window_result;
 };
 
 // Collects a run's tokens on the worker thread and posts them in batches (at most one post per flush interval).
@@ -286,6 +311,11 @@ class Service::Workload {
   virtual bool resumable() const = 0;
   // A GPU run failed with an accelerator fault: retry on the CPU, migrate at the checkpoint, or fail resumable.
   virtual policy::FailoverDecision failover(const Service& s, const JobRecord& j) const = 0;
+  // What the job has delivered to its caller (the job FSM's progress: migrating needs some, retrying none):
+  // generated tokens (resumed ones excluded) by default; finished windows for a transcription.
+  virtual std::uint32_t delivered(const JobRecord& j) const {
+    return static_cast<std::uint32_t>(j.tokens.size() - j.resume.size());
+  }
   // The job reached a terminal state (its outcome is journaled, its resources released).
   virtual void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) = 0;
   // The kind's fields of the "finished" update and of GetJob.
@@ -316,6 +346,22 @@ class Service::EmbedWorkload final : public Workload {
   Status completed(Service& s, JobRecord& j, const RunResult& r) override;
   bool resumable() const override { return false; }
   policy::FailoverDecision failover(const Service& s, const JobRecord& j) const override;
+  void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) override;
+  void outcome(const JobRecord& j, Dict& finished) const override;
+  void view(const JobRecord& j, Dict& d) const override;
+};
+
+// Transcription (Transcribe): a Whisper window loop on one route. Its checkpoint is the last finished window, so a
+// GPU failure mid-file continues on the CPU at that window boundary (nothing repeated, nothing lost); segments go
+// to the caller window by window.
+class Service::TranscribeWorkload final : public Workload {
+ public:
+  WorkloadKind kind() const override { return WorkloadKind::transcribe; }
+  bool start(Service& s, JobRecord& j) override;
+  Status completed(Service& s, JobRecord& j, const RunResult& r) override;
+  bool resumable() const override { return false; }
+  policy::FailoverDecision failover(const Service& s, const JobRecord& j) const override;
+  std::uint32_t delivered(const JobRecord& j) const override;
   void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) override;
   void outcome(const JobRecord& j, Dict& finished) const override;
   void view(const JobRecord& j, Dict& d) const override;

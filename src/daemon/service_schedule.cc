@@ -312,7 +312,7 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
   }
   ++counters_[err.code == Errc::device_lost ? "gpu_device_lost" : "gpu_alloc_failures"];
   const auto fd = workload(j).failover(*this, j);
-  const auto tokens_delivered = static_cast<std::uint32_t>(j.tokens.size() - j.resume.size());
+  const auto tokens_delivered = workload(j).delivered(j);
   const auto now = clock_->now();
   const std::string cause = std::string(errc_name(err.code));
   const JobPhase from = j.phase;

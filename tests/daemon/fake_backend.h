@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "audio/audio.h"
 #include "daemon/backend.h"
 #include "device/simulated.h"
 
@@ -46,6 +47,15 @@ struct EmbedScript {
   std::optional<Errc> fail;      // on any route: a run failure that is not an accelerator fault
   std::uint32_t drop = 0;        // a faulty backend: return this many vectors fewer than inputs
   bool block = false;            // block until released or cancelled
+};
+
+// What one transcription run does: one window per 30 s of audio (at least one), one segment per window with the text
+// " w<index>" from <index>·30 s to <index>·30 s + 2 s.
+struct TranscribeScript {
+  std::optional<std::uint32_t> gpu_fail_at;  // on the GPU route: fail before this window (device_lost loses the device)
+  Errc gpu_fail = Errc::device_lost;
+  std::optional<std::uint32_t> block_at;     // block before this window until released or cancelled
+  std::optional<Errc> fail;                  // on any route, before any window: a run failure (e.g. invalid_argument)
 };
 
 // What one run does. Steps are counted from 0 within the run (resumed tokens not included).
@@ -107,8 +117,102 @@ class FakeBackend final : public Backend {
     cpu_ready_.insert("emb");
   }
 
+  // "asr": a speech model with a GPU replica, English-only unless `multilingual`.
+  void add_speech_model(bool multilingual = false) {
+    ModelInfo m;
+    m.name = "asr";
+    m.kind = ModelKind::speech;
+    m.shape = llama_shape("asr", 4, 128);
+    m.revision = "r1";
+    m.dtype = "f32";
+    m.max_context = 448;
+    m.weight_bytes = 2ull << 20;
+    m.gpu_configured = true;
+    m.gpu_layers = 8;
+    m.fingerprint = "fp-asr";
+    m.speech.n_mels = 80;
+    m.speech.window_samples = 480000;
+    m.speech.text_positions = 448;
+    m.speech.languages = multilingual ? std::vector<std::string>{"en", "de", "fr"} : std::vector<std::string>{"en"};
+    m.speech.translate = multilingual;
+    models_.push_back(m);
+    std::lock_guard lock(mu_);
+    cpu_ready_.insert("asr");
+  }
+
   // --- Backend ---
   const std::vector<ModelInfo>& models() const override { return models_; }
+
+  RunResult transcribe(const TranscribeSpec& spec, TranscribeSink& sink, const std::atomic<bool>& cancel) override {
+    TranscribeScript s;
+    {
+      std::lock_guard lock(mu_);
+      transcribes_.push_back(spec);
+      s = transcribe_script_;
+    }
+    RunResult r;
+    r.finish_reason = "error";
+    if (s.fail) {
+      r.status = ::tandem::fail(*s.fail, "fake: injected " + std::string(errc_name(*s.fail)));
+      return r;
+    }
+    auto info = audio::probe_audio(*spec.audio);
+    if (!info) {
+      r.status = ::tandem::fail(Errc::invalid_argument, spec.audio_name + ": " + info.error().message);
+      return r;
+    }
+    const auto samples = static_cast<std::uint64_t>(std::llround(info->seconds() * 16000.0));
+    const auto windows = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (samples + 479999) / 480000));
+    sink.decoded(info->seconds(), windows);
+    const bool on_gpu = spec.route.device != policy::Device::cpu;
+    speech::Checkpoint ck = spec.from;
+    while (!ck.finished) {
+      const std::uint32_t w = ck.windows_done;
+      if (s.block_at && *s.block_at == w) wait_gate(spec.job, cancel);
+      if (cancel.load()) {
+        r.finish_reason = "cancelled";
+        return r;
+      }
+      if (on_gpu && s.gpu_fail_at && *s.gpu_fail_at == w) {
+        if (s.gpu_fail == Errc::device_lost) {
+          {
+            std::lock_guard lock(mu_);
+            gpu_loaded_ = false;
+          }
+          sim_->lose();
+        }
+        r.status = ::tandem::fail(s.gpu_fail, "fake: injected " + std::string(errc_name(s.gpu_fail)));
+        r.accelerator_fault = true;
+        return r;
+      }
+      speech::WindowResult wr;
+      speech::Segment seg;
+      seg.start = w * 30.0;
+      seg.end = w * 30.0 + 2.0;
+      seg.text = " w" + std::to_string(w);
+      wr.segments.push_back(seg);
+      wr.next = ck;
+      wr.next.windows_done = w + 1;
+      wr.next.segments_done = ck.segments_done + 1;
+      wr.next.seek = std::min<std::uint64_t>(samples, std::uint64_t{w + 1} * 480000);
+      wr.next.finished = wr.next.seek >= samples;
+      wr.next.language = "en";
+      sink.window(wr, std::chrono::milliseconds(5));
+      ck = wr.next;
+    }
+    r.status = {};
+    r.finish_reason = "end_of_audio";
+    r.decode_time = std::chrono::milliseconds(5);
+    return r;
+  }
+  void set_transcribe_script(TranscribeScript s) {
+    std::lock_guard lock(mu_);
+    transcribe_script_ = s;
+  }
+  std::vector<TranscribeSpec> transcribes() const {
+    std::lock_guard lock(mu_);
+    return transcribes_;
+  }
 
   Result<EmbedTokens> embed_tokens(const std::string& model, const std::string& text, bool truncate) override {
     if (model != "emb") return ::tandem::fail(Errc::unsupported, "fake: " + model + " is not an embedding model");
@@ -289,7 +393,7 @@ class FakeBackend final : public Backend {
 
   bool gpu_ready(const std::string& model) const override {
     std::lock_guard lock(mu_);
-    return (model == "tiny" || model == "emb") && gpu_loaded_ && gpu_enabled_;
+    return (model == "tiny" || model == "emb" || model == "asr") && gpu_loaded_ && gpu_enabled_;
   }
 
   bool cpu_ready(const std::string& model) const override {
@@ -414,6 +518,8 @@ class FakeBackend final : public Backend {
   std::vector<RunSpec> runs_;
   std::vector<EmbedSpec> embeds_;
   EmbedScript embed_script_;
+  std::vector<TranscribeSpec> transcribes_;
+  TranscribeScript transcribe_script_;
   std::vector<std::string> encoded_for_;
   std::set<policy::JobId> released_;
   std::multiset<policy::JobId> blocked_;

@@ -1,0 +1,360 @@
+// The transcribe workload in the service core: Transcribe requests validated and typed (the audio's header is read
+// at the call), admitted and queued like Submit's jobs, segments streamed window by window, a GPU fault continuing
+// on the CPU at the last finished window (nothing repeated, nothing lost), cancellation mid-file, idempotency, and
+// what a restart leaves. FakeBackend's "asr" model: one window per 30 s of audio, one segment " w<k>" per window.
+#include <nlohmann/json.hpp>
+
+#include "service_fixture.h"
+
+namespace tandem::daemon::testing {
+namespace {
+
+using fake::TranscribeScript;
+
+// A mono 16-bit PCM WAV of `seconds` of a quiet square wave at `rate` Hz (a real file: the service reads its header).
+std::shared_ptr<const std::vector<std::uint8_t>> wav(double seconds, std::uint32_t rate = 1000, std::uint16_t tone = 1) {
+  const auto n = static_cast<std::uint32_t>(seconds * rate);
+  std::vector<std::uint8_t> b;
+  auto u32 = [&](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  auto u16 = [&](std::uint16_t v) {
+    b.push_back(static_cast<std::uint8_t>(v));
+    b.push_back(static_cast<std::uint8_t>(v >> 8));
+  };
+  b.insert(b.end(), {'R', 'I', 'F', 'F'});
+  u32(36 + n * 2);
+  b.insert(b.end(), {'W', 'A', 'V', 'E', 'f', 'm', 't', ' '});
+  u32(16);
+  u16(1);  // PCM
+  u16(1);  // mono
+  u32(rate);
+  u32(rate * 2);
+  u16(2);
+  u16(16);
+  b.insert(b.end(), {'d', 'a', 't', 'a'});
+  u32(n * 2);
+  for (std::uint32_t i = 0; i < n; ++i) u16(static_cast<std::uint16_t>(((i / 8) % 2 ? 300 : -300) * tone));
+  return std::make_shared<const std::vector<std::uint8_t>>(std::move(b));
+}
+
+TranscribeRequest transcribe_request(double seconds = 75) {
+  TranscribeRequest r;
+  r.model = "asr";
+  r.audio = wav(seconds);
+  r.audio_name = "audio_fd[0]";
+  return r;
+}
+
+class TranscribeTest : public ServiceTest {
+ protected:
+  TranscribeTest() {
+    backend_->add_speech_model();
+    ModelConfig asr;
+    asr.name = "asr";
+    asr.dir = "/nonexistent/asr";
+    cfg_.models.push_back(asr);
+  }
+  JobId transcribe_ok(const Caller& c, const TranscribeRequest& r, Dict* placement = nullptr) {
+    auto p = svc_->transcribe(c, r);
+    EXPECT_TRUE(p) << describe(p);
+    if (!p) return 0;
+    if (placement) *placement = *p;
+    return u64(*p, "job_id");
+  }
+  std::string segments_text(JobId id) const {
+    std::string s;
+    for (const auto& u : rec_.of(id))
+      if (u.kind == "segment") s += str(u.data, "text");
+    return s;
+  }
+};
+
+TEST_F(TranscribeTest, SegmentsStreamWindowByWindowAndGetJobHasTheTranscript) {
+  start();
+  Dict placement;
+  const JobId id = transcribe_ok(alice_, transcribe_request(75), &placement);  // 75 s: 3 windows
+  EXPECT_EQ(str(placement, "route"), "gpu");
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "completed");
+  EXPECT_EQ(segments_text(id), " w0 w1 w2");
+  EXPECT_EQ(rec_.count(id, "segment"), 3);
+  EXPECT_EQ(rec_.count(id, "progress"), 3);
+  EXPECT_EQ(rec_.count(id, "audio"), 1);
+  // Progress counts up to the total; segments carry their times.
+  std::vector<std::uint32_t> done;
+  for (const auto& u : rec_.of(id)) {
+    if (u.kind == "progress") {
+      done.push_back(u32(u.data, "windows_done"));
+      EXPECT_EQ(u32(u.data, "windows_total"), 3u);
+      EXPECT_EQ(u64(u.data, "audio_ms"), 75000u);
+    }
+    if (u.kind == "segment" && u32(u.data, "index") == 2) {
+      EXPECT_EQ(u64(u.data, "start_ms"), 60000u);
+      EXPECT_EQ(u64(u.data, "end_ms"), 62000u);
+      EXPECT_EQ(u32(u.data, "window"), 2u);
+    }
+  }
+  EXPECT_EQ(done, (std::vector<std::uint32_t>{1, 2, 3}));
+  // The order a client sees: accepted, ..., audio before the first segment, finished last.
+  const auto kinds = rec_.kinds(id);
+  ASSERT_FALSE(kinds.empty());
+  EXPECT_EQ(kinds.back(), "finished");
+  const auto audio_at = std::find(kinds.begin(), kinds.end(), "audio");
+  const auto seg_at = std::find(kinds.begin(), kinds.end(), "segment");
+  EXPECT_LT(audio_at - kinds.begin(), seg_at - kinds.begin());
+  Dict j = job(id);
+  EXPECT_EQ(str(j, "kind"), "transcribe");
+  EXPECT_EQ(str(j, "text"), " w0 w1 w2");
+  EXPECT_EQ(u32(j, "windows_done"), 3u);
+  EXPECT_EQ(u32(j, "windows_on_cpu"), 0u);
+  EXPECT_EQ(str(j, "language"), "en");  // an English-only model: its one language
+  auto segs = nlohmann::json::parse(str(j, "segments_json"));
+  ASSERT_EQ(segs.size(), 3u);
+  EXPECT_EQ(segs[1]["text"], " w1");
+  EXPECT_DOUBLE_EQ(segs[1]["start"].get<double>(), 30.0);
+  // The run started at the beginning with the request's options.
+  const auto specs = backend_->transcribes();
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].from.windows_done, 0u);
+  EXPECT_EQ(specs[0].from.seek, 0u);
+  EXPECT_EQ(specs[0].options.language, "en");
+  EXPECT_EQ(specs[0].options.temperatures, (std::vector<double>{0.0, 0.2, 0.4, 0.6, 0.8, 1.0}));
+  EXPECT_EQ(specs[0].audio_name, "audio_fd[0]");
+  // Every journal record was written (the outcome's finish_reason end_of_audio included).
+  EXPECT_EQ(svc_->counters()["journal_write_errors"], 0u);
+  // The finished update carries the transcript's facts.
+  for (const auto& u : rec_.of(id))
+    if (u.kind == "finished") {
+      EXPECT_EQ(str(u.data, "text"), " w0 w1 w2");
+      EXPECT_EQ(u32(u.data, "segments"), 3u);
+      EXPECT_EQ(u64(u.data, "audio_ms"), 75000u);
+    }
+}
+
+TEST_F(TranscribeTest, GpuFaultMidFileContinuesOnTheCpuAtTheWindowBoundary) {
+  TranscribeScript s;
+  s.gpu_fail_at = 2;  // windows 0 and 1 finish on the GPU, then the device is lost
+  backend_->set_transcribe_script(s);
+  start();
+  const JobId id = transcribe_ok(alice_, transcribe_request(110));  // 4 windows
+  ASSERT_TRUE(wait_terminal(id, /*tick=*/true));
+  EXPECT_EQ(phase(id), "completed");
+  // Nothing repeated, nothing lost.
+  EXPECT_EQ(segments_text(id), " w0 w1 w2 w3");
+  EXPECT_EQ(str(job(id), "text"), " w0 w1 w2 w3");
+  const auto specs = backend_->transcribes();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].route.device, policy::Device::gpu);
+  EXPECT_EQ(specs[1].route.device, policy::Device::cpu);
+  EXPECT_EQ(specs[1].from.windows_done, 2u);
+  EXPECT_EQ(specs[1].from.seek, 2u * 480000u);
+  EXPECT_EQ(rec_.count(id, "migrated"), 1);
+  Dict j = job(id);
+  EXPECT_TRUE(flag(j, "degraded"));
+  EXPECT_EQ(u32(j, "windows_on_cpu"), 2u);
+  EXPECT_EQ(at<std::vector<std::string>>(j, "routes"), (std::vector<std::string>{"gpu", "cpu"}));
+  bool migrated = false;
+  for (const auto& h : at<std::vector<HistoryRow>>(j, "history")) migrated = migrated || std::get<1>(h) == "migrating";
+  EXPECT_TRUE(migrated);
+}
+
+TEST_F(TranscribeTest, GpuFaultBeforeTheFirstWindowRetriesOnTheCpu) {
+  TranscribeScript s;
+  s.gpu_fail_at = 0;
+  s.gpu_fail = Errc::out_of_memory;
+  backend_->set_transcribe_script(s);
+  start();
+  const JobId id = transcribe_ok(alice_, transcribe_request(20));
+  ASSERT_TRUE(wait_terminal(id, true));
+  EXPECT_EQ(phase(id), "completed");
+  EXPECT_EQ(segments_text(id), " w0");
+  const auto specs = backend_->transcribes();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[1].route.device, policy::Device::cpu);
+  EXPECT_EQ(specs[1].from.windows_done, 0u);
+  EXPECT_EQ(rec_.count(id, "migrated"), 0);
+  bool retried = false;
+  for (const auto& h : at<std::vector<HistoryRow>>(job(id), "history")) retried = retried || std::get<1>(h) == "retrying";
+  EXPECT_TRUE(retried);
+}
+
+TEST_F(TranscribeTest, NoCpuAllowedFailsUnavailableKeepingTheFinishedWindows) {
+  TranscribeScript s;
+  s.gpu_fail_at = 1;
+  backend_->set_transcribe_script(s);
+  start();
+  TranscribeRequest r = transcribe_request(75);
+  r.options.allow_cpu = false;
+  const JobId id = transcribe_ok(alice_, r);
+  ASSERT_TRUE(wait_terminal(id, true));
+  Dict j = job(id);
+  EXPECT_EQ(str(j, "state"), "failed");
+  EXPECT_EQ(str(j, "error_code"), code(Errc::unavailable));  // not resumable: the audio is not kept
+  EXPECT_EQ(str(j, "text"), " w0");
+  EXPECT_EQ(segments_text(id), " w0");
+  // Resume refuses it with a reason.
+  auto res = svc_->resume(alice_, id, {});
+  ASSERT_FALSE(res);
+  EXPECT_EQ(res.error().code, Errc::illegal_transition);
+  EXPECT_THAT(res.error().message, HasSubstr("call Transcribe again"));
+}
+
+TEST_F(TranscribeTest, CancelMidFileEndsCancelledWithTheWindowsDone) {
+  TranscribeScript s;
+  s.block_at = 1;
+  backend_->set_transcribe_script(s);
+  start();
+  const JobId id = transcribe_ok(alice_, transcribe_request(75));
+  ASSERT_TRUE(wait_blocked(id));
+  ASSERT_TRUE(pump_until([&] { return rec_.count(id, "segment") == 1; }));
+  auto c = svc_->cancel(alice_, id);
+  ASSERT_TRUE(c) << describe(c);
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "cancelled");
+  EXPECT_EQ(str(job(id), "text"), " w0");
+  EXPECT_EQ(u32(job(id), "windows_done"), 1u);
+}
+
+struct BadCase {
+  const char* name;
+  std::function<void(TranscribeRequest&, DaemonConfig&)> edit;
+  Errc code;
+  const char* message;
+};
+
+TEST_F(TranscribeTest, BadRequestsGetTypedErrorsAndRunNothing) {
+  const std::vector<BadCase> cases = {
+      {"no audio", [](TranscribeRequest& r, DaemonConfig&) { r.audio.reset(); }, Errc::invalid_argument,
+       "audio_fd[0] is empty"},
+      {"empty audio",
+       [](TranscribeRequest& r, DaemonConfig&) { r.audio = std::make_shared<const std::vector<std::uint8_t>>(); },
+       Errc::invalid_argument, "is empty"},
+      {"not audio",
+       [](TranscribeRequest& r, DaemonConfig&) {
+         const std::string t = "this is not a sound file, just text";
+         r.audio = std::make_shared<const std::vector<std::uint8_t>>(t.begin(), t.end());
+       },
+       Errc::invalid_argument, "audio_fd[0]: "},
+      {"too long", [](TranscribeRequest& r, DaemonConfig& c) { c.speech.max_audio_seconds = 60; r.audio = wav(61); },
+       Errc::invalid_argument, "audio_fd[0]: "},
+      {"too many bytes", [](TranscribeRequest&, DaemonConfig& c) { c.speech.max_audio_bytes = 1024; },
+       Errc::invalid_argument, "([speech] max_audio_bytes)"},
+      {"unknown language", [](TranscribeRequest& r, DaemonConfig&) { r.options.language = "xx"; },
+       Errc::invalid_argument, "language 'xx' is not one of model asr's (en)"},
+      {"translate on an English-only model", [](TranscribeRequest& r, DaemonConfig&) { r.options.translate = true; },
+       Errc::unsupported, "has no translate task"},
+      {"temperature", [](TranscribeRequest& r, DaemonConfig&) { r.options.temperature = 3.0; },
+       Errc::invalid_argument, "temperature must be in [0,2]"},
+      {"an LLM", [](TranscribeRequest& r, DaemonConfig&) { r.model = "tiny"; }, Errc::unsupported,
+       "model tiny is not a speech model (kind llm): call Submit"},
+      {"unknown model", [](TranscribeRequest& r, DaemonConfig&) { r.model = "nope"; }, Errc::not_found,
+       "unknown model 'nope'"},
+      {"bad key", [](TranscribeRequest& r, DaemonConfig&) { r.options.idempotency_key = ""; },
+       Errc::invalid_argument, "idempotency_key"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    TranscribeRequest r = transcribe_request(10);
+    DaemonConfig cfg = cfg_;
+    c.edit(r, cfg);
+    cfg_ = cfg;
+    restart();
+    auto p = svc_->transcribe(alice_, r);
+    ASSERT_FALSE(p);
+    EXPECT_EQ(p.error().code, c.code) << p.error().message;
+    EXPECT_THAT(p.error().message, HasSubstr(c.message));
+    cfg_ = base_config(dir_.path());
+    ModelConfig asr;
+    asr.name = "asr";
+    asr.dir = "/nonexistent/asr";
+    cfg_.models.push_back(asr);
+  }
+  settle();
+  EXPECT_TRUE(backend_->transcribes().empty());
+  // Submit on a speech model says what to call.
+  SubmitRequest sr = request();
+  sr.model = "asr";
+  auto s = svc_->submit(alice_, sr);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::unsupported);
+  EXPECT_THAT(s.error().message, HasSubstr("is a speech model: call Transcribe"));
+}
+
+TEST_F(TranscribeTest, ABodyThatDoesNotDecodeFailsTheJobInvalidArgument) {
+  TranscribeScript s;
+  s.fail = Errc::invalid_argument;
+  backend_->set_transcribe_script(s);
+  start();
+  const JobId id = transcribe_ok(alice_, transcribe_request(10));
+  ASSERT_TRUE(wait_terminal(id));
+  Dict j = job(id);
+  EXPECT_EQ(str(j, "state"), "failed");
+  EXPECT_EQ(str(j, "error_code"), code(Errc::invalid_argument));
+  EXPECT_EQ(backend_->transcribes().size(), 1u);  // never retried elsewhere
+}
+
+TEST_F(TranscribeTest, IdempotencyKeyReturnsTheSameJobAndRefusesOtherAudio) {
+  start();
+  TranscribeRequest r = transcribe_request(40);
+  r.options.idempotency_key = "meeting-1";
+  const JobId id = transcribe_ok(alice_, r);
+  ASSERT_TRUE(wait_terminal(id));
+  Dict again;
+  EXPECT_EQ(transcribe_ok(alice_, r, &again), id);
+  EXPECT_TRUE(flag(again, "existing"));
+  EXPECT_EQ(backend_->transcribes().size(), 1u);
+  TranscribeRequest other = transcribe_request(41);
+  other.options.idempotency_key = "meeting-1";
+  auto p = svc_->transcribe(alice_, other);
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, Errc::duplicate);
+  // Another user's "meeting-1" is another job.
+  EXPECT_NE(transcribe_ok(bob_, r), id);
+}
+
+TEST_F(TranscribeTest, LanguageDetectionIsLeftToTheModelAndGivenLanguagesAreChecked) {
+  backend_ = std::make_shared<FakeBackend>(sim_);
+  backend_->add_speech_model(/*multilingual=*/true);
+  start();
+  TranscribeRequest r = transcribe_request(5);
+  const JobId a = transcribe_ok(alice_, r);
+  r.options.language = "de";
+  r.options.translate = true;
+  r.options.temperature = 0.6;
+  const JobId b = transcribe_ok(alice_, r);
+  ASSERT_TRUE(wait_terminal(a));
+  ASSERT_TRUE(wait_terminal(b));
+  const auto specs = backend_->transcribes();
+  ASSERT_EQ(specs.size(), 2u);
+  const auto& sa = specs[0].job == a ? specs[0] : specs[1];
+  const auto& sb = specs[0].job == b ? specs[0] : specs[1];
+  EXPECT_EQ(sa.options.language, "");  // detected per file
+  EXPECT_EQ(sb.options.language, "de");
+  EXPECT_EQ(sb.options.task, speech::Task::translate);
+  EXPECT_EQ(sb.options.temperatures, (std::vector<double>{0.6, 0.8, 1.0}));
+}
+
+TEST_F(TranscribeTest, ARestartLeavesAnUnfinishedJobFailedWithItsText) {
+  TranscribeScript s;
+  s.block_at = 1;
+  backend_->set_transcribe_script(s);
+  start();
+  const JobId id = transcribe_ok(alice_, transcribe_request(75));
+  ASSERT_TRUE(wait_blocked(id));
+  ASSERT_TRUE(pump_until([&] { return rec_.count(id, "segment") == 1; }));
+  backend_->release_all();
+  svc_.reset();  // the journal holds the accept and the first window's checkpoint (fsync off: written, not synced)
+  backend_ = std::make_shared<FakeBackend>(sim_);
+  backend_->add_speech_model();
+  ASSERT_NO_FATAL_FAILURE(start());
+  Dict j = job(id);
+  EXPECT_EQ(str(j, "state"), "failed");
+  EXPECT_EQ(str(j, "kind"), "transcribe");
+  EXPECT_EQ(str(j, "error_code"), code(Errc::unavailable));
+  EXPECT_THAT(str(j, "error_message"), HasSubstr("call Transcribe again"));
+  EXPECT_THAT(str(j, "text"), ::testing::StartsWith(" w0"));
+}
+
+}  // namespace
+}  // namespace tandem::daemon::testing
