@@ -67,6 +67,9 @@ Commands:
   embed [--model M] [--image FILE]... [--image-bytes FILE]... [--key K] [--no-cpu] [--no-truncate]
         [--deadline-ms N] [TEXT]...
                                  embedding vectors (one line each: texts, then images; --json: with the result)
+  transcribe [--language L] [--translate] [--srt|--vtt] [OPTIONS] FILE
+                                 timestamped text of an audio file (WAV, FLAC, Ogg; "-" reads stdin), segments
+                                 as they are decoded, progress and ETA on a terminal
   testing foreign-load BYTES | fail-alloc N SITE | fail-probes N | lose-device | recover-device |
           reading-lag MS | counters
                                  fault injection (tandemd must run with testing enabled)
@@ -104,6 +107,11 @@ std::optional<std::string> help_for(const std::string& cmd) {
     return std::string(
         "usage: tandemctl embed [--model M] [--image FILE]... [--image-bytes FILE]... [--key K] [--no-cpu]\n"
         "                       [--no-truncate] [--deadline-ms N] [--json] [--] [TEXT]...\n");
+  if (cmd == "transcribe")
+    return std::string(
+        "usage: tandemctl transcribe [--model M] [--language L] [--translate] [--no-timestamps] [--temperature T]\n"
+        "                            [--no-fallback] [--seed N] [--prompt TEXT] [--no-condition] [--key K] [--no-cpu]\n"
+        "                            [--deadline MS] [--timeout S] [--detach] [--srt|--vtt|--json] FILE\n");
   if (cmd == "testing")
     return std::string(
         "usage: tandemctl testing foreign-load BYTES | fail-alloc N SITE | fail-probes N | lose-device |\n"
@@ -126,6 +134,7 @@ int dispatch(Global& g, const std::string& cmd, ArgList& a) {
   if (cmd == "index") return cmd_index(g, a);
   if (cmd == "search") return cmd_search(g, a);
   if (cmd == "embed") return cmd_embed(g, a);
+  if (cmd == "transcribe") return cmd_transcribe(g, a);
   throw ArgError{"unknown command '" + cmd + "'"};
 }
 

@@ -97,5 +97,7 @@ int cmd_testing(Global& g, ArgList& a);
 int cmd_index(Global& g, ArgList& a);
 int cmd_search(Global& g, ArgList& a);
 int cmd_embed(Global& g, ArgList& a);
+// tandemctl_transcribe.cc: speech.
+int cmd_transcribe(Global& g, ArgList& a);
 
 }  // namespace tandemctl

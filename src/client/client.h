@@ -148,6 +148,45 @@ struct EmbedReply {
 // idempotency_key s, allow_cpu b, deadline_ms t, truncate b (only those set).
 VariantMap to_dbus(const EmbedOptions& o);
 
+// Transcribe (docs/dbus.md, docs/transcription.md): one audio file as a descriptor or as bytes; the job's segments
+// arrive as JobUpdate "segment" signals (subscribe() first), GetJob has the transcript (segments_json).
+struct TranscribeOptions {
+  std::optional<std::string> language;         // "" / unset = detected
+  std::optional<bool> translate;
+  std::optional<bool> timestamps;              // daemon default true
+  std::optional<double> temperature;           // first temperature, daemon default 0
+  std::optional<bool> temperature_fallback;    // daemon default true
+  std::optional<std::uint64_t> seed;
+  std::optional<std::string> initial_prompt;
+  std::optional<bool> condition_on_previous_text;
+  std::optional<std::string> idempotency_key;
+  std::optional<bool> allow_cpu;
+  std::optional<std::uint64_t> deadline_ms;
+};
+
+struct TranscribeRequest {
+  std::string model;                // "" = the daemon's default speech model
+  int audio_fd = -1;                // borrowed (not closed): a readable audio file, read from its offset to the end
+  std::vector<std::uint8_t> audio;  // or the file's contents (exactly one of the two)
+  TranscribeOptions options;
+};
+
+// Only the options that are set.
+VariantMap to_dbus(const TranscribeOptions& o);
+
+// One segment of a transcript (JobUpdate "segment", GetJob's segments_json).
+struct TranscriptSegment {
+  std::uint32_t index = 0;
+  double start = 0, end = 0;  // seconds
+  std::string text;
+  double avg_logprob = 0, no_speech_prob = 0, temperature = 0;
+};
+// GetJob's segments_json: a JSON array of {index, start, end, text, ...}. Errors: parse_error / format_error.
+Result<std::vector<TranscriptSegment>> segments_from_json(std::string_view text);
+// SRT (numbered from 1, HH:MM:SS,mmm) and WebVTT of segments.
+std::string segments_to_srt(const std::vector<TranscriptSegment>& segs);
+std::string segments_to_vtt(const std::vector<TranscriptSegment>& segs);
+
 // a{sv} with the XML's key names and types: max_tokens u, temperature d, top_k u, top_p d, repetition_penalty d,
 // seed t, stop as, idempotency_key s, side_effects b, allow_cpu b, allow_reduce b, allow_fallback_model b,
 // deadline_ms t, prefill_chunk u, resume_tokens ai, stream b.
@@ -242,6 +281,8 @@ class Client {
   // result's dim (else Errc::internal naming the mismatch). Errors as the other calls (last_error() has the
   // RemoteError, e.g. InvalidArgument for an input that is not an image, Busy with retry_after_ms).
   Result<EmbedReply> embed(const EmbedRequest& r);
+  // Transcribe: returns once the job is accepted (like submit); follow it with its JobUpdates or GetJob.
+  Result<SubmitResult> transcribe(const TranscribeRequest& r);
   // OpenSession (docs/rings.md): the raw fds (owned by the result; RingSession::open takes them) and the layout.
   using SessionHandles = client::SessionHandles;
   using SessionOptions = client::SessionOptions;

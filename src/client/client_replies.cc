@@ -277,6 +277,15 @@ JobInfo job_from_dbus(const VariantMap& m) {
   r.x("finished_unix_ms", j.finished_unix_ms);
   r.ai("tokens", j.tokens);
   r.s("text", j.text);
+  r.s("kind", j.kind);
+  r.s("segments_json", j.segments_json);
+  r.u("windows_done", j.windows_done);
+  r.u("windows_total", j.windows_total);
+  r.u("windows_on_cpu", j.windows_on_cpu);
+  r.t("audio_ms", j.audio_ms);
+  r.t("audio_done_ms", j.audio_done_ms);
+  r.s("language", j.language);
+  r.d("realtime_factor", j.realtime_factor);
   r.s("finish_reason", j.finish_reason);
   r.s("queue", j.queue);
   r.u("queue_position", j.queue_position);
@@ -363,6 +372,22 @@ JobUpdate job_update_from_dbus(std::uint64_t job_id, const std::string& kind, co
   r.s("error_message", u.error_message);
   r.t("retry_after_ms", u.retry_after_ms);
   r.u("tokens_total", u.tokens_total);
+  r.d("seconds", u.seconds);
+  r.u("windows_total", u.windows_total);
+  r.u("windows_done", u.windows_done);
+  r.u("window", u.window);
+  r.u("index", u.index);
+  r.u("segments", u.segments);
+  r.t("start_ms", u.start_ms);
+  r.t("end_ms", u.end_ms);
+  r.t("audio_done_ms", u.audio_done_ms);
+  r.t("audio_ms", u.audio_ms);
+  r.s("language", u.language);
+  r.s("format", u.format);
+  r.d("temperature", u.temperature);
+  r.d("avg_logprob", u.avg_logprob);
+  r.d("no_speech_prob", u.no_speech_prob);
+  r.d("realtime_factor", u.realtime_factor);
   return u;
 }
 

@@ -221,6 +221,13 @@ struct JobInfo {
   std::optional<std::string> idempotency_key;
   std::optional<bool> side_effects;
   std::optional<bool> degraded;
+  // kind generate | embed | transcribe; transcription jobs:
+  std::optional<std::string> kind;
+  std::optional<std::string> segments_json;  // segments_from_json() reads it
+  std::optional<std::uint32_t> windows_done, windows_total, windows_on_cpu;
+  std::optional<std::uint64_t> audio_ms, audio_done_ms;
+  std::optional<std::string> language;
+  std::optional<double> realtime_factor;
   Unparsed unparsed;
 };
 
@@ -314,6 +321,12 @@ struct JobUpdate {
   std::optional<std::string> error_message;
   std::optional<std::uint64_t> retry_after_ms;
   std::optional<std::uint32_t> tokens_total;
+  // transcription jobs: audio / segment / progress (and finished)
+  std::optional<double> seconds;                 // audio: the file's length
+  std::optional<std::uint32_t> windows_total, windows_done, window, index, segments;
+  std::optional<std::uint64_t> start_ms, end_ms, audio_done_ms, audio_ms;
+  std::optional<std::string> language, format;
+  std::optional<double> temperature, avg_logprob, no_speech_prob, realtime_factor;
   Unparsed unparsed;
 };
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "daemon/dbus_requests.h"
 #include "daemon/log.h"
 #include "io_tandem_Tandem1_Model_adaptor.h"
 #include "io_tandem_Tandem1_Testing_adaptor.h"
@@ -37,34 +38,6 @@ T unwrap(Result<T>&& r, const char* not_found = "UnknownJob") {
 
 void unwrap(Status&& s, const char* not_found = "UnknownJob") {
   if (!s) throw_error(s.error(), not_found);
-}
-
-Failure bad_type(const std::string& key, const char* want, const std::string& got) {
-  return fail(Errc::invalid_argument, "option '" + key + "' must be " + want + ", got D-Bus type '" + got + "'");
-}
-
-// Any integer D-Bus type → int64/uint64 with range checks.
-Result<std::uint64_t> get_uint(const std::string& key, const sdbus::Variant& v, std::uint64_t max) {
-  const std::string t = v.peekValueType();
-  std::int64_t s = 0;
-  std::uint64_t u = 0;
-  bool is_signed = false;
-  if (t == "y") u = v.get<std::uint8_t>();
-  else if (t == "q") u = v.get<std::uint16_t>();
-  else if (t == "u") u = v.get<std::uint32_t>();
-  else if (t == "t") u = v.get<std::uint64_t>();
-  else if (t == "n") { s = v.get<std::int16_t>(); is_signed = true; }
-  else if (t == "i") { s = v.get<std::int32_t>(); is_signed = true; }
-  else if (t == "x") { s = v.get<std::int64_t>(); is_signed = true; }
-  else return bad_type(key, "an integer", t);
-  if (is_signed) {
-    if (s < 0) return fail(Errc::invalid_argument, "option '" + key + "' must be >= 0, got " + std::to_string(s));
-    u = static_cast<std::uint64_t>(s);
-  }
-  if (u > max)
-    return fail(Errc::invalid_argument, "option '" + key + "' must be in [0," + std::to_string(max) + "], got " +
-                                            std::to_string(u));
-  return u;
 }
 
 std::string escape_path_element(const std::string& s) {
@@ -190,30 +163,6 @@ Result<Dict> from_variant_map(const std::map<std::string, sdbus::Variant>& m) {
     }
   }
   return d;
-}
-
-// An image passed as a file descriptor: read from its offset to the end, at most `max` bytes (one more is read to
-// tell "too large" from "exactly max"). The daemon reads with its own privileges only what the caller opened.
-// Only regular files (a memfd is one): a pipe or socket could keep the loop thread waiting for ever.
-Result<std::vector<std::uint8_t>> read_image_fd(int fd, std::uint64_t max) {
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) return fail(Errc::invalid_argument, std::string("cannot stat it: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return fail(Errc::invalid_argument, "not a regular file (pipes and sockets are refused)");
-  std::vector<std::uint8_t> out;
-  std::uint8_t buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(Errc::invalid_argument, std::string("cannot read it: ") + std::strerror(errno));
-    }
-    if (n == 0) break;
-    out.insert(out.end(), buf, buf + n);
-    if (out.size() > max)
-      return fail(Errc::invalid_argument, "over [embedding] max_image_bytes (" + std::to_string(max) + " bytes)");
-  }
-  if (out.empty()) return fail(Errc::invalid_argument, "it is empty (0 bytes from its offset)");
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -396,6 +345,16 @@ class DbusServer::Impl::Main final
     if (!impl_.rings) throw_error(make_error(Errc::not_found, "no ring session " + std::to_string(session_id)));
     unwrap(impl_.rings->close(who(), session_id));
   }
+  std::tuple<uint64_t, std::map<std::string, sdbus::Variant>> Transcribe(
+      const std::string& model, const std::vector<sdbus::UnixFd>& audio_fd, const std::vector<uint8_t>& audio,
+      const std::map<std::string, sdbus::Variant>& options) override {
+    const Caller c = who();
+    auto req = unwrap(transcribe_request(model, audio_fd, audio, options, s().config().speech), "UnknownModel");
+    auto placement = unwrap(s().transcribe(c, req), "UnknownModel");
+    commit();
+    const auto id = std::get<std::uint64_t>(placement.at("job_id"));
+    return {id, to_variant_map(placement)};
+  }
   // The reply comes when the job ends (an async method): the Result moves into the job's completion callback.
   void Embed(sdbus::Result<std::vector<std::vector<double>>, std::map<std::string, sdbus::Variant>>&& result,
              std::string model, std::vector<std::string> texts, std::vector<sdbus::UnixFd> image_fds,
@@ -465,7 +424,7 @@ class DbusServer::Impl::Main final
       return fail(Errc::invalid_argument, "at most " + std::to_string(lim.max_inputs) + " inputs per call, got " +
                                               std::to_string(inputs));
     for (std::size_t i = 0; i < fds.size(); ++i) {
-      auto bytes = read_image_fd(fds[i].get(), lim.max_image_bytes);
+      auto bytes = read_regular_fd(fds[i].get(), lim.max_image_bytes, "[embedding] max_image_bytes");
       if (!bytes) return fail(Errc::invalid_argument, "image_fds[" + std::to_string(i) + "]: " + bytes.error().message);
       r.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes).value()));
       r.image_names.push_back("image_fds[" + std::to_string(i) + "]");

@@ -75,9 +75,15 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
   b->accel_ = std::move(accelerator);
   b->max_image_bytes_ = cfg.embedding.max_image_bytes;
   b->max_image_pixels_ = cfg.embedding.max_image_pixels;
+  b->max_audio_bytes_ = cfg.speech.max_audio_bytes;
+  b->max_audio_seconds_ = cfg.speech.max_audio_seconds;
   for (const auto& mc : cfg.models) {
     if (auto emb = is_embedding_model(mc.dir); emb && *emb) {
       TANDEM_TRY(b->add_embedding_model(mc, cfg, progress));
+      continue;
+    }
+    if (is_speech_model(mc.dir)) {
+      TANDEM_TRY(b->add_speech_model(mc, cfg, progress));
       continue;
     }
     auto e = std::make_unique<Entry>();
@@ -350,6 +356,7 @@ RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atom
 std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const {
   std::vector<ReplicaInfo> out;
   if (const EmbedEntry* x = embed_entry(model)) return embed_replicas(*x);
+  if (const SpeechEntry* x = speech_entry(model)) return speech_replicas(*x);
   Entry* e = entry(model);
   if (!e) return out;
   if (e->gpu_wanted) {
@@ -384,6 +391,7 @@ std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const
 
 std::uint64_t EngineBackend::gpu_resident_bytes(const std::string& model) const {
   if (const EmbedEntry* x = embed_entry(model)) return embed_gpu_bytes(*x);
+  if (const SpeechEntry* x = speech_entry(model)) return speech_gpu_bytes(*x);
   Entry* e = entry(model);
   if (!e) return 0;
   std::lock_guard lock(e->gpu_mu);
@@ -393,6 +401,7 @@ std::uint64_t EngineBackend::gpu_resident_bytes(const std::string& model) const 
 
 bool EngineBackend::gpu_ready(const std::string& model) const {
   if (const EmbedEntry* x = embed_entry(model)) return embed_gpu_ready(*x);
+  if (const SpeechEntry* x = speech_entry(model)) return speech_gpu_ready(*x);
   Entry* e = entry(model);
   if (!e) return false;
   std::lock_guard lock(e->gpu_mu);
@@ -400,7 +409,7 @@ bool EngineBackend::gpu_ready(const std::string& model) const {
 }
 
 bool EngineBackend::cpu_ready(const std::string& model) const {
-  return entry(model) != nullptr || embed_entry(model) != nullptr;
+  return entry(model) != nullptr || embed_entry(model) != nullptr || speech_entry(model) != nullptr;
 }
 
 // A sequence of the GPU replica can run its last layers on the CPU (engine::Model::new_sequence(gpu_layers)).
@@ -424,6 +433,7 @@ Status EngineBackend::reload_gpu() {
     if (auto st = load_gpu(*e); !st && first) first = st;
   }
   if (auto st = reload_embed_gpu(); !st && first) first = st;
+  if (auto st = reload_speech_gpu(); !st && first) first = st;
   return first;
 }
 

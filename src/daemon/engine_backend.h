@@ -38,6 +38,10 @@ class EngineBackend final : public Backend {
   // model_type "clip" / architectures CLIPModel, or a GGUF general.architecture "clip". Unreadable: false (the
   // LLM loader then reports what is wrong).
   static Result<bool> is_embedding_model(const std::string& path);
+  RunResult transcribe(const TranscribeSpec& spec, TranscribeSink& sink, const std::atomic<bool>& cancel) override;
+  // Whether the model at `path` is a speech model (Whisper layout): config.json's model_type "whisper" /
+  // architectures WhisperForConditionalGeneration. Unreadable: false (the LLM loader then reports what is wrong).
+  static bool is_speech_model(const std::string& path);
   std::vector<ReplicaInfo> replicas(const std::string& model) const override;
   std::shared_ptr<device::Device> accelerator() const override { return accel_; }
   std::uint64_t gpu_resident_bytes(const std::string& model) const override;
@@ -73,6 +77,24 @@ class EngineBackend final : public Backend {
   std::vector<std::unique_ptr<EmbedEntry, EmbedEntryDelete>> embed_entries_;
   std::uint64_t max_image_bytes_ = 32ull << 20;
   std::uint64_t max_image_pixels_ = 40'000'000;
+
+  // Speech models (engine_backend_speech.cc).
+  struct SpeechEntry;
+  struct SpeechEntryDelete {
+    void operator()(SpeechEntry* e) const;
+  };
+  Status add_speech_model(const ModelConfig& mc, const DaemonConfig& cfg,
+                          const std::function<void(const std::string&)>& progress);
+  Status load_speech_gpu(SpeechEntry& e);
+  SpeechEntry* speech_entry(const std::string& name) const;
+  bool speech_gpu_lost(const SpeechEntry& e) const;
+  std::vector<ReplicaInfo> speech_replicas(const SpeechEntry& e) const;
+  std::uint64_t speech_gpu_bytes(const SpeechEntry& e) const;
+  bool speech_gpu_ready(const SpeechEntry& e) const;
+  Status reload_speech_gpu();
+  std::vector<std::unique_ptr<SpeechEntry, SpeechEntryDelete>> speech_entries_;
+  std::uint64_t max_audio_bytes_ = 512ull << 20;
+  std::uint32_t max_audio_seconds_ = 4 * 3600;
 
   std::shared_ptr<device::Device> accel_;
   std::vector<std::unique_ptr<Entry>> entries_;

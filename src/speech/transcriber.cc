@@ -424,7 +424,12 @@ Result<WindowResult> Transcriber::window(std::span<const float> pcm, const Check
     const double offset_s = static_cast<double>(ck.seek) / audio::kSampleRate;
     Split split = split_segments(kept.tokens, sp_, offset_s, segment_samples);
     std::vector<TokenId> history = prev;
+    // Times past the end of the audio (a last window is zero-padded to its full length) are clamped to it: a segment
+    // never ends after the file does.
+    const double audio_end = static_cast<double>(pcm.size()) / audio::kSampleRate;
     for (Segment& s : split.segments) {
+      s.start = std::min(s.start, audio_end);
+      s.end = std::min(s.end, audio_end);
       std::vector<TokenId> text_ids;
       for (TokenId id : s.tokens) {
         if (!sp_.is_timestamp(id)) text_ids.push_back(id);

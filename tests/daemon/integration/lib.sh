@@ -187,13 +187,15 @@ expect_err() {
   local wants=$1; shift
   local out rc=0 w full
   out=$("$@" 2>&1) || rc=$?
-  [ "$rc" -ne 0 ] || fail "expected $wants, got success: $* -> ${out:0:300}"
+  local what="$*"
+  [ "$rc" -ne 0 ] || fail "expected $wants, got success: ${what:0:200} -> ${out:0:300}"
   local IFS='|'
   for w in $wants; do
     case "$w" in *.*) full=$w;; *) full="io.tandem.Tandem1.Error.$w";; esac
     case "$out" in *"$full"*) printf '%s\n' "$out"; return 0;; esac
   done
-  fail "expected $wants, got: ${out:0:400} (from: ${*:0:200})"
+  local cmd="$*"
+  fail "expected $wants, got: ${out:0:400} (from: ${cmd:0:200})"
 }
 # submit PROMPT [N KEY TYPE VALUE...] : Submit through busctl; prints the job id.
 submit() {

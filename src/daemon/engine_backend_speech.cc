@@ -1,0 +1,329 @@
+// EngineBackend, speech models (kind speech; docs/transcription.md): a Whisper-layout model per [[model]] whose
+// config.json says so (model_type "whisper" / architectures WhisperForConditionalGeneration), a CPU replica and —
+// when there is an accelerator and the model wants it — a GPU replica. A job's run decodes the audio (here, on the
+// worker), then runs the window loop (speech::Transcriber) from the job's checkpoint with one engine session,
+// reporting every finished window.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "audio/audio.h"
+#include "audio/mel.h"
+#include "daemon/engine_backend.h"
+#include "daemon/log.h"
+#include "engine/whisper.h"
+#include "speech/transcriber.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/whisper_tokens.h"
+
+namespace tandem::daemon {
+
+using SteadyTime = std::chrono::steady_clock;
+
+struct EngineBackend::SpeechEntry {
+  ModelConfig cfg;
+  engine::WhisperLoadOptions cpu_opts, gpu_opts;
+  std::shared_ptr<engine::WhisperModel> cpu;
+  mutable std::mutex gpu_mu;
+  std::shared_ptr<engine::WhisperModel> gpu;  // guarded by gpu_mu
+  std::string gpu_error;                      // guarded by gpu_mu
+  std::uint64_t gpu_epoch = 0;                // the accelerator's epoch when `gpu` was loaded
+  bool gpu_wanted = false;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  tok::WhisperSpecials specials;
+  std::string generation_config;  // generation_config.json's text ("" = none)
+  speech::ModelSpeechInfo info;
+};
+
+void EngineBackend::SpeechEntryDelete::operator()(SpeechEntry* e) const { delete e; }
+
+namespace {
+
+std::string read_small_file(const std::string& path, std::size_t limit = 16u << 20) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return {};
+  std::string s;
+  s.resize(limit);
+  f.read(s.data(), static_cast<std::streamsize>(limit));
+  s.resize(static_cast<std::size_t>(f.gcount()));
+  return s;
+}
+
+bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_lost || c == Errc::kv_exhausted; }
+
+// The decoder's shape for the estimator: a request's "prompt" is one window's encoder positions and its tokens the
+// decoder's positions, so the KV term covers the cross-attention K/V plus the self-attention cache (f32) and the
+// activation term the encoder's peak (docs/transcription.md, "Admission").
+policy::ModelShape speech_shape(const std::string& name, const engine::WhisperConfig& c, std::uint32_t weight_bits,
+                                std::uint64_t weight_bytes) {
+  policy::ModelShape s;
+  s.name = name;
+  s.layers = static_cast<std::uint32_t>(std::max(c.encoder_layers, c.decoder_layers));
+  s.hidden = static_cast<std::uint32_t>(c.d_model);
+  s.intermediate = static_cast<std::uint32_t>(std::max(c.encoder_ffn, c.decoder_ffn));
+  s.heads = static_cast<std::uint32_t>(std::max(c.encoder_heads, c.decoder_heads));
+  s.kv_heads = s.heads;
+  s.head_dim = static_cast<std::uint32_t>(c.d_model / std::max(1, s.heads == 0 ? 1 : static_cast<int>(s.heads)));
+  s.vocab = static_cast<std::uint32_t>(c.vocab);
+  s.weight_bits = weight_bits;
+  s.kv_elem_bytes = 4;
+  s.act_elem_bytes = 4;
+  s.weights_bytes_override = weight_bytes;
+  return s;
+}
+
+}  // namespace
+
+bool EngineBackend::is_speech_model(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return false;
+  const std::string cfg = path + "/config.json";
+  if (!std::filesystem::exists(cfg, ec)) return false;
+  auto j = nlohmann::json::parse(read_small_file(cfg), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return false;
+  if (j.value("model_type", std::string()) == "whisper") return true;
+  if (j.contains("architectures") && j["architectures"].is_array())
+    for (const auto& a : j["architectures"])
+      if (a.is_string() && a.get<std::string>() == "WhisperForConditionalGeneration") return true;
+  return false;
+}
+
+Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig& cfg,
+                                       const std::function<void(const std::string&)>& progress) {
+  (void)cfg;
+  std::unique_ptr<SpeechEntry, SpeechEntryDelete> e(new SpeechEntry());
+  e->cfg = mc;
+  auto dt = engine::parse_compute_dtype(mc.dtype);
+  if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
+  engine::WhisperLoadOptions o;
+  o.dtype = *dt;
+  o.revision = mc.revision;
+  e->cpu_opts = o;
+  e->cpu_opts.threads = mc.cpu_threads;
+  e->gpu_opts = o;
+  e->gpu_opts.threads = mc.gpu_threads;
+  e->gpu_opts.accelerator = accel_;
+  e->gpu_wanted = mc.gpu && accel_ != nullptr;
+
+  if (progress) progress("loading speech model " + mc.name + " (CPU replica)");
+  const auto t0 = SteadyTime::now();
+  auto m = engine::WhisperModel::load(mc.dir, e->cpu_opts);
+  if (!m) return fail(m.error().code, "model " + mc.name + ": " + m.error().message);
+  e->cpu = std::move(m).value();
+  const auto& c = e->cpu->config();
+  auto tk = tok::load_tokenizer_files(mc.dir);
+  if (!tk) return fail(tk.error().code, "model " + mc.name + ": its tokenizer: " + tk.error().message);
+  e->tokenizer = std::make_unique<tok::Tokenizer>(std::move(tk).value());
+  auto sp = tok::whisper_specials(*e->tokenizer, c.vocab);
+  if (!sp) return fail(sp.error().code, "model " + mc.name + ": " + sp.error().message);
+  e->specials = std::move(sp).value();
+  std::error_code ec;
+  audio::MelSpec mel;
+  const std::string pp = mc.dir + "/preprocessor_config.json";
+  if (std::filesystem::exists(pp, ec)) {
+    auto ms = audio::mel_spec_from_preprocessor_json(read_small_file(pp));
+    if (!ms) return fail(ms.error().code, "model " + mc.name + ": " + pp + ": " + ms.error().message);
+    mel = *ms;
+  }
+  if (mel.n_mels != c.n_mels)
+    return fail(Errc::format_error, "model " + mc.name + ": preprocessor feature_size " + std::to_string(mel.n_mels) +
+                                        " differs from the encoder's num_mel_bins " + std::to_string(c.n_mels));
+  const std::string gc = mc.dir + "/generation_config.json";
+  if (std::filesystem::exists(gc, ec)) e->generation_config = read_small_file(gc);
+  e->info.n_mels = c.n_mels;
+  e->info.window_frames = e->cpu->window_frames();
+  e->info.max_target_positions = c.target_positions;
+  e->info.vocab = c.vocab;
+  // The decoding configuration is checked now: a model whose generation_config.json is broken fails to load, not
+  // its first job.
+  if (auto t = speech::Transcriber::create(*e->tokenizer, e->specials, e->info, e->generation_config, {}); !t)
+    return fail(t.error().code, "model " + mc.name + ": " + t.error().message);
+
+  ModelInfo info;
+  info.name = mc.name;
+  info.kind = ModelKind::speech;
+  info.speech.n_mels = static_cast<std::uint32_t>(c.n_mels);
+  info.speech.window_samples = static_cast<std::uint32_t>(e->cpu->window_frames()) * 160u;
+  info.speech.text_positions = static_cast<std::uint32_t>(c.target_positions);
+  const auto langs = tok::whisper_languages();
+  for (std::size_t i = 0; i < e->specials.languages.size() && i < langs.size(); ++i)
+    info.speech.languages.emplace_back(langs[i].code);
+  info.speech.translate = e->specials.translate >= 0 && e->specials.multilingual();
+  const std::uint32_t bits = *dt == engine::ComputeDType::bf16 || *dt == engine::ComputeDType::f16 ? 16 : 32;
+  info.shape = speech_shape(mc.name, c, bits, e->cpu->stats().weight_bytes);
+  info.revision = mc.revision;
+  info.dtype = std::string(engine::compute_dtype_name(*dt));
+  info.max_context = static_cast<std::uint32_t>(c.target_positions);
+  info.weight_bytes = e->cpu->stats().weight_bytes;
+  info.gpu_configured = e->gpu_wanted;
+  info.gpu_layers = static_cast<std::uint32_t>(c.encoder_layers + c.decoder_layers);
+  info.fingerprint = e->cpu->fingerprint();
+  log::info("speech model {}: CPU replica ready in {} ms ({} languages, {}-s windows, fingerprint {})", mc.name,
+            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
+            info.speech.languages.size(), info.speech.window_samples / 16000, info.fingerprint);
+  if (e->gpu_wanted) {
+    if (progress) progress("loading speech model " + mc.name + " (GPU replica)");
+    if (auto st = load_speech_gpu(*e); !st)
+      log::warn("speech model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
+  }
+  infos_.push_back(std::move(info));
+  speech_entries_.push_back(std::move(e));
+  return {};
+}
+
+Status EngineBackend::load_speech_gpu(SpeechEntry& e) {
+  const auto t0 = SteadyTime::now();
+  auto m = engine::WhisperModel::load(e.cfg.dir, e.gpu_opts);
+  std::lock_guard lock(e.gpu_mu);
+  if (!m) {
+    e.gpu.reset();
+    e.gpu_error = m.error().message;
+    return fail(std::move(m).error());
+  }
+  if ((*m)->fingerprint() != e.cpu->fingerprint()) {
+    e.gpu_error = "GPU replica fingerprint differs from the CPU replica's";
+    return fail(Errc::incompatible, e.gpu_error);
+  }
+  e.gpu = std::move(m).value();
+  e.gpu_epoch = accel_ ? accel_->epoch() : 0;
+  e.gpu_error.clear();
+  log::info("speech model {}: GPU replica ready in {} ms ({} MiB weights on {})", e.cfg.name,
+            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
+            e.gpu->stats().accel_weight_bytes >> 20, accel_ ? accel_->name() : "none");
+  return {};
+}
+
+bool EngineBackend::speech_gpu_lost(const SpeechEntry& e) const {
+  return accel_ && (accel_->lost() || accel_->epoch() != e.gpu_epoch);
+}
+
+EngineBackend::SpeechEntry* EngineBackend::speech_entry(const std::string& name) const {
+  for (const auto& e : speech_entries_)
+    if (e->cfg.name == name) return e.get();
+  return nullptr;
+}
+
+RunResult EngineBackend::transcribe(const TranscribeSpec& spec, TranscribeSink& sink, const std::atomic<bool>& cancel) {
+  RunResult out;
+  out.finish_reason = "error";
+  SpeechEntry* e = speech_entry(spec.route.model);
+  if (!e) {
+    out.status = fail(Errc::not_found, "unknown speech model '" + spec.route.model + "'");
+    return out;
+  }
+  const bool on_gpu = spec.route.device != policy::Device::cpu;
+  std::shared_ptr<engine::WhisperModel> m;
+  if (on_gpu) {
+    std::lock_guard lock(e->gpu_mu);
+    m = e->gpu;
+    if (!m || speech_gpu_lost(*e)) {
+      out.status = fail(Errc::device_lost, "the GPU replica of " + spec.route.model + " is not available");
+      out.accelerator_fault = true;
+      return out;
+    }
+  } else {
+    m = e->cpu;
+  }
+  auto cancelled = [&] {
+    out.status = {};
+    out.finish_reason = "cancelled";
+    return out;
+  };
+  auto fail_with = [&](Error err) {
+    if (err.code == Errc::cancelled) return cancelled();
+    out.accelerator_fault = on_gpu && (accel_fault(err.code) || speech_gpu_lost(*e));
+    out.status = fail(std::move(err));
+    return out;
+  };
+  // The audio: decoded and resampled for every run (the job keeps only the file's bytes); a body that does not
+  // decode fails the job as the header check would have.
+  audio::AudioLimits lim;
+  lim.max_bytes = max_audio_bytes_;
+  lim.max_seconds = max_audio_seconds_;
+  auto pcm = audio::decode_audio(*spec.audio, lim);
+  if (!pcm) {
+    out.status = fail(Errc::invalid_argument, spec.audio_name + ": " + pcm.error().message);
+    return out;
+  }
+  auto tr = speech::Transcriber::create(*e->tokenizer, e->specials, e->info, e->generation_config, spec.options);
+  if (!tr) {
+    out.status = fail(tr.error().code == Errc::invalid_argument ? Errc::invalid_argument : tr.error().code,
+                      tr.error().message);
+    return out;
+  }
+  sink.decoded(pcm->seconds(), speech::Transcriber::windows_estimate(pcm->samples.size(), e->info.window_frames));
+  if (cancel.load(std::memory_order_relaxed)) return cancelled();
+  auto session = m->new_session();
+  if (!session) return fail_with(std::move(session).error());
+  speech::Checkpoint ck = spec.from;
+  const auto t0 = SteadyTime::now();
+  while (!ck.finished) {
+    if (cancel.load(std::memory_order_relaxed)) return cancelled();
+    const auto w0 = SteadyTime::now();
+    auto w = tr->window(pcm->samples, ck, **session, &cancel);
+    if (!w) return fail_with(std::move(w).error());
+    sink.window(*w, SteadyTime::now() - w0);
+    ck = w->next;
+  }
+  out.decode_time = SteadyTime::now() - t0;
+  out.finish_reason = "end_of_audio";
+  return out;
+}
+
+std::vector<ReplicaInfo> EngineBackend::speech_replicas(const SpeechEntry& e) const {
+  std::vector<ReplicaInfo> out;
+  if (e.gpu_wanted) {
+    ReplicaInfo r;
+    std::lock_guard lock(e.gpu_mu);
+    r.device = "gpu";
+    r.mode = "resident";
+    if (e.gpu) {
+      const bool lost = speech_gpu_lost(e);
+      r.state = lost ? "lost" : "loaded";
+      r.layers = static_cast<std::uint32_t>(e.gpu->config().encoder_layers + e.gpu->config().decoder_layers);
+      r.accel_bytes = lost ? 0 : e.gpu->stats().accel_weight_bytes;
+      r.fingerprint = e.gpu->fingerprint();
+    } else {
+      r.state = "failed";
+      r.error = e.gpu_error;
+    }
+    out.push_back(r);
+  }
+  ReplicaInfo c;
+  c.device = "cpu";
+  c.state = "loaded";
+  c.mode = "mmap";
+  c.fingerprint = e.cpu->fingerprint();
+  c.host_bytes = e.cpu->stats().resident_copy_bytes;
+  out.push_back(c);
+  return out;
+}
+
+std::uint64_t EngineBackend::speech_gpu_bytes(const SpeechEntry& e) const {
+  std::lock_guard lock(e.gpu_mu);
+  if (!e.gpu || speech_gpu_lost(e)) return 0;
+  return e.gpu->stats().accel_weight_bytes;
+}
+
+bool EngineBackend::speech_gpu_ready(const SpeechEntry& e) const {
+  std::lock_guard lock(e.gpu_mu);
+  return e.gpu && !speech_gpu_lost(e);
+}
+
+Status EngineBackend::reload_speech_gpu() {
+  Status first;
+  for (auto& e : speech_entries_) {
+    if (!e->gpu_wanted) continue;
+    {
+      std::lock_guard lock(e->gpu_mu);
+      if (e->gpu && !speech_gpu_lost(*e)) continue;
+      e->gpu.reset();
+    }
+    if (auto st = load_speech_gpu(*e); !st && first) first = st;
+  }
+  return first;
+}
+
+}  // namespace tandem::daemon
