@@ -72,6 +72,12 @@ Dict Service::model_view(const std::string& name) const {
       d["modalities"] = modalities;
       d["default"] = m.name == default_embedding_model();
     }
+    if (m.kind == ModelKind::speech) {
+      d["languages"] = m.speech.languages;
+      d["window_ms"] = static_cast<std::uint64_t>(m.speech.window_samples) * 1000u / 16000u;
+      d["translate"] = m.speech.translate;
+      d["default"] = m.name == default_speech_model();
+    }
     std::string placement;
     std::uint64_t gpu_bytes = 0, host_bytes = 0;
     for (const auto& r : backend_->replicas(m.name)) {

@@ -72,6 +72,9 @@ wav "$T_DIR/longer.wav" 600 8000 3    # 20 windows: long enough to act while it 
 models=$(bcall ListModels)
 kind=$(echo "$models" | jq -r '.data[0][] | select(.name.data == "asr") | .kind.data')
 [ "$kind" = speech ] || fail "asr: kind '$kind' (ListModels: ${models:0:600})"
+langs=$(echo "$models" | jq -r '.data[0][] | select(.name.data == "asr") | .languages.data | length')
+win=$(echo "$models" | jq -r '.data[0][] | select(.name.data == "asr") | .window_ms.data')
+[ "$langs" = 99 ] && [ "$win" = 30000 ] || fail "asr: $langs languages, window_ms $win (whisper-test: 99, 30000)"
 gtrans() { gcall Transcribe "$1" "@ah []" "$2" "${3:-@a{sv\} {\}}"; }
 gaudio() { python3 -c 'import sys; d = open(sys.argv[1], "rb").read(); print("[byte " + ", ".join(map(str, d)) + "]" if d else "@ay []")' "$1"; }
 expect_err NotSupported gcall Submit asr "hello" "@a(ss) []" "@a{sv} {}" >/dev/null
