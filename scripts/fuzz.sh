@@ -3,9 +3,11 @@
 # model mapping and tokenizer rebuilt from it (tests/weights/fuzz_gguf.cc) and the chat-template engine
 # (tests/generation/fuzz_jinja.cc) and the tokenizer.json parser with BPE encode/decode
 # (tests/tokenizer/fuzz_tokenizer_json.cc) and the JPEG/PNG decoder with CLIP preprocessing (tests/image/fuzz_image.cc)
-# and the audio decoder with the log-mel front end (tests/audio/fuzz_audio.cc) with libFuzzer, ASan and UBSan.
+# and the audio decoder with the log-mel front end (tests/audio/fuzz_audio.cc) and the speech parsers — Whisper
+# config.json, journal checkpoints, generation_config.json with a resumed window (tests/speech/fuzz_speech.cc) —
+# with libFuzzer, ASan and UBSan.
 #
-#   scripts/fuzz.sh [--time SECONDS] [--runs N] [--target ring|gguf|jinja|tokenizer|image|audio|all] [-- extra libFuzzer flags]
+#   scripts/fuzz.sh [--time SECONDS] [--runs N] [--target ring|gguf|jinja|tokenizer|image|audio|speech|all] [-- extra libFuzzer flags]
 #
 # Sets up (once) and updates the clang build dir build-fuzz (-Dfuzz=true, ASan+UBSan, -fsanitize=fuzzer-no-link on
 # everything the targets link), builds only the fuzz targets (-j1 unless TANDEM_FUZZ_JOBS; never the LibTorch parts), runs each one bounded
@@ -15,7 +17,9 @@
 # chat templates by fuzz_jinja_make_corpus), build-fuzz/fuzz-corpus/tokenizer (seeded by
 # fuzz_tokenizer_make_corpus: generated tokenizer.json files, texts, merge lists), build-fuzz/fuzz-corpus/image (seeded
 # by fuzz_image_make_corpus: small PNGs and JPEGs of every kind), build-fuzz/fuzz-corpus/audio (seeded by
-# fuzz_audio_make_corpus: small WAV, FLAC, Ogg Vorbis/Opus, MP3 and AIFF files), crashes in build-fuzz/fuzz-artifacts/.
+# fuzz_audio_make_corpus: small WAV, FLAC, Ogg Vorbis/Opus, MP3 and AIFF files), build-fuzz/fuzz-corpus/speech (seeded
+# by fuzz_speech_make_corpus: written Whisper configs, generation configs, checkpoints), crashes in
+# build-fuzz/fuzz-artifacts/.
 #
 # Exit status: 0 = no finding, 77 = skipped (clang or libFuzzer missing: apt-get install clang libclang-rt-14-dev),
 # anything else = a crash, leak, timeout or sanitizer report (see the log), or a build failure.
@@ -37,14 +41,14 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s=${2:?--time needs SECONDS}; shift 2 ;;
     --runs) runs=${2:?--runs needs N}; shift 2 ;;
-    --target) target_sel=${2:?--target needs ring, gguf, jinja, tokenizer, image, audio or all}; shift 2 ;;
+    --target) target_sel=${2:?--target needs ring, gguf, jinja, tokenizer, image, audio, speech or all}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "fuzz.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
 done
 if [ -z "$time_s" ] && [ -z "$runs" ]; then time_s=60; fi
-case "$target_sel" in ring|gguf|jinja|tokenizer|image|audio|all) ;; *) echo "fuzz.sh: --target must be ring, gguf, jinja, tokenizer, image, audio or all" >&2; exit 2 ;; esac
+case "$target_sel" in ring|gguf|jinja|tokenizer|image|audio|speech|all) ;; *) echo "fuzz.sh: --target must be ring, gguf, jinja, tokenizer, image, audio, speech or all" >&2; exit 2 ;; esac
 for v in "$time_s" "$runs"; do
   if [ -n "$v" ] && ! [[ "$v" =~ ^[0-9]+$ ]]; then echo "fuzz.sh: '$v' is not a number" >&2; exit 2; fi
 done
@@ -94,11 +98,13 @@ case "$target_sel" in
   tokenizer) ninja_targets=(tests/tokenizer/fuzz_tokenizer_json tests/tokenizer/fuzz_tokenizer_make_corpus) ;;
   image) ninja_targets=(tests/image/fuzz_image tests/image/fuzz_image_make_corpus) ;;
   audio) ninja_targets=(tests/audio/fuzz_audio tests/audio/fuzz_audio_make_corpus) ;;
+  speech) ninja_targets=(tests/speech/fuzz_speech tests/speech/fuzz_speech_make_corpus) ;;
   all) ninja_targets=(tests/ring/fuzz_ring_consumer tests/weights/fuzz_gguf tests/weights/fuzz_gguf_make_corpus
        tests/generation/fuzz_jinja tests/generation/fuzz_jinja_make_corpus
        tests/tokenizer/fuzz_tokenizer_json tests/tokenizer/fuzz_tokenizer_make_corpus
        tests/image/fuzz_image tests/image/fuzz_image_make_corpus
-       tests/audio/fuzz_audio tests/audio/fuzz_audio_make_corpus) ;;
+       tests/audio/fuzz_audio tests/audio/fuzz_audio_make_corpus
+       tests/speech/fuzz_speech tests/speech/fuzz_speech_make_corpus) ;;
 esac
 ninja -C "$build" -j"${TANDEM_FUZZ_JOBS:-1}" "${ninja_targets[@]}" >"$build/fuzz-build.log" 2>&1 \
   || { tail -50 "$build/fuzz-build.log" >&2; echo "fuzz.sh: build failed (log: $build/fuzz-build.log)" >&2; exit 1; }
@@ -181,5 +187,11 @@ if { [ "$target_sel" = audio ] || [ "$target_sel" = all ]; } && [ $status -eq 0 
   # libsndfile's own leak on malformed Ogg Vorbis headers is suppressed (tests/audio/lsan.supp says why).
   LSAN_OPTIONS="suppressions=$root/tests/audio/lsan.supp:${LSAN_OPTIONS:-}" \
     run_target audio "$build/tests/audio/fuzz_audio" 65536 "$build/fuzz-corpus/audio" "$seeds" || status=$?
+fi
+if { [ "$target_sel" = speech ] || [ "$target_sel" = all ]; } && [ $status -eq 0 ]; then
+  seeds="$build/fuzz-seeds/speech"
+  rm -rf "$seeds" && mkdir -p "$seeds"
+  "$build/tests/speech/fuzz_speech_make_corpus" "$seeds" || { echo "fuzz.sh: writing the speech seeds failed" >&2; exit 1; }
+  run_target speech "$build/tests/speech/fuzz_speech" 16384 "$build/fuzz-corpus/speech" "$seeds" || status=$?
 fi
 exit $status
