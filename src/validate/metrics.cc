@@ -480,6 +480,7 @@ Metrics compute_metrics(const std::vector<Event>& events_in) {
     if (n == 0) m.embed_unanswered.push_back(req);
     if (n > 1) m.embed_answered_twice.push_back(req);
   }
+  compute_transcribe_metrics(events, m);
   return m;
 }
 
@@ -560,6 +561,7 @@ json to_json(const Metrics& m) {
                   {"gpu", m.embed_gpu},               {"cpu", m.embed_cpu},
                   {"inputs", m.embed_inputs},         {"unanswered", m.embed_unanswered},
                   {"answered_twice", m.embed_answered_twice}};
+  if (m.transcribe.calls > 0) j["transcribe"] = to_json(m.transcribe);
   return j;
 }
 
@@ -581,6 +583,10 @@ std::vector<std::string> check_expectations(const json& x, const Metrics& m) {
   min("min_embed_ok", m.embed_ok, "Embed calls answered with vectors");
   min("min_embed_gpu", m.embed_gpu, "Embed calls run on the GPU");
   min("min_embed_cpu", m.embed_cpu, "Embed calls run on the CPU");
+  min("min_transcribe_ok", m.transcribe.completed, "completed transcription jobs");
+  min("min_transcribe_gpu", m.transcribe.gpu, "transcription jobs completed wholly on the GPU");
+  min("min_transcribe_cpu", m.transcribe.cpu, "transcription jobs completed with windows on the CPU");
+  min("min_transcribe_migrated", m.transcribe.migrated, "transcription jobs migrated at a window boundary");
   if (x.contains("breaker_cycle") && x["breaker_cycle"].is_boolean() && x["breaker_cycle"].get<bool>()) {
     bool cycle = false;
     for (const auto& r : m.recoveries) cycle = cycle || (r.breaker_opened && r.to_breaker_closed_ms);
@@ -750,6 +756,7 @@ Verdict judge(const Metrics& m, const std::vector<PhaseResult>& phases) {
     list("answered twice", m.embed_answered_twice);
     add("embed_replies", unanswered == 0 && twice == 0, o.str());
   }
+  if (auto r = transcribe_rule(m, phases)) add(r->rule, r->pass, r->detail);
   return v;
 }
 

@@ -51,6 +51,34 @@ struct Violation {  // a degraded result that reached a client before degraded m
   std::string detail;
 };
 
+// Transcription jobs (kind = "transcribe" workloads; metrics_transcribe.cc, docs/validate.md "Transcription
+// workloads"): from the transcribe_call / _accepted / _rejected / _final events and the jobs' "update" events.
+struct TranscriptProblem {
+  std::uint64_t job = 0;
+  std::uint64_t req = 0;
+  std::string kind;    // not_terminal | finished_twice | state_mismatch | text_mismatch | segment_order |
+                       // segment_repeated | segment_lost | segment_extra | segment_text | bad_segments |
+                       // migration_windows
+  std::string detail;
+};
+struct TranscribeMetrics {
+  std::uint64_t calls = 0;     // Transcribe calls
+  std::uint64_t accepted = 0;  // answered with a job (new)
+  std::uint64_t existing = 0;  // answered with an existing job (idempotency key)
+  std::uint64_t rejected = 0;  // refused at the call with a typed error
+  std::map<std::string, std::uint64_t> rejected_by;  // error name -> count
+  std::uint64_t completed = 0, failed = 0, cancelled = 0;
+  std::map<std::string, std::uint64_t> failed_by;  // error_code (or reason) -> count
+  // completed jobs by where their windows ran: gpu (all), cpu (some or all on the CPU: routed there, retried before
+  // the first window, or migrated at a window boundary); migrated / retried: any final state, from the history
+  std::uint64_t gpu = 0, cpu = 0, migrated = 0, retried = 0;
+  std::uint64_t windows = 0, windows_on_cpu = 0, segments = 0;  // completed jobs, summed
+  std::vector<std::uint64_t> unanswered;      // call reqs with neither a job nor an error
+  std::vector<std::uint64_t> answered_twice;  // call reqs answered more than once
+  std::vector<TranscriptProblem> problems;    // what the rule transcribe_outcomes fails on
+  std::map<std::string, Percentiles> latency;  // call -> finished, per route category of completed jobs
+};
+
 struct Metrics {
   std::uint64_t submitted = 0;  // Submit calls
   std::uint64_t accepted = 0;   // distinct new jobs (Submit with existing=false, Resume, child clients)
@@ -101,8 +129,10 @@ struct Metrics {
   std::map<std::string, std::uint64_t> embed_errors_by;  // error name -> count
   std::vector<std::uint64_t> embed_unanswered;           // req ids with no answer
   std::vector<std::uint64_t> embed_answered_twice;       // req ids with more than one answer
+  TranscribeMetrics transcribe;
   double duration_s = 0;
 };
+
 
 // events: one phase's events or a whole run's (sorted by time). Every number is derived from them.
 Metrics compute_metrics(const std::vector<Event>& events);
@@ -112,6 +142,7 @@ nlohmann::json to_json(const Metrics& m);
 struct RuleResult {
   std::string rule;  // lost_jobs | duplicate_side_effects | host_ram_budget | degraded_announced | phase_expectations
                      // | embed_replies (only when the log has Embed calls)
+                     // | transcribe_outcomes (only when the log has Transcribe calls)
   bool pass = true;
   std::string detail;
 };
@@ -137,5 +168,13 @@ std::vector<std::string> check_expectations(const nlohmann::json& expect, const 
 std::vector<PhaseResult> compute_phases(const std::vector<Event>& events);
 Verdict judge(const Metrics& overall, const std::vector<PhaseResult>& phases);
 nlohmann::json to_json(const Verdict& v);
+
+// metrics_transcribe.cc: fills m.transcribe from the events (sorted by time); compute_metrics calls it.
+void compute_transcribe_metrics(const std::vector<Event>& sorted_events, Metrics& m);
+nlohmann::json to_json(const TranscribeMetrics& t);
+// The rule transcribe_outcomes (only when the log has Transcribe calls): every call answered exactly once, every
+// accepted job terminal exactly once, a job's text = the concatenation of its segments, and the segments streamed to
+// the caller = GetJob's segments_json (none repeated, none lost, across a GPU fault too).
+std::optional<RuleResult> transcribe_rule(const Metrics& overall, const std::vector<PhaseResult>& phases);
 
 }  // namespace tandem::validate

@@ -122,10 +122,36 @@ std::string metrics_markdown(const Metrics& m) {
     << m.degraded_results << " (" << m.degraded_job_notice_only
     << " of them only by the job's own routed/migrated update while State stayed normal; "
     << m.degraded_announcements << " DegradedModeChanged(degraded=true) on the monitor connection) |\n";
+  if (m.embed_calls > 0)
+    o << "| Embed calls: with vectors (GPU / CPU) / typed errors / unanswered | " << m.embed_calls << ": " << m.embed_ok
+      << " (" << m.embed_gpu << " / " << m.embed_cpu << ") / " << m.embed_errors << " / " << m.embed_unanswered.size()
+      << " |\n";
+  if (const TranscribeMetrics& t = m.transcribe; t.calls > 0) {
+    o << "| Transcribe calls: jobs / refused | " << t.calls << ": " << t.accepted << " / " << t.rejected;
+    for (const auto& [k, v] : t.rejected_by) o << " " << md_cell(k) << "=" << v;
+    o << " |\n";
+    o << "| transcription jobs: completed (GPU / CPU) / failed / cancelled | " << t.completed << " (" << t.gpu << " / "
+      << t.cpu << ") / " << t.failed;
+    for (const auto& [k, v] : t.failed_by) o << " " << md_cell(k) << "=" << v;
+    o << " / " << t.cancelled << " |\n";
+    o << "| transcription jobs migrated at a window boundary / retried on the CPU | " << t.migrated << " / " << t.retried
+      << " |\n";
+    o << "| transcription windows (on the CPU) / segments | " << t.windows << " (" << t.windows_on_cpu << ") / "
+      << t.segments << " |\n";
+    for (const auto& [route, p] : t.latency)
+      o << "| transcription latency " << route << " (n=" << p.n << ") p50 / p95 / max | " << fmt(p.p50_ms) << " / "
+        << fmt(p.p95_ms) << " / " << fmt(p.max_ms) << " ms |\n";
+    o << "| **transcripts with repeated, lost or inconsistent segments / jobs not terminal** | **" << t.problems.size()
+      << "** |\n";
+  }
   if (!m.skipped_what.empty()) {
     o << "| skipped | ";
     for (std::size_t i = 0; i < m.skipped_what.size(); ++i) o << (i ? "; " : "") << md_cell(m.skipped_what[i]);
     o << " |\n";
+  }
+  if (!m.transcribe.problems.empty()) {
+    o << "\nTranscription problems:\n\n";
+    for (const auto& p : m.transcribe.problems) o << "- `" << p.kind << "`: " << p.detail << "\n";
   }
   if (!m.duplicates.empty()) {
     o << "\nDuplicates:\n\n";

@@ -180,6 +180,7 @@ int run_campaign(const RunnerOptions& opts) {
       };
       if (auto s = prepare_model(c); !s) return fail_rt(s.error());
       if (auto s = prepare_embedding_model(c); !s) return fail_rt(s.error());
+      if (auto s = prepare_speech_model(c); !s) return fail_rt(s.error());
       if (auto s = start_bus(c); !s) return fail_rt(s.error());
       if (auto s = write_daemon_config(c); !s) return fail_rt(s.error());
       say(opts.quiet, "tandem-validate: starting tandemd (" + opts.tandemd + ") on " + c.bus.describe() + ", log " + c.daemon_log);

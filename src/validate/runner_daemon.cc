@@ -147,6 +147,10 @@ Status write_daemon_config(Campaign& c) {
     o << "[[model]]\nname = " << quote_toml(d.embedding_name) << "\ndir = " << quote_toml(c.embedding_dir)
       << "\nreplica_mode = \"mmap\"\ncpu_threads = 1\ngpu_threads = 1\n\n"
       << "[embedding]\ndefault_model = " << quote_toml(d.embedding_name) << "\n\n";
+  if (!d.speech_preset.empty())  // one replica on the GPU, one on the CPU (the route a fault or pressure takes)
+    o << "[[model]]\nname = " << quote_toml(d.speech_name) << "\ndir = " << quote_toml(c.speech_dir)
+      << "\ncpu_threads = 1\ngpu_threads = 1\n\n"
+      << "[speech]\ndefault_model = " << quote_toml(d.speech_name) << "\nmax_audio_seconds = 14400\n\n";
   o << "[breaker]\ncooldown_ms = " << d.breaker_cooldown_ms
     << "\nmax_cooldown_ms = " << std::max<std::uint64_t>(5000, d.breaker_cooldown_ms) << "\n\n"
     << "[service]\nrecover_after_ms = " << d.recover_after_ms << "\n\n"

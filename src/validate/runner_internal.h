@@ -5,6 +5,7 @@
 //   runner_worker.cc   the workload clients (one thread and one Transport each)
 //   runner_embed.cc    the embedding workload clients (kind = "embed")
 //   runner_clip.cc     the scenario's embedding model, generated at run time
+//   runner_transcribe.cc  the transcription workload clients (kind = "transcribe") and the speech model
 //   runner_faults.cc   faults and the memory schedule
 //   runner_phase.cc    one phase: clients, equivalence runs, drain, settle, its results
 //   runner.cc          run_campaign, analyze, the kill_client child
@@ -89,6 +90,7 @@ struct Campaign {
   // spawn mode
   std::string bus_dir, run_dir, config_path, daemon_log, model_dir;
   std::string embedding_dir;  // daemon.embedding_preset: the generated CLIP model (runner_clip.cc)
+  std::string speech_dir;     // daemon.speech_preset: the generated Whisper model (runner_transcribe.cc)
   pid_t bus_pid = 0;
   std::atomic<bool> monitor_stop{false};
   bool cuda = false;          // the accelerator is real: memory steps go to the ballast program
@@ -129,6 +131,8 @@ Status start_bus(Campaign& c);
 Status prepare_model(Campaign& c);
 // runner_clip.cc: writes daemon.embedding_preset's model once (no-op without one).
 Status prepare_embedding_model(Campaign& c);
+// runner_transcribe.cc: writes daemon.speech_preset's model once (no-op without one).
+Status prepare_speech_model(Campaign& c);
 Status write_daemon_config(Campaign& c);
 Status start_daemon(Campaign& c);
 Result<int> kill_and_restart(Campaign& c, bool restart);
@@ -143,6 +147,9 @@ class WorkloadClient {
 // runner_embed.cc: kind = "embed" (make_workload_client hands those to it).
 std::unique_ptr<WorkloadClient> make_embed_client(Campaign& c, const Phase& ph, const Workload& w, std::int32_t id,
                                                   std::uint32_t index_in_workload);
+// runner_transcribe.cc: kind = "transcribe".
+std::unique_ptr<WorkloadClient> make_transcribe_client(Campaign& c, const Phase& ph, const Workload& w, std::int32_t id,
+                                                       std::uint32_t index_in_workload);
 std::unique_ptr<WorkloadClient> make_workload_client(Campaign& c, const Phase& ph, const Workload& w, std::int32_t id,
                                                      std::uint32_t index_in_workload);
 

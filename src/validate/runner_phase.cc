@@ -150,6 +150,18 @@ void reset_and_settle(Campaign& c, const Phase& ph) {
   if (mem && c.cuda) set_ballast(c, 0);
   if (mem && !c.cuda) (void)(*cl)->set_foreign_load(0);
   if (lag) (void)(*cl)->set_reading_lag(0);
+  // Injected failures the phase did not use up are disarmed: they must not hit the next phase's jobs.
+  for (const auto& f : ph.faults) {
+    if (f.kind == FaultKind::fail_allocations) {
+      auto s = (*cl)->fail_allocations(0, f.site);
+      c.rec(s ? "fault_end" : "fault_error", -1, 0,
+            {{"kind", "fail_allocations"}, {"site", f.site}, {"action", "disarmed"}, {"error", s ? "" : s.error().message}});
+    } else if (f.kind == FaultKind::fail_probes) {
+      auto s = (*cl)->fail_probes(0);
+      c.rec(s ? "fault_end" : "fault_error", -1, 0,
+            {{"kind", "fail_probes"}, {"action", "disarmed"}, {"error", s ? "" : s.error().message}});
+    }
+  }
   if (ph.settle_ms == 0) return;
   const auto until = Clock::now() + std::chrono::milliseconds(ph.settle_ms);
   while (Clock::now() < until && !interrupted()) {
@@ -175,6 +187,13 @@ json expect_json(const Expect& x) {
   if (x.breaker_cycle) j["breaker_cycle"] = *x.breaker_cycle;
   if (x.min_equivalence_rate) j["min_equivalence_rate"] = *x.min_equivalence_rate;
   if (x.degraded_seen) j["degraded_seen"] = *x.degraded_seen;
+  if (x.min_embed_ok) j["min_embed_ok"] = *x.min_embed_ok;
+  if (x.min_embed_gpu) j["min_embed_gpu"] = *x.min_embed_gpu;
+  if (x.min_embed_cpu) j["min_embed_cpu"] = *x.min_embed_cpu;
+  if (x.min_transcribe_ok) j["min_transcribe_ok"] = *x.min_transcribe_ok;
+  if (x.min_transcribe_gpu) j["min_transcribe_gpu"] = *x.min_transcribe_gpu;
+  if (x.min_transcribe_cpu) j["min_transcribe_cpu"] = *x.min_transcribe_cpu;
+  if (x.min_transcribe_migrated) j["min_transcribe_migrated"] = *x.min_transcribe_migrated;
   return j;
 }
 

@@ -214,6 +214,18 @@ json update_json(const client::JobUpdate& u) {
   if (u.error_code) d["error_code"] = *u.error_code;
   if (u.finish_reason) d["finish_reason"] = *u.finish_reason;
   if (u.tokens_total) d["tokens_total"] = *u.tokens_total;
+  // transcription jobs (audio / segment / progress / finished)
+  if (u.seconds) d["seconds"] = *u.seconds;
+  if (u.windows_total) d["windows_total"] = *u.windows_total;
+  if (u.windows_done) d["windows_done"] = *u.windows_done;
+  if (u.window) d["window"] = *u.window;
+  if (u.index) d["index"] = *u.index;
+  if (u.segments) d["segments"] = *u.segments;
+  if (u.start_ms) d["start_ms"] = *u.start_ms;
+  if (u.end_ms) d["end_ms"] = *u.end_ms;
+  if (u.audio_ms) d["audio_ms"] = *u.audio_ms;
+  if (u.language) d["language"] = *u.language;
+  if (u.kind == "segment") d["text"] = u.text.value_or("");
   return d;
 }
 

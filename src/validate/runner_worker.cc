@@ -256,6 +256,7 @@ class Worker : public WorkloadClient {
 std::unique_ptr<WorkloadClient> make_workload_client(Campaign& c, const Phase& ph, const Workload& w, std::int32_t id,
                                                      std::uint32_t index_in_workload) {
   if (w.kind == WorkloadKind::embed) return make_embed_client(c, ph, w, id, index_in_workload);
+  if (w.kind == WorkloadKind::transcribe) return make_transcribe_client(c, ph, w, id, index_in_workload);
   return std::make_unique<Worker>(c, ph, w, id, index_in_workload);
 }
 

@@ -231,8 +231,12 @@ constexpr std::uint64_t kDay = 86400000;
 void read_workload(Table& t, Workload& w) {
   t.str("name", w.name);
   std::string kind = "generate";
-  t.str("kind", kind, {"generate", "embed"});
-  w.kind = kind == "embed" ? WorkloadKind::embed : WorkloadKind::generate;
+  t.str("kind", kind, {"generate", "embed", "transcribe"});
+  w.kind = kind == "embed" ? WorkloadKind::embed : kind == "transcribe" ? WorkloadKind::transcribe : WorkloadKind::generate;
+  t.number("audio_seconds", w.audio_seconds, 0.1, 14400.0);
+  t.integer("sample_rate", w.sample_rate, 4000, 48000);
+  t.str("language", w.language);
+  t.str("audio_input", w.audio_input, {"bytes", "memfd"});
   t.integer("texts", w.texts, 0, 4096);
   t.integer("images", w.images, 0, 4096);
   t.integer("image_size", w.image_size, 8, 1024);
@@ -262,8 +266,26 @@ void read_workload(Table& t, Workload& w) {
   if ((w.resubmit || w.resume_failed) && !w.idempotency_keys)
     t.bad_table("resubmit and resume_failed need idempotency_keys = true");
   if (w.kind == WorkloadKind::embed && w.texts + w.images == 0) t.bad_table("kind = \"embed\" needs texts or images > 0");
-  if (w.kind == WorkloadKind::embed && (w.resubmit || w.resume_failed))
+  if (w.kind != WorkloadKind::generate && (w.resubmit || w.resume_failed))
     t.bad_table("resubmit and resume_failed are for kind = \"generate\"");
+  // Keys of one kind given to another are mistakes worth naming.
+  auto only = [&](std::string_view key, WorkloadKind k) {
+    const toml::node* n = t.raw().get(key);
+    if (n && w.kind != k)
+      t.bad(*n, key, "only used by kind = \"" + std::string(workload_kind_name(k)) + "\" (this workload is kind = \"" + kind + "\")");
+  };
+  for (auto key : {"audio_seconds", "sample_rate", "language", "audio_input"}) only(key, WorkloadKind::transcribe);
+  for (auto key : {"texts", "images", "image_size"}) only(key, WorkloadKind::embed);
+  if (w.kind == WorkloadKind::transcribe) {
+    if (w.transport == "ring")
+      t.bad(*t.raw().get("transport"), "transport",
+            "kind = \"transcribe\" goes over D-Bus only (rings do not carry transcription): use transport = \"dbus\"");
+    for (auto key : {"prompt", "prompt_text", "max_tokens", "temperature", "side_effects", "burst"})
+      if (const toml::node* n = t.raw().get(key)) t.bad(*n, key, "not used by kind = \"transcribe\"");
+    for (char c : w.language)
+      if (!std::islower(static_cast<unsigned char>(c)) || w.language.size() > 8)
+        t.bad(*t.raw().get("language"), "language", "\"" + w.language + "\" is not a language code (e.g. \"en\")");
+  }
 }
 
 void read_fault(Table& t, Fault& f) {
@@ -356,6 +378,10 @@ void read_phase(Table& t, Phase& p, std::size_t index) {
     e.integer("min_embed_ok", x.min_embed_ok, 0, 1000000);
     e.integer("min_embed_gpu", x.min_embed_gpu, 0, 1000000);
     e.integer("min_embed_cpu", x.min_embed_cpu, 0, 1000000);
+    e.integer("min_transcribe_ok", x.min_transcribe_ok, 0, 1000000);
+    e.integer("min_transcribe_gpu", x.min_transcribe_gpu, 0, 1000000);
+    e.integer("min_transcribe_cpu", x.min_transcribe_cpu, 0, 1000000);
+    e.integer("min_transcribe_migrated", x.min_transcribe_migrated, 0, 1000000);
   });
   for (const auto& s : p.memory)
     if (p.duration_ms < s.at_ms) p.duration_ms = s.at_ms;
@@ -364,6 +390,15 @@ void read_phase(Table& t, Phase& p, std::size_t index) {
 }
 
 }  // namespace
+
+std::string_view workload_kind_name(WorkloadKind k) {
+  switch (k) {
+    case WorkloadKind::generate: return "generate";
+    case WorkloadKind::embed: return "embed";
+    case WorkloadKind::transcribe: return "transcribe";
+  }
+  return "?";
+}
 
 std::string_view fault_kind_name(FaultKind k) {
   switch (k) {
@@ -432,6 +467,18 @@ Result<Scenario> parse_scenario(std::string_view text, std::string_view file) {
       t.str("config_extra", d.config_extra);
       t.str("embedding_preset", d.embedding_preset, {"", "clip-test", "clip-small"});
       t.str("embedding_name", d.embedding_name);
+      t.str("speech_preset", d.speech_preset, {"", "whisper-test"});
+      t.str("speech_name", d.speech_name);
+      auto model_name = [](const std::string& m) {
+        bool ok = !m.empty() && m != "default" && m.size() <= 64;
+        for (char c : m) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
+        return ok;
+      };
+      if (!model_name(d.speech_name))
+        t.bad(*t.raw().get("speech_name"), "speech_name",
+              "\"" + d.speech_name + "\" is not a model name ([A-Za-z0-9_.-], 1-64 characters, not \"default\")");
+      if (!d.speech_preset.empty() && !d.embedding_preset.empty() && d.speech_name == d.embedding_name)
+        t.bad(*t.raw().get("speech_name"), "speech_name", "\"" + d.speech_name + "\" is also the embedding_name");
       for (const auto& m : d.extra_models) {
         bool ok = !m.empty() && m != "default" && m.size() <= 64;
         for (char c : m) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
@@ -457,6 +504,13 @@ Result<Scenario> parse_scenario(std::string_view text, std::string_view file) {
                     std::string(file) + ": phase \"" + p.name + "\" has no workload, equivalence, memory or fault");
       for (const auto& w : p.workloads)
         for (const auto& m : w.models) {
+          if (w.kind == WorkloadKind::transcribe) {
+            if (m != "default" && m != s.daemon.speech_name)
+              return fail(Errc::invalid_argument, std::string(file) + ": phase \"" + p.name + "\" workload \"" + w.name +
+                                                      "\": model \"" + m + "\" is neither \"default\" nor daemon.speech_name (\"" +
+                                                      s.daemon.speech_name + "\")");
+            continue;
+          }
           bool known = m == "default" || (w.kind == WorkloadKind::embed && m == s.daemon.embedding_name);
           for (const auto& e : s.daemon.extra_models) known = known || e == m;
           if (!known)

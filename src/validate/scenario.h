@@ -56,7 +56,10 @@ struct Fault {
 
 // generate: Submit (LLM jobs). embed: Embed calls (docs/validate.md "Embedding workloads"): each request is one call
 // with `texts` texts and `images` PNG images, generated deterministically from (workload, client, request).
-enum class WorkloadKind { generate, embed };
+// transcribe: Transcribe calls over D-Bus (docs/validate.md "Transcription workloads"): each request is one WAV of
+// `audio_seconds` (tones and noise, deterministic from the request), followed through its JobUpdates to its end.
+enum class WorkloadKind { generate, embed, transcribe };
+std::string_view workload_kind_name(WorkloadKind k);
 
 struct Workload {
   std::string name;
@@ -64,6 +67,10 @@ struct Workload {
   std::uint32_t texts = 4;        // embed: texts per call
   std::uint32_t images = 0;       // embed: images per call (PNG, rendered with src/image/draw.h)
   std::uint32_t image_size = 64;  // embed: pixels per side
+  double audio_seconds = 40;          // transcribe: length of each call's audio (> 30 s = more than one window)
+  std::uint32_t sample_rate = 16000;  // transcribe: the WAV's rate (the daemon resamples to 16 kHz)
+  std::string language;               // transcribe: "" = detected by the model
+  std::string audio_input = "bytes";  // transcribe: bytes (the `audio` argument) | memfd (an `audio_fd`)
   std::uint32_t clients = 1;    // threads, each with its own bus connection
   std::string transport = "dbus";  // dbus (Submit + JobUpdate signals) | ring (a shared-memory ring session each)
   std::uint32_t requests = 1;   // per client
@@ -103,6 +110,10 @@ struct Expect {
   std::optional<std::uint32_t> min_embed_ok;   // Embed calls answered with vectors
   std::optional<std::uint32_t> min_embed_gpu;  // ... on the GPU route
   std::optional<std::uint32_t> min_embed_cpu;  // ... on the CPU route
+  std::optional<std::uint32_t> min_transcribe_ok;        // transcription jobs completed
+  std::optional<std::uint32_t> min_transcribe_gpu;       // ... every window on the GPU
+  std::optional<std::uint32_t> min_transcribe_cpu;       // ... some window on the CPU (routed, retried or migrated)
+  std::optional<std::uint32_t> min_transcribe_migrated;  // transcription jobs moved gpu -> cpu at a window boundary
 };
 
 struct Phase {
@@ -135,6 +146,11 @@ struct DaemonSettings {
   // small trained tokenizer, written once into the model cache; served as [[model]] `embedding_name`. "" = none.
   std::string embedding_preset;
   std::string embedding_name = "emb";
+  // A speech model next to the LLM: "whisper-test" (modelgen::write_whisper_test_model: random weights and a small
+  // Whisper tokenizer), written once into the model cache; served as [[model]] `speech_name` with a GPU and a CPU
+  // replica. "" = none.
+  std::string speech_preset;
+  std::string speech_name = "asr";
 };
 
 struct Scenario {
