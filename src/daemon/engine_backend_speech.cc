@@ -74,6 +74,10 @@ policy::ModelShape speech_shape(const std::string& name, const engine::WhisperCo
   return s;
 }
 
+// The session's measured bytes replace the shape-derived KV and activation terms (policy::ModelShape::
+// fixed_job_bytes): the estimator would count logits for every encoder position, which a Whisper encoder never has.
+std::uint64_t session_bytes_of(const engine::WhisperModel& m) { return m.session_bytes(); }
+
 }  // namespace
 
 bool EngineBackend::is_speech_model(const std::string& path) {
@@ -153,6 +157,7 @@ Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig
   info.speech.translate = e->specials.translate >= 0 && e->specials.multilingual();
   const std::uint32_t bits = *dt == engine::ComputeDType::bf16 || *dt == engine::ComputeDType::f16 ? 16 : 32;
   info.shape = speech_shape(mc.name, c, bits, e->cpu->stats().weight_bytes);
+  info.shape.fixed_job_bytes = session_bytes_of(*e->cpu);
   info.revision = mc.revision;
   info.dtype = std::string(engine::compute_dtype_name(*dt));
   info.max_context = static_cast<std::uint32_t>(c.target_positions);
@@ -165,8 +170,12 @@ Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig
             info.speech.languages.size(), info.speech.window_samples / 16000, info.fingerprint);
   if (e->gpu_wanted) {
     if (progress) progress("loading speech model " + mc.name + " (GPU replica)");
-    if (auto st = load_speech_gpu(*e); !st)
+    if (auto st = load_speech_gpu(*e); !st) {
       log::warn("speech model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
+    } else {
+      std::lock_guard lock(e->gpu_mu);  // on a device a session also holds the weights' expansion workspace
+      info.shape.fixed_job_bytes = std::max(info.shape.fixed_job_bytes, session_bytes_of(*e->gpu));
+    }
   }
   infos_.push_back(std::move(info));
   speech_entries_.push_back(std::move(e));

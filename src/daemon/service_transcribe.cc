@@ -257,6 +257,12 @@ void Service::on_transcribe_event(JobRecord& j, WorkerEvent& ev) {
     ++counters_["transcribe_window_mismatch"];
     return;
   }
+  // The run's session exists once a window is done: its reservation is now real device (or host) memory.
+  if (ledger_.find(j.id)) (void)ledger_.materialize(j.id);
+  if (j.host_admitted && !j.host_materialized) {
+    (void)host_guard_.materialize(j.id);
+    j.host_materialized = true;
+  }
   const auto window_index = w.checkpoint.windows_done;
   for (const auto& seg : wr.segments) {
     const std::size_t index = w.segments.size();

@@ -93,6 +93,18 @@ namespace {
 MemoryBreakdown finish(const EstimatorConfig& cfg, const ModelShape& m, const RequestShape& r,
                        std::uint64_t weights, std::uint64_t kv_per_token, std::uint32_t layers, bool with_logits) {
   MemoryBreakdown b;
+  if (m.fixed_job_bytes != 0) {  // the engine's own figure: no KV blocks, one activation term per sequence
+    b.batch = r.batch;
+    b.layers = layers;
+    b.weights_bytes = weights;
+    b.prefill_chunk_tokens = r.prompt_tokens;
+    b.prefill_activation_bytes = sat_mul(m.fixed_job_bytes, r.batch);
+    b.activation_bytes = sat_add(b.prefill_activation_bytes, m.dequant_workspace_bytes);
+    const std::uint64_t base = sat_add(b.weights_bytes, b.activation_bytes);
+    b.fragmentation_bytes = fragmentation(cfg.fragmentation_fraction, base);
+    b.total_bytes = sat_add(base, b.fragmentation_bytes);
+    return b;
+  }
   if (m.encoder_only) {  // nothing cached, nothing decoded: one forward of the inputs
     kv_per_token = 0;
     with_logits = false;

@@ -34,6 +34,11 @@ struct ModelShape {
   // An encoder (an embedding model): one forward of prompt_tokens per input and nothing kept between forwards — no
   // KV cache, no logits, no decode. Its requests carry max_new_tokens 1 (the one forward) and batch = inputs.
   bool encoder_only = false;
+  // A model whose job needs a known, request-independent amount of device memory (a speech model: one window's
+  // encoder workspace + the cross-attention K/V + the decoder's self-attention cache, engine::WhisperModel::
+  // session_bytes): when non-zero it is a job's whole KV + activation term (per sequence, times batch), measured by
+  // the engine instead of derived from the shape. 0 = derive it.
+  std::uint64_t fixed_job_bytes = 0;
 
   Status validate() const;
 };

@@ -69,6 +69,26 @@ TEST(Estimator, EncoderOnlyHasActivationsOnly) {
   EXPECT_GT(est.estimate(m, r, false).kv_bytes, 0u);
 }
 
+// A speech model: the engine's measured per-job bytes replace the KV and activation terms (times the batch).
+TEST(Estimator, FixedJobBytesReplaceKvAndActivations) {
+  MemoryEstimator est(EstimatorConfig{16, 0.10});
+  ModelShape m = tiny_model();
+  m.fixed_job_bytes = 10000;
+  m.dequant_workspace_bytes = 50;
+  RequestShape r = request(1500, 448);
+  MemoryBreakdown b = est.estimate(m, r, /*weights_resident=*/false);
+  EXPECT_EQ(b.kv_bytes, 0u);
+  EXPECT_EQ(b.kv_blocks, 0u);
+  EXPECT_EQ(b.prefill_activation_bytes, 10000u);
+  EXPECT_EQ(b.activation_bytes, 10050u);
+  EXPECT_EQ(b.fragmentation_bytes, 1346u);  // ceil(0.1 × (3408 + 10050))
+  EXPECT_EQ(b.total_bytes, 3408u + 10050u + 1346u);
+  r.batch = 2;
+  EXPECT_EQ(est.estimate(m, r, true).activation_bytes, 20050u);
+  // The request's size does not change it.
+  EXPECT_EQ(est.estimate(m, request(1, 1), true).total_bytes, est.estimate(m, request(4000, 96), true).total_bytes);
+}
+
 struct KvRow {
   std::uint32_t prompt, max_new, batch, block;
   std::uint64_t blocks;
