@@ -2,9 +2,11 @@
 # The main job on an embedded default: installs packages (as root), builds, makes the bundled default model (a
 # small Llama-architecture model trained once on the license texts every Debian machine ships, with the real
 # Llama 2 tokenizer) and the bundled default embedding model (CLIP layout, trained here on rendered shapes with
-# captions), then starts tandemd on a PRIVATE D-Bus bus with a simulated GPU (no CUDA needed) serving both, and walks
-# through normal → image search → memory pressure (the embeddings keep the GPU, the long prompt is offloaded) →
-# GPU fault (degraded; embeddings re-run on the CPU) → recovered with tandemctl.
+# captions) and the bundled default speech model (Whisper layout, trained here on sentences espeak-ng speaks), then
+# starts tandemd on a PRIVATE D-Bus bus with a simulated GPU (no CUDA needed) serving all three, and walks through
+# normal → image search → transcription → memory pressure (the embeddings and a transcription keep the GPU, the
+# long prompt is offloaded) → GPU fault (degraded; embeddings re-run on the CPU, a transcription moves to the CPU at
+# a window boundary) → recovered with tandemctl.
 #   bash scripts/demo.sh ["your prompt"]
 # TANDEM_DEMO_KEEP=1 leaves the daemon running at the end (its bus address is printed).
 set -euo pipefail
@@ -24,6 +26,12 @@ CLIP_MODEL=${TANDEM_CLIP_MODEL:-$PWD/$BUILD/models/clip-default}
 if [ ! -f "$CLIP_MODEL/model.safetensors" ]; then
   echo "demo: training the default embedding model into $CLIP_MODEL (about 3 minutes, once)"
   "$BUILD/tools/tandem-train-clip" --out "$CLIP_MODEL"
+fi
+
+ASR_MODEL=${TANDEM_ASR_MODEL:-$PWD/$BUILD/models/whisper-default}
+if [ ! -f "$ASR_MODEL/model.safetensors" ]; then
+  echo "demo: training the default speech model into $ASR_MODEL (about 5 minutes, once)"
+  "$BUILD/tools/tandem-train-whisper" --out "$ASR_MODEL"
 fi
 
 DIR=$(mktemp -d /tmp/tandem-demo.XXXXXX)
@@ -74,6 +82,9 @@ max_new_tokens = 40
 name = "clip"
 dir = "$CLIP_MODEL"
 replica_mode = "mmap"
+[[model]]
+name = "asr"
+dir = "$ASR_MODEL"
 [ladder.pressure]
 # The demo's GPU is small: "critical" (where nothing new starts on the GPU) begins at 1% headroom instead of 5%, so
 # that in step 3 the ladder decides job by job under elevated pressure.
@@ -116,6 +127,33 @@ step "2. image search: index a folder of pictures (the CLIP model on the GPU), t
 "$CTL" search -n 5 "a blue circle"
 "$CTL" search -n 3 --image "$(ls "$DIR"/photos/*red-square*.png | head -1)"
 
+step "2b. transcription: sentences espeak-ng speaks (held out from training), transcribed on the GPU, segment by segment"
+"$BUILD/tools/tandem-train-whisper" --render "$DIR/speech" 12 >/dev/null
+python3 - "$DIR/speech" <<'PY'   # one longer recording of all twelve, for the steps below
+import sys, wave, glob
+files = sorted(glob.glob(sys.argv[1] + "/0*.wav"))
+out = wave.open(sys.argv[1] + "/all.wav", "wb")
+for i, f in enumerate(files):
+    r = wave.open(f)
+    if i == 0: out.setparams(r.getparams())
+    out.writeframes(r.readframes(r.getnframes()))
+out.close()
+PY
+echo "said: $(sed -n 1p "$DIR/speech/transcripts.txt" | cut -f2-)"
+"$CTL" transcribe "$DIR/speech/0000.wav"
+echo "said: $(sed -n 2p "$DIR/speech/transcripts.txt" | cut -f2-)"
+"$CTL" transcribe --srt "$DIR/speech/0001.wav"
+
+# transcription_job: the id of the newest running transcription job (for the steps that act on it while it runs).
+transcription_job() {
+  local best=""
+  for id in $(seq 1 200); do
+    j=$(busctl --address="unix:path=$SOCK" --json=short call io.tandem.Tandem1 /io/tandem/Tandem1 io.tandem.Tandem1 GetJob t "$id" 2>/dev/null) || continue
+    echo "$j" | jq -e '.data[0].kind.data == "transcribe" and .data[0].state.data == "running" and .data[0].windows_done.data >= 1' >/dev/null && best=$id
+  done
+  echo "$best"
+}
+
 step "3. memory pressure: another program takes most of the GPU; embeddings keep the GPU, the long prompt does not fit"
 "$CTL" testing foreign-load 1.43GiB   # about 40 MiB of headroom left above the 512 MiB safety margin
 "$CTL" status | grep -A1 "GPU memory"
@@ -123,16 +161,26 @@ touch "$DIR"/photos/00[01]*.png  # 20 changed mtimes: re-embedded while the GPU 
 "$CTL" index "$DIR/photos"
 "$CTL" embed "a yellow ring" >/dev/null   # prints where it ran (stderr): the GPU, a small job
 LONG="$PROMPT $(printf 'and you can redistribute it under the terms of the license %.0s' $(seq 1 40))"
+"$CTL" --json transcribe "$DIR/speech/all.wav" > "$DIR/t3.json" &   # a transcription, started first
+T3=$!
 "$CTL" plan "$LONG"   # the long prompt does not fit whole: the ladder offloads its last layer to the CPU
 "$CTL" run --seed 1 "$LONG"
+wait "$T3" || true
+echo "the transcription that ran meanwhile: $(jq -r '"\(.windows) windows on \(.routes | join(",")), \(.segments | length) segments, rtf \(.realtime_factor | floor)"' "$DIR/t3.json")"
 
 step "4. GPU fault: the driver resets; the breaker opens and tandemd serves on the CPU (degraded)"
 "$CTL" testing foreign-load 0
+"$CTL" transcribe "$DIR/speech/all.wav" > "$DIR/t4.txt" &   # mid-file when the device goes
+T4=$!
+for _ in $(seq 1 200); do [ -n "$(transcription_job)" ] && break; sleep 0.02; done
 "$CTL" testing lose-device
+wait "$T4" || true
+echo "the transcription: $(grep -c . "$DIR/t4.txt") segments, none twice (it moved to the CPU at a window boundary: see above)"
 wait_state degraded 10
 "$CTL" status
 "$CTL" run --seed 1 "$PROMPT"
 "$CTL" search -n 3 "a green triangle"
+"$CTL" transcribe "$DIR/speech/0002.wav"
 "$CTL" embed "a yellow ring" >/dev/null
 
 step "5. recovered: the device is back; the half-open probe closes the breaker; back on the GPU"
