@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/engine_backend.h"
+#include "daemon/engine_backend_replicas.h"
 #include "daemon/log.h"
 #include "engine/clip.h"
 #include "image/image.h"
@@ -21,15 +22,8 @@ namespace tandem::daemon {
 
 using SteadyTime = std::chrono::steady_clock;
 
-struct EngineBackend::EmbedEntry {
-  ModelConfig cfg;
+struct EngineBackend::EmbedEntry : ReplicaPair<engine::ClipModel> {
   engine::ClipLoadOptions cpu_opts, gpu_opts;
-  std::shared_ptr<engine::ClipModel> cpu;
-  mutable std::mutex gpu_mu;
-  std::shared_ptr<engine::ClipModel> gpu;  // guarded by gpu_mu
-  std::string gpu_error;                   // guarded by gpu_mu
-  std::uint64_t gpu_epoch = 0;             // the accelerator's epoch when `gpu` was loaded; a loss bumps it
-  bool gpu_wanted = false;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   image::ClipPreprocess preprocess;
   // One forward at a time per replica: a job is already a batch (its inputs run together), and the replica's
@@ -188,31 +182,10 @@ Status EngineBackend::add_embedding_model(const ModelConfig& mc, const DaemonCon
 }
 
 Status EngineBackend::load_embed_gpu(EmbedEntry& e) {
-  const auto t0 = SteadyTime::now();
-  auto m = engine::ClipModel::load(e.cfg.dir, e.gpu_opts);
-  std::lock_guard lock(e.gpu_mu);
-  if (!m) {
-    e.gpu.reset();
-    e.gpu_error = m.error().message;
-    return fail(std::move(m).error());
-  }
-  if ((*m)->fingerprint() != e.cpu->fingerprint()) {
-    e.gpu_error = "GPU replica fingerprint differs from the CPU replica's";
-    return fail(Errc::incompatible, e.gpu_error);
-  }
-  e.gpu = std::move(m).value();
-  e.gpu_epoch = accel_ ? accel_->epoch() : 0;
-  e.gpu_error.clear();
-  log::info("embedding model {}: GPU replica ready in {} ms ({} MiB weights on {})", e.cfg.name,
-            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
-            e.gpu->stats().accel_weight_bytes >> 20, accel_ ? accel_->name() : "none");
-  return {};
+  return e.load_gpu(accel_.get(), "embedding", [&] { return engine::ClipModel::load(e.cfg.dir, e.gpu_opts); });
 }
 
-// The GPU replica's tensors died with the device: lost now, or lost and back since it was loaded (a new epoch).
-bool EngineBackend::embed_gpu_lost(const EmbedEntry& e) const {
-  return accel_ && (accel_->lost() || accel_->epoch() != e.gpu_epoch);
-}
+bool EngineBackend::embed_gpu_lost(const EmbedEntry& e) const { return e.gpu_lost(accel_.get()); }
 
 EngineBackend::EmbedEntry* EngineBackend::embed_entry(const std::string& name) const {
   for (const auto& e : embed_entries_)
@@ -254,9 +227,8 @@ RunResult EngineBackend::embed(const EmbedSpec& spec, const std::atomic<bool>& c
   const bool on_gpu = spec.route.device != policy::Device::cpu;
   std::shared_ptr<engine::ClipModel> m;
   if (on_gpu) {
-    std::lock_guard lock(e->gpu_mu);
-    m = e->gpu;
-    if (!m || embed_gpu_lost(*e)) {
+    m = e->gpu_for_run(accel_.get());
+    if (!m) {
       out.status = fail(Errc::device_lost, "the GPU replica of " + spec.route.model + " is not available");
       out.accelerator_fault = true;
       return out;
@@ -319,56 +291,19 @@ RunResult EngineBackend::embed(const EmbedSpec& spec, const std::atomic<bool>& c
 }
 
 std::vector<ReplicaInfo> EngineBackend::embed_replicas(const EmbedEntry& e) const {
-  std::vector<ReplicaInfo> out;
-  if (e.gpu_wanted) {
-    ReplicaInfo r;
-    std::lock_guard lock(e.gpu_mu);
-    r.device = "gpu";
-    r.mode = "resident";
-    if (e.gpu) {
-      const bool lost = embed_gpu_lost(e);
-      r.state = lost ? "lost" : "loaded";
-      r.layers = static_cast<std::uint32_t>(e.gpu->config().text.layers + e.gpu->config().vision.layers);
-      r.accel_bytes = lost ? 0 : e.gpu->stats().accel_weight_bytes;
-      r.fingerprint = e.gpu->fingerprint();
-    } else {
-      r.state = "failed";
-      r.error = e.gpu_error;
-    }
-    out.push_back(r);
-  }
-  ReplicaInfo c;
-  c.device = "cpu";
-  c.state = "loaded";
-  c.mode = "mmap";
-  c.fingerprint = e.cpu->fingerprint();
-  c.host_bytes = e.cpu->stats().resident_copy_bytes;
-  out.push_back(c);
-  return out;
+  return e.infos(accel_.get(), [](const engine::ClipModel& m) { return m.config().text.layers + m.config().vision.layers; });
 }
 
-std::uint64_t EngineBackend::embed_gpu_bytes(const EmbedEntry& e) const {
-  std::lock_guard lock(e.gpu_mu);
-  if (!e.gpu || embed_gpu_lost(e)) return 0;
-  return e.gpu->stats().accel_weight_bytes;
-}
+std::uint64_t EngineBackend::embed_gpu_bytes(const EmbedEntry& e) const { return e.gpu_bytes(accel_.get()); }
 
-bool EngineBackend::embed_gpu_ready(const EmbedEntry& e) const {
-  std::lock_guard lock(e.gpu_mu);
-  return e.gpu && !embed_gpu_lost(e);
-}
+bool EngineBackend::embed_gpu_ready(const EmbedEntry& e) const { return e.gpu_ready(accel_.get()); }
 
 Status EngineBackend::reload_embed_gpu() {
   Status first;
-  for (auto& e : embed_entries_) {
-    if (!e->gpu_wanted) continue;
-    {
-      std::lock_guard lock(e->gpu_mu);
-      if (e->gpu && !embed_gpu_lost(*e)) continue;
-      e->gpu.reset();
-    }
-    if (auto st = load_embed_gpu(*e); !st && first) first = st;
-  }
+  for (auto& e : embed_entries_)
+    if (auto st = e->reload(accel_.get(), "embedding", [&] { return engine::ClipModel::load(e->cfg.dir, e->gpu_opts); });
+        !st && first)
+      first = st;
   return first;
 }
 

@@ -12,6 +12,7 @@
 #include "audio/audio.h"
 #include "audio/mel.h"
 #include "daemon/engine_backend.h"
+#include "daemon/engine_backend_replicas.h"
 #include "daemon/log.h"
 #include "engine/whisper.h"
 #include "speech/transcriber.h"
@@ -22,15 +23,8 @@ namespace tandem::daemon {
 
 using SteadyTime = std::chrono::steady_clock;
 
-struct EngineBackend::SpeechEntry {
-  ModelConfig cfg;
+struct EngineBackend::SpeechEntry : ReplicaPair<engine::WhisperModel> {
   engine::WhisperLoadOptions cpu_opts, gpu_opts;
-  std::shared_ptr<engine::WhisperModel> cpu;
-  mutable std::mutex gpu_mu;
-  std::shared_ptr<engine::WhisperModel> gpu;  // guarded by gpu_mu
-  std::string gpu_error;                      // guarded by gpu_mu
-  std::uint64_t gpu_epoch = 0;                // the accelerator's epoch when `gpu` was loaded
-  bool gpu_wanted = false;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   tok::WhisperSpecials specials;
   std::string generation_config;  // generation_config.json's text ("" = none)
@@ -183,30 +177,10 @@ Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig
 }
 
 Status EngineBackend::load_speech_gpu(SpeechEntry& e) {
-  const auto t0 = SteadyTime::now();
-  auto m = engine::WhisperModel::load(e.cfg.dir, e.gpu_opts);
-  std::lock_guard lock(e.gpu_mu);
-  if (!m) {
-    e.gpu.reset();
-    e.gpu_error = m.error().message;
-    return fail(std::move(m).error());
-  }
-  if ((*m)->fingerprint() != e.cpu->fingerprint()) {
-    e.gpu_error = "GPU replica fingerprint differs from the CPU replica's";
-    return fail(Errc::incompatible, e.gpu_error);
-  }
-  e.gpu = std::move(m).value();
-  e.gpu_epoch = accel_ ? accel_->epoch() : 0;
-  e.gpu_error.clear();
-  log::info("speech model {}: GPU replica ready in {} ms ({} MiB weights on {})", e.cfg.name,
-            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
-            e.gpu->stats().accel_weight_bytes >> 20, accel_ ? accel_->name() : "none");
-  return {};
+  return e.load_gpu(accel_.get(), "speech", [&] { return engine::WhisperModel::load(e.cfg.dir, e.gpu_opts); });
 }
 
-bool EngineBackend::speech_gpu_lost(const SpeechEntry& e) const {
-  return accel_ && (accel_->lost() || accel_->epoch() != e.gpu_epoch);
-}
+bool EngineBackend::speech_gpu_lost(const SpeechEntry& e) const { return e.gpu_lost(accel_.get()); }
 
 EngineBackend::SpeechEntry* EngineBackend::speech_entry(const std::string& name) const {
   for (const auto& e : speech_entries_)
@@ -225,9 +199,8 @@ RunResult EngineBackend::transcribe(const TranscribeSpec& spec, TranscribeSink& 
   const bool on_gpu = spec.route.device != policy::Device::cpu;
   std::shared_ptr<engine::WhisperModel> m;
   if (on_gpu) {
-    std::lock_guard lock(e->gpu_mu);
-    m = e->gpu;
-    if (!m || speech_gpu_lost(*e)) {
+    m = e->gpu_for_run(accel_.get());
+    if (!m) {
       out.status = fail(Errc::device_lost, "the GPU replica of " + spec.route.model + " is not available");
       out.accelerator_fault = true;
       return out;
@@ -282,56 +255,19 @@ RunResult EngineBackend::transcribe(const TranscribeSpec& spec, TranscribeSink& 
 }
 
 std::vector<ReplicaInfo> EngineBackend::speech_replicas(const SpeechEntry& e) const {
-  std::vector<ReplicaInfo> out;
-  if (e.gpu_wanted) {
-    ReplicaInfo r;
-    std::lock_guard lock(e.gpu_mu);
-    r.device = "gpu";
-    r.mode = "resident";
-    if (e.gpu) {
-      const bool lost = speech_gpu_lost(e);
-      r.state = lost ? "lost" : "loaded";
-      r.layers = static_cast<std::uint32_t>(e.gpu->config().encoder_layers + e.gpu->config().decoder_layers);
-      r.accel_bytes = lost ? 0 : e.gpu->stats().accel_weight_bytes;
-      r.fingerprint = e.gpu->fingerprint();
-    } else {
-      r.state = "failed";
-      r.error = e.gpu_error;
-    }
-    out.push_back(r);
-  }
-  ReplicaInfo c;
-  c.device = "cpu";
-  c.state = "loaded";
-  c.mode = "mmap";
-  c.fingerprint = e.cpu->fingerprint();
-  c.host_bytes = e.cpu->stats().resident_copy_bytes;
-  out.push_back(c);
-  return out;
+  return e.infos(accel_.get(), [](const engine::WhisperModel& m) { return m.config().encoder_layers + m.config().decoder_layers; });
 }
 
-std::uint64_t EngineBackend::speech_gpu_bytes(const SpeechEntry& e) const {
-  std::lock_guard lock(e.gpu_mu);
-  if (!e.gpu || speech_gpu_lost(e)) return 0;
-  return e.gpu->stats().accel_weight_bytes;
-}
+std::uint64_t EngineBackend::speech_gpu_bytes(const SpeechEntry& e) const { return e.gpu_bytes(accel_.get()); }
 
-bool EngineBackend::speech_gpu_ready(const SpeechEntry& e) const {
-  std::lock_guard lock(e.gpu_mu);
-  return e.gpu && !speech_gpu_lost(e);
-}
+bool EngineBackend::speech_gpu_ready(const SpeechEntry& e) const { return e.gpu_ready(accel_.get()); }
 
 Status EngineBackend::reload_speech_gpu() {
   Status first;
-  for (auto& e : speech_entries_) {
-    if (!e->gpu_wanted) continue;
-    {
-      std::lock_guard lock(e->gpu_mu);
-      if (e->gpu && !speech_gpu_lost(*e)) continue;
-      e->gpu.reset();
-    }
-    if (auto st = load_speech_gpu(*e); !st && first) first = st;
-  }
+  for (auto& e : speech_entries_)
+    if (auto st = e->reload(accel_.get(), "speech", [&] { return engine::WhisperModel::load(e->cfg.dir, e->gpu_opts); });
+        !st && first)
+      first = st;
   return first;
 }
 

@@ -10,21 +10,6 @@
 
 namespace tandem::daemon {
 
-namespace {
-
-std::string hex_digest(const std::vector<std::uint8_t>& bytes) {
-  const auto d = Sha256::of(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (auto b : d) {
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------------------------
 // Requests
 
@@ -89,7 +74,7 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
       return fail(Errc::invalid_argument, which + " is " + std::to_string(b->size()) + " bytes; at most " +
                                               std::to_string(lim.max_image_bytes) + " ([embedding] max_image_bytes)");
     if (auto f = image::sniff(*b); !f) return fail(Errc::invalid_argument, which + ": " + f.error().message);
-    images.push_back({{"sha256", hex_digest(*b)}, {"bytes", b->size()}});
+    images.push_back({{"sha256", bytes_sha256(*b)}, {"bytes", b->size()}});
     work->images.push_back(b);
     work->image_names.push_back(which);
   }

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/sha256.h"
 #include "core/text.h"
 #include "daemon/log.h"
 #include "daemon/service.h"
@@ -96,6 +97,11 @@ inline Failure rejected_error(const Decision& d) {
 inline std::string scoped_key(std::uint32_t uid, const std::string& key) { return std::to_string(uid) + "/" + key; }
 // The idempotency outcome a withdrawn job (a failed group commit) leaves on its key: the key is free for a new job.
 inline constexpr const char* kNotAccepted = "journal_commit_failed";
+
+// The SHA-256 of an input's bytes as hex: how the journal names images and audio it does not keep.
+inline std::string bytes_sha256(const std::vector<std::uint8_t>& bytes) {
+  return Sha256::hex(Sha256::of(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
+}
 
 inline std::string user_key(const std::string& scoped) {
   const auto slash = scoped.find('/');

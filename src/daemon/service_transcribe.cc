@@ -13,17 +13,6 @@ namespace tandem::daemon {
 
 namespace {
 
-std::string hex_digest(const std::vector<std::uint8_t>& bytes) {
-  const auto d = Sha256::of(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (auto b : d) {
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
-}
-
 // The fallback ladder from a first temperature: Whisper's 0, 0.2, ..., 1.0 (from `first` on), or `first` alone.
 std::vector<double> temperature_ladder(double first, bool fallback) {
   std::vector<double> t{first};
@@ -179,7 +168,7 @@ Result<Service::Prepared> Service::prepare_transcribe(const Caller& c, const Tra
   p.max_new_tokens = p.shape.max_new_tokens;
   p.request_json = json{{"kind", "transcribe"},
                         {"model", name},
-                        {"audio", {{"sha256", hex_digest(*req.audio)}, {"bytes", req.audio->size()},
+                        {"audio", {{"sha256", bytes_sha256(*req.audio)}, {"bytes", req.audio->size()},
                                    {"seconds", work->audio_seconds}, {"format", info->format}}},
                         {"language", so.language},
                         {"translate", o.translate},

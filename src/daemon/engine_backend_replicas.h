@@ -1,0 +1,118 @@
+// EngineBackend-internal: a model of one engine class (engine::ClipModel, engine::WhisperModel) served by a CPU
+// replica and, when the model wants it and there is an accelerator, a GPU replica that dies with the device and is
+// loaded again after it recovers. The embedding and speech entries (engine_backend_embed.cc,
+// engine_backend_speech.cc) are such pairs; the LLM entries have their own (hybrid layers, KV pool, step loops).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "daemon/backend.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
+#include "device/device.h"
+
+namespace tandem::daemon {
+
+template <class M>
+struct ReplicaPair {
+  ModelConfig cfg;
+  std::shared_ptr<M> cpu;
+  mutable std::mutex gpu_mu;
+  std::shared_ptr<M> gpu;      // guarded by gpu_mu
+  std::string gpu_error;       // guarded by gpu_mu
+  std::uint64_t gpu_epoch = 0; // the accelerator's epoch when `gpu` was loaded; a loss bumps it
+  bool gpu_wanted = false;
+
+  // The GPU replica's tensors died with the device: lost now, or lost and back since it was loaded (a new epoch).
+  bool gpu_lost(const device::Device* accel) const {
+    return accel && (accel->lost() || accel->epoch() != gpu_epoch);
+  }
+
+  // Loads the GPU replica with `load()` (a Result<std::shared_ptr<M>>). It must have the CPU replica's fingerprint
+  // (incompatible otherwise). `kind` names the model kind in the log line ("embedding", "speech").
+  template <class Load>
+  Status load_gpu(const device::Device* accel, const char* kind, Load&& load) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto m = load();
+    std::lock_guard lock(gpu_mu);
+    if (!m) {
+      gpu.reset();
+      gpu_error = m.error().message;
+      return fail(std::move(m).error());
+    }
+    if ((*m)->fingerprint() != cpu->fingerprint()) {
+      gpu_error = "GPU replica fingerprint differs from the CPU replica's";
+      return fail(Errc::incompatible, gpu_error);
+    }
+    gpu = std::move(m).value();
+    gpu_epoch = accel ? accel->epoch() : 0;
+    gpu_error.clear();
+    log::info("{} model {}: GPU replica ready in {} ms ({} MiB weights on {})", kind, cfg.name,
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count(),
+              gpu->stats().accel_weight_bytes >> 20, accel ? accel->name() : "none");
+    return {};
+  }
+
+  // After a device loss and recovery: loads the GPU replica again when it is wanted and not usable.
+  template <class Load>
+  Status reload(const device::Device* accel, const char* kind, Load&& load) {
+    if (!gpu_wanted) return {};
+    {
+      std::lock_guard lock(gpu_mu);
+      if (gpu && !gpu_lost(accel)) return {};
+      gpu.reset();
+    }
+    return load_gpu(accel, kind, std::forward<Load>(load));
+  }
+
+  // The GPU replica for a run; null when there is none or it died with the device.
+  std::shared_ptr<M> gpu_for_run(const device::Device* accel) const {
+    std::lock_guard lock(gpu_mu);
+    if (!gpu || gpu_lost(accel)) return nullptr;
+    return gpu;
+  }
+  bool gpu_ready(const device::Device* accel) const { return gpu_for_run(accel) != nullptr; }
+  std::uint64_t gpu_bytes(const device::Device* accel) const {
+    auto m = gpu_for_run(accel);
+    return m ? m->stats().accel_weight_bytes : 0;
+  }
+
+  // The replicas as ListModels / the model objects show them; `layers(model)` counts a replica's layers.
+  template <class Layers>
+  std::vector<ReplicaInfo> infos(const device::Device* accel, Layers&& layers) const {
+    std::vector<ReplicaInfo> out;
+    if (gpu_wanted) {
+      ReplicaInfo r;
+      std::lock_guard lock(gpu_mu);
+      r.device = "gpu";
+      r.mode = "resident";
+      if (gpu) {
+        const bool lost = gpu_lost(accel);
+        r.state = lost ? "lost" : "loaded";
+        r.layers = static_cast<std::uint32_t>(layers(*gpu));
+        r.accel_bytes = lost ? 0 : gpu->stats().accel_weight_bytes;
+        r.fingerprint = gpu->fingerprint();
+      } else {
+        r.state = "failed";
+        r.error = gpu_error;
+      }
+      out.push_back(r);
+    }
+    ReplicaInfo c;
+    c.device = "cpu";
+    c.state = "loaded";
+    c.mode = "mmap";
+    c.fingerprint = cpu->fingerprint();
+    c.host_bytes = cpu->stats().resident_copy_bytes;
+    out.push_back(c);
+    return out;
+  }
+};
+
+}  // namespace tandem::daemon
