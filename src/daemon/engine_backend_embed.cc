@@ -109,17 +109,12 @@ Status EngineBackend::add_embedding_model(const ModelConfig& mc, const DaemonCon
   (void)cfg;
   std::unique_ptr<EmbedEntry, EmbedEntryDelete> e(new EmbedEntry());
   e->cfg = mc;
-  auto dt = engine::parse_compute_dtype(mc.dtype);
-  if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
-  engine::ClipLoadOptions o;
-  o.dtype = *dt;
-  o.revision = mc.revision;
-  e->cpu_opts = o;
-  e->cpu_opts.threads = mc.cpu_threads;
-  e->gpu_opts = o;
-  e->gpu_opts.threads = mc.gpu_threads;
-  e->gpu_opts.accelerator = accel_;
-  e->gpu_wanted = mc.gpu && accel_ != nullptr;
+  auto ro = replica_options<engine::ClipLoadOptions>(mc, accel_);
+  if (!ro) return fail(std::move(ro).error());
+  const auto* dt = &ro->dtype;
+  e->cpu_opts = ro->cpu;
+  e->gpu_opts = ro->gpu;
+  e->gpu_wanted = ro->gpu_wanted;
 
   if (progress) progress("loading embedding model " + mc.name + " (CPU replica)");
   const auto t0 = SteadyTime::now();

@@ -16,8 +16,35 @@
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "device/device.h"
+#include "engine/model.h"
 
 namespace tandem::daemon {
+
+// Load options of the two replicas from a [[model]] section: the compute dtype and revision for both, the CPU and GPU
+// thread counts, the accelerator for the GPU one (wanted when the model asks for the GPU and there is one).
+template <class Opts>
+struct ReplicaOptions {
+  Opts cpu, gpu;
+  bool gpu_wanted = false;
+  engine::ComputeDType dtype = engine::ComputeDType::auto_;
+};
+template <class Opts>
+Result<ReplicaOptions<Opts>> replica_options(const ModelConfig& mc, const std::shared_ptr<device::Device>& accel) {
+  auto dt = engine::parse_compute_dtype(mc.dtype);
+  if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
+  ReplicaOptions<Opts> r;
+  r.dtype = *dt;
+  Opts o;
+  o.dtype = *dt;
+  o.revision = mc.revision;
+  r.cpu = o;
+  r.cpu.threads = mc.cpu_threads;
+  r.gpu = o;
+  r.gpu.threads = mc.gpu_threads;
+  r.gpu.accelerator = accel;
+  r.gpu_wanted = mc.gpu && accel != nullptr;
+  return r;
+}
 
 template <class M>
 struct ReplicaPair {

@@ -93,17 +93,12 @@ Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig
   (void)cfg;
   std::unique_ptr<SpeechEntry, SpeechEntryDelete> e(new SpeechEntry());
   e->cfg = mc;
-  auto dt = engine::parse_compute_dtype(mc.dtype);
-  if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
-  engine::WhisperLoadOptions o;
-  o.dtype = *dt;
-  o.revision = mc.revision;
-  e->cpu_opts = o;
-  e->cpu_opts.threads = mc.cpu_threads;
-  e->gpu_opts = o;
-  e->gpu_opts.threads = mc.gpu_threads;
-  e->gpu_opts.accelerator = accel_;
-  e->gpu_wanted = mc.gpu && accel_ != nullptr;
+  auto ro = replica_options<engine::WhisperLoadOptions>(mc, accel_);
+  if (!ro) return fail(std::move(ro).error());
+  const auto* dt = &ro->dtype;
+  e->cpu_opts = ro->cpu;
+  e->gpu_opts = ro->gpu;
+  e->gpu_wanted = ro->gpu_wanted;
 
   if (progress) progress("loading speech model " + mc.name + " (CPU replica)");
   const auto t0 = SteadyTime::now();
