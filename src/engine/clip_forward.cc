@@ -9,67 +9,15 @@
 #include <limits>
 
 #include "engine/clip_impl.h"
-#include "engine/dequant.h"
+#include "engine/encoder_rows.h"
 
 namespace tandem::engine {
 
 namespace {
 
-struct Cancelled {};
-
-// Row kernels. Each output element is computed from its own row (attention: its own item) by the same sequence of
-// operations whatever the row's index or the batch.
-void layer_norm_rows(const float* x, const float* w, const float* b, std::int64_t n, std::int64_t d, double eps,
-                     float* out) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* r = x + i * d;
-    double sum = 0;
-    for (std::int64_t j = 0; j < d; ++j) sum += r[j];
-    const double mean = sum / static_cast<double>(d);
-    double var = 0;
-    for (std::int64_t j = 0; j < d; ++j) var += (r[j] - mean) * (r[j] - mean);
-    const double rstd = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
-    float* o = out + i * d;
-    for (std::int64_t j = 0; j < d; ++j) o[j] = static_cast<float>((r[j] - mean) * rstd) * w[j] + b[j];
-  }
-}
-
-void activation_rows(float* x, std::int64_t count, bool gelu) {
-  if (gelu) {
-    for (std::int64_t i = 0; i < count; ++i)
-      x[i] = static_cast<float>(0.5 * x[i] * (1.0 + std::erf(x[i] * 0.70710678118654752440)));
-  } else {
-    for (std::int64_t i = 0; i < count; ++i) x[i] = static_cast<float>(x[i] / (1.0 + std::exp(-1.702 * x[i])));
-  }
-}
-
-// One item's multi-head attention: q, k, v, out [L, heads · hd] (row stride `stride`), scores in double.
-void attention_item(const float* q, const float* k, const float* v, float* out, std::int64_t L, std::int64_t stride,
-                    int heads, std::int64_t hd, bool causal, std::vector<double>& s) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  s.resize(static_cast<std::size_t>(L));
-  for (int h = 0; h < heads; ++h) {
-    for (std::int64_t i = 0; i < L; ++i) {
-      const float* qi = q + i * stride + h * hd;
-      const std::int64_t n = causal ? i + 1 : L;
-      double mx = -std::numeric_limits<double>::infinity();
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float* kj = k + j * stride + h * hd;
-        double dot = 0;
-        for (std::int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qi[e]) * kj[e];
-        s[static_cast<std::size_t>(j)] = dot * scale;
-        mx = std::max(mx, s[static_cast<std::size_t>(j)]);
-      }
-      double sum = 0;
-      for (std::int64_t j = 0; j < n; ++j) sum += (s[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(j)] - mx));
-      float* o = out + i * stride + h * hd;
-      for (std::int64_t e = 0; e < hd; ++e) {
-        double acc = 0;
-        for (std::int64_t j = 0; j < n; ++j) acc += s[static_cast<std::size_t>(j)] * v[j * stride + h * hd + e];
-        o[e] = static_cast<float>(acc / sum);
-      }
-    }
-  }
+// CLIP's quick GELU (x · sigmoid(1.702 x)), in place.
+void quick_gelu_rows(float* x, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) x[i] = static_cast<float>(x[i] / (1.0 + std::exp(-1.702 * x[i])));
 }
 
 std::vector<float> normalized(const float* p, std::int64_t n) {
@@ -81,68 +29,17 @@ std::vector<float> normalized(const float* p, std::int64_t n) {
   return out;
 }
 
-Error torch_error(const std::string& what, const char* op) {
-  const bool oom = what.find("out of memory") != std::string::npos || what.find("alloc") != std::string::npos;
-  return Error{oom ? Errc::out_of_memory : Errc::internal, std::string(op) + ": " + what};
-}
-
 }  // namespace
-
-at::Tensor ClipModel::Impl::layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps_in) const {
-  // eps as an f32 value (what torch's f32 layer norm adds, and what a GGUF file stores), so the HF and GGUF
-  // files of one model give identical vectors.
-  const double eps = static_cast<double>(static_cast<float>(eps_in));
-  if (!on_accel()) {
-    const at::Tensor xf = x.contiguous();
-    at::Tensor out = at::empty_like(xf);
-    layer_norm_rows(xf.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(), xf.size(0), xf.size(1), eps,
-                    out.data_ptr<float>());
-    return out;
-  }
-  return at::layer_norm(x, {x.size(1)}, w, b, eps);
-}
-
-at::Tensor ClipModel::Impl::linear(const at::Tensor& x, const Weight& w, const at::Tensor& b,
-                                   const std::vector<std::int64_t>& lens) {
-  at::Tensor y;
-  if (!on_accel()) {
-    y = cpu_linear(x, w, *pool, act_buf);
-    if (b.defined()) {
-      float* p = y.data_ptr<float>();
-      const float* bp = b.data_ptr<float>();
-      const std::int64_t n = y.size(0), r = y.size(1);
-      for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t j = 0; j < r; ++j) p[i * r + j] += bp[j];
-    }
-    return y;
-  }
-  const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, at::kFloat);
-  // On the simulated device (ATen's CPU BLAS) each item's rows get their own product, as when the item is alone;
-  // on CUDA one product over all rows.
-  if (accel_dev.is_cuda() || lens.size() <= 1) {
-    y = at::matmul(x, m.t());
-  } else {
-    std::vector<at::Tensor> parts;
-    std::int64_t off = 0;
-    for (std::int64_t n : lens) {
-      parts.push_back(at::matmul(x.narrow(0, off, n), m.t()));
-      off += n;
-    }
-    y = at::cat(parts, 0);
-  }
-  return b.defined() ? y.add_(b) : y;
-}
 
 at::Tensor ClipModel::Impl::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int heads,
                                       const std::vector<std::int64_t>& lens, bool causal) const {
   const std::int64_t H = q.size(1), hd = H / heads;
   if (!on_accel()) {
     at::Tensor out = at::empty_like(q);
-    std::vector<double> s;
     std::int64_t off = 0;
-    for (std::int64_t L : lens) {
-      attention_item(q.data_ptr<float>() + off * H, k.data_ptr<float>() + off * H, v.data_ptr<float>() + off * H,
-                     out.data_ptr<float>() + off * H, L, H, heads, hd, causal, s);
+    for (std::int64_t L : lens) {  // each item's rows attend to that item's rows only
+      attention_rows(q.data_ptr<float>() + off * H, k.data_ptr<float>() + off * H, v.data_ptr<float>() + off * H,
+                     out.data_ptr<float>() + off * H, 0, L, L, H, heads, causal, 0);
       off += L;
     }
     return out;
@@ -162,19 +59,19 @@ at::Tensor ClipModel::Impl::attention(const at::Tensor& q, const at::Tensor& k, 
 }
 
 at::Tensor ClipModel::Impl::activation(const at::Tensor& x, const std::string& act) const {
-  const bool gelu = act == "gelu";
+  if (act == "gelu") return gelu(x);
   if (!on_accel()) {
-    activation_rows(x.data_ptr<float>(), x.numel(), gelu);
+    quick_gelu_rows(x.data_ptr<float>(), x.numel());
     return x;
   }
-  return gelu ? at::gelu(x) : x * at::sigmoid(x * 1.702);
+  return x * at::sigmoid(x * 1.702);
 }
 
 at::Tensor ClipModel::Impl::tower(const ClipTower& t, at::Tensor x, const std::vector<std::int64_t>& lens, bool causal,
                                   const std::atomic<bool>* cancel) {
   const ClipTowerShape& s = t.shape;
   for (const ClipLayer& l : t.layers) {
-    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled{};
+    throw_if_cancelled(cancel);
     if (on_accel()) {
       Status st = accel->check(device::Site::prefill);
       if (!st.ok()) throw Error(std::move(st).error());
@@ -196,36 +93,6 @@ std::vector<std::vector<float>> ClipModel::Impl::project(const at::Tensor& poole
   std::vector<std::vector<float>> out;
   for (std::int64_t i = 0; i < y.size(0); ++i) out.push_back(normalized(y.data_ptr<float>() + i * y.size(1), y.size(1)));
   return out;
-}
-
-// Runs `body` under the model's lock with the accelerator's workspace accounted, mapping failures to errors.
-template <class F>
-Result<std::vector<std::vector<float>>> ClipModel::Impl::guarded(std::uint64_t ws_bytes, const char* op, F&& body) {
-  Impl& im = *this;
-  std::lock_guard lock(im.compute_mu);
-  device::Allocation ws;
-  if (im.accel) {
-    if (im.device_lost())
-      return fail(Errc::device_lost, im.accel->name() + ": the CLIP model's device buffers were lost; reload it");
-    TANDEM_TRY(im.accel->check(device::Site::prefill));
-    auto a = im.accel->allocate(ws_bytes, device::Site::prefill);
-    if (!a) return fail(std::move(a).error());
-    ws = std::move(a).value();
-  }
-  try {
-    c10::InferenceMode guard;
-    return body();
-  } catch (const Cancelled&) {
-    return fail(Errc::cancelled, std::string(op) + ": cancelled");
-  } catch (const Error& e) {
-    return fail(e);
-  } catch (const c10::Error& e) {
-    Error err = torch_error(e.what_without_backtrace(), op);
-    if (im.accel && err.code == Errc::internal && !im.accel->check(device::Site::prefill).ok()) err.code = Errc::device_lost;
-    return fail(std::move(err));
-  } catch (const std::bad_alloc&) {
-    return fail(Errc::out_of_memory, std::string(op) + ": out of host memory");
-  }
 }
 
 Result<std::vector<std::vector<float>>> ClipModel::embed_texts(std::span<const std::vector<std::int32_t>> ids,

@@ -1,20 +1,17 @@
-// ClipModel::Impl, shared by clip.cc (loading, placement, accessors) and clip_forward.cc (the encoders).
-// Engine-internal; includes ATen's Tensor type.
+// ClipModel::Impl, shared by clip.cc (loading, placement, accessors) and clip_forward.cc (the encoders). The files,
+// pool, accelerator and the shared building blocks are EncoderModelBase's (encoder_model.h). Engine-internal;
+// includes ATen's Tensor type.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-#include <memory>
-#include <mutex>
-#include <optional>
+#include <atomic>
 #include <string>
 #include <vector>
 
 #include "engine/clip.h"
+#include "engine/encoder_model.h"
 #include "engine/weight.h"
-#include "engine/worker_pool.h"
-#include "weights/gguf.h"
-#include "weights/model_dir.h"
 
 namespace tandem::engine {
 
@@ -32,17 +29,11 @@ struct ClipTower {
   std::vector<ClipLayer> layers;
 };
 
-struct ClipModel::Impl {
+struct ClipModel::Impl : EncoderModelBase {
   ClipConfig cfg;
   ClipLoadOptions opts;
   ClipLoadStats stats;
   std::string fingerprint;
-
-  // The files the weights are mapped from (kept alive: the weights point into them).
-  std::optional<weights::SafetensorsWeights> st;
-  std::optional<weights::GgufFile> gguf;
-  std::vector<weights::TensorView> gguf_views;
-  std::vector<const weights::MappedFile*> files;
 
   Weight token_embd;        // read on the CPU, row by row (any type)
   at::Tensor text_pos;      // f32 [text positions, text hidden]
@@ -53,23 +44,6 @@ struct ClipModel::Impl {
   Weight text_proj, visual_proj;
   ClipTower text, vision;
 
-  std::unique_ptr<WorkerPool> pool;
-  std::vector<std::byte> act_buf;
-  std::mutex compute_mu;  // one embed call at a time: the pool and act_buf are shared
-
-  std::shared_ptr<device::Device> accel;
-  at::Device accel_dev{at::kCPU};
-  std::vector<device::Allocation> accel_allocs;
-  std::uint64_t dequant_ws = 0;
-
-  bool on_accel() const { return accel != nullptr; }
-  bool device_lost() const {
-    if (!accel) return false;
-    if (accel->lost()) return true;
-    for (const auto& a : accel_allocs)
-      if (!a.valid()) return true;
-    return false;
-  }
   std::vector<Weight*> all_matrices();
   std::vector<at::Tensor*> all_vectors();
   Status place_on_accelerator();
@@ -77,13 +51,15 @@ struct ClipModel::Impl {
   // clip_forward.cc. `rows`: every item's rows in item order (f32 [R, hidden]); `lens`: each item's row count.
   at::Tensor tower(const ClipTower& t, at::Tensor x, const std::vector<std::int64_t>& lens, bool causal,
                    const std::atomic<bool>* cancel);
-  at::Tensor linear(const at::Tensor& x, const Weight& w, const at::Tensor& b, const std::vector<std::int64_t>& lens);
-  at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) const;
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int heads,
                        const std::vector<std::int64_t>& lens, bool causal) const;
   at::Tensor activation(const at::Tensor& x, const std::string& act) const;
+  // One embed call under EncoderModelBase::guarded (Site::prefill).
   template <class F>
-  Result<std::vector<std::vector<float>>> guarded(std::uint64_t ws_bytes, const char* op, F&& body);
+  Result<std::vector<std::vector<float>>> guarded(std::uint64_t ws_bytes, const char* op, F&& body) {
+    return EncoderModelBase::guarded<std::vector<std::vector<float>>>(ws_bytes, device::Site::prefill, op, "CLIP", nullptr,
+                                                                      std::forward<F>(body));
+  }
   // Projection and L2 normalisation of one pooled row per item.
   std::vector<std::vector<float>> project(const at::Tensor& pooled, const Weight& proj);
 };

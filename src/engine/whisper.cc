@@ -7,64 +7,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <map>
-#include <numeric>
 #include <sstream>
-#include <system_error>
 
-#include "core/sha256.h"
-#include "engine/dequant.h"
 #include "engine/whisper_impl.h"
-#include "generation/fingerprint.h"
-#include "kernels/quant.h"
 
 namespace tandem::engine {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using kernels::WType;
-
-std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-Result<std::string> read_text(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return fail(Errc::not_found, path + ": not found");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return fail(Errc::io_error, path + ": " + ec.message());
-  if (size > (64u << 20)) return fail(Errc::format_error, path + ": larger than 64 MiB");
-  std::ifstream f(path, std::ios::binary);
-  std::string text(static_cast<std::size_t>(size), '\0');
-  f.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!f) return fail(Errc::io_error, path + ": read error");
-  return text;
-}
-
-// A GGUF path: the file itself, or a directory without config.json holding exactly one .gguf ("" otherwise).
-std::string gguf_path_of(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return path;
-  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "config.json", ec)) return {};
-  std::string found;
-  for (const auto& e : fs::directory_iterator(path, ec))
-    if (e.path().extension() == ".gguf") {
-      if (!found.empty()) return {};
-      found = e.path().string();
-    }
-  return found;
-}
-
-std::uint64_t tensor_bytes(const at::Tensor& t) {
-  return static_cast<std::uint64_t>(t.numel()) * static_cast<std::uint64_t>(t.element_size());
-}
 
 }  // namespace
 
@@ -97,24 +48,9 @@ std::vector<at::Tensor*> WhisperModel::Impl::all_vectors() {
 // Every matrix at its held size (the token embedding too: it is the output head) and every vector (f32) goes to
 // the accelerator, accounted first as one allocation at Site::weights.
 Status WhisperModel::Impl::place_on_accelerator() {
-  accel_dev = accel->kind() == device::Kind::cuda ? at::Device(at::kCUDA, static_cast<at::DeviceIndex>(accel->torch_index()))
-                                                 : at::Device(at::kCPU);
-  std::uint64_t bytes = 0;
-  for (Weight* w : all_matrices()) {
-    bytes += w->bytes();
-    dequant_ws = std::max(dequant_ws, dequantize_aten_workspace(w->type, w->rows, w->cols, 4));
-  }
-  for (at::Tensor* v : all_vectors()) bytes += tensor_bytes(*v);
-  auto a = accel->allocate(bytes, device::Site::weights);
-  if (!a) {
-    Error e = std::move(a).error();
-    e.message = "Whisper weights on " + accel->name() + ": " + e.message;
-    return fail(std::move(e));
-  }
-  accel_allocs.push_back(std::move(a).value());
-  for (Weight* w : all_matrices()) w->dev = accel_dev.is_cuda() ? w->cpu_tensor().to(accel_dev) : w->cpu_tensor().clone();
-  for (at::Tensor* v : all_vectors()) *v = accel_dev.is_cuda() ? v->to(accel_dev) : v->clone();
-  stats.accel_weight_bytes = bytes;
+  auto bytes = EncoderModelBase::place_on_accelerator(all_matrices(), all_vectors(), "Whisper");
+  if (!bytes) return fail(std::move(bytes).error());
+  stats.accel_weight_bytes = *bytes;
   return {};
 }
 
@@ -149,98 +85,52 @@ WhisperModel::~WhisperModel() = default;
 
 Result<std::shared_ptr<WhisperModel>> WhisperModel::load(const std::string& path, const WhisperLoadOptions& opts) {
   const auto t0 = Clock::now();
-  if (opts.threads < 1 || opts.threads > 256)
-    return fail(Errc::invalid_argument, "threads must be in [1, 256], got " + std::to_string(opts.threads));
-  if (opts.accelerator && opts.accelerator->lost())
-    return fail(Errc::device_lost, opts.accelerator->name() + ": device lost; cannot load onto it");
+  TANDEM_TRY(check_load_options(opts.threads, opts.accelerator));
 
   auto m = std::shared_ptr<WhisperModel>(new WhisperModel());
   m->impl_ = std::make_unique<Impl>();
   Impl& im = *m->impl_;
   im.opts = opts;
-  std::string origin, header_id;
-  std::function<const weights::TensorView*(const std::string&)> find;
-  if (const std::string gpath = gguf_path_of(path); !gpath.empty()) {
-    auto f = weights::GgufFile::open(gpath);
-    if (!f) return fail(std::move(f).error());
-    im.gguf.emplace(std::move(f).value());
+  auto on_gguf = [&im]() -> Status {
     auto c = weights::whisper_config_from_gguf(*im.gguf);
     if (!c) return fail(std::move(c).error());
     im.cfg = std::move(c).value();
     im.gguf_views = weights::whisper_tensor_views_from_gguf(*im.gguf);
-    im.files.push_back(im.gguf->mapped_file());
-    origin = gpath;
-    const auto hb = im.gguf->header_bytes();
-    header_id = Sha256::hex(Sha256().update(hb).finish()) + ":" + std::to_string(im.gguf->file_size());
-    find = [&im](const std::string& name) -> const weights::TensorView* {
-      auto it = std::lower_bound(im.gguf_views.begin(), im.gguf_views.end(), name,
-                                 [](const weights::TensorView& t, const std::string& n) { return t.name < n; });
-      return it != im.gguf_views.end() && it->name == name ? &*it : nullptr;
-    };
-  } else {
-    std::string dir = path;
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    auto text = read_text(dir + "/config.json");
-    if (!text) return fail(std::move(text).error());
-    auto c = weights::parse_whisper_config(*text, dir + "/config.json");
+    return {};
+  };
+  auto on_hf = [&im](const std::string& dir, const std::string& text) -> Status {
+    auto c = weights::parse_whisper_config(text, dir + "/config.json");
     if (!c) return fail(std::move(c).error());
     im.cfg = std::move(c).value();
-    auto st = weights::open_safetensors_weights(dir);
-    if (!st) return fail(std::move(st).error());
-    im.st.emplace(std::move(st).value());
-    for (const auto& s : im.st->shards) {
-      im.files.push_back(&s.file());
-      origin += (origin.empty() ? "" : ", ") + s.path();
-      const auto hb = s.header_bytes();
-      header_id += Sha256::hex(Sha256().update(hb).finish()) + ":" + std::to_string(s.file().size()) + ";";
-    }
-    header_id += Sha256::hex(Sha256::of(*text));
-    find = [&im](const std::string& name) { return im.st->find(name); };
-  }
+    return {};
+  };
+  TANDEM_TRY(im.open(path, on_gguf, on_hf));
   const WhisperConfig& cfg = im.cfg;
 
-  std::map<std::string, const weights::TensorView*> tv;
   auto required = weights::whisper_required_tensors(cfg);
-  const weights::TensorView* proj = find("proj_out.weight");
+  const weights::TensorView* proj = im.find("proj_out.weight");
   if (proj) required.push_back({"proj_out.weight", {cfg.vocab, cfg.d_model}});
-  for (const auto& [name, shape] : required) {
-    const weights::TensorView* t = find(name);
-    if (t == nullptr)
-      return fail(Errc::format_error, origin + ": required tensor '" + name + "' " + shape_str(shape) + " is missing");
-    if (t->shape != shape)
-      return fail(Errc::format_error, origin + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " +
-                                          shape_str(shape) + " from the configuration");
-    if (!t->type_supported)
-      return fail(Errc::unsupported, origin + ": tensor '" + name + "' has dtype " + std::string(weights::dtype_name(t->dtype)) +
-                                         ", which Tandem does not compute with");
-    tv[name] = t;
-  }
+  auto resolved = im.resolve(required);
+  if (!resolved) return fail(std::move(resolved).error());
+  const TensorMap& tv = *resolved;
   for (const auto& [name, t] : tv) im.stats.weight_bytes += t->data.size();
 
-  try {
-    c10::InferenceMode guard;
-    Model::init_compute_thread();
-    im.pool = std::make_unique<WorkerPool>(opts.threads, [] { Model::init_compute_thread(); });
-    std::uint64_t copied = 0;
-    auto w = [&](const std::string& name) { return make_weight(*tv.at(name), opts.dtype, copied); };
-    auto vec = [&](const std::string& name) { return vector_f32(*tv.at(name)); };
-    auto rows_f32 = [&](const std::string& name) {
-      const Weight e = make_weight(*tv.at(name), ComputeDType::auto_, copied);
-      std::vector<std::int64_t> ids(static_cast<std::size_t>(e.rows));
-      std::iota(ids.begin(), ids.end(), 0);
-      return embedding_rows(e, ids);
-    };
+  TANDEM_TRY(guarded_load(path, "Whisper", [&]() -> Status {
+    im.start_pool(opts.threads);
+    WeightBuilder b{tv, opts.dtype};
+    auto w = [&](const std::string& name) { return b.matrix(name); };
+    auto vec = [&](const std::string& name) { return b.vector(name); };
     auto conv = [&](const std::string& name) {
       weights::TensorView v = *tv.at(name);
       v.shape = {v.shape[0], v.shape[1] * v.shape[2]};
-      return make_weight(v, opts.dtype, copied);
+      return b.matrix(v);
     };
     im.conv1 = conv("model.encoder.conv1.weight");
     im.conv1_b = vec("model.encoder.conv1.bias");
     im.conv2 = conv("model.encoder.conv2.weight");
     im.conv2_b = vec("model.encoder.conv2.bias");
-    im.enc_pos = rows_f32("model.encoder.embed_positions.weight");
-    im.dec_pos = rows_f32("model.decoder.embed_positions.weight");
+    im.enc_pos = b.rows_f32("model.encoder.embed_positions.weight");
+    im.dec_pos = b.rows_f32("model.decoder.embed_positions.weight");
     im.embed = w("model.decoder.embed_tokens.weight");
     if (proj) im.proj = w("proj_out.weight");
     im.enc_ln_w = vec("model.encoder.layer_norm.weight");
@@ -281,38 +171,21 @@ Result<std::shared_ptr<WhisperModel>> WhisperModel::load(const std::string& path
         (decoder ? im.dec : im.enc).push_back(std::move(l));
       }
     }
-    im.stats.resident_copy_bytes = copied;
+    im.stats.resident_copy_bytes = b.copied;
     if (opts.accelerator) {
       im.accel = opts.accelerator;
       TANDEM_TRY(im.place_on_accelerator());
     }
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    const bool oom = what.find("alloc") != std::string::npos || what.find("memory") != std::string::npos;
-    return fail(oom ? Errc::out_of_memory : Errc::internal, path + ": loading Whisper weights failed: " + what);
-  } catch (const std::bad_alloc&) {
-    return fail(Errc::out_of_memory, path + ": out of host memory while loading Whisper weights");
-  } catch (const std::system_error& e) {
-    return fail(Errc::internal, path + ": cannot start worker threads: " + e.what());
-  }
-  if (opts.prefault)
-    for (const weights::MappedFile* f : im.files) f->prefault();
+    return {};
+  }));
+  if (opts.prefault) im.prefault();
 
   std::ostringstream arch;
   arch << cfg.d_model << "," << cfg.encoder_layers << "," << cfg.decoder_layers << "," << cfg.encoder_heads << ","
        << cfg.decoder_heads << "," << cfg.encoder_ffn << "," << cfg.decoder_ffn << ";mels=" << cfg.n_mels
        << ";src=" << cfg.source_positions << ";tgt=" << cfg.target_positions << ";vocab=" << cfg.vocab
        << ";scale=" << cfg.scale_embedding << ";head=" << (im.proj.rows > 0 ? "proj_out" : "tied");
-  std::map<WType, int> types;
-  for (Weight* x : im.all_matrices()) types[x->type]++;
-  std::string held;
-  for (WType t : kernels::kAllWTypes)
-    if (types.count(t)) held += (held.empty() ? "" : ",") + std::string(kernels::wtype_name(t)) + ":" + std::to_string(types[t]);
-  im.fingerprint = gen::Fingerprint::make({{"architecture", "whisper;" + arch.str()},
-                                           {"weights", header_id + ";" + weights::sampled_content_digest(im.files)},
-                                           {"revision", opts.revision},
-                                           {"weights_types", held}})
-                       .digest;
+  im.fingerprint = im.fingerprint_digest("whisper;" + arch.str(), opts.revision, im.all_matrices());
   im.stats.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   return m;
 }

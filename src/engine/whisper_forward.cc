@@ -11,106 +11,10 @@
 #include <limits>
 
 #include "engine/dequant.h"
+#include "engine/encoder_rows.h"
 #include "engine/whisper_impl.h"
 
 namespace tandem::engine {
-
-namespace {
-
-struct Cancelled {};
-
-void layer_norm_rows(const float* x, const float* w, const float* b, std::int64_t n, std::int64_t d, double eps,
-                     float* out) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* r = x + i * d;
-    double sum = 0;
-    for (std::int64_t j = 0; j < d; ++j) sum += r[j];
-    const double mean = sum / static_cast<double>(d);
-    double var = 0;
-    for (std::int64_t j = 0; j < d; ++j) var += (r[j] - mean) * (r[j] - mean);
-    const double rstd = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
-    float* o = out + i * d;
-    for (std::int64_t j = 0; j < d; ++j) o[j] = static_cast<float>((r[j] - mean) * rstd) * w[j] + b[j];
-  }
-}
-
-// Rows [r0, r1) of one attention: q [n, d] (row i at position past + i), k, v [m, d]; out [n, d].
-void attention_rows(const float* q, const float* k, const float* v, float* out, std::int64_t r0, std::int64_t r1,
-                    std::int64_t m, std::int64_t d, int heads, bool causal, std::int64_t past) {
-  const std::int64_t hd = d / heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  std::vector<double> s(static_cast<std::size_t>(m)), acc(static_cast<std::size_t>(hd));
-  for (std::int64_t i = r0; i < r1; ++i) {
-    const std::int64_t n = causal ? std::min(m, past + i + 1) : m;
-    for (int h = 0; h < heads; ++h) {
-      const float* qi = q + i * d + h * hd;
-      double mx = -std::numeric_limits<double>::infinity();
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float* kj = k + j * d + h * hd;
-        double dot = 0;
-        for (std::int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qi[e]) * kj[e];
-        s[static_cast<std::size_t>(j)] = dot * scale;
-        mx = std::max(mx, s[static_cast<std::size_t>(j)]);
-      }
-      double sum = 0;
-      for (std::int64_t j = 0; j < n; ++j) sum += (s[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(j)] - mx));
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float* vj = v + j * d + h * hd;
-        const double p = s[static_cast<std::size_t>(j)];
-        for (std::int64_t e = 0; e < hd; ++e) acc[static_cast<std::size_t>(e)] += p * vj[e];
-      }
-      float* o = out + i * d + h * hd;
-      for (std::int64_t e = 0; e < hd; ++e) o[e] = static_cast<float>(acc[static_cast<std::size_t>(e)] / sum);
-    }
-  }
-}
-
-Error torch_error(const std::string& what, const char* op) {
-  const bool oom = what.find("out of memory") != std::string::npos || what.find("alloc") != std::string::npos;
-  return Error{oom ? Errc::out_of_memory : Errc::internal, std::string(op) + ": " + what};
-}
-
-}  // namespace
-
-at::Tensor WhisperModel::Impl::layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
-  const double eps = static_cast<double>(static_cast<float>(cfg.eps));
-  if (!on_accel()) {
-    const at::Tensor xf = x.contiguous();
-    at::Tensor out = at::empty_like(xf);
-    layer_norm_rows(xf.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(), xf.size(0), xf.size(1), eps,
-                    out.data_ptr<float>());
-    return out;
-  }
-  return at::layer_norm(x, {x.size(1)}, w, b, eps);
-}
-
-at::Tensor WhisperModel::Impl::linear(const at::Tensor& x, const Weight& w, const at::Tensor& b) {
-  if (!on_accel()) {
-    at::Tensor y = cpu_linear(x.contiguous(), w, *pool, act_buf);
-    if (b.defined()) {
-      float* p = y.data_ptr<float>();
-      const float* bp = b.data_ptr<float>();
-      const std::int64_t n = y.size(0), r = y.size(1);
-      for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t j = 0; j < r; ++j) p[i * r + j] += bp[j];
-    }
-    return y;
-  }
-  const at::Tensor m = dequantize_aten(w.dev, w.type, w.cols, at::kFloat);
-  at::Tensor y = at::matmul(x, m.t());
-  return b.defined() ? y.add_(b) : y;
-}
-
-at::Tensor WhisperModel::Impl::gelu(at::Tensor x) const {
-  if (!on_accel()) {
-    float* p = x.data_ptr<float>();
-    for (std::int64_t i = 0, n = x.numel(); i < n; ++i)
-      p[i] = static_cast<float>(0.5 * p[i] * (1.0 + std::erf(p[i] * 0.70710678118654752440)));
-    return x;
-  }
-  return at::gelu(x);
-}
 
 std::pair<at::Tensor, at::Tensor> WhisperModel::Impl::head_layout(const at::Tensor& k, const at::Tensor& v,
                                                                    int heads) const {
@@ -216,7 +120,7 @@ at::Tensor WhisperModel::Impl::encoder(const at::Tensor& mel, const std::atomic<
   x = conv(x, false, conv2, conv2_b, 2);
   x = x + enc_pos;
   for (const WhisperLayer& l : enc) {
-    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled{};
+    throw_if_cancelled(cancel);
     if (on_accel()) {
       Status s = accel->check(device::Site::prefill);
       if (!s.ok()) throw Error(std::move(s).error());
@@ -233,40 +137,12 @@ at::Tensor WhisperModel::Impl::encoder(const at::Tensor& mel, const std::atomic<
 
 namespace {
 
-// Runs `body` under the model's lock with `ws_bytes` accounted at `site` on the accelerator, mapping failures to
-// errors (a c10 failure on a device that no longer answers is device_lost).
+// Runs `body` under EncoderModelBase::guarded; a session's K/V accounting (`s`, when given) must still be valid.
 template <class T, class F>
 Result<T> guarded(WhisperModel::Impl& im, const WhisperSession::State* s, std::uint64_t ws_bytes, device::Site site,
                   const char* op, F&& body) {
-  std::lock_guard lock(im.compute_mu);
-  device::Allocation ws;
-  if (im.accel) {
-    if (im.device_lost() || (s && !s->kv_alloc.valid()))
-      return fail(Errc::device_lost, im.accel->name() + ": the Whisper model's device buffers were lost; reload it");
-    TANDEM_TRY(im.accel->check(site));
-    auto a = im.accel->allocate(ws_bytes, site);
-    if (!a) return fail(std::move(a).error());
-    ws = std::move(a).value();
-  }
-  try {
-    c10::InferenceMode guard;
-    return body();
-  } catch (const Cancelled&) {
-    return fail(Errc::cancelled, std::string(op) + ": cancelled");
-  } catch (const Error& e) {
-    return fail(e);
-  } catch (const c10::Error& e) {
-    Error err = torch_error(e.what_without_backtrace(), op);
-    if (im.accel && err.code == Errc::internal && !im.accel->check(site).ok()) err.code = Errc::device_lost;
-    return fail(std::move(err));
-  } catch (const std::bad_alloc&) {
-    return fail(Errc::out_of_memory, std::string(op) + ": out of host memory");
-  }
+  return im.guarded<T>(ws_bytes, site, op, "Whisper", s ? &s->kv_alloc : nullptr, std::forward<F>(body));
 }
-
-}  // namespace
-
-namespace {
 
 Status check_mel(const WhisperConfig& c, std::size_t got) {
   const std::size_t want = static_cast<std::size_t>(c.n_mels) * static_cast<std::size_t>(c.window_frames());
@@ -301,7 +177,7 @@ Status WhisperSession::encode(std::span<const float> mel, const std::atomic<bool
   auto r = guarded<bool>(im, &s, im.encode_ws(), device::Site::prefill, "encode", [&] {
     const at::Tensor out = im.encoder(mel_tensor(c, mel), cancel);
     for (std::size_t i = 0; i < im.dec.size(); ++i) {
-      if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled{};
+      throw_if_cancelled(cancel);
       const WhisperAttn& a = im.dec[i].cross;
       const at::Tensor k = im.linear(out, a.wk, at::Tensor()), v = im.linear(out, a.wv, a.bv);
       if (im.on_accel()) {
@@ -344,7 +220,7 @@ Result<std::vector<float>> WhisperSession::decode(std::span<const std::int32_t> 
     if (im.on_accel()) x = x.to(im.accel_dev);
     x = x + im.dec_pos.narrow(0, past, n);
     for (std::size_t i = 0; i < im.dec.size(); ++i) {
-      if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled{};
+      throw_if_cancelled(cancel);
       if (im.on_accel()) {
         Status st = im.accel->check(device::Site::decode);
         if (!st.ok()) throw Error(std::move(st).error());

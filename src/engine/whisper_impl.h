@@ -1,20 +1,18 @@
 // WhisperModel::Impl and WhisperSession::State, shared by whisper.cc (loading, placement, sessions) and
-// whisper_forward.cc (encoder, decoder). Engine-internal; includes ATen's Tensor type.
+// whisper_forward.cc (encoder, decoder). The files, pool, accelerator and the shared building blocks are
+// EncoderModelBase's (encoder_model.h). Engine-internal; includes ATen's Tensor type.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/encoder_model.h"
 #include "engine/weight.h"
 #include "engine/whisper.h"
-#include "engine/worker_pool.h"
-#include "weights/gguf.h"
-#include "weights/model_dir.h"
 
 namespace tandem::engine {
 
@@ -32,16 +30,11 @@ struct WhisperLayer {
   bool decoder = false;
 };
 
-struct WhisperModel::Impl {
+struct WhisperModel::Impl : EncoderModelBase {
   WhisperConfig cfg;
   WhisperLoadOptions opts;
   WhisperLoadStats stats;
   std::string fingerprint;
-
-  std::optional<weights::SafetensorsWeights> st;
-  std::optional<weights::GgufFile> gguf;
-  std::vector<weights::TensorView> gguf_views;  // sorted by name
-  std::vector<const weights::MappedFile*> files;
 
   Weight conv1, conv2;          // [d, n_mels · 3], [d, d · 3]: (channel, tap) order, the conv weight's
   at::Tensor conv1_b, conv2_b;  // f32 [d]
@@ -51,23 +44,6 @@ struct WhisperModel::Impl {
   Weight embed;  // [vocab, d]: rows read on the CPU; also the output head unless proj_out is present
   Weight proj;   // proj_out.weight when the file has it (rows == 0 otherwise)
 
-  std::unique_ptr<WorkerPool> pool;
-  std::vector<std::byte> act_buf;
-  std::mutex compute_mu;  // one encode/decode at a time: the pool and act_buf are shared
-
-  std::shared_ptr<device::Device> accel;
-  at::Device accel_dev{at::kCPU};
-  std::vector<device::Allocation> accel_allocs;
-  std::uint64_t dequant_ws = 0;
-
-  bool on_accel() const { return accel != nullptr; }
-  bool device_lost() const {
-    if (!accel) return false;
-    if (accel->lost()) return true;
-    for (const auto& a : accel_allocs)
-      if (!a.valid()) return true;
-    return false;
-  }
   const Weight& head() const { return proj.rows > 0 ? proj : embed; }
   std::vector<Weight*> all_matrices();
   std::vector<at::Tensor*> all_vectors();
@@ -79,10 +55,12 @@ struct WhisperModel::Impl {
   std::uint64_t decode_ws(std::int64_t n) const;
   std::uint64_t kv_bytes() const;
 
-  // whisper_forward.cc. Activations are f32 [rows, features], on the accelerator when there is one.
-  at::Tensor linear(const at::Tensor& x, const Weight& w, const at::Tensor& b);
-  at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
-  at::Tensor gelu(at::Tensor x) const;
+  // whisper_forward.cc. Activations are f32 [rows, features], on the accelerator when there is one; linear and gelu
+  // are EncoderModelBase's (one product over all rows), layer norm with the model's eps.
+  using EncoderModelBase::layer_norm;
+  at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+    return layer_norm(x, w, b, cfg.eps);
+  }
   // Multi-head attention of q [n, d] over k, v [m, d] (prefix rows). causal: query i sees keys j ≤ past + i.
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int heads, bool causal,
                        std::int64_t past);

@@ -5,10 +5,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "core/clock.h"
+#include "engine_test_util.h"
 #include "device/simulated.h"
 #include "engine/clip.h"
 #include "modelgen/clip_writer.h"
@@ -19,12 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string tmp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tandem-clip-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string tmp_dir(const std::string& name) { return test::fresh_dir("clip", name); }
 
 modelgen::ClipShape test_shape() { return *modelgen::clip_preset("clip-test"); }
 
@@ -39,11 +32,7 @@ std::string write_model(const std::string& name, modelgen::ClipShape s = test_sh
   return dir;
 }
 
-std::shared_ptr<ClipModel> load(const std::string& path, ClipLoadOptions o = {}) {
-  auto m = ClipModel::load(path, o);
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
-  return m.ok() ? *m : nullptr;
-}
+std::shared_ptr<ClipModel> load(const std::string& path, ClipLoadOptions o = {}) { return test::load_ok<ClipModel>(path, o); }
 
 // Texts: [BOS] tokens [EOS] of various lengths (ids of clip-test: bos 298, eos 299).
 std::vector<std::vector<std::int32_t>> texts(int n) {
@@ -72,12 +61,7 @@ std::vector<std::vector<float>> images(int n, int size = 32) {
 struct Ref {
   weights::SafetensorsFile f;
   weights::ClipConfig c;
-  at::Tensor t(const std::string& name) const {
-    const auto* info = f.find(name);
-    EXPECT_NE(info, nullptr) << name;
-    auto bytes = f.bytes(*info);
-    return at::from_blob(const_cast<std::byte*>(bytes.data()), at::IntArrayRef(info->shape), at::kFloat).clone();
-  }
+  at::Tensor t(const std::string& name) const { return test::f32_tensor(f, name); }
   at::Tensor act(const at::Tensor& x, const std::string& a) const {
     return a == "gelu" ? at::gelu(x) : x * at::sigmoid(1.702 * x);
   }
@@ -145,20 +129,13 @@ struct Ref {
 Ref reference(const std::string& dir) {
   auto f = weights::SafetensorsFile::open(dir + "/model.safetensors");
   EXPECT_TRUE(f.ok());
-  std::ifstream in(dir + "/config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return Ref{std::move(f).value(), *parse_clip_config(ss.str())};
+  return Ref{std::move(f).value(), *parse_clip_config(test::read_file(dir + "/config.json"))};
 }
 
 std::vector<std::vector<std::int32_t>> one(std::vector<std::int32_t> v) { return {std::move(v)}; }
 
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
-  return d;
-}
+using test::max_diff;
+
 double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   double ab = 0, aa = 0, bb = 0;
   for (std::size_t i = 0; i < a.size(); ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
@@ -283,9 +260,7 @@ TEST(Clip, BatchInvariantOnTheCpu) {
 TEST(Clip, SimulatedAcceleratorMatchesTheCpu) {
   const std::string dir = write_model("sim");
   auto cpu = load(dir);
-  device::SimulatedConfig sc;
-  sc.capacity_bytes = 1ull << 30;
-  auto sim = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+  auto sim = test::simulated_device(1ull << 30);
   ClipLoadOptions o;
   o.accelerator = sim;
   auto acc = load(dir, o);
@@ -312,13 +287,7 @@ TEST(Clip, SimulatedAcceleratorMatchesTheCpu) {
 }
 
 TEST(Clip, RefusedWeightsFailTheLoad) {
-  device::SimulatedConfig sc;
-  sc.capacity_bytes = 1000;
-  ClipLoadOptions o;
-  o.accelerator = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
-  auto m = ClipModel::load(write_model("small-dev"), o);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.error().code, Errc::out_of_memory);
+  test::expect_weights_refused<ClipModel, ClipLoadOptions>(write_model("small-dev"));
 }
 
 TEST(Clip, F16AndQ8GgufAgainstF32) {
@@ -390,16 +359,9 @@ TEST(Clip, MalformedConfigsAndTensorsAreTypedErrors) {
     "image_size": 32, "patch_size": 8}})";
   ASSERT_TRUE(parse_clip_config(base).ok());
   auto expect = [](const std::string& text, Errc code, const std::string& key) {
-    auto r = parse_clip_config(text);
-    ASSERT_FALSE(r.ok()) << text;
-    EXPECT_EQ(r.error().code, code) << r.error().message;
-    EXPECT_NE(r.error().message.find(key), std::string::npos) << r.error().message;
+    test::expect_parse_error([](const std::string& t) { return parse_clip_config(t); }, text, code, key);
   };
-  auto edit = [&](const std::string& from, const std::string& to) {
-    std::string s = base;
-    s.replace(s.find(from), from.size(), to);
-    return s;
-  };
+  auto edit = [&](const std::string& from, const std::string& to) { return test::edited(base, from, to); };
   expect("{", Errc::parse_error, "config.json");
   expect(edit(R"("projection_dim": 16, )", ""), Errc::format_error, "projection_dim");
   expect(edit(R"("num_attention_heads": 2, "vocab_size")", R"("num_attention_heads": 3, "vocab_size")"),
@@ -415,18 +377,7 @@ TEST(Clip, MalformedConfigsAndTensorsAreTypedErrors) {
   ASSERT_TRUE(f.ok());
   auto rewrite = [&](const std::string& name, const std::string& drop, std::vector<std::int64_t> shape) {
     const std::string d = tmp_dir(name);
-    fs::copy_file(dir + "/config.json", d + "/config.json");
-    std::vector<weights::TensorToWrite> ts;
-    for (const auto& t : f->tensors()) {
-      if (t.name == drop && shape.empty()) continue;
-      weights::TensorToWrite w{t.name, t.dtype, t.shape, f->bytes(t)};
-      if (t.name == drop) {
-        w.shape = shape;
-        w.data = w.data.subspan(0, weights::dtype_size(t.dtype) * static_cast<std::size_t>(shape[0] * shape[1]));
-      }
-      ts.push_back(w);
-    }
-    EXPECT_TRUE(weights::write_safetensors(d + "/model.safetensors", ts).ok());
+    test::write_rewritten(*f, dir + "/config.json", d, drop, shape);
     return ClipModel::load(d, {});
   };
   auto missing = rewrite("missing", "vision_model.encoder.layers.1.mlp.fc2.bias", {});

@@ -9,10 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
-#include "core/clock.h"
+#include "engine_test_util.h"
 #include "device/simulated.h"
 #include "engine/whisper.h"
 #include "modelgen/whisper_writer.h"
@@ -23,12 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string tmp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tandem-whisper-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string tmp_dir(const std::string& name) { return test::fresh_dir("whisper", name); }
 
 modelgen::WhisperShape test_shape() { return *modelgen::whisper_preset("whisper-test"); }
 
@@ -42,9 +36,7 @@ std::string write_model(const std::string& name, modelgen::WhisperShape s = test
 }
 
 std::shared_ptr<WhisperModel> load(const std::string& path, WhisperLoadOptions o = {}) {
-  auto m = WhisperModel::load(path, o);
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
-  return m.ok() ? *m : nullptr;
+  return test::load_ok<WhisperModel>(path, o);
 }
 
 std::unique_ptr<WhisperSession> session(WhisperModel& m) {
@@ -63,23 +55,13 @@ std::vector<float> mel(const WhisperConfig& c, int k) {
   return m;
 }
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read(const std::string& path) { return test::read_file(path); }
 
 // --- Independent reference: the HF modules written with ATen ops over the safetensors (f32). ---
 struct Ref {
   weights::SafetensorsFile f;
   WhisperConfig c;
-  at::Tensor t(const std::string& name) const {
-    const auto* info = f.find(name);
-    EXPECT_NE(info, nullptr) << name;
-    auto bytes = f.bytes(*info);
-    return at::from_blob(const_cast<std::byte*>(bytes.data()), at::IntArrayRef(info->shape), at::kFloat).clone();
-  }
+  at::Tensor t(const std::string& name) const { return test::f32_tensor(f, name); }
   at::Tensor lin(const at::Tensor& x, const std::string& p, bool bias = true) const {
     return at::linear(x, t(p + ".weight"), bias ? t(p + ".bias") : at::Tensor());
   }
@@ -374,9 +356,7 @@ TEST(Whisper, ProjOutAndScaledEmbeddingsFollowTheReference) {
 TEST(Whisper, SimulatedAcceleratorMatchesTheCpuAndAccounts) {
   const std::string dir = write_model("sim");
   auto cpu = load(dir);
-  device::SimulatedConfig sc;
-  sc.capacity_bytes = 1ull << 30;
-  auto sim = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+  auto sim = test::simulated_device(1ull << 30);
   WhisperLoadOptions o;
   o.accelerator = sim;
   auto acc = load(dir, o);
@@ -446,13 +426,7 @@ TEST(Whisper, SimulatedAcceleratorMatchesTheCpuAndAccounts) {
 }
 
 TEST(Whisper, RefusedWeightsFailTheLoad) {
-  device::SimulatedConfig sc;
-  sc.capacity_bytes = 1000;
-  WhisperLoadOptions o;
-  o.accelerator = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
-  auto m = WhisperModel::load(write_model("small-dev"), o);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.error().code, Errc::out_of_memory);
+  test::expect_weights_refused<WhisperModel, WhisperLoadOptions>(write_model("small-dev"));
 }
 
 TEST(Whisper, MalformedConfigsAndTensorsAreTypedErrors) {
@@ -460,18 +434,9 @@ TEST(Whisper, MalformedConfigsAndTensorsAreTypedErrors) {
   const std::string base = read(dir + "/config.json");
   ASSERT_TRUE(weights::parse_whisper_config(base).ok());
   auto expect = [](const std::string& text, Errc code, const std::string& key) {
-    auto r = weights::parse_whisper_config(text);
-    ASSERT_FALSE(r.ok()) << text;
-    EXPECT_EQ(r.error().code, code) << r.error().message;
-    EXPECT_NE(r.error().message.find(key), std::string::npos) << r.error().message;
+    test::expect_parse_error([](const std::string& t) { return weights::parse_whisper_config(t); }, text, code, key);
   };
-  auto edit = [&](const std::string& from, const std::string& to) {
-    std::string s = base;
-    const auto at = s.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    if (at != std::string::npos) s.replace(at, from.size(), to);
-    return s;
-  };
+  auto edit = [&](const std::string& from, const std::string& to) { return test::edited(base, from, to); };
   expect("{", Errc::parse_error, "config.json");
   expect(edit("\"activation_function\": \"gelu\"", "\"activation_function\": \"relu\""), Errc::unsupported, "activation_function");
   expect(edit("\"model_type\": \"whisper\"", "\"model_type\": \"llama\""), Errc::unsupported, "model_type");
@@ -485,20 +450,7 @@ TEST(Whisper, MalformedConfigsAndTensorsAreTypedErrors) {
   ASSERT_TRUE(f.ok());
   auto rewrite = [&](const std::string& name, const std::string& drop, std::vector<std::int64_t> shape) {
     const std::string d = tmp_dir(name);
-    fs::copy_file(dir + "/config.json", d + "/config.json");
-    std::vector<weights::TensorToWrite> ts;
-    for (const auto& t : f->tensors()) {
-      if (t.name == drop && shape.empty()) continue;
-      weights::TensorToWrite w{t.name, t.dtype, t.shape, f->bytes(t)};
-      if (t.name == drop) {
-        w.shape = shape;
-        std::size_t n = 1;
-        for (auto x : shape) n *= static_cast<std::size_t>(x);
-        w.data = w.data.subspan(0, weights::dtype_size(t.dtype) * n);
-      }
-      ts.push_back(w);
-    }
-    EXPECT_TRUE(weights::write_safetensors(d + "/model.safetensors", ts).ok());
+    test::write_rewritten(*f, dir + "/config.json", d, drop, shape);
     return WhisperModel::load(d, {});
   };
   for (const char* name : {"model.decoder.layers.1.encoder_attn.v_proj.bias", "model.encoder.conv2.weight",
