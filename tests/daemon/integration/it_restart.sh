@@ -3,7 +3,7 @@
 # directory: every accepted job id reads back in a terminal state (the in-flight ones failed Resumable with reason
 # daemon_restart and their journaled checkpoint), idempotency keys resolve to the same jobs, the replay is logged,
 # Resume continues from the checkpoint. SIGTERM with jobs running: the daemon refuses new work, exits 0 within the
-# drain timeout (set to 1 s here), and every job is completed or failed-resumable with its checkpoint. Group commit:
+# drain timeout (set to 0.5 s here), and every job is completed or failed-resumable with its checkpoint. Group commit:
 # tandemd killed between the write and the sync of an accept loses no acknowledged job.
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3
 source "$(dirname "$0")/lib.sh"
@@ -97,8 +97,9 @@ kill -KILL "$T_DAEMON_PID"
 wait "$T_DAEMON_PID" 2>/dev/null || true
 note "SIGKILL with $g0 (gpu) and $c1 (cpu) running, $q2 and $q3 queued, $done_id completed"
 
-# The restarted daemon drains for at most 1 s on SIGTERM (phase B), shorter than its long jobs.
-sed -i 's/^drain_timeout_ms = .*/drain_timeout_ms = 1000/' "$T_DIR/tandemd.toml"
+# The restarted daemon drains for at most 0.5 s on SIGTERM (phase B), shorter than its long GPU job (1,000 tokens take
+# over 0.7 s on the simulated GPU).
+sed -i 's/^drain_timeout_ms = .*/drain_timeout_ms = 500/' "$T_DIR/tandemd.toml"
 if tandem_try_start; then
   [ "$T_DAEMON_PID" != "$old_pid" ] || fail "no new daemon"
   phase_a_checks
@@ -114,27 +115,29 @@ else
 fi
 
 # --- phase B: SIGTERM with work in flight --------------------------------------------------------------------------
-btest SetForeignLoad t 0
-x=$(submit "$P" 2 max_tokens u 1000 seed t 7)                  # long, on the GPU
+# The CPU jobs first, the GPU job last, SIGTERM after its 5th token: the tiny model decodes 1,000 tokens in about a
+# second on a fast CPU (and its context is 1,024 tokens), so the long GPU job must start just before the drain.
 btest SetForeignLoad t 900000000
 cpu1=$(submit "$P" 2 max_tokens u 1000 seed t 8)               # long, on the CPU
 wait_for 10 "job $cpu1 running" job_state_is "$cpu1" running
 cq=$(submit "$P" 2 max_tokens u 20 seed t 9)                   # queued on the CPU
-wait_for 20 "tokens of job $x" job_tokens_ge "$x" 5
 wait_for 20 "tokens of job $cpu1" job_tokens_ge "$cpu1" 5
+btest SetForeignLoad t 0
+x=$(submit "$P" 2 max_tokens u 1000 seed t 7)                  # long, on the GPU
+wait_for 20 "tokens of job $x" job_tokens_ge "$x" 5
 t0=$(date +%s%N)
 kill -TERM "$T_DAEMON_PID"
-# While draining (the log says so at once; the drain lasts 1 s): no new work.
+# While draining (the log says so at once; the drain lasts 0.5 s): no new work.
 wait_for 5 "the drain to start" grep -q 'signal 15: draining' "$T_LOG"
 out=$(expect_err Unavailable gcall Submit default "$P" "@a(ss) []" "{'max_tokens': <uint32 4>}")
 note "draining: Submit -> Unavailable"
 rc=0
 for _ in $(seq 1 150); do kill -0 "$T_DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$T_DAEMON_PID" 2>/dev/null && fail "tandemd still running 15 s after SIGTERM (drain timeout 1 s)"
+kill -0 "$T_DAEMON_PID" 2>/dev/null && fail "tandemd still running 15 s after SIGTERM (drain timeout 0.5 s)"
 wait "$T_DAEMON_PID" || rc=$?
 took_ms=$((($(date +%s%N) - t0) / 1000000))
 [ "$rc" = 0 ] || fail "tandemd exited $rc after SIGTERM"
-[ "$took_ms" -le 4000 ] || fail "tandemd took $took_ms ms to stop (drain timeout 1 s)"
+[ "$took_ms" -le 4000 ] || fail "tandemd took $took_ms ms to stop (drain timeout 0.5 s)"
 grep -q 'signal 15: draining' "$T_LOG" || fail "no drain log line"
 note "SIGTERM: exit 0 after $took_ms ms"
 
@@ -156,7 +159,7 @@ j=$(job "$cq")
 [ "$(echo "$j" | jq -c '[.state, .reason, .error_code, .attempts]')" = '["failed","daemon_stopping","Resumable",0]' ] ||
   fail "queued job $cq after SIGTERM: $(echo "$j" | jq -c '{state, reason, error_code, attempts}')"
 note "after SIGTERM: job $x $(jget "$x" state) ($(job "$x" | jq '.tokens | length') tokens), $cpu1 $(jget "$cpu1" state) ($(job "$cpu1" | jq '.tokens | length') tokens), queued $cq failed daemon_stopping"
-[ "$(jget "$x" state)" = failed ] || fail "job $x (1000 tokens) completed within the 1 s drain: the abort path was not tested"
+[ "$(jget "$x" state)" = failed ] || fail "job $x (1000 tokens) completed within the 0.5 s drain: the abort path was not tested"
 r2=$(bcall Resume ta{sv} "$x" 0 | jq -r '.data[0]')
 [ "$(jget "$r2" state)" != failed ] || fail "Resume of $x after SIGTERM: $(jget "$r2" state)"
 is_prefix "$(jget "$x" tokens)" "$(jget "$r2" tokens)" || fail "the resumed job does not continue job $x's checkpoint"
