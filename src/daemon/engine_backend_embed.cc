@@ -35,18 +35,6 @@ void EngineBackend::EmbedEntryDelete::operator()(EmbedEntry* e) const { delete e
 
 namespace {
 
-std::string read_small_file(const std::string& path, std::size_t limit = 16u << 20) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return {};
-  std::string s;
-  s.resize(limit);
-  f.read(s.data(), static_cast<std::streamsize>(limit));
-  s.resize(static_cast<std::size_t>(f.gcount()));
-  return s;
-}
-
-bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_lost || c == Errc::kv_exhausted; }
-
 // The largest tower's shape, for the estimator: an embedding job's peak is one forward of its inputs through the
 // wider tower (activations only; policy::ModelShape::encoder_only).
 policy::ModelShape embed_shape(const std::string& name, const engine::ClipModel& m, std::uint32_t act_bytes,

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,21 @@
 #include "engine/model.h"
 
 namespace tandem::daemon {
+
+// A model directory's small text file (config.json, preprocessor_config.json, generation_config.json), at most
+// `limit` bytes; "" when it cannot be read (the callers check existence first or treat "" as absent).
+inline std::string read_small_file(const std::string& path, std::size_t limit = 16u << 20) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return {};
+  std::string s;
+  s.resize(limit);
+  f.read(s.data(), static_cast<std::streamsize>(limit));
+  s.resize(static_cast<std::size_t>(f.gcount()));
+  return s;
+}
+
+// An error that comes from the accelerator (the GPU run failed over, not the request).
+inline bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_lost || c == Errc::kv_exhausted; }
 
 // Load options of the two replicas from a [[model]] section: the compute dtype and revision for both, the CPU and GPU
 // thread counts, the accelerator for the GPU one (wanted when the model asks for the GPU and there is one).

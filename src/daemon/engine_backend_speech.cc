@@ -35,18 +35,6 @@ void EngineBackend::SpeechEntryDelete::operator()(SpeechEntry* e) const { delete
 
 namespace {
 
-std::string read_small_file(const std::string& path, std::size_t limit = 16u << 20) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return {};
-  std::string s;
-  s.resize(limit);
-  f.read(s.data(), static_cast<std::streamsize>(limit));
-  s.resize(static_cast<std::size_t>(f.gcount()));
-  return s;
-}
-
-bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_lost || c == Errc::kv_exhausted; }
-
 // The decoder's shape for the estimator: a request's "prompt" is one window's encoder positions and its tokens the
 // decoder's positions, so the KV term covers the cross-attention K/V plus the self-attention cache (f32) and the
 // activation term the encoder's peak (docs/transcription.md, "Admission").
