@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cli_args.h"
+#include "train_util.h"
 #include "core/text.h"
 #include "engine/clip.h"
 #include "image/image.h"
@@ -96,26 +97,9 @@ struct TrainError {
   std::string message;
 };
 
-double seconds_since(TrainTimer::time_point t0) { return std::chrono::duration<double>(TrainTimer::now() - t0).count(); }
-
-std::string fmt(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto p = line.find(':');
-      if (p == std::string::npos) break;
-      const auto b = line.find_first_not_of(" \t", p + 1);
-      return b == std::string::npos ? "unknown" : line.substr(b);
-    }
-  return "unknown";
-}
+using tandem::train::cpu_model;
+using tandem::train::fmt;
+using tandem::train::seconds_since;
 
 // ---- the model: transformers' CLIPModel, module for module -------------------------------------------------------
 

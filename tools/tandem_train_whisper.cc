@@ -33,6 +33,7 @@
 
 #include "audio/mel.h"
 #include "cli_args.h"
+#include "train_util.h"
 #include "core/text.h"
 #include "engine/whisper.h"
 #include "modelgen/whisper_writer.h"
@@ -101,26 +102,9 @@ struct TrainError {
   std::string message;
 };
 
-double seconds_since(TrainTimer::time_point t0) { return std::chrono::duration<double>(TrainTimer::now() - t0).count(); }
-
-std::string fmt(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto p = line.find(':');
-      if (p == std::string::npos) break;
-      const auto b = line.find_first_not_of(" \t", p + 1);
-      return b == std::string::npos ? "unknown" : line.substr(b);
-    }
-  return "unknown";
-}
+using tandem::train::cpu_model;
+using tandem::train::fmt;
+using tandem::train::seconds_since;
 
 using namespace tandem::trainwhisper;
 
@@ -228,46 +212,16 @@ struct Transcript {
   std::vector<tandem::speech::Segment> segments;
 };
 
-std::string write_text(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) throw TrainError{"cannot write " + p.string()};
-  return p.string();
-}
-
 int render_mode(const Config& c) {
   try {
-    std::error_code ec;
-    fs::create_directories(c.render_dir, ec);
-    if (ec) throw TrainError{"cannot create " + c.render_dir + ": " + ec.message()};
-    // The held-out stream minus the training sentences of the default run (as the tool's own held-out set).
-    std::set<std::string> train;
-    for (int i = 0; i < Config{}.sentences; ++i) train.insert(sd::sentence(sd::kTrainSeed, static_cast<std::uint64_t>(i)));
-    std::string list;
-    std::uint64_t idx = 0;
-    for (int n = 0; n < c.render_n; ++idx) {
-      const std::string text = sd::sentence(sd::kHeldoutSeed, idx);
-      if (train.count(text)) continue;
-      // The first file is espeak-ng's plain default voice (what `espeak-ng "..."` speaks); the others vary.
-      sd::Voice v = n == 0 ? sd::Voice{"en", 175, 50} : sd::voice_for(sd::kHeldoutSeed, 1000000 + idx);
-      char name[32];
-      std::snprintf(name, sizeof name, "%04d.wav", n);
-      write_text(fs::path(c.render_dir) / name, sd::speak_wav(c.espeak, text, v, c.render_dir));
-      list += std::string(name) + "\t" + text + "\t" + v.describe() + "\n";
-      ++n;
-    }
-    write_text(fs::path(c.render_dir) / "transcripts.txt", list);
+    sd::render_heldout(c.render_dir, c.render_n, c.espeak, Config{}.sentences);
     if (!c.quiet) std::fprintf(stderr, "wrote %d held-out sentences to %s\n", c.render_n, c.render_dir.c_str());
     return 0;
-  } catch (const TrainError& e) {
-    std::fprintf(stderr, "tandem-train-whisper: %s\n", e.message.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem-train-whisper: %s\n", e.what());
   }
   return 1;
 }
-
 
 // Transcribes `pcm` (16 kHz) window by window through speech::Transcriber on an engine session.
 std::vector<tandem::speech::Segment> transcribe(const tandem::speech::Transcriber& tr, tandem::engine::WhisperSession& s,
@@ -281,16 +235,6 @@ std::vector<tandem::speech::Segment> transcribe(const tandem::speech::Transcribe
     ck = r->next;
   }
   return out;
-}
-
-std::vector<float> with_silence(const std::vector<const sd::Utterance*>& us, double lead, double gap, double tail) {
-  std::vector<float> pcm(static_cast<std::size_t>(lead * 16000), 0.0F);
-  for (std::size_t i = 0; i < us.size(); ++i) {
-    if (i) pcm.resize(pcm.size() + static_cast<std::size_t>(gap * 16000), 0.0F);
-    for (auto x : us[i]->pcm) pcm.push_back(static_cast<float>(x) / 32767.0F);
-  }
-  pcm.resize(pcm.size() + static_cast<std::size_t>(tail * 16000), 0.0F);
-  return pcm;
 }
 
 struct WerResult {
@@ -613,7 +557,7 @@ int run_training(const Config& c) {
           << c.window_s << ",\n  \"n_samples\": " << window_samples << ",\n  \"nb_max_frames\": " << frames
           << ",\n  \"padding_side\": \"right\",\n  \"padding_value\": 0.0,\n  \"return_attention_mask\": false,\n"
           << "  \"processor_class\": \"WhisperProcessor\"\n}\n";
-      write_text(fs::path(c.out) / "preprocessor_config.json", pre.str());
+      sd::write_text(fs::path(c.out) / "preprocessor_config.json", pre.str());
     }
 
     // 7. The equivalence check: engine::WhisperModel on the written files against the training forward, every
@@ -680,7 +624,7 @@ int run_training(const Config& c) {
           us.push_back(&u);
           ref += (ref.empty() ? "" : " ") + u.text;
         }
-        const std::vector<float> pcm = with_silence(us, 0.3, 0.6, 0.3);
+        const std::vector<float> pcm = sd::with_silence(us, 0.3, 0.6, 0.3);
         const auto t0 = TrainTimer::now();
         const auto segs = transcribe(*tr, session, pcm);
         r.wall_seconds += seconds_since(t0);
@@ -764,7 +708,7 @@ int run_training(const Config& c) {
       << fmt(total_seconds) << "},\n"
       << "  \"cpu\": \"" << json_escape(cpu_model()) << "\",\n  \"hardware_threads\": " << std::thread::hardware_concurrency()
       << ",\n  \"libtorch\": \"" << TORCH_VERSION << "\"\n}\n";
-    write_text(fs::path(c.out) / "training.json", j.str());
+    sd::write_text(fs::path(c.out) / "training.json", j.str());
     fs::remove_all(tmp, ec);
     tmp.clear();
     if (!equivalent) {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -618,6 +619,47 @@ std::string wav_bytes(const std::vector<float>& pcm, int rate) {
   for (std::size_t i = 0; i < pcm.size(); ++i)
     x[i] = static_cast<std::int16_t>(std::lround(std::clamp(pcm[i], -1.0F, 1.0F) * 32767.0F));
   return wav_of(x.data(), x.size(), rate);
+}
+
+std::string write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) throw std::runtime_error("cannot write " + path);
+  return path;
+}
+
+void render_heldout(const std::string& dir, int n, const std::string& espeak, int train_sentences) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create " + dir + ": " + ec.message());
+  // The held-out stream minus the default run's training sentences (as the tool's own held-out set).
+  std::set<std::string> train;
+  for (int i = 0; i < train_sentences; ++i) train.insert(sentence(kTrainSeed, static_cast<std::uint64_t>(i)));
+  std::string list;
+  std::uint64_t idx = 0;
+  for (int done = 0; done < n; ++idx) {
+    const std::string text = sentence(kHeldoutSeed, idx);
+    if (train.count(text)) continue;
+    // The first file is espeak-ng's plain default voice (what `espeak-ng "..."` speaks); the others vary.
+    Voice v = done == 0 ? Voice{"en", 175, 50} : voice_for(kHeldoutSeed, 1000000 + idx);
+    char name[32];
+    std::snprintf(name, sizeof name, "%04d.wav", done);
+    write_text((fs::path(dir) / name).string(), speak_wav(espeak, text, v, dir));
+    list += std::string(name) + "\t" + text + "\t" + v.describe() + "\n";
+    ++done;
+  }
+  write_text((fs::path(dir) / "transcripts.txt").string(), list);
+}
+
+std::vector<float> with_silence(const std::vector<const Utterance*>& us, double lead, double gap, double tail) {
+  std::vector<float> pcm(static_cast<std::size_t>(lead * 16000), 0.0F);
+  for (std::size_t i = 0; i < us.size(); ++i) {
+    if (i) pcm.resize(pcm.size() + static_cast<std::size_t>(gap * 16000), 0.0F);
+    for (auto x : us[i]->pcm) pcm.push_back(static_cast<float>(x) / 32767.0F);
+  }
+  pcm.resize(pcm.size() + static_cast<std::size_t>(tail * 16000), 0.0F);
+  return pcm;
 }
 
 }  // namespace tandem::speechdata

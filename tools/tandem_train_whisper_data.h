@@ -79,6 +79,14 @@ std::vector<Utterance> synthesize(const std::string& espeak, std::uint64_t seed,
 // Runs espeak-ng once for `text` with `voice` and returns the WAV file's bytes (for --render and the tests).
 std::string speak_wav(const std::string& espeak, const std::string& text, const Voice& voice, const std::string& tmp);
 
+// Writes `text` to `path` (truncating); std::runtime_error "cannot write PATH" on failure. Returns the path.
+std::string write_text(const std::string& path, const std::string& text);
+// --render: speaks `n` held-out sentences (none of the first `train_sentences` training sentences) into `dir` as
+// 0000.wav ... with transcripts.txt (file, text, voice); the first in espeak-ng's plain default voice.
+void render_heldout(const std::string& dir, int n, const std::string& espeak, int train_sentences);
+// The utterances one after another as float samples: `lead` s of silence, `gap` s between them, `tail` s after.
+std::vector<float> with_silence(const std::vector<const Utterance*>& us, double lead, double gap, double tail);
+
 // Whisper's special token ids of the written tokenizer.
 struct Specials {
   std::int32_t eot = -1, sot = -1, en = -1, transcribe = -1, startofprev = -1, nospeech = -1, notimestamps = -1,
