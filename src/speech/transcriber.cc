@@ -313,7 +313,7 @@ std::vector<TokenId> Transcriber::prompt_tokens(std::span<const TokenId> prev, s
   return p;
 }
 
-Result<WindowResult> Transcriber::window(std::span<const float> pcm, const Checkpoint& ck, DecoderSession& session,
+Result<WindowResult> Transcriber::window(const AudioView& view, const Checkpoint& ck, DecoderSession& session,
                                          const std::atomic<bool>* cancel) const {
   for (TokenId id : ck.prompt) {
     if (id < 0 || id >= model_.vocab) {
@@ -324,19 +324,37 @@ Result<WindowResult> Transcriber::window(std::span<const float> pcm, const Check
   if (!ck.language.empty() && (cfg_.multilingual ? sp_.language_id(ck.language) < 0 : ck.language != "en")) {
     return fail(Errc::invalid_argument, "checkpoint language \"" + ck.language + "\" is not one of this model's");
   }
+  if (view.total < view.first || view.samples.size() > view.total - view.first) {
+    return fail(Errc::invalid_argument, "audio view of " + std::to_string(view.samples.size()) + " samples from " +
+                                            std::to_string(view.first) + " past its total " +
+                                            std::to_string(view.total));
+  }
   WindowResult out;
   out.next = ck;
-  if (ck.finished || ck.seek >= pcm.size()) {
+  if (ck.finished || (view.complete && ck.seek >= view.total)) {
     out.next.finished = true;
     return out;
   }
+  const std::size_t ws = window_samples();
+  const std::uint64_t need_end = std::min<std::uint64_t>(ck.seek + ws, view.total);
+  if (ck.seek < view.first || need_end > view.first + view.samples.size() ||
+      (!view.complete && view.total < ck.seek + ws)) {
+    return fail(Errc::invalid_argument,
+                "the window at sample " + std::to_string(ck.seek) + " needs samples up to " +
+                    std::to_string(view.complete ? need_end : ck.seek + ws) + "; the view holds [" +
+                    std::to_string(view.first) + ", " + std::to_string(view.first + view.samples.size()) + ")" +
+                    (view.complete ? "" : " of an unfinished stream"));
+  }
+  const std::span<const float> pcm = view.samples;
+  const std::size_t at = static_cast<std::size_t>(ck.seek - view.first);
   if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
     return fail(Errc::cancelled, "transcription cancelled");
   }
-  const std::size_t ws = window_samples();
-  const std::uint64_t segment_samples = std::min<std::uint64_t>(ws, pcm.size() - ck.seek);
+  const std::uint64_t segment_samples = std::min<std::uint64_t>(ws, view.total - ck.seek);
   const audio::LogMel mel_fn(audio::MelSpec{model_.n_mels, 400, kHop, audio::kSampleRate});
-  const std::vector<float> mel = mel_fn.window(pcm, static_cast<std::size_t>(ck.seek), ws);
+  // Samples past need_end are never read: a window depends only on its own samples (zeros past the audio's end).
+  const std::vector<float> mel =
+      mel_fn.window(pcm.first(static_cast<std::size_t>(need_end - view.first)), at, ws);
   TANDEM_TRY(session.encode(mel, cancel));
   const auto vocab = static_cast<std::size_t>(model_.vocab);
 
@@ -426,7 +444,7 @@ Result<WindowResult> Transcriber::window(std::span<const float> pcm, const Check
     std::vector<TokenId> history = prev;
     // Times past the end of the audio (a last window is zero-padded to its full length) are clamped to it: a segment
     // never ends after the file does.
-    const double audio_end = static_cast<double>(pcm.size()) / audio::kSampleRate;
+    const double audio_end = static_cast<double>(view.total) / audio::kSampleRate;
     for (Segment& s : split.segments) {
       s.start = std::min(s.start, audio_end);
       s.end = std::min(s.end, audio_end);
@@ -449,7 +467,7 @@ Result<WindowResult> Transcriber::window(std::span<const float> pcm, const Check
     out.next.seek = ck.seek + split.advance;
     out.next.segments_done = ck.segments_done + static_cast<std::uint32_t>(out.segments.size());
   }
-  out.next.finished = out.next.seek >= pcm.size();
+  out.next.finished = view.complete && out.next.seek >= view.total;
   return out;
 }
 

@@ -72,6 +72,19 @@ struct WindowResult {
   bool skipped_silence = false;
 };
 
+// The audio a window reads: samples[0] is sample `first` of the stream (16 kHz mono), `total` samples exist so far,
+// and `complete` says no more will come (a file, or a live stream whose end was sent). A window at seek needs the
+// samples [seek, min(seek + window, total)); an incomplete view must hold a whole window from seek (a live stream
+// waits for it), so a streamed file gives exactly the segments of the same samples sent as one file.
+struct AudioView {
+  std::span<const float> samples;
+  std::uint64_t first = 0;
+  std::uint64_t total = 0;
+  bool complete = true;
+
+  static AudioView whole(std::span<const float> pcm) { return AudioView{pcm, 0, pcm.size(), true}; }
+};
+
 struct ModelSpeechInfo {
   int n_mels = 80;
   int window_frames = 3000;          // mel frames per window (hop 160 → 30 s)
@@ -95,6 +108,13 @@ class Transcriber {
   // session. `cancel` polled between tokens: Errc::cancelled. Session errors pass through unchanged.
   // invalid_argument for a checkpoint this model cannot continue (a prompt id out of range, an unknown language).
   Result<WindowResult> window(std::span<const float> pcm, const Checkpoint& ck, DecoderSession& session,
+                              const std::atomic<bool>* cancel) const {
+    return window(AudioView::whole(pcm), ck, session, cancel);
+  }
+  // The same over part of a stream. invalid_argument when the view does not hold what the window needs (samples
+  // before seek missing, or an incomplete view with less than a whole window from seek). A checkpoint is finished
+  // only when the view is complete and the seek reached its end.
+  Result<WindowResult> window(const AudioView& audio, const Checkpoint& ck, DecoderSession& session,
                               const std::atomic<bool>* cancel) const;
 
   // ceil(samples / window samples): windows for progress and ETA (a seek to a timestamp can add a few).

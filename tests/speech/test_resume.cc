@@ -76,6 +76,71 @@ TEST_F(ResumeTest, ResumingAtEachWindowBoundaryOnAFreshReplicaGivesTheUninterrup
   EXPECT_EQ(must(decode_checkpoint(journal)), final_straight);
 }
 
+// A live stream: each window sees only the samples it needs, and only once they are all there (the views the
+// daemon's stream wait hands over). The segments and checkpoints equal the whole file's.
+TEST_F(ResumeTest, AStreamSeenAWindowAtATimeGivesTheFileSegments) {
+  const Transcriber t = make();
+  ScriptedSession one(v().sp, v().total, scripts());
+  std::vector<Segment> straight;
+  std::vector<Checkpoint> cks;
+  for (Checkpoint ck; !ck.finished;) {
+    WindowResult r = must(t.window(pcm_, ck, one, nullptr));
+    straight.insert(straight.end(), r.segments.begin(), r.segments.end());
+    ck = r.next;
+    cks.push_back(ck);
+  }
+  ScriptedSession s(v().sp, v().total, scripts());
+  const std::size_t ws = t.window_samples();
+  std::vector<Segment> streamed;
+  std::size_t i = 0;
+  for (Checkpoint ck; !ck.finished; ++i) {
+    const std::uint64_t arrived = std::min<std::uint64_t>(ck.seek + ws, pcm_.size());
+    const bool complete = arrived == pcm_.size();
+    AudioView view{std::span<const float>(pcm_).subspan(ck.seek, arrived - ck.seek), ck.seek, arrived, complete};
+    WindowResult r = must(t.window(view, ck, s, nullptr));
+    streamed.insert(streamed.end(), r.segments.begin(), r.segments.end());
+    ck = r.next;
+    ASSERT_LT(i, cks.size());
+    EXPECT_EQ(ck, cks[i]) << i;
+  }
+  EXPECT_EQ(i, cks.size());
+  ASSERT_EQ(streamed.size(), straight.size());
+  for (std::size_t k = 0; k < straight.size(); ++k) EXPECT_TRUE(same(straight[k], streamed[k])) << k;
+}
+
+TEST_F(ResumeTest, AnIncompleteViewNeedsAWholeWindowAndNeverFinishes) {
+  const Transcriber t = make();
+  ScriptedSession s(v().sp, v().total, scripts());
+  const std::size_t ws = t.window_samples();
+  const std::span<const float> pcm(pcm_);
+  // Less than a window of an unfinished stream: refused, the session untouched.
+  auto short_view = t.window(AudioView{pcm.first(ws - 1), 0, ws - 1, false}, Checkpoint{}, s, nullptr);
+  ASSERT_FALSE(short_view.ok());
+  EXPECT_EQ(short_view.error().code, Errc::invalid_argument);
+  EXPECT_NE(short_view.error().message.find("unfinished stream"), std::string::npos) << short_view.error().message;
+  // Samples before seek missing.
+  Checkpoint later;
+  later.seek = 100;
+  auto missing = t.window(AudioView{pcm.subspan(200, ws), 200, 200 + ws, false}, later, s, nullptr);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, Errc::invalid_argument);
+  // A view claiming more samples than its total.
+  auto bad = t.window(AudioView{pcm.first(ws), 0, 10, false}, Checkpoint{}, s, nullptr);
+  ASSERT_FALSE(bad.ok());
+  // A whole window of an unfinished stream: decoded, never finished even if the seek reaches what has arrived.
+  auto ok = t.window(AudioView{pcm.first(ws), 0, ws, false}, Checkpoint{}, s, nullptr);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_FALSE(ok->next.finished);
+  // An empty incomplete view at the seek: nothing to do yet (not finished, refused).
+  Checkpoint at_end;
+  at_end.seek = ws;
+  EXPECT_FALSE(t.window(AudioView{{}, ws, ws, false}, at_end, s, nullptr).ok());
+  // The same position of a complete stream: finished.
+  auto fin = t.window(AudioView{{}, ws, ws, true}, at_end, s, nullptr);
+  ASSERT_TRUE(fin.ok());
+  EXPECT_TRUE(fin->next.finished);
+}
+
 TEST_F(ResumeTest, CancelBetweenTokensStopsTheWindow) {
   const Transcriber t = make();
   ScriptedSession s(v().sp, v().total, scripts());
