@@ -41,6 +41,20 @@ Status KvBlockAllocator::reserve(SeqId seq, std::int64_t tokens) {
   return {};
 }
 
+int KvBlockAllocator::truncate(SeqId seq, std::int64_t tokens) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return 0;
+  auto& table = it->second;
+  const auto keep = static_cast<std::size_t>(blocks_for(tokens));
+  int freed = 0;
+  while (table.size() > keep) {
+    free_.push_back(table.back());
+    table.pop_back();
+    ++freed;
+  }
+  return freed;
+}
+
 bool KvBlockAllocator::release(SeqId seq) {
   auto it = tables_.find(seq);
   if (it == tables_.end()) return false;

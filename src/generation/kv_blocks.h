@@ -1,6 +1,7 @@
 // Paged KV cache bookkeeping (vLLM-style), independent of where the blocks' storage lives: a pool of fixed-size
-// blocks, a block table per sequence, growth block by block. Exhaustion is a typed result (Errc::kv_exhausted),
-// never an exception; growth is all-or-nothing, so a failed grow leaves the sequence exactly as it was.
+// blocks, a block table per sequence, growth block by block, shrinking on a rewind. Exhaustion is a typed result
+// (Errc::kv_exhausted), never an exception; growth is all-or-nothing, so a failed grow leaves the sequence exactly as
+// it was.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,9 @@ class KvBlockAllocator {
   // Makes room for `tokens` tokens in total (not additional). kv_exhausted when the pool cannot supply the
   // missing blocks; not_found for an unknown sequence.
   Status reserve(SeqId seq, std::int64_t tokens);
+  // Keeps the blocks that hold tokens [0, tokens) and returns the rest to the pool (a rewind); the kept blocks keep
+  // their places in the table. Returns how many blocks went back (0 for an unknown sequence or nothing to free).
+  int truncate(SeqId seq, std::int64_t tokens);
   // Returns all blocks of the sequence to the pool. Idempotent: releasing an unknown sequence does nothing and
   // returns false.
   bool release(SeqId seq);

@@ -37,6 +37,31 @@ TEST(KvBlocks, ExhaustionIsTypedAndAllOrNothing) {
   EXPECT_TRUE(a.reserve(2, 33).ok());
 }
 
+TEST(KvBlocks, TruncateReturnsTheBlocksPastTheKeptTokens) {
+  KvBlockAllocator a(6, 4);
+  ASSERT_TRUE(a.create(1).ok());
+  ASSERT_TRUE(a.create(2).ok());
+  ASSERT_TRUE(a.reserve(1, 17).ok());  // 5 blocks
+  const std::vector<std::int32_t> before = *a.table(1);
+  EXPECT_EQ(a.truncate(1, 9), 2);  // tokens 0..8 live in 3 blocks
+  ASSERT_EQ(a.table(1)->size(), 3u);
+  EXPECT_EQ(std::vector<std::int32_t>(before.begin(), before.begin() + 3), *a.table(1));  // kept in place
+  EXPECT_EQ(a.free_blocks(), 3);
+  EXPECT_EQ(a.truncate(1, 12), 0);  // still within the kept blocks
+  EXPECT_EQ(a.truncate(1, 100), 0);  // never grows
+  EXPECT_EQ(a.table(1)->size(), 3u);
+  // The freed blocks serve another sequence.
+  ASSERT_TRUE(a.reserve(2, 12).ok());
+  EXPECT_EQ(a.free_blocks(), 0);
+  EXPECT_EQ(a.truncate(1, 0), 3);
+  EXPECT_TRUE(a.table(1)->empty());
+  EXPECT_EQ(a.free_blocks(), 3);
+  EXPECT_EQ(a.sequences(), 2u);  // an empty table, not a released sequence
+  EXPECT_EQ(a.truncate(99, 0), 0);  // unknown
+  ASSERT_TRUE(a.reserve(1, 5).ok());
+  EXPECT_EQ(a.used_blocks(), 5);
+}
+
 TEST(KvBlocks, ErrorsAndIdempotentRelease) {
   KvBlockAllocator a(2, 2);
   ASSERT_TRUE(a.create(7).ok());
