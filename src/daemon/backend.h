@@ -18,6 +18,7 @@
 #include "generation/prompt_template.h"
 #include "generation/sampler.h"
 #include "policy/types.h"
+#include "audio/stream.h"
 #include "speech/transcriber.h"
 
 namespace tandem::daemon {
@@ -114,7 +115,12 @@ struct EmbedSpec {
 struct TranscribeSpec {
   policy::JobId job = 0;
   policy::Route route;
-  std::shared_ptr<const std::vector<std::uint8_t>> audio;
+  std::shared_ptr<const std::vector<std::uint8_t>> audio;  // a file's bytes, or null for a live stream:
+  // A live stream (ring `transcribe` with stream = true): each window waits (PcmStream::wait_window) until its
+  // samples are all there or the stream ended; no chunk for `stream_idle` fails the run Errc::timeout. A stream
+  // that ended because its producer went away (closed) ends the run with finish_reason "stream_closed".
+  std::shared_ptr<audio::PcmStream> stream;
+  std::chrono::milliseconds stream_idle{30000};
   std::string audio_name;  // the caller's name of the audio, for error messages ("audio_fd")
   speech::TranscribeOptions options;
   speech::Checkpoint from;

@@ -122,6 +122,11 @@ struct SpeechConfig {
   std::string default_model;                      // "" = the first speech model
   std::uint64_t max_audio_bytes = 512ull << 20;   // one audio file, [1 KiB, 4 GiB]
   std::uint32_t max_audio_seconds = 4 * 3600;     // decoded duration, [1, 86400]
+  // Live streams (ring `transcribe` with stream = true, docs/rings.md):
+  std::uint32_t stream_idle_seconds = 30;         // no chunk for this long while a window waits: the job fails
+                                                  // (Timeout), [1, 3600]
+  std::uint32_t max_stream_ahead_seconds = 600;   // audio held ahead of the transcription (64 KB/s of memory); past
+                                                  // it a chunk is refused QueueFull, [5, 14400]
 };
 
 struct DaemonConfig {

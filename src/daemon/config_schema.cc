@@ -359,6 +359,8 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_TEXT(D, "default_model", speech.default_model, text()),
            TANDEM_SIZE(D, "max_audio_bytes", speech.max_audio_bytes, size(1 * kKiB, 4 * kGiB)),
            TANDEM_INT(D, "max_audio_seconds", speech.max_audio_seconds, integer(1, 86400)),
+           TANDEM_INT(D, "stream_idle_seconds", speech.stream_idle_seconds, integer(1, 3600)),
+           TANDEM_INT(D, "max_stream_ahead_seconds", speech.max_stream_ahead_seconds, integer(5, 14400)),
        }},
       {"rings",
        {

@@ -202,38 +202,61 @@ RunResult EngineBackend::transcribe(const TranscribeSpec& spec, TranscribeSink& 
     out.status = fail(std::move(err));
     return out;
   };
-  // The audio: decoded and resampled for every run (the job keeps only the file's bytes); a body that does not
-  // decode fails the job as the header check would have.
-  audio::AudioLimits lim;
-  lim.max_bytes = max_audio_bytes_;
-  lim.max_seconds = max_audio_seconds_;
-  auto pcm = audio::decode_audio(*spec.audio, lim);
-  if (!pcm) {
-    out.status = fail(Errc::invalid_argument, spec.audio_name + ": " + pcm.error().message);
-    return out;
-  }
   auto tr = speech::Transcriber::create(*e->tokenizer, e->specials, e->info, e->generation_config, spec.options);
   if (!tr) {
     out.status = fail(tr.error().code == Errc::invalid_argument ? Errc::invalid_argument : tr.error().code,
                       tr.error().message);
     return out;
   }
-  sink.decoded(pcm->seconds(), speech::Transcriber::windows_estimate(pcm->samples.size(), e->info.window_frames));
+  // A file: decoded and resampled for every run (the job keeps only the file's bytes); a body that does not decode
+  // fails the job as the header check would have. A stream: each window waits below for its samples.
+  audio::Pcm pcm;
+  if (spec.stream) {
+    sink.decoded(spec.stream->seconds(), 1);
+  } else {
+    audio::AudioLimits lim;
+    lim.max_bytes = max_audio_bytes_;
+    lim.max_seconds = max_audio_seconds_;
+    auto decoded = audio::decode_audio(*spec.audio, lim);
+    if (!decoded) {
+      out.status = fail(Errc::invalid_argument, spec.audio_name + ": " + decoded.error().message);
+      return out;
+    }
+    pcm = std::move(decoded).value();
+    sink.decoded(pcm.seconds(), speech::Transcriber::windows_estimate(pcm.samples.size(), e->info.window_frames));
+  }
   if (cancel.load(std::memory_order_relaxed)) return cancelled();
   auto session = m->new_session();
   if (!session) return fail_with(std::move(session).error());
   speech::Checkpoint ck = spec.from;
-  const auto t0 = SteadyTime::now();
+  bool closed = false;
+  Clock::duration busy{};
   while (!ck.finished) {
     if (cancel.load(std::memory_order_relaxed)) return cancelled();
-    const auto w0 = SteadyTime::now();
-    auto w = tr->window(pcm->samples, ck, **session, &cancel);
+    audio::StreamWindow got;
+    speech::AudioView view = speech::AudioView::whole(pcm.samples);
+    if (spec.stream) {
+      auto waited = spec.stream->wait_window(ck.seek, tr->window_samples(), cancel, spec.stream_idle);
+      if (!waited) {
+        if (waited.error().code == Errc::cancelled) return cancelled();
+        out.status = fail(std::move(waited).error());  // timeout (no audio) or a released seek: not the device's
+        return out;
+      }
+      got = std::move(waited).value();
+      closed = got.closed;
+      if (got.complete && ck.seek >= got.total) break;  // the end came after the last whole window
+      view = speech::AudioView{got.samples, got.first, got.total, got.complete};
+    }
+    const auto w0 = SteadyTime::now();  // a window's time excludes the wait for its audio
+    auto w = tr->window(view, ck, **session, &cancel);
     if (!w) return fail_with(std::move(w).error());
-    sink.window(*w, SteadyTime::now() - w0);
+    const auto took = SteadyTime::now() - w0;
+    busy += took;
+    sink.window(*w, took);
     ck = w->next;
   }
-  out.decode_time = SteadyTime::now() - t0;
-  out.finish_reason = "end_of_audio";
+  out.decode_time = busy;
+  out.finish_reason = closed ? "stream_closed" : "end_of_audio";
   return out;
 }
 

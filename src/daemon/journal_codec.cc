@@ -187,7 +187,7 @@ constexpr std::string_view kTerminal[] = {"completed", "failed", "cancelled"};
 // "embedded": an embedding job's run (one forward of its inputs) completed; "end_of_audio": a transcription job's
 // window loop reached the end of its audio.
 constexpr std::string_view kFinishReasons[] = {"eos", "stop_string", "max_tokens", "context_full", "embedded",
-                                               "end_of_audio"};
+                                               "end_of_audio", "stream_closed"};
 
 template <std::size_t N>
 bool one_of(std::string_view s, const std::string_view (&set)[N]) {
@@ -296,7 +296,7 @@ Status validate_fields(JournalRecord type, const JournalJob& j) {
       if (j.history_json.size() > kJournalHistoryLimit) return bad("more than 64 history entries");
       if (j.phase == "completed") {
         if (!one_of(j.finish_reason, kFinishReasons)) {
-          return bad("completed needs finish_reason eos|stop_string|max_tokens|context_full|embedded|end_of_audio, got '" +
+          return bad("completed needs finish_reason eos|stop_string|max_tokens|context_full|embedded|end_of_audio|stream_closed, got '" +
                      j.finish_reason.substr(0, 64) + "'");
         }
       } else if (!j.finish_reason.empty()) {

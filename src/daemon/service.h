@@ -109,7 +109,9 @@ struct TranscribeOptions {
 // A Transcribe call: one audio file (the bytes of a WAV, FLAC, Ogg, ... file; front ends read fds into these).
 struct TranscribeRequest {
   std::string model;  // "" = [speech] default_model, else the first speech model
-  std::shared_ptr<const std::vector<std::uint8_t>> audio;
+  std::shared_ptr<const std::vector<std::uint8_t>> audio;  // a file; or, with `stream`, none:
+  // A live stream (ring sessions): the PCM's format; the audio follows in chunks through append_audio.
+  std::optional<audio::StreamFormat> stream;
   std::string audio_name = "audio";  // the caller's name of the audio in error messages ("audio_fd")
   TranscribeOptions options;
 };
@@ -162,6 +164,14 @@ class Service {
   // worker), admitted, journaled and queued like Submit's; returns the placement with "job_id". Segments go to the
   // caller as JobUpdate "segment" signals, window by window; GetJob has the transcript.
   Result<Dict> transcribe(const Caller& c, const TranscribeRequest& req);
+  // The next chunk of a streamed transcription's PCM (`offset`: bytes sent before it; `end`: the last chunk).
+  // Errors: not_found (no such job), permission_denied (not the caller's), illegal_transition (not a stream, or the
+  // job has ended), and audio::PcmStream::append's: invalid_argument (offset, frames, samples, duration),
+  // queue_full (the stream is too far ahead of its transcription; retry_after_ms in the message).
+  Status append_audio(const Caller& c, JobId id, std::uint64_t offset, std::span<const std::uint8_t> pcm, bool end);
+  // The producer of a stream is gone (its ring session ended): the stream ends where it is and the job finishes
+  // over what arrived (finish_reason "stream_closed"). No effect on other jobs or a stream already ended.
+  void close_audio_stream(JobId id);
   Result<std::string> cancel(const Caller& c, JobId id);
   Result<Dict> get_job(const Caller& c, JobId id) const;
   Result<Dict> resume(const Caller& c, JobId id, const SubmitOptions& overrides);

@@ -186,6 +186,8 @@ Status Service::reload(const DaemonConfig& cfg) {
   cfg_.embedding.max_text_bytes = cfg.embedding.max_text_bytes;
   cfg_.speech.max_audio_bytes = cfg.speech.max_audio_bytes;
   cfg_.speech.max_audio_seconds = cfg.speech.max_audio_seconds;
+  cfg_.speech.stream_idle_seconds = cfg.speech.stream_idle_seconds;
+  cfg_.speech.max_stream_ahead_seconds = cfg.speech.max_stream_ahead_seconds;
   cfg_.runtime.max_prompt_bytes = cfg.runtime.max_prompt_bytes;
   cfg_.runtime.max_messages = cfg.runtime.max_messages;
   Caller root{"", 0, true, true, ""};

@@ -129,6 +129,7 @@ struct Service::EmbedWork {
 // last finished window), the segments delivered so far.
 struct Service::TranscribeWork {
   std::shared_ptr<const std::vector<std::uint8_t>> audio;  // file bytes (decoded on the worker, each run)
+  std::shared_ptr<audio::PcmStream> stream;                 // or a live stream (its samples from the last window on)
   std::string audio_name;
   std::uint64_t audio_bytes = 0;
   std::string format;                  // from the header (probe)

@@ -280,6 +280,10 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
     end_job(j, JobPhase::failed, "invalid_request", Errc::invalid_argument, r.status.error().message, 0s);
     return;
   }
+  if (ec == Errc::timeout) {  // the run waited too long for its input (a live stream without audio)
+    end_job(j, JobPhase::failed, "input_timeout", Errc::timeout, r.status.error().message, 0s);
+    return;
+  }
   end_job(j, JobPhase::failed, "run_failed", ec == Errc::internal ? Errc::internal : Errc::resumable,
           r.status.error().message, 5s);
 }

@@ -99,16 +99,40 @@ Result<Service::Prepared> Service::prepare_transcribe(const Caller& c, const Tra
   const std::string& which = req.audio_name.empty() ? std::string("audio") : req.audio_name;
 
   // The audio: size, then the header (format, rate, channels, duration) against the configured limits. Its samples
-  // are decoded on the worker: a file whose body is broken fails the job there, typed the same way.
-  if (!req.audio || req.audio->empty()) return fail(Errc::invalid_argument, which + " is empty");
-  if (req.audio->size() > cfg_.speech.max_audio_bytes)
-    return fail(Errc::invalid_argument, which + " is " + std::to_string(req.audio->size()) + " bytes; at most " +
-                                            std::to_string(cfg_.speech.max_audio_bytes) + " ([speech] max_audio_bytes)");
-  audio::AudioLimits lim;
-  lim.max_bytes = cfg_.speech.max_audio_bytes;
-  lim.max_seconds = cfg_.speech.max_audio_seconds;
-  auto info = audio::probe_audio(*req.audio, lim);
-  if (!info) return fail(Errc::invalid_argument, which + ": " + info.error().message);
+  // are decoded on the worker: a file whose body is broken fails the job there, typed the same way. A live stream:
+  // its format now, its chunks (append_audio) checked as they come.
+  std::shared_ptr<audio::PcmStream> stream;
+  audio::AudioInfo info;
+  json audio_json;
+  if (req.stream) {
+    if (req.audio && !req.audio->empty())
+      return fail(Errc::invalid_argument, "a stream carries no file: its PCM comes in audio chunks");
+    audio::StreamLimits sl;
+    sl.max_seconds = cfg_.speech.max_audio_seconds;
+    sl.max_ahead_seconds = cfg_.speech.max_stream_ahead_seconds;
+    auto st = audio::PcmStream::create(*req.stream, sl);
+    if (!st) return fail(std::move(st).error());
+    stream = std::move(st).value();
+    info.format = std::string(audio::sample_format_name(req.stream->sample)) + " " + std::to_string(req.stream->rate) +
+                  " Hz " + std::to_string(req.stream->channels) + " ch";
+    info.source_rate = req.stream->rate;
+    info.channels = req.stream->channels;
+    audio_json = json{{"stream", true}, {"sample_rate", req.stream->rate}, {"channels", req.stream->channels},
+                      {"sample_format", audio::sample_format_name(req.stream->sample)}};
+  } else {
+    if (!req.audio || req.audio->empty()) return fail(Errc::invalid_argument, which + " is empty");
+    if (req.audio->size() > cfg_.speech.max_audio_bytes)
+      return fail(Errc::invalid_argument, which + " is " + std::to_string(req.audio->size()) + " bytes; at most " +
+                                              std::to_string(cfg_.speech.max_audio_bytes) + " ([speech] max_audio_bytes)");
+    audio::AudioLimits lim;
+    lim.max_bytes = cfg_.speech.max_audio_bytes;
+    lim.max_seconds = cfg_.speech.max_audio_seconds;
+    auto probed = audio::probe_audio(*req.audio, lim);
+    if (!probed) return fail(Errc::invalid_argument, which + ": " + probed.error().message);
+    info = std::move(probed).value();
+    audio_json = json{{"sha256", bytes_sha256(*req.audio)}, {"bytes", req.audio->size()},
+                      {"seconds", info.seconds()}, {"format", info.format}};
+  }
 
   const auto& o = req.options;
   if (o.idempotency_key && (o.idempotency_key->empty() || o.idempotency_key->size() > 240 || !valid_utf8(*o.idempotency_key)))
@@ -144,11 +168,12 @@ Result<Service::Prepared> Service::prepare_transcribe(const Caller& c, const Tra
   so.condition_on_previous_text = o.condition_on_previous_text;
 
   auto work = std::make_shared<TranscribeWork>();
-  work->audio = req.audio;
+  work->audio = stream ? nullptr : req.audio;
+  work->stream = stream;
   work->audio_name = which;
-  work->audio_bytes = req.audio->size();
-  work->format = info->format;
-  work->audio_seconds = info->seconds();
+  work->audio_bytes = stream ? 0 : req.audio->size();
+  work->format = info.format;
+  work->audio_seconds = stream ? 0.0 : info.seconds();
   work->options = so;
   work->checkpoint.language = so.language;
   const double window_s = static_cast<double>(std::max<std::uint32_t>(1, sp.window_samples)) / audio::kSampleRate;
@@ -168,8 +193,7 @@ Result<Service::Prepared> Service::prepare_transcribe(const Caller& c, const Tra
   p.max_new_tokens = p.shape.max_new_tokens;
   p.request_json = json{{"kind", "transcribe"},
                         {"model", name},
-                        {"audio", {{"sha256", bytes_sha256(*req.audio)}, {"bytes", req.audio->size()},
-                                   {"seconds", work->audio_seconds}, {"format", info->format}}},
+                        {"audio", audio_json},
                         {"language", so.language},
                         {"translate", o.translate},
                         {"timestamps", o.timestamps},
@@ -234,7 +258,7 @@ void Service::on_transcribe_event(JobRecord& j, WorkerEvent& ev) {
     w.windows_total = std::max(ev.windows_total, w.checkpoint.windows_done);
     if (first)
       emit(j, "audio", {{"seconds", w.audio_seconds}, {"windows_total", w.windows_total},
-                        {"format", w.format}, {"route", route_name(j.route)}});
+                        {"format", w.format}, {"route", route_name(j.route)}, {"stream", w.stream != nullptr}});
     return;
   }
   if (!ev.window_result) return;
@@ -267,6 +291,10 @@ void Service::on_transcribe_event(JobRecord& j, WorkerEvent& ev) {
                         {"no_speech_prob", seg.no_speech_prob}});
   }
   w.checkpoint = wr.next;
+  if (w.stream) {  // the samples before the checkpoint are never read again (a failover resumes at it)
+    w.stream->release_before(w.checkpoint.seek);
+    w.audio_seconds = std::max(w.audio_seconds, w.stream->seconds());
+  }
   w.run_time += ev.took;
   if (j.route.device == policy::Device::cpu) ++w.windows_on_cpu;
   if (wr.skipped_silence) ++w.windows_skipped;
@@ -279,14 +307,45 @@ void Service::on_transcribe_event(JobRecord& j, WorkerEvent& ev) {
   const auto per_window = done ? w.run_time / done : Clock::duration::zero();
   const double audio_done = std::min(w.audio_seconds, static_cast<double>(w.checkpoint.seek) / audio::kSampleRate);
   const double run_s = std::chrono::duration<double>(w.run_time).count();
+  const bool live = w.stream && !w.stream->complete();  // more audio may come: no total, no ETA
   emit(j, "progress", {{"windows_done", done},
+                       {"stream", live},
                        {"windows_total", w.windows_total},
                        {"audio_done_ms", seconds_ms(audio_done)},
                        {"audio_ms", seconds_ms(w.audio_seconds)},
-                       {"eta_ms", to_ms(per_window * remaining)},
+                       {"eta_ms", live ? std::uint64_t{0} : to_ms(per_window * remaining)},
                        {"route", route_name(j.route)},
                        {"language", w.checkpoint.language},
                        {"realtime_factor", run_s > 0 ? audio_done / run_s : 0.0}});
+}
+
+Status Service::append_audio(const Caller& c, JobId id, std::uint64_t offset, std::span<const std::uint8_t> pcm,
+                             bool end) {
+  JobRecord* j = find(id);
+  if (!j) return fail(Errc::not_found, "no job " + std::to_string(id));
+  TANDEM_TRY(check_owner(c, *j));
+  if (j->kind != WorkloadKind::transcribe || !j->transcribe || !j->transcribe->stream)
+    return fail(Errc::illegal_transition, "job " + std::to_string(id) + " is not a streamed transcription");
+  if (j->terminal())
+    return fail(Errc::illegal_transition, "job " + std::to_string(id) + " has ended (" + phase_name(j->phase) + ")");
+  auto st = j->transcribe->stream->append(offset, pcm, end);
+  if (!st) {
+    ++counters_[st.error().code == Errc::queue_full ? "stream_chunks_deferred" : "stream_chunks_refused"];
+    return st;
+  }
+  ++counters_["stream_chunks"];
+  counters_["stream_bytes"] += pcm.size();
+  return {};
+}
+
+void Service::close_audio_stream(JobId id) {
+  JobRecord* j = find(id);
+  if (!j || j->terminal() || !j->transcribe || !j->transcribe->stream) return;
+  if (!j->transcribe->stream->complete()) {
+    log::info("job {}: its stream's producer went away; transcribing the {:.1f} s that arrived", j->id,
+              j->transcribe->stream->seconds());
+    j->transcribe->stream->close();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -299,6 +358,8 @@ bool Service::TranscribeWorkload::start(Service& s, JobRecord& j) {
   spec.route = j.route;
   spec.route.gpu_layers = 0;
   spec.audio = w.audio;
+  spec.stream = w.stream;
+  spec.stream_idle = std::chrono::seconds(s.cfg_.speech.stream_idle_seconds);
   spec.audio_name = w.audio_name;
   spec.options = w.options;
   spec.from = w.checkpoint;
@@ -330,6 +391,11 @@ bool Service::TranscribeWorkload::start(Service& s, JobRecord& j) {
 
 Status Service::TranscribeWorkload::completed(Service& s, JobRecord& j, const RunResult& r) {
   (void)s, (void)r;
+  // A stream whose end came after its last whole window: the run saw the end and ran no further window.
+  TranscribeWork& w = *j.transcribe;
+  if (w.stream && !w.checkpoint.finished && w.stream->complete() && w.checkpoint.seek >= w.stream->samples_total())
+    w.checkpoint.finished = true;
+  if (w.stream) w.audio_seconds = std::max(w.audio_seconds, w.stream->seconds());
   // The window events come before the run's end (one queue): a run that says it finished must have reported the
   // window that reached the end of the audio.
   if (!j.transcribe->checkpoint.finished)
@@ -361,8 +427,12 @@ std::uint32_t Service::TranscribeWorkload::delivered(const JobRecord& j) const {
 
 void Service::TranscribeWorkload::ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) {
   (void)s, (void)phase, (void)code, (void)message;
-  // The audio goes (nothing can run it again: the caller calls Transcribe again); the segments stay for GetJob.
-  if (j.transcribe) j.transcribe->audio.reset();
+  // The audio goes (nothing can run it again: the caller calls Transcribe again); the segments stay for GetJob. A
+  // stream's producer learns from its next chunk that the job has ended.
+  if (j.transcribe) {
+    j.transcribe->audio.reset();
+    if (j.transcribe->stream) j.transcribe->stream->abandon();
+  }
 }
 
 void Service::TranscribeWorkload::outcome(const JobRecord& j, Dict& fin) const {
@@ -393,6 +463,11 @@ void Service::TranscribeWorkload::view(const JobRecord& j, Dict& d) const {
   d["audio_ms"] = seconds_ms(w.audio_seconds);
   d["audio_done_ms"] = seconds_ms(std::min(w.audio_seconds, static_cast<double>(w.checkpoint.seek) / audio::kSampleRate));
   d["audio_format"] = w.format;
+  if (w.stream) {
+    d["stream"] = true;
+    d["stream_bytes"] = w.stream->bytes_received();  // where the next chunk's offset must be
+    d["stream_complete"] = w.stream->complete();
+  }
   d["language"] = w.checkpoint.language;
   d["queued_ms"] = to_ms(w.queued);
   d["run_ms"] = to_ms(w.run_time);

@@ -156,18 +156,40 @@ class FakeBackend final : public Backend {
       r.status = ::tandem::fail(*s.fail, "fake: injected " + std::string(errc_name(*s.fail)));
       return r;
     }
-    auto info = audio::probe_audio(*spec.audio);
-    if (!info) {
-      r.status = ::tandem::fail(Errc::invalid_argument, spec.audio_name + ": " + info.error().message);
-      return r;
+    // A file: its length from the header. A stream: each window waits for its 30 s (or the end), as the engine's.
+    std::uint64_t samples = 0;
+    bool complete = true, closed = false;
+    if (spec.stream) {
+      sink.decoded(spec.stream->seconds(), 1);
+    } else {
+      auto info = audio::probe_audio(*spec.audio);
+      if (!info) {
+        r.status = ::tandem::fail(Errc::invalid_argument, spec.audio_name + ": " + info.error().message);
+        return r;
+      }
+      samples = static_cast<std::uint64_t>(std::llround(info->seconds() * 16000.0));
+      const auto windows = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (samples + 479999) / 480000));
+      sink.decoded(info->seconds(), windows);
     }
-    const auto samples = static_cast<std::uint64_t>(std::llround(info->seconds() * 16000.0));
-    const auto windows = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (samples + 479999) / 480000));
-    sink.decoded(info->seconds(), windows);
     const bool on_gpu = spec.route.device != policy::Device::cpu;
     speech::Checkpoint ck = spec.from;
     while (!ck.finished) {
       const std::uint32_t w = ck.windows_done;
+      if (spec.stream) {
+        auto got = spec.stream->wait_window(ck.seek, 480000, cancel, spec.stream_idle);
+        if (!got) {
+          if (got.error().code == Errc::cancelled) {
+            r.finish_reason = "cancelled";
+            return r;
+          }
+          r.status = ::tandem::fail(got.error());
+          return r;
+        }
+        samples = got->total;
+        complete = got->complete;
+        closed = got->closed;
+        if (complete && ck.seek >= samples) break;  // the end came after the last whole window
+      }
       if (s.block_at && *s.block_at == w) wait_gate(spec.job, cancel);
       if (cancel.load()) {
         r.finish_reason = "cancelled";
@@ -194,14 +216,14 @@ class FakeBackend final : public Backend {
       wr.next = ck;
       wr.next.windows_done = w + 1;
       wr.next.segments_done = ck.segments_done + 1;
-      wr.next.seek = std::min<std::uint64_t>(samples, std::uint64_t{w + 1} * 480000);
-      wr.next.finished = wr.next.seek >= samples;
+      wr.next.seek = std::min<std::uint64_t>(samples, ck.seek + 480000);
+      wr.next.finished = complete && wr.next.seek >= samples;
       wr.next.language = "en";
       sink.window(wr, std::chrono::milliseconds(5));
       ck = wr.next;
     }
     r.status = {};
-    r.finish_reason = "end_of_audio";
+    r.finish_reason = closed ? "stream_closed" : "end_of_audio";
     r.decode_time = std::chrono::milliseconds(5);
     return r;
   }

@@ -356,5 +356,208 @@ TEST_F(TranscribeTest, ARestartLeavesAnUnfinishedJobFailedWithItsText) {
   EXPECT_THAT(str(j, "text"), ::testing::StartsWith(" w0"));
 }
 
+
+// ---------------------------------------------------------------------------------------------------------------
+// Live streams (ring `transcribe` with stream = true; the ring side is in test_ring_hub_transcribe.cc)
+
+TranscribeRequest stream_request(int rate = 16000, int channels = 1) {
+  TranscribeRequest r;
+  r.model = "asr";
+  r.stream = audio::StreamFormat{rate, channels, audio::SampleFormat::s16le};
+  return r;
+}
+
+// `seconds` of 16-kHz mono s16le.
+std::vector<std::uint8_t> pcm(double seconds) {
+  return std::vector<std::uint8_t>(static_cast<std::size_t>(seconds * 16000) * 2, 0x01);
+}
+
+class StreamTest : public TranscribeTest {
+ protected:
+  // Appends `seconds` at the stream's current end; returns the status.
+  Status send(JobId id, double seconds, bool end = false) {
+    const auto b = pcm(seconds);
+    auto st = svc_->append_audio(alice_, id, sent_[id], b, end);
+    if (st) sent_[id] += b.size();
+    return st;
+  }
+  std::map<JobId, std::uint64_t> sent_;
+};
+
+TEST_F(StreamTest, WindowsAreTranscribedAsTheirAudioArrivesAndTheEndFinishesTheJob) {
+  start();
+  const JobId id = transcribe_ok(alice_, stream_request());
+  ASSERT_TRUE(send(id, 20));
+  settle();
+  EXPECT_EQ(rec_.count(id, "segment"), 0);  // 20 s: not a whole 30-s window yet
+  ASSERT_TRUE(send(id, 15));
+  ASSERT_TRUE(pump_until([&] { return rec_.count(id, "segment") == 1; }));
+  EXPECT_FALSE(terminal(id));  // the stream is open: the job waits for more
+  Dict mid = job(id);
+  EXPECT_TRUE(flag(mid, "stream"));
+  EXPECT_FALSE(flag(mid, "stream_complete"));
+  EXPECT_EQ(u64(mid, "stream_bytes"), 35u * 32000u);
+  EXPECT_EQ(str(mid, "state"), "running");
+  ASSERT_TRUE(send(id, 40, /*end=*/true));  // 75 s in all: windows 1 and 2
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "completed");
+  EXPECT_EQ(segments_text(id), " w0 w1 w2");
+  Dict j = job(id);
+  EXPECT_EQ(str(j, "finish_reason"), "end_of_audio");
+  EXPECT_EQ(u64(j, "audio_ms"), 75000u);
+  EXPECT_TRUE(flag(j, "stream_complete"));
+  EXPECT_EQ(str(j, "audio_format"), "s16le 16000 Hz 1 ch");
+  // While open, progress says "stream" and gives no ETA; the last one has the total.
+  std::vector<bool> live;
+  for (const auto& u : rec_.of(id))
+    if (u.kind == "progress") live.push_back(flag(u.data, "stream"));
+  ASSERT_EQ(live.size(), 3u);
+  EXPECT_TRUE(live[0]);
+  EXPECT_FALSE(live[2]);
+  for (const auto& u : rec_.of(id))
+    if (u.kind == "audio") EXPECT_TRUE(flag(u.data, "stream"));
+  ASSERT_EQ(backend_->transcribes().size(), 1u);
+  EXPECT_EQ(backend_->transcribes()[0].audio, nullptr);
+}
+
+TEST_F(StreamTest, TheEndAfterTheLastWholeWindowCompletesWithoutAnotherWindow) {
+  start();
+  const JobId id = transcribe_ok(alice_, stream_request());
+  ASSERT_TRUE(send(id, 30));
+  ASSERT_TRUE(pump_until([&] { return rec_.count(id, "segment") == 1; }));
+  ASSERT_TRUE(send(id, 0, /*end=*/true));
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "completed");
+  EXPECT_EQ(segments_text(id), " w0");
+  EXPECT_EQ(u32(job(id), "windows_done"), 1u);
+}
+
+TEST_F(StreamTest, ChunksAreRefusedTypedAndLeaveTheStreamAsItWas) {
+  start();
+  const JobId id = transcribe_ok(alice_, stream_request());
+  ASSERT_TRUE(send(id, 1));
+  const auto b = pcm(1);
+  auto wrong = svc_->append_audio(alice_, id, 0, b, false);  // a repeat
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code, Errc::invalid_argument);
+  EXPECT_THAT(wrong.error().message, HasSubstr("expects 32000"));
+  auto odd = svc_->append_audio(alice_, id, 32000, std::vector<std::uint8_t>(3), false);
+  ASSERT_FALSE(odd);
+  EXPECT_THAT(odd.error().message, HasSubstr("whole frames"));
+  auto other = svc_->append_audio(bob_, id, 32000, b, false);
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code, Errc::permission_denied);
+  auto none = svc_->append_audio(alice_, 9999, 0, b, false);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, Errc::not_found);
+  const JobId file = transcribe_ok(alice_, transcribe_request(5));
+  auto not_stream = svc_->append_audio(alice_, file, 0, b, false);
+  ASSERT_FALSE(not_stream);
+  EXPECT_EQ(not_stream.error().code, Errc::illegal_transition);
+  EXPECT_THAT(not_stream.error().message, HasSubstr("not a streamed transcription"));
+  EXPECT_EQ(u64(job(id), "stream_bytes"), 32000u);
+  ASSERT_TRUE(send(id, 1, true));
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(segments_text(id), " w0");
+  auto late = svc_->append_audio(alice_, id, 64000, b, false);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, Errc::illegal_transition);
+  EXPECT_THAT(late.error().message, HasSubstr("has ended (completed)"));
+}
+
+TEST_F(StreamTest, BadStreamRequestsAreRefusedAtTheCall) {
+  start();
+  TranscribeRequest r = stream_request(500);
+  auto p = svc_->transcribe(alice_, r);
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, Errc::invalid_argument);
+  EXPECT_THAT(p.error().message, HasSubstr("sample_rate 500"));
+  r = stream_request(16000, 0);
+  p = svc_->transcribe(alice_, r);
+  ASSERT_FALSE(p);
+  EXPECT_THAT(p.error().message, HasSubstr("channels 0"));
+  r = stream_request();
+  r.audio = wav(1);
+  p = svc_->transcribe(alice_, r);
+  ASSERT_FALSE(p);
+  EXPECT_THAT(p.error().message, HasSubstr("carries no file"));
+}
+
+TEST_F(StreamTest, AProducerThatGoesAwayEndsTheStreamWhereItIs) {
+  start();
+  const JobId id = transcribe_ok(alice_, stream_request());
+  ASSERT_TRUE(send(id, 40));
+  ASSERT_TRUE(pump_until([&] { return rec_.count(id, "segment") == 1; }));
+  svc_->close_audio_stream(id);
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "completed");
+  EXPECT_EQ(segments_text(id), " w0 w1");  // the 10 s after the last whole window are transcribed too
+  EXPECT_EQ(str(job(id), "finish_reason"), "stream_closed");
+}
+
+TEST_F(StreamTest, AStreamWithoutAudioFailsTimeoutKeepingItsText) {
+  cfg_.speech.stream_idle_seconds = 1;
+  start();
+  const JobId id = transcribe_ok(alice_, stream_request());
+  ASSERT_TRUE(send(id, 30));
+  ASSERT_TRUE(pump_until([&] { return rec_.count(id, "segment") == 1; }));
+  ASSERT_TRUE(wait_terminal(id));
+  Dict j = job(id);
+  EXPECT_EQ(str(j, "state"), "failed");
+  EXPECT_EQ(str(j, "error_code"), code(Errc::timeout));
+  EXPECT_THAT(str(j, "error_message"), HasSubstr("no audio arrived for 1 s"));
+  EXPECT_EQ(str(j, "text"), " w0");
+  auto late = svc_->append_audio(alice_, id, sent_[id], pcm(1), false);
+  EXPECT_EQ(late.error().code, Errc::illegal_transition);
+}
+
+TEST_F(StreamTest, AGpuFaultMidStreamContinuesOnTheCpuAtTheWindowBoundary) {
+  TranscribeScript s;
+  s.gpu_fail_at = 1;
+  backend_->set_transcribe_script(s);
+  start();
+  const JobId id = transcribe_ok(alice_, stream_request());
+  ASSERT_TRUE(send(id, 30));
+  ASSERT_TRUE(pump_until([&] { return rec_.count(id, "segment") == 1; }));
+  ASSERT_TRUE(send(id, 45, true));
+  ASSERT_TRUE(wait_terminal(id, /*tick=*/true));
+  EXPECT_EQ(phase(id), "completed");
+  EXPECT_EQ(segments_text(id), " w0 w1 w2");
+  const auto specs = backend_->transcribes();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[1].route.device, policy::Device::cpu);
+  EXPECT_EQ(specs[1].from.seek, 480000u);
+  EXPECT_EQ(specs[1].stream, specs[0].stream);  // the same stream: its samples from the checkpoint on were kept
+  EXPECT_EQ(rec_.count(id, "migrated"), 1);
+}
+
+TEST_F(StreamTest, AStreamFarAheadOfItsTranscriptionIsHeldBack) {
+  cfg_.speech.max_stream_ahead_seconds = 5;
+  TranscribeScript s;
+  s.block_at = 0;  // the decoder is stuck before its first window
+  backend_->set_transcribe_script(s);
+  start();
+  const JobId id = transcribe_ok(alice_, stream_request());
+  ASSERT_TRUE(send(id, 5));
+  auto full = send(id, 1);
+  ASSERT_FALSE(full);
+  EXPECT_EQ(full.error().code, Errc::queue_full);
+  EXPECT_THAT(full.error().message, HasSubstr("retry_after_ms="));
+  EXPECT_EQ(u64(job(id), "stream_bytes"), 5u * 32000u);
+  ASSERT_TRUE(svc_->cancel(alice_, id));
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "cancelled");
+}
+
+TEST_F(StreamTest, CancelWhileWaitingForAudio) {
+  start();
+  const JobId id = transcribe_ok(alice_, stream_request());
+  ASSERT_TRUE(send(id, 10));
+  ASSERT_TRUE(pump_until([&] { return backend_->transcribes().size() == 1; }));
+  ASSERT_TRUE(svc_->cancel(alice_, id));
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "cancelled");
+}
+
 }  // namespace
 }  // namespace tandem::daemon::testing
