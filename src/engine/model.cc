@@ -288,30 +288,23 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
       TANDEM_TRY(im.place_on_accelerator());
     }
 
-    // KV pool: accelerator layers in the activation dtype there, CPU layers in f32 (what the CPU computes in).
-    const std::int64_t slots = blocks * opts.kv_block_size;
-    const auto kv_layer_bytes = [&](at::ScalarType st) {
-      return static_cast<std::uint64_t>(slots) * cfg.num_kv_heads * cfg.head_dim *
-             static_cast<std::uint64_t>(at::elementSize(st)) * 2;
-    };
+    // KV pool: accelerator layers in the activation dtype there (accounted at Site::kv_pool), CPU layers in f32
+    // (what the CPU computes in).
     for (int i = 0; i < cfg.num_layers; ++i) {
       const bool on_accel = i < im.accel_layers;
       const at::ScalarType st = on_accel ? im.dtype : at::kFloat;
-      auto opt = at::TensorOptions().dtype(st);
-      const std::uint64_t layer_kv_bytes = kv_layer_bytes(st);
+      const std::uint64_t layer_kv_bytes = im.kv.layer_bytes(std::int64_t{cfg.num_kv_heads} * cfg.head_dim, st);
+      auto a = im.kv.add_layer({cfg.num_kv_heads, cfg.head_dim}, st, on_accel ? im.accel_dev : at::Device(at::kCPU),
+                               on_accel ? im.accel.get() : nullptr);
+      if (!a) {
+        Error e = std::move(a).error();
+        e.message = path + ": KV pool of layer " + std::to_string(i) + " on " + im.accel->name() + ": " + e.message;
+        return fail(std::move(e));
+      }
       if (on_accel) {
-        auto a = im.accel->allocate(layer_kv_bytes, device::Site::kv_pool);
-        if (!a) {
-          Error e = std::move(a).error();
-          e.message = path + ": KV pool of layer " + std::to_string(i) + " on " + im.accel->name() + ": " + e.message;
-          return fail(std::move(e));
-        }
         im.accel_allocs.push_back(std::move(a).value());
         im.stats.accel_kv_bytes += layer_kv_bytes;
-        opt = opt.device(im.accel_dev);
       }
-      im.k_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, opt));
-      im.v_pool.push_back(at::empty({slots, cfg.num_kv_heads, cfg.head_dim}, opt));
       im.stats.kv_pool_bytes += layer_kv_bytes;
     }
   } catch (const c10::Error& e) {
@@ -431,19 +424,7 @@ std::uint64_t Model::dequant_workspace_bytes(std::size_t act_elem) const {
   return ws;
 }
 
-KvStats Model::kv_stats() const {
-  std::lock_guard lock(impl_->kv_mu);
-  KvStats s;
-  s.block_size = impl_->kv.block_size();
-  s.total_blocks = impl_->kv.total_blocks();
-  s.used_blocks = impl_->kv.used_blocks();
-  s.sequences = impl_->kv.sequences();
-  s.bytes_total = impl_->stats.kv_pool_bytes;
-  s.bytes_used = s.total_blocks > 0 ? s.bytes_total / static_cast<std::uint64_t>(s.total_blocks) *
-                                          static_cast<std::uint64_t>(s.used_blocks)
-                                    : 0;
-  return s;
-}
+KvStats Model::kv_stats() const { return impl_->kv.stats(); }
 
 Result<std::unique_ptr<Sequence>> Model::new_sequence(int gpu_layers) {
   const int n = impl_->cfg().num_layers;
@@ -455,7 +436,6 @@ Result<std::unique_ptr<Sequence>> Model::new_sequence(int gpu_layers) {
       return fail(Errc::invalid_argument, "gpu_layers must be in [1, " + std::to_string(n) + "], got " +
                                               std::to_string(gpu_layers));
   }
-  std::lock_guard lock(impl_->kv_mu);
   const gen::SeqId id = impl_->next_seq++;
   TANDEM_TRY(impl_->kv.create(id));
   auto seq = std::unique_ptr<Sequence>(new Sequence(shared_from_this(), id));
@@ -471,7 +451,6 @@ void Model::release_sequence(Sequence& s) {
   s.released_ = true;
   s.length_ = 0;
   impl_->host_kv.erase(s.id_);
-  std::lock_guard lock(impl_->kv_mu);
   impl_->kv.release(s.id_);
 }
 

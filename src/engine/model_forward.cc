@@ -448,19 +448,12 @@ Result<std::vector<Result<std::vector<float>>>> Model::forward_batch(std::span<c
                                                     std::to_string(im.max_context));
       continue;
     }
-    Live l{i, pos0, n, {}};
-    {
-      std::lock_guard lock(im.kv_mu);
-      if (auto st = im.kv.reserve(seq.id_, pos0 + n); !st) {
-        results[i] = fail(std::move(st).error());
-        continue;
-      }
-      const auto& table = *im.kv.table(seq.id_);
-      const std::int64_t bs = im.kv.block_size();
-      l.slots.resize(static_cast<std::size_t>(pos0 + n));
-      for (std::int64_t p = 0; p < pos0 + n; ++p)
-        l.slots[static_cast<std::size_t>(p)] = std::int64_t{table[static_cast<std::size_t>(p / bs)]} * bs + p % bs;
+    auto slots = im.kv.reserve(seq.id_, pos0 + n);
+    if (!slots) {
+      results[i] = fail(std::move(slots).error());
+      continue;
     }
+    Live l{i, pos0, n, std::move(slots).value()};
     any_prefill = any_prefill || n > 1 || pos0 == 0;
     ids.insert(ids.end(), checked->begin(), checked->end());
     const int accel_until = !im.accel ? 0 : seq.gpu_layers_ >= 0 ? std::min(seq.gpu_layers_, im.accel_layers) : im.accel_layers;
@@ -526,12 +519,9 @@ Result<std::vector<Result<std::vector<float>>>> Model::forward_batch(std::span<c
         hk.v[j].narrow(0, l.pos0, l.n).copy_(v);
         return std::pair{hk.k[j].narrow(0, 0, need), hk.v[j].narrow(0, 0, need)};
       }
-      const bool acc = im.k_pool[li].is_cuda();
-      const at::Tensor& a = acc ? all_acc[item] : all[item];
-      const at::Tensor& f = acc ? fresh_acc[item] : fresh[item];
-      im.k_pool[li].index_copy_(0, f, k);
-      im.v_pool[li].index_copy_(0, f, v);
-      return std::pair{im.k_pool[li].index_select(0, a), im.v_pool[li].index_select(0, a)};
+      const bool acc = im.kv.k(li).is_cuda();
+      im.kv.write(li, acc ? fresh_acc[item] : fresh[item], k, v);
+      return im.kv.read(li, acc ? all_acc[item] : all[item]);
     });
     const float* p = logits.data_ptr<float>();
     const std::int64_t vocab = logits.size(1);

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kv_pool.h"
 #include "engine/model.h"
 #include "generation/chat_template.h"
 #include "engine/weight.h"
@@ -69,11 +71,9 @@ struct Model::Impl {
   std::vector<std::byte> act_buf;  // prepared activations of the current matmul (guarded by compute_mu)
   std::uint64_t dequant_ws = 0;   // largest accelerator dequantization workspace of one matrix
 
-  // Paged KV pool: per layer [num_blocks * block_size, kv_heads, head_dim] for K and for V.
-  std::mutex kv_mu;  // guards the allocator (sequences may be created/released from several threads)
-  gen::KvBlockAllocator kv;
-  std::vector<at::Tensor> k_pool, v_pool;
-  gen::SeqId next_seq = 1;
+  // Paged KV pool (kv_pool.h): per layer [num_blocks * block_size, kv_heads, head_dim] for K and for V.
+  KvPool kv;
+  std::atomic<gen::SeqId> next_seq{1};
   // Offloaded sequences (Sequence::gpu_layers_ < accel_layers): the K/V of their layers [gpu_layers, accel_layers)
   // in host memory, f32 [capacity, kv_heads, head_dim] per layer, grown by doubling. Guarded by compute_mu.
   struct HostKv {

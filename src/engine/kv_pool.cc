@@ -1,0 +1,83 @@
+// The paged KV pool shared by the LLM and the Whisper decoder (kv_pool.h).
+#include "engine/kv_pool.h"
+
+#include <ATen/ATen.h>
+
+namespace tandem::engine {
+
+std::uint64_t KvPool::layer_bytes(std::int64_t row, at::ScalarType st) const {
+  return static_cast<std::uint64_t>(slots()) * static_cast<std::uint64_t>(row) *
+         static_cast<std::uint64_t>(at::elementSize(st)) * 2;
+}
+
+Result<device::Allocation> KvPool::add_layer(const std::vector<std::int64_t>& row_shape, at::ScalarType st,
+                                             at::Device dev, device::Device* accel) {
+  std::int64_t row = 1;
+  for (std::int64_t e : row_shape) row *= e;
+  const std::uint64_t bytes = layer_bytes(row, st);
+  device::Allocation a;
+  if (accel) {
+    auto got = accel->allocate(bytes, device::Site::kv_pool);
+    if (!got) return fail(std::move(got).error());
+    a = std::move(got).value();
+  }
+  std::vector<std::int64_t> shape{slots()};
+  shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+  const auto opt = at::TensorOptions().dtype(st).device(dev);
+  at::Tensor k = at::empty(shape, opt), v = at::empty(shape, opt);
+  k_.push_back(std::move(k));
+  v_.push_back(std::move(v));
+  bytes_ += bytes;
+  return a;
+}
+
+Status KvPool::create(gen::SeqId seq) {
+  std::lock_guard lock(mu_);
+  return alloc_.create(seq);
+}
+
+Result<std::vector<std::int64_t>> KvPool::reserve(gen::SeqId seq, std::int64_t tokens) {
+  std::lock_guard lock(mu_);
+  TANDEM_TRY(alloc_.reserve(seq, tokens));
+  const auto& table = *alloc_.table(seq);
+  const std::int64_t bs = alloc_.block_size();
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
+  for (std::int64_t p = 0; p < tokens; ++p)
+    slots[static_cast<std::size_t>(p)] = std::int64_t{table[static_cast<std::size_t>(p / bs)]} * bs + p % bs;
+  return slots;
+}
+
+int KvPool::truncate(gen::SeqId seq, std::int64_t tokens) {
+  std::lock_guard lock(mu_);
+  return alloc_.truncate(seq, tokens);
+}
+
+void KvPool::release(gen::SeqId seq) {
+  std::lock_guard lock(mu_);
+  alloc_.release(seq);
+}
+
+KvStats KvPool::stats() const {
+  std::lock_guard lock(mu_);
+  KvStats s;
+  s.block_size = alloc_.block_size();
+  s.total_blocks = alloc_.total_blocks();
+  s.used_blocks = alloc_.used_blocks();
+  s.sequences = alloc_.sequences();
+  s.bytes_total = bytes_;
+  s.bytes_used = s.total_blocks > 0 ? s.bytes_total / static_cast<std::uint64_t>(s.total_blocks) *
+                                          static_cast<std::uint64_t>(s.used_blocks)
+                                    : 0;
+  return s;
+}
+
+void KvPool::write(std::size_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v) {
+  k_[layer].index_copy_(0, slots, k);
+  v_[layer].index_copy_(0, slots, v);
+}
+
+std::pair<at::Tensor, at::Tensor> KvPool::read(std::size_t layer, const at::Tensor& slots) const {
+  return {k_[layer].index_select(0, slots), v_[layer].index_select(0, slots)};
+}
+
+}  // namespace tandem::engine
