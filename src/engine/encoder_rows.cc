@@ -39,7 +39,8 @@ void add_bias_rows(float* y, const float* b, std::int64_t n, std::int64_t r) {
 }
 
 void attention_rows(const float* q, const float* k, const float* v, float* out, std::int64_t r0, std::int64_t r1,
-                    std::int64_t m, std::int64_t d, int heads, bool causal, std::int64_t past) {
+                    std::int64_t m, std::int64_t d, int heads, bool causal, std::int64_t past,
+                    const std::int64_t* slots) {
   const std::int64_t hd = d / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<double> s(static_cast<std::size_t>(m)), acc(static_cast<std::size_t>(hd));
@@ -49,7 +50,7 @@ void attention_rows(const float* q, const float* k, const float* v, float* out, 
       const float* qi = q + i * d + h * hd;
       double mx = -std::numeric_limits<double>::infinity();
       for (std::int64_t j = 0; j < n; ++j) {
-        const float* kj = k + j * d + h * hd;
+        const float* kj = k + (slots ? slots[j] : j) * d + h * hd;
         double dot = 0;
         for (std::int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qi[e]) * kj[e];
         s[static_cast<std::size_t>(j)] = dot * scale;
@@ -59,7 +60,7 @@ void attention_rows(const float* q, const float* k, const float* v, float* out, 
       for (std::int64_t j = 0; j < n; ++j) sum += (s[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(j)] - mx));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (std::int64_t j = 0; j < n; ++j) {
-        const float* vj = v + j * d + h * hd;
+        const float* vj = v + (slots ? slots[j] : j) * d + h * hd;
         const double p = s[static_cast<std::size_t>(j)];
         for (std::int64_t e = 0; e < hd; ++e) acc[static_cast<std::size_t>(e)] += p * vj[e];
       }

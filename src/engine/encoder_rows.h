@@ -32,9 +32,11 @@ void gelu_rows(float* x, std::int64_t count);
 // y [n, r] += b [r] on every row.
 void add_bias_rows(float* y, const float* b, std::int64_t n, std::int64_t r);
 
-// Rows [r0, r1) of one multi-head attention: q [n, d] (row i at position past + i), k, v [m, d]; out [n, d]; scores,
-// softmax and weighted sums in double. causal: query i sees keys j ≤ past + i.
+// Rows [r0, r1) of one multi-head attention: q [n, d] (row i at position past + i), m keys and values of d floats;
+// out [n, d]; scores, softmax and weighted sums in double. causal: query i sees keys j ≤ past + i. Key/value j is row
+// j of k, v, or with `slots` (a paged KV pool, kv_pool.h) row slots[j]: the same operations either way.
 void attention_rows(const float* q, const float* k, const float* v, float* out, std::int64_t r0, std::int64_t r1,
-                    std::int64_t m, std::int64_t d, int heads, bool causal, std::int64_t past);
+                    std::int64_t m, std::int64_t d, int heads, bool causal, std::int64_t past,
+                    const std::int64_t* slots = nullptr);
 
 }  // namespace tandem::engine

@@ -66,18 +66,47 @@ std::uint64_t WhisperModel::Impl::encode_ws() const {
 }
 
 // One decode call of n tokens: per row 8 · d + ffn (residual, norm, q, k, v, attention, projection, cross query;
-// FFN), one head's scores over max(S, T) keys (×2), and the logits row.
+// FFN), one head's scores over max(S, T) keys (×2), and the logits row. On an accelerator also one layer's
+// self-attention K and V gathered from the pool over up to T positions (the CPU reads the pool in place).
 std::uint64_t WhisperModel::Impl::decode_ws(std::int64_t n) const {
   const std::uint64_t rows = static_cast<std::uint64_t>(std::max<std::int64_t>(n, 1)),
                       d = static_cast<std::uint64_t>(cfg.d_model), ffn = static_cast<std::uint64_t>(cfg.decoder_ffn),
-                      keys = static_cast<std::uint64_t>(std::max(cfg.source_positions, cfg.target_positions));
+                      T = static_cast<std::uint64_t>(cfg.target_positions),
+                      keys = std::max(static_cast<std::uint64_t>(cfg.source_positions), T);
   const std::uint64_t floats = rows * (8 * d + ffn) + 2 * rows * keys + static_cast<std::uint64_t>(cfg.vocab);
-  return floats * 4 + (accel ? dequant_ws : 0);
+  return floats * 4 + (accel ? 2 * T * d * 4 + dequant_ws : 0);
 }
 
-std::uint64_t WhisperModel::Impl::kv_bytes() const {
+std::uint64_t WhisperModel::Impl::cross_kv_bytes() const {
   return 4ull * 2 * static_cast<std::uint64_t>(cfg.decoder_layers) * static_cast<std::uint64_t>(cfg.d_model) *
-         static_cast<std::uint64_t>(cfg.source_positions + cfg.target_positions);
+         static_cast<std::uint64_t>(cfg.source_positions);
+}
+
+std::uint64_t WhisperModel::Impl::self_kv_bytes() const {
+  const std::uint64_t bs = static_cast<std::uint64_t>(kv->block_size());
+  const std::uint64_t tokens = (static_cast<std::uint64_t>(cfg.target_positions) + bs - 1) / bs * bs;
+  return 4ull * 2 * static_cast<std::uint64_t>(cfg.decoder_layers) * static_cast<std::uint64_t>(cfg.d_model) * tokens;
+}
+
+// The self-attention pool: kv_blocks blocks (default: max_sessions full sessions), per decoder layer K and V of
+// [blocks · block_size, d] f32 where the model computes; each layer accounted at Site::kv_pool on an accelerator.
+Status WhisperModel::Impl::make_kv_pool() {
+  const std::int64_t per_session = (cfg.target_positions + opts.kv_block_size - 1) / opts.kv_block_size;
+  const std::int64_t blocks = opts.kv_blocks > 0 ? opts.kv_blocks : per_session * opts.max_sessions;
+  if (blocks > (std::int64_t{1} << 30)) return fail(Errc::invalid_argument, "kv_blocks too large");
+  kv = std::make_unique<KvPool>(static_cast<int>(blocks), opts.kv_block_size);
+  for (int i = 0; i < cfg.decoder_layers; ++i) {
+    auto a = kv->add_layer({cfg.d_model}, at::kFloat, on_accel() ? accel_dev : at::Device(at::kCPU), accel.get());
+    if (!a) {
+      Error e = std::move(a).error();
+      e.message = "Whisper decoder KV pool (layer " + std::to_string(i) + ") on " + accel->name() + ": " + e.message;
+      return fail(std::move(e));
+    }
+    if (accel) accel_allocs.push_back(std::move(a).value());
+  }
+  stats.kv_pool_bytes = kv->bytes();
+  stats.accel_kv_bytes = accel ? kv->bytes() : 0;
+  return {};
 }
 
 WhisperModel::WhisperModel() = default;
@@ -86,6 +115,11 @@ WhisperModel::~WhisperModel() = default;
 Result<std::shared_ptr<WhisperModel>> WhisperModel::load(const std::string& path, const WhisperLoadOptions& opts) {
   const auto t0 = Clock::now();
   TANDEM_TRY(check_load_options(opts.threads, opts.accelerator));
+  if (opts.kv_block_size < 1 || opts.kv_block_size > 4096)
+    return fail(Errc::invalid_argument, "kv_block_size must be in [1, 4096], got " + std::to_string(opts.kv_block_size));
+  if (opts.max_sessions < 1 || opts.max_sessions > 4096)
+    return fail(Errc::invalid_argument, "max_sessions must be in [1, 4096], got " + std::to_string(opts.max_sessions));
+  if (opts.kv_blocks < 0) return fail(Errc::invalid_argument, "kv_blocks must be >= 0");
 
   auto m = std::shared_ptr<WhisperModel>(new WhisperModel());
   m->impl_ = std::make_unique<Impl>();
@@ -176,7 +210,7 @@ Result<std::shared_ptr<WhisperModel>> WhisperModel::load(const std::string& path
       im.accel = opts.accelerator;
       TANDEM_TRY(im.place_on_accelerator());
     }
-    return {};
+    return im.make_kv_pool();
   }));
   if (opts.prefault) im.prefault();
 
@@ -195,10 +229,11 @@ const WhisperLoadStats& WhisperModel::stats() const { return impl_->stats; }
 std::string WhisperModel::fingerprint() const { return impl_->fingerprint; }
 device::Device* WhisperModel::accelerator() const { return impl_->accel.get(); }
 int WhisperModel::window_frames() const { return impl_->cfg.window_frames(); }
-std::uint64_t WhisperModel::session_kv_bytes() const { return impl_->kv_bytes(); }
+std::uint64_t WhisperModel::session_kv_bytes() const { return impl_->cross_kv_bytes() + impl_->self_kv_bytes(); }
 std::uint64_t WhisperModel::session_bytes() const {
-  return std::max(impl_->encode_ws(), impl_->decode_ws(impl_->cfg.target_positions)) + impl_->kv_bytes();
+  return std::max(impl_->encode_ws(), impl_->decode_ws(impl_->cfg.target_positions)) + session_kv_bytes();
 }
+KvStats WhisperModel::kv_stats() const { return impl_->kv->stats(); }
 
 Result<std::unique_ptr<WhisperSession>> WhisperModel::new_session() {
   Impl& im = *impl_;
@@ -209,7 +244,7 @@ Result<std::unique_ptr<WhisperSession>> WhisperModel::new_session() {
   if (im.accel) {
     if (im.device_lost())
       return fail(Errc::device_lost, im.accel->name() + ": the Whisper model's device buffers were lost; reload it");
-    auto a = im.accel->allocate(im.kv_bytes(), device::Site::kv_pool);
+    auto a = im.accel->allocate(im.cross_kv_bytes(), device::Site::kv_pool);
     if (!a) return fail(std::move(a).error());
     s->kv_alloc = std::move(a).value();
   }
@@ -222,20 +257,23 @@ Result<std::unique_ptr<WhisperSession>> WhisperModel::new_session() {
                                          : at::zeros({c.decoder_heads * std::int64_t{c.source_positions}, hd}, o));
       s->cross_v.push_back(im.on_accel() ? at::zeros({c.source_positions, c.d_model}, o)
                                          : at::zeros({c.decoder_heads * hd, std::int64_t{c.source_positions}}, o));
-      s->self_k.push_back(at::zeros({c.target_positions, c.d_model}, o));
-      s->self_v.push_back(at::zeros({c.target_positions, c.d_model}, o));
     }
   } catch (const c10::Error& e) {
     return fail(Errc::out_of_memory, "Whisper session buffers: " + std::string(e.what_without_backtrace()));
   } catch (const std::bad_alloc&) {
     return fail(Errc::out_of_memory, "Whisper session buffers: out of host memory");
   }
+  s->id = im.next_seq++;
+  TANDEM_TRY(im.kv->create(s->id));
   return std::unique_ptr<WhisperSession>(new WhisperSession(std::move(s)));
 }
 
 WhisperSession::WhisperSession(std::unique_ptr<State> st) : st_(std::move(st)) {}
-WhisperSession::~WhisperSession() = default;
+WhisperSession::~WhisperSession() { st_->model->impl_->kv->release(st_->id); }
 std::size_t WhisperSession::fed() const { return st_->fed; }
-void WhisperSession::rewind(std::size_t n) { st_->fed = std::min(n, st_->fed); }
+void WhisperSession::rewind(std::size_t n) {
+  st_->fed = std::min(n, st_->fed);
+  st_->model->impl_->kv->truncate(st_->id, static_cast<std::int64_t>(st_->fed));
+}
 
 }  // namespace tandem::engine

@@ -1,9 +1,10 @@
 // The Whisper encoder and decoder (Hugging Face WhisperEncoder / WhisperDecoder semantics). On the CPU: matrix
 // products through Tandem's kernels (cpu_linear: row-independent), the convolutions as im2col + cpu_linear,
 // unmasked attention (encoder, cross) as two cpu_linear products per head around a per-row softmax, the decoder's
-// causal self-attention, layer norm and gelu as per-row loops (scores in double), so a row's
-// values do not depend on how many rows a call carries: feeding tokens one at a time gives the logits of feeding
-// them at once. On an accelerator: ATen (matrices expanded one at a time, dequant.h; at::conv1d; attention per head).
+// causal self-attention (over the paged KV pool, read in place through the session's slots), layer norm and gelu as
+// per-row loops (scores in double), so a row's values do not depend on how many rows a call carries or on the block
+// size: feeding tokens one at a time gives the logits of feeding them at once. On an accelerator: ATen (matrices
+// expanded one at a time, dequant.h; at::conv1d; attention per head over the pool's rows gathered by index_select).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
@@ -56,25 +57,9 @@ at::Tensor WhisperModel::Impl::attention_cpu(const at::Tensor& q, const at::Tens
 at::Tensor WhisperModel::Impl::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int heads,
                                          bool causal, std::int64_t past) {
   const std::int64_t n = q.size(0), m = k.size(0), d = q.size(1), hd = d / heads;
-  if (!on_accel() && !causal) {
+  if (!on_accel()) {  // unmasked (the encoder's self-attention; the decoder's causal one is self_attention's)
     const auto [kh, vt] = head_layout(k, v, heads);
     return attention_cpu(q, kh, vt, heads);
-  }
-  if (!on_accel()) {
-    const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-    at::Tensor out = at::empty({n, d}, q.options());
-    const float *qp = qc.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    // Small attentions (a decode step) run on the calling thread: waking the pool costs more than they do.
-    const std::int64_t parts = n * m * d < (1 << 18) ? 1 : pool->size();
-    if (parts == 1) {
-      attention_rows(qp, kp, vp, op, 0, n, m, d, heads, causal, past);
-      return out;
-    }
-    pool->run([&](int c) {
-      attention_rows(qp, kp, vp, op, n * c / parts, n * (c + 1) / parts, m, d, heads, causal, past);
-    });
-    return out;
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<at::Tensor> outs;
@@ -89,6 +74,30 @@ at::Tensor WhisperModel::Impl::attention(const at::Tensor& q, const at::Tensor& 
     outs.push_back(at::matmul(at::softmax(sc, -1), vh));
   }
   return at::cat(outs, 1);
+}
+
+at::Tensor WhisperModel::Impl::self_attention(const at::Tensor& q, std::size_t layer, const std::vector<std::int64_t>& slots,
+                                              const at::Tensor& slots_t, std::int64_t past) {
+  const int heads = cfg.decoder_heads;
+  if (on_accel()) {
+    const auto [k, v] = kv->read(layer, slots_t);
+    return attention(q, k, v, heads, true, past);
+  }
+  const std::int64_t n = q.size(0), m = static_cast<std::int64_t>(slots.size()), d = q.size(1);
+  const at::Tensor qc = q.contiguous();
+  at::Tensor out = at::empty({n, d}, q.options());
+  const float *qp = qc.data_ptr<float>(), *kp = kv->k(layer).data_ptr<float>(), *vp = kv->v(layer).data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  // Small attentions (a decode step) run on the calling thread: waking the pool costs more than they do.
+  const std::int64_t parts = n * m * d < (1 << 18) ? 1 : pool->size();
+  if (parts == 1) {
+    attention_rows(qp, kp, vp, op, 0, n, m, d, heads, true, past, slots.data());
+    return out;
+  }
+  pool->run([&](int c) {
+    attention_rows(qp, kp, vp, op, n * c / parts, n * (c + 1) / parts, m, d, heads, true, past, slots.data());
+  });
+  return out;
 }
 
 at::Tensor WhisperModel::Impl::conv(const at::Tensor& x, bool chan_major, const Weight& w, const at::Tensor& b, int stride) {
@@ -171,9 +180,10 @@ Status WhisperSession::encode(std::span<const float> mel, const std::atomic<bool
   WhisperModel::Impl& im = *s.model->impl_;
   const WhisperConfig& c = im.cfg;
   TANDEM_TRY(check_mel(c, mel.size()));
-  // A failed or cancelled encode leaves no usable window.
+  // A failed or cancelled encode leaves no usable window; the decoder's blocks go back to the pool.
   s.encoded = false;
   s.fed = 0;
+  im.kv->truncate(s.id, 0);
   auto r = guarded<bool>(im, &s, im.encode_ws(), device::Site::prefill, "encode", [&] {
     const at::Tensor out = im.encoder(mel_tensor(c, mel), cancel);
     for (std::size_t i = 0; i < im.dec.size(); ++i) {
@@ -214,7 +224,15 @@ Result<std::vector<float>> WhisperSession::decode(std::span<const std::int32_t> 
   }
   const auto n = static_cast<std::int64_t>(tokens.size());
   const auto past = static_cast<std::int64_t>(s.fed);
+  // The blocks for positions [past, past + n) (all-or-nothing; kv_exhausted leaves the session as it was), and the
+  // slot of every position the attention reads. A failed call gives back the blocks it took.
+  auto slots = im.kv->reserve(s.id, past + n);
+  if (!slots) return fail(std::move(slots).error());
   auto r = guarded<std::vector<float>>(im, &s, im.decode_ws(n), device::Site::decode, "decode", [&] {
+    const auto lopt = at::TensorOptions().dtype(at::kLong);
+    at::Tensor all = at::tensor(*slots, lopt);
+    if (im.on_accel() && im.accel_dev.is_cuda()) all = all.to(im.accel_dev);
+    const at::Tensor fresh = all.narrow(0, past, n);
     at::Tensor x = embedding_rows(im.embed, ids);
     if (c.scale_embedding) x.mul_(static_cast<float>(std::sqrt(static_cast<double>(c.d_model))));
     if (im.on_accel()) x = x.to(im.accel_dev);
@@ -228,10 +246,8 @@ Result<std::vector<float>> WhisperSession::decode(std::span<const std::int32_t> 
       const WhisperLayer& l = im.dec[i];
       at::Tensor h = im.layer_norm(x, l.ln1_w, l.ln1_b);
       const at::Tensor q = im.linear(h, l.self.wq, l.self.bq);
-      s.self_k[i].narrow(0, past, n).copy_(im.linear(h, l.self.wk, at::Tensor()));
-      s.self_v[i].narrow(0, past, n).copy_(im.linear(h, l.self.wv, l.self.bv));
-      const at::Tensor a = im.attention(q, s.self_k[i].narrow(0, 0, past + n), s.self_v[i].narrow(0, 0, past + n),
-                                        c.decoder_heads, true, past);
+      im.kv->write(i, fresh, im.linear(h, l.self.wk, at::Tensor()), im.linear(h, l.self.wv, l.self.bv));
+      const at::Tensor a = im.self_attention(q, i, *slots, all, past);
       x = x + im.linear(a, l.self.wo, l.self.bo);
       h = im.layer_norm(x, l.lnx_w, l.lnx_b);
       const at::Tensor cq = im.linear(h, l.cross.wq, l.cross.bq);
@@ -245,7 +261,10 @@ Result<std::vector<float>> WhisperSession::decode(std::span<const std::int32_t> 
     const at::Tensor logits = im.linear(last, im.head(), at::Tensor()).to(at::kCPU).contiguous();
     return Result<std::vector<float>>(std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel()));
   });
-  if (!r) return r;
+  if (!r) {
+    im.kv->truncate(s.id, past);
+    return r;
+  }
   s.fed += tokens.size();
   return r;
 }

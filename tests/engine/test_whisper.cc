@@ -169,7 +169,14 @@ TEST_F(WhisperCpu, ConfigRoundTripAndPresets) {
   EXPECT_EQ(m().accelerator(), nullptr);
   EXPECT_EQ(m().fingerprint().rfind("tfp1-", 0), 0U) << m().fingerprint();
   EXPECT_GT(m().session_bytes(), m().session_kv_bytes());
-  EXPECT_EQ(m().session_kv_bytes(), 4ull * 2 * 2 * 32 * (1500 + 64));
+  EXPECT_EQ(m().session_kv_bytes(), 4ull * 2 * 2 * 32 * (1500 + 64));  // cross K/V + 4 blocks of 16 tokens
+  // The default pool: max_sessions (4) sessions of 64 tokens in blocks of 16, f32 K and V of d 32 per layer.
+  const KvStats kv = m().kv_stats();
+  EXPECT_EQ(kv.block_size, 16);
+  EXPECT_EQ(kv.total_blocks, 16);
+  EXPECT_EQ(kv.bytes_total, 16ull * 16 * 32 * 4 * 2 * 2);
+  EXPECT_EQ(m().stats().kv_pool_bytes, kv.bytes_total);
+  EXPECT_EQ(m().stats().accel_kv_bytes, 0U);
   auto tiny = modelgen::whisper_preset("whisper-tiny");
   ASSERT_TRUE(tiny.ok());
   // openai/whisper-tiny: 37,760,640 parameters (tied head, both position tables).
@@ -288,6 +295,192 @@ TEST_F(WhisperCpu, InterleavedSessionsDoNotInterfere) {
   }
 }
 
+// --- The decoder's self-attention K/V in the paged pool (kv_pool.h). ---
+
+WhisperLoadOptions paged(int block_size, std::int64_t blocks = 0, int sessions = 4) {
+  WhisperLoadOptions o;
+  o.kv_block_size = block_size;
+  o.kv_blocks = blocks;
+  o.max_sessions = sessions;
+  return o;
+}
+
+// 40 tokens: several blocks of every size below.
+std::vector<std::int32_t> long_tokens() {
+  std::vector<std::int32_t> t{297};
+  for (int i = 1; i < 40; ++i) t.push_back((i * 37) % 290);
+  return t;
+}
+
+TEST_F(WhisperCpu, PagedDecodeAcrossBlockBoundariesMatchesTheReference) {
+  const Ref ref = reference(*dir_);
+  const auto mw = mel(m().config(), 9);
+  const auto toks = long_tokens();
+  const at::Tensor want = ref.decoder(ref.encoder(mw), toks);
+  auto base = session(m());  // blocks of 16
+  ASSERT_TRUE(base->encode(mw, nullptr).ok());
+  const auto at_once = *base->decode(toks, nullptr);
+  EXPECT_LT(rel_diff(at_once, row(want, 39)), 1e-5);
+  for (int bs : {1, 3, 64}) {
+    auto pm = load(*dir_, paged(bs));
+    auto one = session(*pm), all = session(*pm), rw = session(*pm);
+    ASSERT_TRUE(one->encode(mw, nullptr).ok() && all->encode(mw, nullptr).ok() && rw->encode(mw, nullptr).ok());
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      auto r = one->decode(std::span(toks).subspan(i, 1), nullptr);
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      EXPECT_LT(rel_diff(*r, row(want, static_cast<std::int64_t>(i))), 1e-5) << "block size " << bs << ", position " << i;
+      if (i + 1 == toks.size()) {
+        EXPECT_EQ(*r, at_once) << bs;  // bit-identical whatever the block size
+      }
+    }
+    EXPECT_EQ(*all->decode(toks, nullptr), at_once) << bs;
+    // Rewind into the middle of a block, feed something else, then the original continuation again.
+    ASSERT_TRUE(rw->decode(std::span(toks).subspan(0, 20), nullptr).ok());
+    rw->rewind(7);
+    const std::vector<std::int32_t> other{5, 6, 7, 8, 9, 10, 11, 12};
+    auto alt = rw->decode(other, nullptr);
+    std::vector<std::int32_t> alt_seq(toks.begin(), toks.begin() + 7);
+    alt_seq.insert(alt_seq.end(), other.begin(), other.end());
+    EXPECT_LT(rel_diff(*alt, row(ref.decoder(ref.encoder(mw), alt_seq), 14)), 1e-5) << bs;
+    rw->rewind(7);
+    EXPECT_EQ(*rw->decode(std::span(toks).subspan(7), nullptr), at_once) << bs;
+  }
+}
+
+TEST_F(WhisperCpu, BlocksGoBackOnRewindEncodeFailureAndSessionEnd) {
+  auto pm = load(*dir_, paged(4));
+  const auto mw = mel(pm->config(), 0);
+  const auto toks = long_tokens();
+  EXPECT_EQ(pm->kv_stats().total_blocks, 4 * 16);
+  auto used = [&] { return pm->kv_stats().used_blocks; };
+  {
+    auto s = session(*pm);
+    EXPECT_EQ(pm->kv_stats().sequences, 1U);
+    EXPECT_EQ(used(), 0);  // blocks are taken as the session decodes
+    ASSERT_TRUE(s->encode(mw, nullptr).ok());
+    ASSERT_TRUE(s->decode(std::span(toks).subspan(0, 10), nullptr).ok());
+    EXPECT_EQ(used(), 3);
+    s->rewind(8);
+    EXPECT_EQ(used(), 2);
+    s->rewind(5);
+    EXPECT_EQ(used(), 2);
+    s->rewind(4);
+    EXPECT_EQ(used(), 1);
+    s->rewind(0);
+    EXPECT_EQ(used(), 0);
+    ASSERT_TRUE(s->decode(std::span(toks).subspan(0, 9), nullptr).ok());
+    EXPECT_EQ(used(), 3);
+    ASSERT_TRUE(s->encode(mw, nullptr).ok());  // a new window empties the decoder
+    EXPECT_EQ(used(), 0);
+    ASSERT_TRUE(s->decode(std::span(toks).subspan(0, 4), nullptr).ok());
+    // A failed decode gives back the blocks it took (cancelled) or takes none (too long); the earlier ones stay.
+    std::atomic<bool> cancel{true};
+    EXPECT_EQ(s->decode(std::span(toks).subspan(4, 6), &cancel).error().code, Errc::cancelled);
+    EXPECT_EQ(used(), 1);
+    EXPECT_EQ(s->fed(), 4U);
+    EXPECT_EQ(s->decode(std::vector<std::int32_t>(61, 5), nullptr).error().code, Errc::invalid_argument);
+    EXPECT_EQ(used(), 1);
+    ASSERT_TRUE(s->decode(std::span(toks).subspan(4, 6), nullptr).ok());
+    EXPECT_EQ(used(), 3);
+  }
+  EXPECT_EQ(used(), 0);  // the session's end returns its blocks
+  EXPECT_EQ(pm->kv_stats().sequences, 0U);
+}
+
+TEST_F(WhisperCpu, PoolExhaustionIsKvExhaustedAndTheSessionStaysUsable) {
+  const auto mw = mel(m().config(), 10), mb = mel(m().config(), 14);
+  const auto toks = long_tokens();
+  // What a session alone gives for each window (the shared model: same weights and kernels, bit-identical).
+  auto alone_for = [&](const std::vector<float>& w) {
+    auto ref = session(m());
+    EXPECT_TRUE(ref->encode(w, nullptr).ok());
+    std::vector<std::vector<float>> out;
+    for (std::size_t i = 0; i < 14; ++i) out.push_back(*ref->decode(std::span(toks).subspan(i, 1), nullptr));
+    return out;
+  };
+  const auto alone = alone_for(mw), alone_b = alone_for(mb);
+
+  auto pm = load(*dir_, paged(4, /*blocks=*/5));  // 20 tokens in all
+  auto a = session(*pm), b = session(*pm);
+  ASSERT_TRUE(a->encode(mw, nullptr).ok() && b->encode(mb, nullptr).ok());
+  ASSERT_TRUE(a->decode(std::span(toks).subspan(0, 12), nullptr).ok());  // 3 blocks
+  EXPECT_EQ(*b->decode(std::span(toks).subspan(0, 8), nullptr), alone_b[7]);  // 2 blocks: the pool is full
+  EXPECT_EQ(pm->kv_stats().used_blocks, 5);
+  auto full = b->decode(std::span(toks).subspan(8, 1), nullptr);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.error().code, Errc::kv_exhausted) << full.error().message;
+  EXPECT_NE(full.error().message.find("KV pool exhausted"), std::string::npos) << full.error().message;
+  EXPECT_EQ(b->fed(), 8U);  // unchanged
+  EXPECT_EQ(pm->kv_stats().used_blocks, 5);
+  // A session made now has no block yet; its first decode is refused too.
+  auto c = session(*pm);
+  ASSERT_TRUE(c->encode(mw, nullptr).ok());
+  EXPECT_EQ(c->decode(std::span(toks).subspan(0, 1), nullptr).error().code, Errc::kv_exhausted);
+  // Within its blocks a session still decodes (positions 9..11 of a's third block, kept by the rewind).
+  a->rewind(9);
+  EXPECT_EQ(pm->kv_stats().used_blocks, 5);
+  EXPECT_EQ(*a->decode(std::span(toks).subspan(9, 3), nullptr), alone[11]);
+  // A rewind returns blocks; the refused session continues where it was, as if nothing had happened.
+  a->rewind(4);
+  EXPECT_EQ(pm->kv_stats().used_blocks, 3);
+  for (std::size_t i = 8; i < 14; ++i) EXPECT_EQ(*b->decode(std::span(toks).subspan(i, 1), nullptr), alone_b[i]) << i;
+  EXPECT_EQ(pm->kv_stats().used_blocks, 5);
+  a.reset();  // a session's end frees its blocks for the others
+  EXPECT_EQ(*c->decode(std::span(toks).subspan(0, 4), nullptr), alone[3]);
+  b.reset();
+  c.reset();
+  EXPECT_EQ(pm->kv_stats().used_blocks, 0);
+
+  // The default pool holds max_sessions full sessions: that many never see kv_exhausted, one more can.
+  auto two = load(*dir_, paged(16, 0, 2));
+  std::vector<std::unique_ptr<WhisperSession>> ss;
+  for (int i = 0; i < 3; ++i) {
+    ss.push_back(session(*two));
+    ASSERT_TRUE(ss.back()->encode(mw, nullptr).ok());
+  }
+  EXPECT_TRUE(ss[0]->decode(std::vector<std::int32_t>(64, 5), nullptr).ok());
+  EXPECT_TRUE(ss[1]->decode(std::vector<std::int32_t>(64, 5), nullptr).ok());
+  EXPECT_EQ(ss[2]->decode(std::vector<std::int32_t>(1, 5), nullptr).error().code, Errc::kv_exhausted);
+}
+
+TEST_F(WhisperCpu, InterleavedPagedSessionsEqualEachAlone) {
+  const auto toks = long_tokens();
+  const std::vector<std::size_t> chunks{1, 3, 2, 5, 1, 4, 1, 1, 6, 2};  // 26 tokens per session
+  std::vector<std::vector<float>> mels{mel(m().config(), 11), mel(m().config(), 12), mel(m().config(), 13)};
+  auto pm = load(*dir_, paged(2));
+  auto feed = [&](WhisperSession& s, std::size_t& at, std::size_t k) {
+    auto r = s.decode(std::span(toks).subspan(at, chunks[k]), nullptr);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    at += chunks[k];
+    return r.ok() ? *r : std::vector<float>{};
+  };
+  std::vector<std::vector<std::vector<float>>> alone(3);
+  for (std::size_t j = 0; j < 3; ++j) {
+    auto s = session(*pm);
+    ASSERT_TRUE(s->encode(mels[j], nullptr).ok());
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < chunks.size(); ++k) alone[j].push_back(feed(*s, at, k));
+  }
+  EXPECT_NE(alone[0].back(), alone[1].back());
+  // Three sessions taking blocks of 2 in turn (their tables interleave in the pool), one rewinding and re-feeding.
+  std::vector<std::unique_ptr<WhisperSession>> ss;
+  std::vector<std::size_t> at(3, 0);
+  for (std::size_t j = 0; j < 3; ++j) {
+    ss.push_back(session(*pm));
+    ASSERT_TRUE(ss[j]->encode(mels[j], nullptr).ok());
+  }
+  for (std::size_t k = 0; k < chunks.size(); ++k)
+    for (std::size_t j : {2, 0, 1}) {
+      EXPECT_EQ(feed(*ss[j], at[j], k), alone[j][k]) << "session " << j << ", chunk " << k;
+      if (j == 1 && k == 5) {  // back to the end of chunk 2, then chunks 3..5 again
+        ss[1]->rewind(6);
+        at[1] = 6;
+        for (std::size_t r = 3; r <= 5; ++r) EXPECT_EQ(feed(*ss[1], at[1], r), alone[1][r]) << "re-fed chunk " << r;
+      }
+    }
+  EXPECT_EQ(pm->kv_stats().used_blocks, 3 * 13);
+}
+
 TEST_F(WhisperCpu, CancelledBetweenLayers) {
   const auto mw = mel(m().config(), 0);
   auto s = session(m());
@@ -359,22 +552,28 @@ TEST(Whisper, SimulatedAcceleratorMatchesTheCpuAndAccounts) {
   auto sim = test::simulated_device(1ull << 30);
   WhisperLoadOptions o;
   o.accelerator = sim;
+  o.kv_block_size = 3;  // the decodes below cross blocks on the device
   auto acc = load(dir, o);
   ASSERT_TRUE(cpu && acc);
   EXPECT_EQ(acc->accelerator(), sim.get());
-  const std::uint64_t wbytes = acc->stats().accel_weight_bytes;
+  const std::uint64_t wbytes = acc->stats().accel_weight_bytes, pool = acc->stats().accel_kv_bytes;
+  const std::uint64_t cross = 4ull * 2 * 2 * 32 * 1500;  // one session's cross K/V, accounted by new_session
   EXPECT_GT(wbytes, 0U);
-  EXPECT_EQ(sim->accounted_bytes(), wbytes);
+  // The pool (4 sessions of ceil(64 / 3) = 22 blocks) is accounted at load.
+  EXPECT_EQ(pool, 4ull * 22 * 3 * 32 * 4 * 2 * 2);
+  EXPECT_EQ(acc->kv_stats().bytes_total, pool);
+  EXPECT_EQ(sim->accounted_bytes(), wbytes + pool);
   EXPECT_EQ(acc->fingerprint(), cpu->fingerprint());
   EXPECT_GT(acc->session_bytes(), cpu->session_bytes());  // + the matrix expansion workspace
   const auto mw = mel(cpu->config(), 6);
   {
     auto a = session(*acc), c = session(*cpu);
     ASSERT_TRUE(a && c);
-    EXPECT_EQ(sim->accounted_bytes(), wbytes + acc->session_kv_bytes());
+    EXPECT_EQ(sim->accounted_bytes(), wbytes + pool + cross);
+    EXPECT_EQ(acc->session_kv_bytes(), cross + 4ull * 2 * 2 * 32 * 66);  // + 22 blocks of 3 tokens
     ASSERT_TRUE(a->encode(mw, nullptr).ok());
     ASSERT_TRUE(c->encode(mw, nullptr).ok());
-    EXPECT_EQ(sim->accounted_bytes(), wbytes + acc->session_kv_bytes());  // the encoder workspace is released
+    EXPECT_EQ(sim->accounted_bytes(), wbytes + pool + cross);  // the encoder workspace is released
     auto la = a->decode(std::span(kTokens).subspan(0, 6), nullptr), lc = c->decode(std::span(kTokens).subspan(0, 6), nullptr);
     ASSERT_TRUE(la.ok() && lc.ok()) << (la.ok() ? "" : la.error().message);
     EXPECT_LT(rel_diff(*la, *lc), 1e-4);
@@ -399,11 +598,18 @@ TEST(Whisper, SimulatedAcceleratorMatchesTheCpuAndAccounts) {
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.error().code, Errc::out_of_memory);
   }
-  EXPECT_EQ(sim->accounted_bytes(), wbytes);  // sessions' buffers freed with them
+  EXPECT_EQ(sim->accounted_bytes(), wbytes + pool);  // sessions' buffers freed with them
+  EXPECT_EQ(acc->kv_stats().used_blocks, 0);          // and their blocks back in the pool
   sim->fail_at_site(device::Site::kv_pool);
   auto no_kv = acc->new_session();
   ASSERT_FALSE(no_kv.ok());
   EXPECT_EQ(no_kv.error().code, Errc::out_of_memory);
+  sim->fail_at_site(device::Site::kv_pool);  // a refused pool fails the load
+  auto no_pool = WhisperModel::load(dir, o);
+  ASSERT_FALSE(no_pool.ok());
+  EXPECT_EQ(no_pool.error().code, Errc::out_of_memory);
+  EXPECT_NE(no_pool.error().message.find("KV pool"), std::string::npos) << no_pool.error().message;
+  EXPECT_EQ(sim->accounted_bytes(), wbytes + pool);  // the failed load's weights released
 
   // Device loss during an encode (whenever it lands) → device_lost, and every later call too.
   auto s = session(*acc);
@@ -470,6 +676,12 @@ TEST(Whisper, MalformedConfigsAndTensorsAreTypedErrors) {
   WhisperLoadOptions bad;
   bad.threads = 0;
   EXPECT_EQ(WhisperModel::load(dir, bad).error().code, Errc::invalid_argument);
+  for (auto edit : {+[](WhisperLoadOptions& o) { o.kv_block_size = 0; }, +[](WhisperLoadOptions& o) { o.kv_block_size = 4097; },
+                    +[](WhisperLoadOptions& o) { o.max_sessions = 0; }, +[](WhisperLoadOptions& o) { o.kv_blocks = -1; }}) {
+    WhisperLoadOptions o;
+    edit(o);
+    EXPECT_EQ(WhisperModel::load(dir, o).error().code, Errc::invalid_argument);
+  }
 }
 
 TEST(Whisper, ThreadCountAndDtypes) {
