@@ -10,6 +10,7 @@
 
 #include "daemon/log.h"
 #include "daemon/ring_hub_internal.h"
+#include "daemon/transcribe_record.h"
 #include "ring/completion_writer.h"
 #include "ring/consumer.h"
 #include "ring/record.h"
@@ -148,7 +149,7 @@ struct RingHub::Session {
   std::vector<std::tuple<JobId, std::string, Dict>> held;
   SessionState state = SessionState::open;
   std::int64_t opened_unix_ms = 0;
-  std::uint64_t submissions = 0, cancels = 0, nops = 0, jobs = 0, embeds = 0;
+  std::uint64_t submissions = 0, cancels = 0, nops = 0, jobs = 0, embeds = 0, transcribes = 0, audio_chunks = 0;
 
   ~Session() {
     if (base) ::munmap(base, size);
@@ -376,6 +377,9 @@ void RingHub::job_update(const std::string& destination, JobId id, const std::st
   else if (kind == "started") k = Kind::started;
   else if (kind == "migrated") k = Kind::migrated;
   else if (kind == "finished") k = Kind::finished;
+  else if (kind == "segment") k = Kind::segment;
+  else if (kind == "progress") k = Kind::progress;
+  else if (kind == "audio") k = Kind::audio_info;
   else return;  // a kind this ABI does not carry (D-Bus has it)
   Dict d = data;
   if (k == Kind::finished) d.erase("text");  // streamed already; GetJob has the whole text
@@ -439,55 +443,78 @@ void RingHub::handle(Session& s, ring::Command&& cmd) {
         post(s, error_completion(cmd.user_data, rr.error(), false));
         return;
       }
-      SubmitRequest req_value;
-      req_value.model = std::move(rr->model);
-      req_value.prompt = std::move(rr->prompt);
-      for (auto& [role, content] : rr->messages) req_value.messages.push_back({std::move(role), std::move(content)});
-      req_value.options = std::move(rr->options);
-      const SubmitRequest* req = &req_value;
-      s.in_submit = true;
-      s.held.clear();
-      auto placed = service_->submit(s.caller, *req);
-      s.in_submit = false;
-      auto held = std::move(s.held);
-      s.held.clear();
-      // A degraded-mode change the submit caused is announced before the job's own completions.
-      for (auto& [id, kind, data] : held)
-        if (kind == "degraded_mode") job_update(s.destination, id, kind, data);
-      std::erase_if(held, [](const auto& h) { return std::get<1>(h) == "degraded_mode"; });
-      if (!placed) {
-        post(s, error_completion(cmd.user_data, placed.error(), false));
+      SubmitRequest req;
+      req.model = std::move(rr->model);
+      req.prompt = std::move(rr->prompt);
+      for (auto& [role, content] : rr->messages) req.messages.push_back({std::move(role), std::move(content)});
+      req.options = std::move(rr->options);
+      place(s, cmd.user_data, [&] { return service_->submit(s.caller, req); });
+      return;
+    }
+    case ring::Opcode::transcribe: {  // ABI 1.2: placed as a submit is; its segments follow its `accepted`
+      ++s.transcribes;
+      ++counters_["ring_transcribes"];
+      auto req = transcribe_from_record(cmd.record);
+      if (!req) {
+        post(s, error_completion(cmd.user_data, req.error(), false));
         return;
       }
-      const auto job = std::get<std::uint64_t>(placed->at("job_id"));
-      const auto ex = placed->find("existing");
-      const bool existing = ex != placed->end() && std::get<bool>(ex->second);
-      s.user_data[job] = cmd.user_data;
-      // Updates of the session's other jobs go out now, in order; the new job's own follow its `accepted`.
-      std::vector<std::tuple<JobId, std::string, Dict>> own;
-      for (auto& h : held) {
-        if (std::get<0>(h) == job) own.push_back(std::move(h));
-        else job_update(s.destination, std::get<0>(h), std::get<1>(h), std::get<2>(h));
-      }
-      // Group commit: the `accepted` completion is written only once the commit covering the job's accept is
-      // durable (tandemd commits once per loop iteration, after the whole ring drain); if it fails, an error.
-      service_->after_commit([this, sid = s.id, ud = cmd.user_data, job, existing, own = std::move(own),
-                              placement = std::move(placed).value()](const Status& st) {
-        Session* sess = find_open(sid);
-        if (!sess) return;
-        if (!st) {
-          if (!existing) sess->user_data.erase(job);
-          post(*sess, error_completion(ud, st.error(), false));
-          return;
-        }
-        ++sess->jobs;
-        post(*sess, ring::record_completion(Kind::accepted, ud, job, to_record(placement)));
-        for (const auto& [id, kind, data] : own) job_update(sess->destination, id, kind, data);
-        if (existing) finish_existing(*sess, job);
-      });
+      place(s, cmd.user_data, [&] { return service_->transcribe(s.caller, *req); });
+      return;
+    }
+    case ring::Opcode::audio: {  // ABI 1.2: a stream's chunk; answered only when refused
+      ++s.audio_chunks;
+      ++counters_["ring_audio_chunks"];
+      auto chunk = audio_from_record(cmd.record);
+      Status st = chunk ? service_->append_audio(s.caller, cmd.job_id, chunk->offset, chunk->pcm, chunk->end)
+                        : Status(fail(chunk.error()));
+      if (!st) post(s, error_completion(cmd.user_data, st.error(), /*job_op=*/true, cmd.job_id));
       return;
     }
   }
+}
+
+void RingHub::place(Session& s, std::uint64_t ud, const std::function<Result<Dict>()>& call) {
+  s.in_submit = true;
+  s.held.clear();
+  auto placed = call();
+  s.in_submit = false;
+  auto held = std::move(s.held);
+  s.held.clear();
+  // A degraded-mode change the submit caused is announced before the job's own completions.
+  for (auto& [id, kind, data] : held)
+    if (kind == "degraded_mode") job_update(s.destination, id, kind, data);
+  std::erase_if(held, [](const auto& h) { return std::get<1>(h) == "degraded_mode"; });
+  if (!placed) {
+    post(s, error_completion(ud, placed.error(), false));
+    return;
+  }
+  const auto job = std::get<std::uint64_t>(placed->at("job_id"));
+  const auto ex = placed->find("existing");
+  const bool existing = ex != placed->end() && std::get<bool>(ex->second);
+  s.user_data[job] = ud;
+  // Updates of the session's other jobs go out now, in order; the new job's own follow its `accepted`.
+  std::vector<std::tuple<JobId, std::string, Dict>> own;
+  for (auto& h : held) {
+    if (std::get<0>(h) == job) own.push_back(std::move(h));
+    else job_update(s.destination, std::get<0>(h), std::get<1>(h), std::get<2>(h));
+  }
+  // Group commit: the `accepted` completion is written only once the commit covering the job's accept is
+  // durable (tandemd commits once per loop iteration, after the whole ring drain); if it fails, an error.
+  service_->after_commit([this, sid = s.id, ud, job, existing, own = std::move(own),
+                          placement = std::move(placed).value()](const Status& st) {
+    Session* sess = find_open(sid);
+    if (!sess) return;
+    if (!st) {
+      if (!existing) sess->user_data.erase(job);
+      post(*sess, error_completion(ud, st.error(), false));
+      return;
+    }
+    ++sess->jobs;
+    post(*sess, ring::record_completion(Kind::accepted, ud, job, to_record(placement)));
+    for (const auto& [id, kind, data] : own) job_update(sess->destination, id, kind, data);
+    if (existing) finish_existing(*sess, job);
+  });
 }
 
 void RingHub::post_to(std::uint64_t session_id, ring::Completion c) {
@@ -639,6 +666,8 @@ std::vector<Dict> RingHub::sessions_view() const {
                        {"opened_unix_ms", s->opened_unix_ms},
                        {"submissions", s->submissions},
                        {"embeds", s->embeds},
+                       {"transcribes", s->transcribes},
+                       {"audio_chunks", s->audio_chunks},
                        {"jobs", s->jobs},
                        {"completions", st.written},
                        {"backlog_entries", static_cast<std::uint64_t>(s->writer.backlog_entries())},

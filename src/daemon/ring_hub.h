@@ -4,7 +4,9 @@
 // table as D-Bus, daemon/submit_options.h) and calls the Service as the session's owner, and writes every job update
 // of the session's jobs to its completion ring instead of a D-Bus signal. The answers to submit and cancel wait for
 // Service::after_commit: an `accepted` completion is written only once the job's accept is durable (group commit,
-// docs/journal.md). A protocol error ends that session only,
+// docs/journal.md). A `transcribe` (ABI 1.2) is placed the same way; its segment, progress and audio_info updates
+// follow its `accepted`, and `audio` chunks of a live stream go to Service::append_audio (answered only when refused;
+// a session that ends closes its streams). A protocol error ends that session only,
 // counted and logged; its jobs keep running to a terminal state readable with GetJob. An `embed` (ABI 1.1) calls
 // Service::embed and is answered by one `embedded` completion (the vectors) or `error` when the job ends.
 //
@@ -95,6 +97,9 @@ class RingHub {
   // An embed command (ring_hub_embed.cc): Service::embed with a callback that posts one `embedded` or `error`
   // completion to the session if it is still open then.
   void handle_embed(std::uint64_t session_id, const Caller& caller, ring::Command&& cmd);
+  // A job-creating call made as the session's owner (submit, transcribe): its updates produced during the call are
+  // held, and `accepted` (then those updates) is written once the accept is durable (Service::after_commit).
+  void place(Session& s, std::uint64_t user_data, const std::function<Result<Dict>()>& call);
   void post_to(std::uint64_t session_id, ring::Completion c);  // dropped when the session is gone
   std::uint64_t max_completion_bytes(std::uint64_t session_id);  // 0 when the session is gone
   void post(Session& s, ring::Completion c);

@@ -136,7 +136,10 @@ void Service::client_vanished(const std::string& bus_name) {
 void Service::channel_closed(const std::string& reply_to) {
   if (reply_to.empty()) return;
   for (JobId id : active_)
-    if (JobRecord* j = find(id); j && j->reply_to == reply_to) j->muted = true;
+    if (JobRecord* j = find(id); j && j->reply_to == reply_to) {
+      j->muted = true;
+      close_audio_stream(id);  // no more audio can come through a closed channel
+    }
 }
 
 std::uint32_t Service::active_jobs_of(const std::string& bus_name) const {

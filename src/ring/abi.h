@@ -27,7 +27,8 @@ namespace tandem::ring {
 
 inline constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'R', 'I', 'N', 'G'};
 inline constexpr std::uint16_t kAbiMajor = 1;
-inline constexpr std::uint16_t kAbiMinor = 1;  // 1.1: Opcode::embed, Kind::embedded, float32_list, bytes_list
+inline constexpr std::uint16_t kAbiMinor = 2;  // 1.1: Opcode::embed, Kind::embedded, float32_list, bytes_list;
+                                                // 1.2: Opcode::transcribe/audio, Kind::segment/progress/audio_info
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kEntrySize = 64;  // both rings
 
@@ -145,6 +146,10 @@ enum class Opcode : std::uint8_t {
   submit = 2,  // data: a request record (docs/rings.md "Submit record"); answered with accepted or error
   cancel = 3,  // no data; job_id: the job; answered with `cancel_result` or error
   embed = 4,   // ABI 1.1. data: an embed record (docs/rings.md "Embed record"); answered with ONE `embedded` or error
+  transcribe = 5,  // ABI 1.2. data: a transcribe record (a file, or a live stream's format); answered like submit:
+                   // accepted or error, then audio_info, segment, progress, ..., finished
+  audio = 6,       // ABI 1.2. job_id: a streamed transcription; data: an audio record (offset, pcm, end). Answered
+                   // only when refused (`error`, job_id set); docs/rings.md "Audio record"
 };
 
 struct SubmissionEntry {
@@ -184,6 +189,11 @@ enum class Kind : std::uint8_t {
   embedded = 11,      // ABI 1.1, the answer to an `embed` (job_id: its job): record = the Embed result (job_id,
                       // model, route, dim, inputs, ...) + count (uint64), dim (uint64) and vectors (float32_list,
                       // count × dim, input order). The only completion of an embed job.
+  segment = 12,       // ABI 1.2, a transcription's segment: record index, start_ms, end_ms, text, window, temperature,
+                      // avg_logprob, no_speech_prob (the JobUpdate "segment")
+  progress = 13,      // ABI 1.2: windows_done, windows_total, audio_done_ms, audio_ms, eta_ms, route, language,
+                      // realtime_factor, stream (the JobUpdate "progress")
+  audio_info = 14,    // ABI 1.2, once before the first segment: seconds, windows_total, format, route, stream
 };
 
 // CompletionEntry::flags

@@ -162,6 +162,24 @@ Status RingClient::embed(std::uint64_t user_data, std::span<const std::uint8_t> 
   return push(e, record);
 }
 
+Status RingClient::transcribe(std::uint64_t user_data, std::span<const std::uint8_t> record) {
+  TANDEM_TRY(check_record(record, view_.layout.max_request_bytes, "transcribe"));
+  SubmissionEntry e{};
+  e.opcode = static_cast<std::uint8_t>(Opcode::transcribe);
+  e.user_data = user_data;
+  return push(e, record);
+}
+
+Status RingClient::audio(std::uint64_t user_data, std::uint64_t job_id, std::span<const std::uint8_t> record) {
+  if (job_id == 0) return fail(Errc::invalid_argument, "audio needs the stream's job id (from its accepted)");
+  TANDEM_TRY(check_record(record, view_.layout.max_request_bytes, "audio"));
+  SubmissionEntry e{};
+  e.opcode = static_cast<std::uint8_t>(Opcode::audio);
+  e.user_data = user_data;
+  e.job_id = job_id;
+  return push(e, record);
+}
+
 Status RingClient::cancel(std::uint64_t user_data, std::uint64_t job_id) {
   SubmissionEntry e{};
   e.opcode = static_cast<std::uint8_t>(Opcode::cancel);

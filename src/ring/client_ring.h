@@ -48,6 +48,10 @@ class RingClient {
   Status submit(std::uint64_t user_data, std::span<const std::uint8_t> record);
   // An embed record (ABI 1.1; the same errors as submit). Answered with one `embedded` or `error` completion.
   Status embed(std::uint64_t user_data, std::span<const std::uint8_t> record);
+  // ABI 1.2: a transcribe record (a file or a stream's format), answered like submit; and one chunk of a stream's
+  // PCM as an audio record (offset, pcm, end) for the job its `accepted` named, answered only when refused.
+  Status transcribe(std::uint64_t user_data, std::span<const std::uint8_t> record);
+  Status audio(std::uint64_t user_data, std::uint64_t job_id, std::span<const std::uint8_t> record);
   Status cancel(std::uint64_t user_data, std::uint64_t job_id);
   Status nop(std::uint64_t user_data);
 

@@ -64,12 +64,19 @@ ConsumeResult SubmissionConsumer::consume(std::uint32_t max) {
         out.commands.push_back(std::move(c));
         break;
       case Opcode::submit:
-      case Opcode::embed: {
-        const char* name = static_cast<Opcode>(e.opcode) == Opcode::submit ? "submit" : "embed";
-        if (e.job_id != 0) {
-          fault(Fault::reserved, std::string(name) + " with a job id");
+      case Opcode::embed:
+      case Opcode::transcribe:
+      case Opcode::audio: {
+        const auto op = static_cast<Opcode>(e.opcode);
+        const char* name = op == Opcode::submit ? "submit"
+                           : op == Opcode::embed ? "embed"
+                           : op == Opcode::transcribe ? "transcribe"
+                                                      : "audio";
+        if (op == Opcode::audio ? e.job_id == 0 : e.job_id != 0) {
+          fault(Fault::reserved, std::string(name) + (op == Opcode::audio ? " without a job id" : " with a job id"));
           break;
         }
+        c.job_id = e.job_id;
         if (e.data_length == 0 || e.data_length > l.max_request_bytes) {
           fault(Fault::length, std::string(name) + " data_length " + std::to_string(e.data_length) + " not in [1," +
                                    std::to_string(l.max_request_bytes) + "]");

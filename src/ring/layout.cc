@@ -194,6 +194,9 @@ std::string_view kind_name(Kind k) {
     case Kind::nop: return "nop";
     case Kind::degraded_mode: return "degraded_mode";
     case Kind::embedded: return "embedded";
+    case Kind::segment: return "segment";
+    case Kind::progress: return "progress";
+    case Kind::audio_info: return "audio_info";
   }
   return "unknown";
 }

@@ -231,7 +231,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadEntry{"submit_with_job", Fault::reserved,
                  [](TestSession& s) { return tweak(with_data(s, 0, simple_request("x")), [](auto& e) { e.job_id = 5; }); }},
         BadEntry{"opcode_0", Fault::opcode, [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 0; }); }},
-        BadEntry{"opcode_5", Fault::opcode, [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 5; }); }},  // 4 is embed (1.1)
+        BadEntry{"opcode_7", Fault::opcode, [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 7; }); }},  // 4 embed (1.1), 5 transcribe, 6 audio (1.2)
+        BadEntry{"transcribe_with_job", Fault::reserved,
+                 [](TestSession& s) {
+                   return tweak(with_data(s, 0, simple_request("x")), [](auto& e) { e.opcode = 5; e.job_id = 5; });
+                 }},
+        BadEntry{"audio_without_job", Fault::reserved,
+                 [](TestSession& s) { return tweak(with_data(s, 0, simple_request("x")), [](auto& e) { e.opcode = 6; }); }},
+        BadEntry{"transcribe_without_data", Fault::length,
+                 [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 5; }); }},
+        BadEntry{"audio_without_data", Fault::length,
+                 [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 6; e.job_id = 9; }); }},
         BadEntry{"opcode_255", Fault::opcode,
                  [](TestSession&) { return tweak(nop_entry(3), [](auto& e) { e.opcode = 255; }); }},
         BadEntry{"nop_with_length", Fault::length,

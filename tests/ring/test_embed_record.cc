@@ -40,8 +40,14 @@ TEST(EmbedAbi, Numbers) {
   EXPECT_EQ(static_cast<int>(FieldType::float32_list), 8);
   EXPECT_EQ(static_cast<int>(FieldType::bytes_list), 9);
   EXPECT_EQ(kAbiMajor, 1);
-  EXPECT_EQ(kAbiMinor, 1);
+  EXPECT_EQ(kAbiMinor, 2);  // 1.2 added transcribe/audio and segment/progress/audio_info
   EXPECT_EQ(kind_name(Kind::embedded), "embedded");
+  EXPECT_EQ(static_cast<int>(Opcode::transcribe), 5);
+  EXPECT_EQ(static_cast<int>(Opcode::audio), 6);
+  EXPECT_EQ(kind_name(Kind::segment), "segment");
+  EXPECT_EQ(kind_name(Kind::progress), "progress");
+  EXPECT_EQ(kind_name(Kind::audio_info), "audio_info");
+  EXPECT_EQ(static_cast<int>(Kind::audio_info), 14);
   // The variant follows the wire types: index + 1 == FieldType.
   EXPECT_EQ(FieldValue(std::vector<float>{}).index() + 1, 8u);
   EXPECT_EQ(FieldValue(ByteList{}).index() + 1, 9u);
