@@ -62,6 +62,13 @@ Result<ReplicaOptions<Opts>> replica_options(const ModelConfig& mc, const std::s
   return r;
 }
 
+// What a replica holds on the accelerator: its weights, and its KV pool where the model has one (Whisper's decoder).
+template <class Stats>
+std::uint64_t resident_accel_bytes(const Stats& s) {
+  if constexpr (requires { s.accel_kv_bytes; }) return s.accel_weight_bytes + s.accel_kv_bytes;
+  else return s.accel_weight_bytes;
+}
+
 template <class M>
 struct ReplicaPair {
   ModelConfig cfg;
@@ -123,7 +130,7 @@ struct ReplicaPair {
   bool gpu_ready(const device::Device* accel) const { return gpu_for_run(accel) != nullptr; }
   std::uint64_t gpu_bytes(const device::Device* accel) const {
     auto m = gpu_for_run(accel);
-    return m ? m->stats().accel_weight_bytes : 0;
+    return m ? resident_accel_bytes(m->stats()) : 0;
   }
 
   // The replicas as ListModels / the model objects show them; `layers(model)` counts a replica's layers.
@@ -139,7 +146,7 @@ struct ReplicaPair {
         const bool lost = gpu_lost(accel);
         r.state = lost ? "lost" : "loaded";
         r.layers = static_cast<std::uint32_t>(layers(*gpu));
-        r.accel_bytes = lost ? 0 : gpu->stats().accel_weight_bytes;
+        r.accel_bytes = lost ? 0 : resident_accel_bytes(gpu->stats());
         r.fingerprint = gpu->fingerprint();
       } else {
         r.state = "failed";

@@ -78,7 +78,6 @@ bool EngineBackend::is_speech_model(const std::string& path) {
 
 Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig& cfg,
                                        const std::function<void(const std::string&)>& progress) {
-  (void)cfg;
   std::unique_ptr<SpeechEntry, SpeechEntryDelete> e(new SpeechEntry());
   e->cfg = mc;
   auto ro = replica_options<engine::WhisperLoadOptions>(mc, accel_);
@@ -86,6 +85,13 @@ Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig
   const auto* dt = &ro->dtype;
   e->cpu_opts = ro->cpu;
   e->gpu_opts = ro->gpu;
+  // The decoder's KV pool holds as many full sessions as the route runs jobs at once ([[model]] max_sequences
+  // overrides): a job past that would find the pool exhausted (docs/speech-model.md "KV pool").
+  auto sessions = [&](std::uint32_t concurrency) {
+    return static_cast<int>(std::clamp<std::uint32_t>(mc.max_sequences ? mc.max_sequences : concurrency, 1, 4096));
+  };
+  e->cpu_opts.max_sessions = sessions(cfg.policy.cpu_queue.concurrency);
+  e->gpu_opts.max_sessions = sessions(cfg.policy.gpu_queue.concurrency);
   e->gpu_wanted = ro->gpu_wanted;
 
   if (progress) progress("loading speech model " + mc.name + " (CPU replica)");
