@@ -1,7 +1,9 @@
 // tandemctl transcribe: one audio file through Transcribe, its segments printed as they arrive, progress (windows
 // done / total, ETA, route) on a terminal's stderr, and the transcript as text, SRT, WebVTT or JSON at the end
-// (docs/tandemctl.md, docs/transcription.md).
+// (docs/tandemctl.md, docs/transcription.md). With --raw, FILE is raw PCM (a microphone: arecord ... | tandemctl
+// transcribe --raw 16000 -) streamed through a ring session as it is read (docs/rings.md "Transcribe").
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "client/ring_session.h"
 #include "tandemctl_common.h"
 
 namespace tandemctl {
@@ -74,7 +77,7 @@ class Follower {
     return finish();
   }
 
- private:
+  // For the ring path: updates come from the session's events, not from D-Bus signals.
   void handle(const tc::JobUpdate& u) {
     if (u.kind == "audio") {
       if (u.windows_total) windows_total_ = *u.windows_total;
@@ -93,6 +96,7 @@ class Follower {
       if (u.audio_done_ms) audio_done_ms_ = *u.audio_done_ms;
       if (u.audio_ms) audio_ms_ = *u.audio_ms;
       if (u.eta_ms) eta_ms_ = *u.eta_ms;
+      live_ = u.stream.value_or(false);
       if (u.route && *u.route != route_) {
         if (!route_.empty() && !g_.json) {
           clear_progress();
@@ -115,12 +119,17 @@ class Follower {
     }
   }
 
+  bool done() const { return done_; }
+
   void show_progress() {
     if (!tty_ || g_.json) return;
-    std::string line = "transcribing: window " + std::to_string(std::min(windows_done_ + 1, std::max(windows_total_, 1u))) +
-                       "/" + std::to_string(std::max(windows_total_, 1u)) + ", " + stamp(audio_done_ms_) + " of " +
-                       stamp(audio_ms_);
-    if (windows_done_ > 0) line += ", ETA " + tc::format_duration_ms(eta_ms_);
+    std::string line =
+        live_ ? "transcribing a live stream: window " + std::to_string(windows_done_ + 1) + ", " + stamp(audio_done_ms_) +
+                    " done"
+              : "transcribing: window " + std::to_string(std::min(windows_done_ + 1, std::max(windows_total_, 1u))) +
+                    "/" + std::to_string(std::max(windows_total_, 1u)) + ", " + stamp(audio_done_ms_) + " of " +
+                    stamp(audio_ms_);
+    if (windows_done_ > 0 && !live_) line += ", ETA " + tc::format_duration_ms(eta_ms_);
     if (!route_.empty()) line += " (" + route_ + ")";
     std::fprintf(stderr, "\r\033[K%s", line.c_str());
     std::fflush(stderr);
@@ -135,6 +144,7 @@ class Follower {
 
   int finish() {
     clear_progress();
+    if (!done_) polling_ = true;  // stopped before `finished` (the ring path): print what GetJob has
     auto j = c_.get_job(job_);
     if (!j.ok()) return bus_error(g_, j.error(), c_.last_error());
     const std::string state = j->state.value_or("");
@@ -182,17 +192,155 @@ class Follower {
     return kFailed;
   }
 
+ private:
   const Global& g_;
   tc::Client& c_;
   std::uint64_t job_;
   Output out_;
   std::uint64_t timeout_ms_;
   bool tty_;
-  bool polling_ = false, done_ = false, progress_shown_ = false;
+  bool polling_ = false, done_ = false, progress_shown_ = false, live_ = false;
   std::string route_;
   std::uint32_t windows_done_ = 0, windows_total_ = 0, segments_ = 0;
   std::uint64_t audio_done_ms_ = 0, audio_ms_ = 0, eta_ms_ = 0;
 };
+
+// --raw RATE[:CHANNELS[:FORMAT]]
+tc::AudioStreamFormat parse_raw(const std::string& flag, const std::string& v) {
+  tc::AudioStreamFormat f;
+  const auto c1 = v.find(':');
+  f.sample_rate = static_cast<std::uint32_t>(parse_u64(flag, v.substr(0, c1)));
+  if (c1 != std::string::npos) {
+    const auto c2 = v.find(':', c1 + 1);
+    f.channels = static_cast<std::uint32_t>(parse_u64(flag, v.substr(c1 + 1, c2 == std::string::npos ? c2 : c2 - c1 - 1)));
+    if (c2 != std::string::npos) f.sample_format = v.substr(c2 + 1);
+  }
+  if (f.sample_format != "s16le" && f.sample_format != "f32le")
+    throw ArgError{flag + ": sample format '" + f.sample_format + "' is not s16le or f32le"};
+  if (f.channels == 0 || f.sample_rate == 0) throw ArgError{flag + ": RATE and CHANNELS must be positive"};
+  return f;
+}
+
+// Raw PCM from `fd` through a ring session as it is read: one transcribe (stream), then audio chunks of ~0.25 s.
+// Each chunk is followed by a nop: the nop's answer says the chunk was taken (a refused chunk is answered with an
+// error before it); QueueFull (the daemon is behind) waits retry_after_ms and sends the same chunk again.
+int stream_pcm(Global& g, tc::Client& client, tc::TranscribeRequest req, int fd, Output out, std::uint64_t timeout_ms) {
+  tc::SessionOptions so;
+  so.request_data_bytes = 4u << 20;
+  auto opened = tc::RingSession::open(client, so);
+  if (!opened.ok()) return bus_error(g, opened.error(), client.last_error());
+  auto& ring = **opened;
+  std::uint64_t ud = 1;
+  if (auto s = ring.transcribe(req, ud); !s.ok()) return bus_error(g, s.error());
+  std::vector<tc::RingEvent> evs;
+  std::vector<tc::JobUpdate> pending;  // updates that came before the Follower existed
+  std::uint64_t job = 0;
+  while (job == 0) {
+    evs.clear();
+    auto n = ring.wait(evs, std::chrono::seconds(1), tc::interrupt_fd());
+    if (!n.ok()) return bus_error(g, n.error());
+    if (!tc::take_interrupts().empty()) return kCancelled;
+    for (auto& e : evs) {
+      if (e.kind == "error" && e.user_data == ud && e.error) return bus_error(g, tc::to_error(*e.error), *e.error);
+      if (e.kind == "accepted" && e.user_data == ud) job = e.job_id;
+      else if (e.update) pending.push_back(*e.update);
+    }
+    if (!ring.open()) {
+      err_line("tandemctl: the ring session ended: " + ring.state_text());
+      return kBusError;
+    }
+  }
+  Follower f(g, client, job, out, timeout_ms);
+  for (const auto& u : pending) f.handle(u);
+  const tc::AudioStreamFormat& fmt = *req.stream;
+  const std::size_t frame = fmt.channels * (fmt.sample_format == "s16le" ? 2u : 4u);
+  const std::size_t chunk = std::max<std::size_t>(frame, fmt.sample_rate / 4 * frame);
+  std::vector<std::uint8_t> buf, carry;
+  std::uint64_t offset = 0;
+  bool eof = false, ended = false;
+  std::uint64_t nop_seen = 0;  // the highest nop answered (user_data grows)
+  const auto t0 = std::chrono::steady_clock::now();
+  auto cancel = [&](const std::string& why) {
+    (void)client.cancel(job);
+    err_line("tandemctl: " + why + "; job " + std::to_string(job) + " cancelled");
+    return why.starts_with("interrupted") ? kCancelled : kFailed;
+  };
+  // Handles events until `until` holds; a refusal of chunk `chunk_ud` is returned through `refused`.
+  auto drain = [&](std::uint64_t chunk_ud, std::optional<tc::RemoteError>& refused, const std::function<bool()>& until)
+      -> std::optional<int> {
+    while (!until() && !refused) {
+      evs.clear();
+      auto n = ring.wait(evs, std::chrono::milliseconds(100), tc::interrupt_fd());
+      if (!n.ok()) return bus_error(g, n.error());
+      if (!tc::take_interrupts().empty()) return cancel("interrupted");
+      for (auto& e : evs) {
+        if (e.kind == "error" && e.user_data == chunk_ud && e.error) refused = *e.error;
+        else if (e.update && e.job_id == job) f.handle(*e.update);
+        else if (e.kind == "nop") nop_seen = std::max(nop_seen, e.user_data);
+      }
+      if (!ring.open()) return f.finish();
+      if (timeout_ms > 0 && std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(timeout_ms))
+        return cancel("timed out after " + tc::format_duration_ms(timeout_ms));
+    }
+    return std::nullopt;
+  };
+  while (!ended) {
+    // The next chunk: whole frames only (a partial frame waits for the next read).
+    buf = std::move(carry);
+    carry.clear();
+    while (!eof && buf.size() < chunk) {
+      std::uint8_t tmp[65536];
+      const ssize_t n = ::read(fd, tmp, std::min(sizeof tmp, chunk - buf.size()));
+      if (n < 0 && errno == EINTR) {
+        if (!tc::take_interrupts().empty()) return cancel("interrupted");
+        continue;
+      }
+      if (n < 0) return cancel(std::string("reading the audio: ") + std::strerror(errno));
+      if (n == 0) eof = true;
+      buf.insert(buf.end(), tmp, tmp + n);
+    }
+    const std::size_t whole = buf.size() / frame * frame;
+    if (whole < buf.size()) {
+      carry.assign(buf.begin() + static_cast<std::ptrdiff_t>(whole), buf.end());
+      buf.resize(whole);
+      if (eof) {
+        err_line("tandemctl: the input ends with " + std::to_string(carry.size()) + " bytes of a partial frame; dropped");
+        carry.clear();
+      }
+    }
+    const bool end = eof && carry.empty();
+    for (;;) {
+      const std::uint64_t chunk_ud = ++ud, nop_ud = ++ud;
+      auto s = ring.audio(job, offset, buf, end, chunk_ud);
+      if (!s.ok() && s.error().code == tandem::Errc::queue_full) {  // no room in the ring: let the daemon read
+        std::optional<tc::RemoteError> none;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+        if (auto rc = drain(0, none, [&] { return std::chrono::steady_clock::now() >= until; })) return *rc;
+        continue;
+      }
+      if (!s.ok()) return bus_error(g, s.error());
+      (void)ring.nop(nop_ud);
+      std::optional<tc::RemoteError> refused;
+      if (auto rc = drain(chunk_ud, refused, [&] { return nop_seen >= nop_ud; })) return *rc;
+      if (!refused) break;
+      if (refused->name.ends_with(".QueueFull")) {  // the transcription is behind: the same chunk again, later
+        const auto wait_until = std::chrono::steady_clock::now() +
+                                std::chrono::milliseconds(std::max<std::uint64_t>(refused->retry_after_ms.value_or(200), 20));
+        std::optional<tc::RemoteError> none;
+        if (auto rc = drain(0, none, [&] { return std::chrono::steady_clock::now() >= wait_until; })) return *rc;
+        continue;
+      }
+      err_line("tandemctl: chunk at byte " + std::to_string(offset) + " refused: " + refused->message);
+      return cancel("the stream cannot continue");
+    }
+    offset += buf.size();
+    ended = end;
+  }
+  // The end was sent: the rest of the windows, then `finished`.
+  std::optional<tc::RemoteError> none;
+  if (auto rc = drain(0, none, [&] { return f.done(); })) return *rc;
+  return f.finish();
+}
 
 }  // namespace
 
@@ -221,14 +369,19 @@ int cmd_transcribe(Global& g, ArgList& a) {
     else if (f == "--deadline") req.options.deadline_ms = parse_ms_arg(f, a.value(f));
     else if (f == "--timeout") timeout_ms = parse_seconds_arg(f, a.value(f));
     else if (f == "--detach") detach = true;
+    else if (f == "--raw") req.stream = parse_raw(f, a.value(f));
     else if (f == "-" || f.empty() || f[0] != '-') {
       if (!path.empty()) throw ArgError{"transcribe: one FILE only (got " + path + " and " + f + ")"};
       path = f;
     } else throw ArgError{"transcribe: unknown option " + f};
   }
   if (path.empty()) throw ArgError{"transcribe: give an audio FILE (\"-\" reads stdin)"};
+  if (req.stream && detach) throw ArgError{"transcribe: --raw streams as it reads: it cannot --detach"};
   int fd = -1;
-  if (path == "-") {
+  if (req.stream) {
+    fd = path == "-" ? ::dup(0) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) throw ArgError{"transcribe: " + path + ": " + std::strerror(errno)};
+  } else if (path == "-") {
     const std::string bytes = read_stdin();
     req.audio.assign(bytes.begin(), bytes.end());
     if (req.audio.empty()) throw ArgError{"transcribe: stdin is empty"};
@@ -248,6 +401,7 @@ int cmd_transcribe(Global& g, ArgList& a) {
   int rc = kOk;
   auto client = open_client(g, rc);
   if (!client) return rc;
+  if (req.stream) return stream_pcm(g, *client, std::move(req), fd, out, timeout_ms);
   if (!detach)
     if (auto s = client->subscribe(); !s.ok()) return bus_error(g, s.error());
   auto r = client->transcribe(req);

@@ -164,10 +164,19 @@ struct TranscribeOptions {
   std::optional<std::uint64_t> deadline_ms;
 };
 
+// A live stream's PCM format (ring sessions only, docs/rings.md "Transcribe"): its chunks follow with
+// RingSession::audio.
+struct AudioStreamFormat {
+  std::uint32_t sample_rate = 16000;
+  std::uint32_t channels = 1;
+  std::string sample_format = "s16le";  // or "f32le"
+};
+
 struct TranscribeRequest {
   std::string model;                // "" = the daemon's default speech model
   int audio_fd = -1;                // borrowed (not closed): a readable audio file, read from its offset to the end
   std::vector<std::uint8_t> audio;  // or the file's contents (exactly one of the two)
+  std::optional<AudioStreamFormat> stream;  // or (ring only) a live stream: no file
   TranscribeOptions options;
 };
 

@@ -388,6 +388,7 @@ JobUpdate job_update_from_dbus(std::uint64_t job_id, const std::string& kind, co
   r.d("avg_logprob", u.avg_logprob);
   r.d("no_speech_prob", u.no_speech_prob);
   r.d("realtime_factor", u.realtime_factor);
+  r.b("stream", u.stream);
   return u;
 }
 

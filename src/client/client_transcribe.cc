@@ -53,6 +53,8 @@ VariantMap to_dbus(const TranscribeOptions& o) {
 }
 
 Result<SubmitResult> Client::transcribe(const TranscribeRequest& r) {
+  if (r.stream)
+    return fail(Errc::invalid_argument, "Transcribe: a live stream goes through a ring session (RingSession::transcribe)");
   if ((r.audio_fd >= 0) == !r.audio.empty())
     return fail(Errc::invalid_argument, "Transcribe: give an audio fd or the audio bytes (exactly one)");
   return impl_->guarded<SubmitResult>("Transcribe", [&] {

@@ -327,6 +327,7 @@ struct JobUpdate {
   std::optional<std::uint64_t> start_ms, end_ms, audio_done_ms, audio_ms;
   std::optional<std::string> language, format;
   std::optional<double> temperature, avg_logprob, no_speech_prob, realtime_factor;
+  std::optional<bool> stream;  // audio/progress of a live stream (ring): true while it is open (no total, no ETA)
   Unparsed unparsed;
 };
 

@@ -90,6 +90,56 @@ Result<std::vector<std::uint8_t>> embed_record(const EmbedRequest& r) {
   return w.take();
 }
 
+Result<std::vector<std::uint8_t>> transcribe_record(const TranscribeRequest& r) {
+  const bool file = r.audio_fd >= 0 || !r.audio.empty();
+  if (file == r.stream.has_value())
+    return fail(Errc::invalid_argument, file ? "Transcribe: a file or a stream, not both"
+                                             : "Transcribe: no audio (a file, its fd, or a stream's format)");
+  ring::RecordWriter w;
+  if (!r.model.empty()) w.add("model", std::string_view(r.model));
+  if (r.stream) {
+    w.add("stream", true);
+    w.add("sample_rate", std::uint64_t{r.stream->sample_rate});
+    w.add("channels", std::uint64_t{r.stream->channels});
+    w.add("sample_format", std::string_view(r.stream->sample_format));
+  } else {
+    std::vector<std::uint8_t> bytes = r.audio;
+    if (r.audio_fd >= 0) {
+      bytes.clear();
+      std::uint8_t buf[65536];
+      for (;;) {
+        const ssize_t n = ::read(r.audio_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return fail(Errc::io_error, std::string("Transcribe: cannot read audio_fd: ") + std::strerror(errno));
+        if (n == 0) break;
+        bytes.insert(bytes.end(), buf, buf + n);
+      }
+    }
+    w.add("audio", ring::ByteList{std::move(bytes)});
+  }
+  const auto& o = r.options;
+  if (o.language && !o.language->empty()) w.add("language", std::string_view(*o.language));
+  if (o.translate) w.add("translate", *o.translate);
+  if (o.timestamps) w.add("timestamps", *o.timestamps);
+  if (o.temperature) w.add("temperature", *o.temperature);
+  if (o.temperature_fallback) w.add("temperature_fallback", *o.temperature_fallback);
+  if (o.seed) w.add("seed", *o.seed);
+  if (o.initial_prompt) w.add("initial_prompt", std::string_view(*o.initial_prompt));
+  if (o.condition_on_previous_text) w.add("condition_on_previous_text", *o.condition_on_previous_text);
+  if (o.idempotency_key) w.add("idempotency_key", std::string_view(*o.idempotency_key));
+  if (o.allow_cpu) w.add("allow_cpu", *o.allow_cpu);
+  if (o.deadline_ms) w.add("deadline_ms", *o.deadline_ms);
+  return w.take();
+}
+
+std::vector<std::uint8_t> audio_record(std::uint64_t offset, std::span<const std::uint8_t> pcm, bool end) {
+  ring::RecordWriter w;
+  w.add("offset", offset);
+  if (!pcm.empty()) w.add("pcm", ring::ByteList{std::vector<std::uint8_t>(pcm.begin(), pcm.end())});
+  if (end) w.add("end", true);
+  return w.take();
+}
+
 std::vector<std::uint8_t> submit_record(const Request& r) {
   ring::RecordWriter w;
   if (!r.model.empty()) w.add("model", std::string_view(r.model));
@@ -159,6 +209,12 @@ RingEvent decode_event(const ring::Event& e) {
     case ring::Kind::started:
     case ring::Kind::migrated:
     case ring::Kind::finished:
+    case ring::Kind::segment:
+    case ring::Kind::progress:
+      ev.update = job_update_from_dbus(ev.job_id, ev.kind, m);
+      break;
+    case ring::Kind::audio_info:  // the D-Bus JobUpdate "audio"
+      ev.kind = "audio";
       ev.update = job_update_from_dbus(ev.job_id, ev.kind, m);
       break;
     case ring::Kind::error: {
@@ -224,6 +280,17 @@ Result<void> RingSession::embed(const EmbedRequest& r, std::uint64_t user_data) 
   auto rec = embed_record(r);
   if (!rec) return fail(std::move(rec).error());
   return ring_->embed(user_data, *rec);
+}
+
+Result<void> RingSession::transcribe(const TranscribeRequest& r, std::uint64_t user_data) {
+  auto rec = transcribe_record(r);
+  if (!rec) return fail(std::move(rec).error());
+  return ring_->transcribe(user_data, *rec);
+}
+
+Result<void> RingSession::audio(std::uint64_t job, std::uint64_t offset, std::span<const std::uint8_t> pcm, bool end,
+                                std::uint64_t user_data) {
+  return ring_->audio(user_data, job, audio_record(offset, pcm, end));
 }
 
 Result<void> RingSession::cancel(std::uint64_t job_id, std::uint64_t user_data) {

@@ -12,7 +12,9 @@
 #     language → InvalidArgument naming the input, and the daemon serves on;
 #   - a GPU fault mid-file: the job moves to the CPU at a window boundary (routes gpu,cpu), completes, and its text
 #     equals the CPU replica's for the same file (nothing repeated, nothing lost);
-#   - cancel mid-file → cancelled, keeping the finished windows' text.
+#   - cancel mid-file → cancelled, keeping the finished windows' text;
+#   - a live stream (tandemctl transcribe --raw through a ring session): raw PCM piped in slowly, as a microphone
+#     would, gives the text the same samples give as a file; a stream cut short ends "stream_closed".
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3
 source "$(dirname "$0")/lib.sh"
 
@@ -121,6 +123,48 @@ c2=$(ctl --json transcribe --model asr-cpu "$T_DIR/long.wav") || fail "transcrib
 [ "$(echo "$c2" | jq -r .text)" = "$(echo "$d2" | jq -r .text)" ] \
   || fail "GPU and CPU texts differ: '$(echo "$d2" | jq -r .text)' vs '$(echo "$c2" | jq -r .text)'"
 note "GPU (simulated) and CPU replicas give the same text"
+
+# --- a live stream through a ring session -------------------------------------------------------------------------
+wav "$T_DIR/s16k.wav" 70 16000 5
+tail -c +45 "$T_DIR/s16k.wav" > "$T_DIR/s16k.raw"   # the samples without the 44-byte header
+f16=$(ctl --json transcribe --model asr "$T_DIR/s16k.wav") || fail "transcribe s16k.wav: $f16"
+# 1 s of audio every 40 ms: a microphone at 25x real time (the daemon sees a pipe that stays open between chunks).
+slow_pipe() { python3 -c '
+import sys, time
+d = open(sys.argv[1], "rb").read()
+for i in range(0, len(d), 32000):
+    sys.stdout.buffer.write(d[i:i + 32000]); sys.stdout.buffer.flush(); time.sleep(0.04)' "$1"; }
+l16=$(slow_pipe "$T_DIR/s16k.raw" | ctl --json transcribe --model asr --raw 16000 -) || fail "transcribe --raw: $l16"
+check_doc "$l16" 70
+[ "$(echo "$l16" | jq -r .text)" = "$(echo "$f16" | jq -r .text)" ] \
+  || fail "the live stream's text differs from the file's: '$(echo "$l16" | jq -r .text | head -c 300)' vs '$(echo "$f16" | jq -r .text | head -c 300)'"
+lid=$(echo "$l16" | jq -r .job_id)
+[ "$(jget "$lid" stream)" = true ] && [ "$(jget "$lid" finish_reason)" = end_of_audio ] \
+  || fail "stream job $lid: stream $(jget "$lid" stream), finish_reason $(jget "$lid" finish_reason)"
+[ "$(jget "$lid" stream_bytes)" = "$(stat -c %s "$T_DIR/s16k.raw")" ] || fail "stream job $lid: stream_bytes $(jget "$lid" stream_bytes)"
+# Stereo f32 at 16 kHz of the same samples (both channels equal): the same text again.
+python3 -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+xs = struct.unpack("<%dh" % (len(d) // 2), d)
+open(sys.argv[2], "wb").write(b"".join(struct.pack("<ff", x / 32768.0, x / 32768.0) for x in xs))' "$T_DIR/s16k.raw" "$T_DIR/s16k.f32"
+s2=$(ctl --json transcribe --model asr --raw 16000:2:f32le "$T_DIR/s16k.f32") || fail "transcribe --raw f32le stereo: $s2"
+[ "$(echo "$s2" | jq -r .text)" = "$(echo "$f16" | jq -r .text)" ] || fail "f32le stereo text differs from the file's"
+note "live stream (--raw, a slow pipe; and f32le stereo): the file's text, finish_reason end_of_audio"
+# A producer that goes away mid-stream: the job finishes over what arrived.
+( head -c 1600000 "$T_DIR/s16k.raw"; sleep 30 ) | ctl --json transcribe --model asr --raw 16000 - > "$T_DIR/cut.json" &
+cut_bg=$!
+bg_track $cut_bg
+wait_for 30 "the cut stream's first window" bash -c "
+  for id in \$(seq 1 80); do
+    j=\$(busctl --address='$T_ADDR' --json=short call io.tandem.Tandem1 /io/tandem/Tandem1 io.tandem.Tandem1 GetJob t \$id 2>/dev/null) || continue
+    echo \"\$j\" | jq -e '.data[0].stream.data == true and .data[0].state.data == \"running\" and .data[0].windows_done.data >= 1' >/dev/null && echo \$id > '$T_DIR/cutid' && exit 0
+  done; exit 1"
+cutid=$(cat "$T_DIR/cutid")
+pkill -KILL -P "$cut_bg" -x tandemctl || fail "no tandemctl under $cut_bg"
+[ "$(wait_job "$cutid")" = completed ] || fail "cut stream $cutid: $(jget "$cutid" state)"
+[ "$(jget "$cutid" finish_reason)" = stream_closed ] || fail "cut stream $cutid: finish_reason $(jget "$cutid" finish_reason)"
+note "a stream whose client was killed after 50 s of audio: completed over what arrived (stream_closed)"
 
 # --- untrusted input -----------------------------------------------------------------------------------------------
 ctl_refused() {  # ctl_refused NAME TEXT FILE [ARGS...]: tandemctl exits 4 with that D-Bus error naming TEXT
