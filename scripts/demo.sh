@@ -30,7 +30,7 @@ fi
 
 ASR_MODEL=${TANDEM_ASR_MODEL:-$PWD/$BUILD/models/whisper-default}
 if [ ! -f "$ASR_MODEL/model.safetensors" ]; then
-  echo "demo: training the default speech model into $ASR_MODEL (about 5 minutes, once)"
+  echo "demo: training the default speech model into $ASR_MODEL (about 16 minutes on two cores, once)"
   "$BUILD/tools/tandem-train-whisper" --out "$ASR_MODEL"
 fi
 
@@ -143,6 +143,19 @@ echo "said: $(sed -n 1p "$DIR/speech/transcripts.txt" | cut -f2)"
 "$CTL" transcribe "$DIR/speech/0000.wav"
 echo "said: $(sed -n 2p "$DIR/speech/transcripts.txt" | cut -f2)"
 "$CTL" transcribe --srt "$DIR/speech/0001.wav"
+echo "live: the twelve sentences as raw PCM through a ring session, 1 s of audio every 0.2 s, as a microphone sends it"
+RATE=$(python3 -c 'import sys, wave; w = wave.open(sys.argv[1]); assert w.getsampwidth() == 2 and w.getnchannels() == 1; print(w.getframerate())' "$DIR/speech/all.wav")
+python3 - "$DIR/speech/all.wav" <<'PY' | "$CTL" transcribe --raw "$RATE" -
+import sys, time, wave
+w = wave.open(sys.argv[1])
+while True:
+    frames = w.readframes(w.getframerate())
+    if not frames:
+        break
+    sys.stdout.buffer.write(frames)
+    sys.stdout.buffer.flush()
+    time.sleep(0.2)
+PY
 
 # transcription_job AFTER: the id of a running transcription job above AFTER with a finished window (for the steps
 # that act on it while it runs).

@@ -57,16 +57,16 @@ const char* kUsage =
     "writes it (config.json, model.safetensors, preprocessor_config.json, generation_config.json, tokenizer.json,\n"
     "tokenizer_config.json) plus training.json; checks that engine::WhisperModel reproduces the training forward and\n"
     "measures the held-out word error rate through speech::Transcriber on the engine.\n"
-    "  --steps N          optimizer steps (default 2400)\n"
+    "  --steps N          optimizer steps (default 6000: ~15 min on 2 idle cores)\n"
     "  --seconds S        also stop within S seconds of training: after 20 steps the step count is lowered to fit\n"
-    "                     (the schedule follows); the result then depends on machine speed. Default 420 (0 = none)\n"
+    "                     (the schedule follows); the result then depends on machine speed. Default 3600 (0 = none)\n"
     "  --quick            a short run for tests: 16 sentences, 20 steps of batch 8, 1 thread, no time cap\n"
     "  --seed N           init and window-choice seed (default 1)\n"
     "  --threads N        worker threads, each taking a share of the batch (default 2; the float results depend on it)\n"
     "  --batch N          windows per step (default 8)\n"
     "  --lr X             peak learning rate of AdamW (default 0.002; warmup, cosine decay to 5%)\n"
     "  --ctc-weight X     weight of the auxiliary CTC loss on the encoder output (default 1; 0 = none)\n"
-    "  --sentences N      training sentences spoken (default 2400)\n"
+    "  --sentences N      training sentences spoken (default 4800)\n"
     "  --heldout N        held-out sentences transcribed at the end (default 200)\n"
     "  --eval-every N     held-out teacher-forced loss every N steps (default 100; 0 = none)\n"
     "  --espeak PATH      the espeak-ng program (default espeak-ng)\n"
@@ -75,8 +75,8 @@ const char* kUsage =
 
 struct Config {
   std::string out;
-  int steps = 2400;
-  double seconds = 420;
+  int steps = 6000;
+  double seconds = 3600;
   bool quick = false;
   std::uint64_t seed = 1;
   int threads = 2;
@@ -86,7 +86,7 @@ struct Config {
   double min_lr_frac = 0.05;
   double clip = 1.0;
   double ctc_weight = 1.0;  // the auxiliary CTC loss on the encoder (training only; its head is not written)
-  int sentences = 2400;
+  int sentences = 4800;
   int heldout = 200;
   int eval_every = 100;
   bool quiet = false;

@@ -111,7 +111,9 @@ std::optional<std::string> help_for(const std::string& cmd) {
     return std::string(
         "usage: tandemctl transcribe [--model M] [--language L] [--translate] [--no-timestamps] [--temperature T]\n"
         "                            [--no-fallback] [--seed N] [--prompt TEXT] [--no-condition] [--key K] [--no-cpu]\n"
-        "                            [--deadline MS] [--timeout S] [--detach] [--srt|--vtt|--json] FILE\n");
+        "                            [--deadline MS] [--timeout S] [--detach] [--srt|--vtt|--json] FILE\n"
+        "       tandemctl transcribe --raw RATE[:CHANNELS[:s16le|f32le]] [OPTIONS] FILE|-\n"
+        "                            (raw PCM streamed through a ring session as it is read: a microphone pipe)\n");
   if (cmd == "testing")
     return std::string(
         "usage: tandemctl testing foreign-load BYTES | fail-alloc N SITE | fail-probes N | lose-device |\n"
