@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/result.h"
-#include "daemon/service.h"
+#include "daemon/transcribe_request.h"
 #include "ring/record.h"
 
 namespace tandem::daemon {

@@ -3,7 +3,8 @@
 // of a real, initialize()d session (fuzz_ring_input.h); the session sits in the middle of a PROT_NONE region, so any
 // read or write outside it faults even where ASan's redzones do not reach. Then, as the hub does: consume() in up to
 // three passes, request_from_record() on every submit, embed_from_record() on every embed (answered with one
-// `embedded` completion of count × 4 floats, or an error), post() completions for every command (records, token
+// `embedded` completion of count × 4 floats, or an error), transcribe_from_record() on every transcribe and
+// audio_from_record() on every audio chunk (ABI 1.2; a stream's chunk fed to a real audio::PcmStream), post() completions for every command (records, token
 // batches, finished) with a small backlog limit, move the CQ head, flush(), take_wakeup().
 //
 // Beyond "no crash, no leak, no hang, no sanitizer report", it checks invariants and traps when one breaks:
@@ -15,8 +16,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "audio/stream.h"
 #include "daemon/embed_record.h"
 #include "daemon/submit_options.h"
+#include "daemon/transcribe_record.h"
 #include "fuzz_ring_input.h"
 #include "ring/completion_writer.h"
 #include "ring/consumer.h"
@@ -98,6 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   CompletionWriter writer(view, kBacklogLimits[backlog_knob % 4]);
   bool alive = true;
   std::uint32_t total_consumed = 0;
+  std::shared_ptr<tandem::audio::PcmStream> stream;  // the last transcribe's stream, if it opened one
   for (int pass = 0; pass < 3 && alive; ++pass) {
     if (pass == 1) store_release(&view.cq()->head, cq_head_1);
     const bool pending = consumer.pending();
@@ -147,6 +151,39 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           ParsedRecord back = parse_record(out.bytes());
           check(back.ok() && std::get<std::vector<float>>(back.find("vectors")->value).size() == vectors.size() * 4);
           ok = post(writer, record_completion(Kind::embedded, c.user_data, c.user_data | 1, out.take()));
+          break;
+        }
+        case Opcode::transcribe: {
+          check(c.job_id == 0);
+          auto req = tandem::daemon::transcribe_from_record(c.record);
+          if (!req) {
+            check(!req.error().message.empty());
+            ok = post(writer, record_completion(Kind::error, c.user_data, 0,
+                                                RecordWriter().add("message", std::string_view(req.error().message)).take(),
+                                                ErrorCode::invalid_argument));
+            break;
+          }
+          check((req->audio != nullptr) != req->stream.has_value());
+          if (req->stream) {  // the service's check of the format, and a stream for the chunks that follow
+            auto st = tandem::audio::PcmStream::create(*req->stream);
+            if (st) stream = std::move(st).value();
+          }
+          ok = post(writer, record_completion(Kind::accepted, c.user_data, c.user_data | 1,
+                                              RecordWriter().add("job_id", c.user_data | 1).take()));
+          break;
+        }
+        case Opcode::audio: {
+          check(c.job_id != 0);
+          auto chunk = tandem::daemon::audio_from_record(c.record);
+          if (!chunk) {
+            check(!chunk.error().message.empty());
+          } else if (stream) {
+            const std::uint64_t before = stream->bytes_received();
+            auto st = stream->append(chunk->offset, chunk->pcm, chunk->end);
+            // Taken whole, or not at all.
+            check(stream->bytes_received() == (st ? before + chunk->pcm.size() : before));
+            if (st && chunk->end) check(stream->complete());
+          }
           break;
         }
         case Opcode::submit: {

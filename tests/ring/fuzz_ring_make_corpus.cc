@@ -143,5 +143,21 @@ int main(int argc, char** argv) {
     (void)s.client->nop(4);
     write_input(s, dir + "/embed_texts_images", 4, 4, 0, 3);
   }
+  {  // transcribe (ABI 1.2): a stream's format, two audio chunks (the second at a wrong offset, then the end), a file
+    Session s = open_session();
+    (void)s.client->transcribe(1, RecordWriter()
+                                      .add("model", "asr")
+                                      .add("stream", true)
+                                      .add("sample_rate", std::uint64_t{8000})
+                                      .add("channels", std::uint64_t{2})
+                                      .add("sample_format", "s16le")
+                                      .add("language", "en")
+                                      .take());
+    (void)s.client->audio(2, 3, RecordWriter().add("offset", std::uint64_t{0}).add("pcm", ByteList{{1, 0, 2, 0, 3, 0, 4, 0}}).take());
+    (void)s.client->audio(3, 3, RecordWriter().add("offset", std::uint64_t{4}).add("pcm", ByteList{{1, 0, 2, 0}}).take());
+    (void)s.client->audio(4, 3, RecordWriter().add("offset", std::uint64_t{8}).add("end", true).take());
+    (void)s.client->transcribe(5, RecordWriter().add("audio", ByteList{{'R', 'I', 'F', 'F', 0, 0, 0, 0}}).take());
+    write_input(s, dir + "/transcribe_stream_chunks", 5, 5, 0, 3);
+  }
   return 0;
 }
