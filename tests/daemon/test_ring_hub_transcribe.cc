@@ -5,36 +5,12 @@
 // its streams, whose jobs finish over what arrived.
 #include "daemon/transcribe_record.h"
 #include "ring_hub_fixture.h"
+#include "square_wav.h"
 
 namespace tandem::daemon::ring_testing {
 namespace {
 
-// A mono 16-bit PCM WAV of `seconds` at 1000 Hz.
-std::vector<std::uint8_t> wav(double seconds) {
-  const auto n = static_cast<std::uint32_t>(seconds * 1000);
-  std::vector<std::uint8_t> b;
-  auto u32 = [&](std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  };
-  auto u16 = [&](std::uint16_t v) {
-    b.push_back(static_cast<std::uint8_t>(v));
-    b.push_back(static_cast<std::uint8_t>(v >> 8));
-  };
-  b.insert(b.end(), {'R', 'I', 'F', 'F'});
-  u32(36 + n * 2);
-  b.insert(b.end(), {'W', 'A', 'V', 'E', 'f', 'm', 't', ' '});
-  u32(16);
-  u16(1);
-  u16(1);
-  u32(1000);
-  u32(2000);
-  u16(2);
-  u16(16);
-  b.insert(b.end(), {'d', 'a', 't', 'a'});
-  u32(n * 2);
-  for (std::uint32_t i = 0; i < n; ++i) u16(static_cast<std::uint16_t>((i / 8) % 2 ? 300 : -300));
-  return b;
-}
+using testing::square_wav;
 
 class RingHubTranscribeTest : public RingHubTest {
  protected:
@@ -63,6 +39,13 @@ class RingHubTranscribeTest : public RingHubTest {
     sent_[job] += c.pcm.size();
     pass();
   }
+  // Opens a session for alice and starts a 16-kHz stream on it; the stream's job id, or 0 (the test has failed).
+  JobId start_stream(Peer*& p) {
+    p = open_big(alice_);
+    if (p == nullptr) return 0;
+    EXPECT_TRUE(p->client->transcribe(1, stream_record()));
+    return wait_accepted(*p, 1);
+  }
   std::string segments_text(const Peer& p, JobId job) const {
     std::string s;
     for (const auto& e : p.of_job(job))
@@ -78,7 +61,7 @@ TEST_F(RingHubTranscribeTest, AFileInOneRecordStreamsItsSegmentsAsCompletions) {
   ASSERT_NE(p, nullptr);
   TranscribeRequest r;
   r.model = "asr";
-  r.audio = std::make_shared<const std::vector<std::uint8_t>>(wav(75));
+  r.audio = std::make_shared<const std::vector<std::uint8_t>>(square_wav(75));
   ASSERT_TRUE(p->client->transcribe(5, transcribe_record(r)));
   const JobId job = wait_accepted(*p, 5);
   ASSERT_NE(job, 0u);
@@ -109,10 +92,8 @@ TEST_F(RingHubTranscribeTest, AFileInOneRecordStreamsItsSegmentsAsCompletions) {
 
 TEST_F(RingHubTranscribeTest, ALiveStreamIsTranscribedWindowByWindowAsItsChunksArrive) {
   start();
-  Peer* p = open_big(alice_);
-  ASSERT_NE(p, nullptr);
-  ASSERT_TRUE(p->client->transcribe(1, stream_record()));
-  const JobId job = wait_accepted(*p, 1);
+  Peer* p = nullptr;
+  const JobId job = start_stream(p);
   ASSERT_NE(job, 0u);
   for (int i = 0; i < 7; ++i) send(*p, job, 5, false);  // 35 s in 5-s chunks
   ASSERT_TRUE(pump_until([&] { return segments_text(*p, job) == " w0"; }));
@@ -180,10 +161,8 @@ TEST_F(RingHubTranscribeTest, RefusedRecordsAndChunksAreTypedErrorsAndTheSession
 
 TEST_F(RingHubTranscribeTest, ASessionThatEndsClosesItsStreamAndTheJobFinishesOverWhatArrived) {
   start();
-  Peer* p = open_big(alice_);
-  ASSERT_NE(p, nullptr);
-  ASSERT_TRUE(p->client->transcribe(1, stream_record()));
-  const JobId job = wait_accepted(*p, 1);
+  Peer* p = nullptr;
+  const JobId job = start_stream(p);
   ASSERT_NE(job, 0u);
   send(*p, job, 40, false);
   ASSERT_TRUE(pump_until([&] { return segments_text(*p, job) == " w0"; }));

@@ -117,6 +117,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
       check(r.commands.size() == r.consumed);
     }
+    // A record the daemon's parser refused: an `error` completion with its message (never empty).
+    auto refuse = [&](std::uint64_t user_data, const tandem::Error& e) {
+      check(!e.message.empty());
+      return post(writer, record_completion(Kind::error, user_data, 0,
+                                            RecordWriter().add("message", std::string_view(e.message)).take(),
+                                            ErrorCode::invalid_argument));
+    };
     for (const Command& c : r.commands) {
       bool ok = true;
       switch (c.op) {
@@ -135,10 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           check(again.ok() && again.fields == c.record);
           auto req = tandem::daemon::embed_from_record(c.record);
           if (!req) {
-            check(!req.error().message.empty());
-            ok = post(writer, record_completion(Kind::error, c.user_data, 0,
-                                                RecordWriter().add("message", std::string_view(req.error().message)).take(),
-                                                ErrorCode::invalid_argument));
+            ok = refuse(c.user_data, req.error());
             break;
           }
           check(!req->texts.empty() || !req->images.empty());
@@ -157,10 +161,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           check(c.job_id == 0);
           auto req = tandem::daemon::transcribe_from_record(c.record);
           if (!req) {
-            check(!req.error().message.empty());
-            ok = post(writer, record_completion(Kind::error, c.user_data, 0,
-                                                RecordWriter().add("message", std::string_view(req.error().message)).take(),
-                                                ErrorCode::invalid_argument));
+            ok = refuse(c.user_data, req.error());
             break;
           }
           check((req->audio != nullptr) != req->stream.has_value());
@@ -194,10 +195,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           check(again.ok() && again.fields == c.record);
           auto req = tandem::daemon::request_from_record(c.record);
           if (!req) {
-            check(!req.error().message.empty());
-            ok = post(writer, record_completion(Kind::error, c.user_data, 0,
-                                                RecordWriter().add("message", std::string_view(req.error().message)).take(),
-                                                ErrorCode::invalid_argument));
+            ok = refuse(c.user_data, req.error());
             break;
           }
           const std::uint64_t job = c.user_data | 1;
