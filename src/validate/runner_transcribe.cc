@@ -1,6 +1,6 @@
 // tandem-validate runner: the transcription workload clients (kind = "transcribe"; docs/validate.md "Transcription
 // workloads") and the scenario's speech model (daemon.speech_preset).
-// Each request is one Transcribe call over D-Bus (rings do not carry transcription) with a mono 16-bit WAV made in
+// Each request is one Transcribe call over D-Bus (these clients have no ring transport yet) with a mono 16-bit WAV made in
 // memory: tones whose pitch changes every second plus a little noise, deterministic from (workload, client,
 // request), sent as the `audio` bytes or as a memfd in `audio_fd`. The client follows the job through its JobUpdates
 // (recorded as "update" events, like the LLM clients'), polls GetJob after a second of silence, and records:

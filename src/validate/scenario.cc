@@ -279,7 +279,8 @@ void read_workload(Table& t, Workload& w) {
   if (w.kind == WorkloadKind::transcribe) {
     if (w.transport == "ring")
       t.bad(*t.raw().get("transport"), "transport",
-            "kind = \"transcribe\" goes over D-Bus only (rings do not carry transcription): use transport = \"dbus\"");
+            "kind = \"transcribe\" goes over D-Bus only (tandem-validate's transcription clients have no ring "
+            "transport yet; the ring's transcribe is tested by it_transcribe): use transport = \"dbus\"");
     for (auto key : {"prompt", "prompt_text", "max_tokens", "temperature", "side_effects", "burst"})
       if (const toml::node* n = t.raw().get(key)) t.bad(*n, key, "not used by kind = \"transcribe\"");
     for (char c : w.language)

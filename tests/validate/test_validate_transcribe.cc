@@ -104,8 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
     Scenarios, ValidateTranscribeScenarioErrors,
     ::testing::Values(
         BadTranscribe{"ring", "[[phase]]\n[[phase.workload]]\nkind = 'transcribe'\ntransport = 'ring'\n",
-                      "s.toml:4:13: phase[0].workload[0].transport: kind = \"transcribe\" goes over D-Bus only (rings do "
-                      "not carry transcription)"},
+                      "s.toml:4:13: phase[0].workload[0].transport: kind = \"transcribe\" goes over D-Bus only "
+                      "(tandem-validate's transcription clients have no ring transport yet"},
         BadTranscribe{"audio_seconds_range", "[[phase]]\n[[phase.workload]]\nkind = 'transcribe'\naudio_seconds = 0\n",
                       "phase[0].workload[0].audio_seconds: must be in [0.1, 14400], got 0"},
         BadTranscribe{"audio_seconds_type", "[[phase]]\n[[phase.workload]]\nkind = 'transcribe'\naudio_seconds = '40'\n",
