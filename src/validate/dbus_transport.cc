@@ -23,6 +23,7 @@ class DbusTransport final : public Transport {
   Status subscribe() override { return c_->subscribe(); }
   Result<client::SubmitResult> submit(const client::Request& r) override { return c_->submit(r); }
   Result<client::EmbedReply> embed(const client::EmbedRequest& r) override { return c_->embed(r); }
+  Result<client::SubmitResult> transcribe(const client::TranscribeRequest& r) override { return c_->transcribe(r); }
   Result<client::SubmitResult> resume(std::uint64_t job, const client::SubmitOptions& o) override {
     return c_->resume(job, o);
   }

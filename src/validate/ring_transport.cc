@@ -3,6 +3,7 @@
 // connection (its signals still bring PropertiesChanged). Degraded mode comes in order inside the ring
 // (`degraded_mode` completions), ahead of the first completion of a job placed under it.
 #include <deque>
+#include <functional>
 #include <set>
 
 #include "client/ring_session.h"
@@ -33,10 +34,18 @@ class RingTransport final : public Transport {
   Status subscribe() override { return c_->subscribe(); }
 
   Result<client::SubmitResult> submit(const client::Request& r) override {
+    return place([&](std::uint64_t ud) { return ring_->submit(r, ud); });
+  }
+  Result<client::SubmitResult> transcribe(const client::TranscribeRequest& r) override {
+    return place([&](std::uint64_t ud) { return ring_->transcribe(r, ud); });
+  }
+
+  // A job-creating entry (submit, transcribe) and its answer: `accepted` or `error`.
+  Result<client::SubmitResult> place(const std::function<Result<void>(std::uint64_t)>& send) {
     last_error_.reset();
     const std::uint64_t ud = ++next_user_data_;
     for (int attempt = 0;; ++attempt) {
-      auto st = ring_->submit(r, ud);
+      auto st = send(ud);
       if (st) break;
       if (st.error().code != Errc::queue_full || attempt > 1000) return fail(st.error());
       if (auto p = read(std::chrono::milliseconds(10)); !p) return fail(p.error());  // room comes as we reap
@@ -160,7 +169,10 @@ class RingTransport final : public Transport {
 Result<std::unique_ptr<Transport>> make_ring_transport(const client::BusSpec& bus) {
   auto c = client::Client::connect(bus);
   if (!c) return fail(c.error());
-  auto r = client::RingSession::open(**c);
+  // A request area of 8 MiB: a transcription's whole file rides in one record (at most half the area).
+  client::SessionOptions so;
+  so.request_data_bytes = 8u << 20;
+  auto r = client::RingSession::open(**c, so);
   if (!r) return fail(r.error());
   return std::unique_ptr<Transport>(std::make_unique<RingTransport>(std::move(*c), std::move(*r)));
 }

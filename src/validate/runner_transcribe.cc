@@ -1,6 +1,6 @@
 // tandem-validate runner: the transcription workload clients (kind = "transcribe"; docs/validate.md "Transcription
 // workloads") and the scenario's speech model (daemon.speech_preset).
-// Each request is one Transcribe call over D-Bus (these clients have no ring transport yet) with a mono 16-bit WAV made in
+// Each request is one Transcribe call (D-Bus, or a ring `transcribe` with transport = "ring") with a mono 16-bit WAV made in
 // memory: tones whose pitch changes every second plus a little noise, deterministic from (workload, client,
 // request), sent as the `audio` bytes or as a memfd in `audio_fd`. The client follows the job through its JobUpdates
 // (recorded as "update" events, like the LLM clients'), polls GetJob after a second of silence, and records:
@@ -139,16 +139,16 @@ class TranscribeWorker : public WorkloadClient {
       : c_(c), ph_(ph), w_(w), id_(id), idx_(idx) {}
 
   void run(Clock::time_point phase_t0) override {
-    auto cl = connect_client(c_.bus);
-    if (!cl) {
-      c_.rec("client_error", id_, 0, {{"error", cl.error().message}});
+    auto t = make_transport(w_.transport, c_.bus);
+    if (!t) {
+      c_.rec("client_error", id_, 0, {{"error", t.error().message}});
       return;
     }
-    cl_ = std::move(*cl);
-    cl_->on_job_update([this](const client::JobUpdate& u) { on_update(u); });
-    cl_->on_degraded_change([this](const client::DegradedChange& d) {
+    cl_ = std::move(*t);
+    cl_->on_update = [this](const client::JobUpdate& u) { on_update(u); };
+    cl_->on_degraded = [this](const client::DegradedChange& d) {
       c_.rec("degraded_changed", id_, 0, {{"degraded", d.degraded}, {"reason", d.reason}, {"level", d.level.value_or("")}});
-    });
+    };
     if (auto s = cl_->subscribe(); !s) c_.rec("client_error", id_, 0, {{"error", s.error().message}});
     if (auto s = cl_->status(); s && s->state)
       c_.rec("state_seen", id_, 0, {{"state", *s->state}, {"reason", s->degraded_reason.value_or("")}});
@@ -161,7 +161,6 @@ class TranscribeWorker : public WorkloadClient {
 
  private:
   void on_update(const client::JobUpdate& u) {
-    cl_->forget_job_updates(u.job_id);  // recorded here; don't grow the client's buffer
     c_.rec("update", id_, u.job_id, update_json(u));
     {
       std::lock_guard lk(c_.reg_mu);
@@ -207,7 +206,7 @@ class TranscribeWorker : public WorkloadClient {
     c_.rec("transcribe_call", id_, 0,
            {{"req", req}, {"key", key}, {"model", r.model}, {"audio_seconds", w_.audio_seconds},
             {"sample_rate", w_.sample_rate}, {"bytes", wav.size()}, {"input", w_.audio_input},
-            {"language", w_.language}, {"workload", w_.name}, {"transport", "dbus"}});
+            {"language", w_.language}, {"workload", w_.name}, {"transport", w_.transport}});
     job_ = 0;
     auto res = cl_->transcribe(r);
     if (fd >= 0) ::close(fd);
@@ -235,7 +234,7 @@ class TranscribeWorker : public WorkloadClient {
     last_activity_ = Clock::now();
     std::string how = "timeout";
     while (Clock::now() < until && !interrupted()) {
-      (void)cl_->process(50ms);
+      (void)cl_->poll(50ms);
       if (finished_jobs_.count(job_)) {
         how = "finished";
         break;
@@ -244,7 +243,7 @@ class TranscribeWorker : public WorkloadClient {
         last_activity_ = Clock::now();
         auto j = cl_->get_job(job_);
         if (j && j->state && client::is_terminal_state(*j->state)) {
-          (void)cl_->process(0ms);  // a finished update already queued is still recorded
+          (void)cl_->poll(0ms);  // a finished update already queued is still recorded
           how = finished_jobs_.count(job_) ? "finished" : "poll";
           break;
         }
@@ -270,7 +269,7 @@ class TranscribeWorker : public WorkloadClient {
   const Workload& w_;
   std::int32_t id_;
   std::uint32_t idx_;
-  std::unique_ptr<client::Client> cl_;
+  std::unique_ptr<Transport> cl_;
   std::uint64_t job_ = 0;
   std::set<std::uint64_t> finished_jobs_;
   Clock::time_point last_activity_;

@@ -277,10 +277,6 @@ void read_workload(Table& t, Workload& w) {
   for (auto key : {"audio_seconds", "sample_rate", "language", "audio_input"}) only(key, WorkloadKind::transcribe);
   for (auto key : {"texts", "images", "image_size"}) only(key, WorkloadKind::embed);
   if (w.kind == WorkloadKind::transcribe) {
-    if (w.transport == "ring")
-      t.bad(*t.raw().get("transport"), "transport",
-            "kind = \"transcribe\" goes over D-Bus only (tandem-validate's transcription clients have no ring "
-            "transport yet; the ring's transcribe is tested by it_transcribe): use transport = \"dbus\"");
     for (auto key : {"prompt", "prompt_text", "max_tokens", "temperature", "side_effects", "burst"})
       if (const toml::node* n = t.raw().get(key)) t.bad(*n, key, "not used by kind = \"transcribe\"");
     for (char c : w.language)

@@ -27,6 +27,9 @@ class Transport {
   // Client::embed. Ring: an `embed` entry, answered by one `embedded` or `error` completion (other completions that
   // arrive meanwhile are kept for poll()).
   virtual Result<client::EmbedReply> embed(const client::EmbedRequest& r) = 0;
+  // One Transcribe call (a file), answered with the placement like submit; the job's audio/segment/progress
+  // updates follow through on_update. D-Bus: Client::transcribe. Ring: a `transcribe` entry (ABI 1.2).
+  virtual Result<client::SubmitResult> transcribe(const client::TranscribeRequest& r) = 0;
   virtual Result<client::SubmitResult> resume(std::uint64_t job, const client::SubmitOptions& overrides) = 0;
   virtual Result<std::string> cancel(std::uint64_t job) = 0;
   virtual Result<client::JobInfo> get_job(std::uint64_t job) = 0;

@@ -53,6 +53,7 @@ audio_seconds = 40.5
 sample_rate = 8000
 language = "en"
 audio_input = "memfd"
+transport = "ring"
 interval_ms = 100
 [phase.expect]
 min_transcribe_ok = 2
@@ -69,7 +70,7 @@ min_transcribe_migrated = 1
   EXPECT_EQ(w.sample_rate, 8000u);
   EXPECT_EQ(w.language, "en");
   EXPECT_EQ(w.audio_input, "memfd");
-  EXPECT_EQ(w.transport, "dbus");
+  EXPECT_EQ(w.transport, "ring");  // the ring's transcribe (ABI 1.2)
   const Expect& x = r->phases[0].expect;
   EXPECT_EQ(x.min_transcribe_ok, 2u);
   EXPECT_EQ(x.min_transcribe_gpu, 1u);
@@ -103,9 +104,6 @@ TEST_P(ValidateTranscribeScenarioErrors, NameTheKey) {
 INSTANTIATE_TEST_SUITE_P(
     Scenarios, ValidateTranscribeScenarioErrors,
     ::testing::Values(
-        BadTranscribe{"ring", "[[phase]]\n[[phase.workload]]\nkind = 'transcribe'\ntransport = 'ring'\n",
-                      "s.toml:4:13: phase[0].workload[0].transport: kind = \"transcribe\" goes over D-Bus only "
-                      "(tandem-validate's transcription clients have no ring transport yet"},
         BadTranscribe{"audio_seconds_range", "[[phase]]\n[[phase.workload]]\nkind = 'transcribe'\naudio_seconds = 0\n",
                       "phase[0].workload[0].audio_seconds: must be in [0.1, 14400], got 0"},
         BadTranscribe{"audio_seconds_type", "[[phase]]\n[[phase.workload]]\nkind = 'transcribe'\naudio_seconds = '40'\n",
