@@ -124,14 +124,15 @@ c2=$(ctl --json transcribe --model asr-cpu "$T_DIR/long.wav") || fail "transcrib
   || fail "GPU and CPU texts differ: '$(echo "$d2" | jq -r .text)' vs '$(echo "$c2" | jq -r .text)'"
 note "GPU (simulated) and CPU replicas give the same text"
 
-# running_job_with JQ: the id of a running job (ids 1..100) for which `.data[0].JQ` holds and that has finished a
-# window, waiting up to 30 s.
+# running_job_with AFTER JQ: the id of a running job among the next few after job AFTER (jobs get increasing ids and
+# nothing else is submitted meanwhile) for which `.data[0].JQ` holds and that has finished a window, waiting up to
+# 30 s. (Sweeping every id instead took seconds per sweep on a loaded CI machine: the job ended unseen.)
 running_job_with() {
-  local id j
-  for _ in $(seq 1 300); do
-    for id in $(seq 1 100); do
+  local id j deadline=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    for id in $(seq $(($1 + 1)) $(($1 + 4))); do
       j=$(busctl --address="$T_ADDR" --json=short call io.tandem.Tandem1 /io/tandem/Tandem1 io.tandem.Tandem1 GetJob t "$id" 2>/dev/null) || continue
-      echo "$j" | jq -e ".data[0].$1 and .data[0].state.data == \"running\" and .data[0].windows_done.data >= 1" >/dev/null && { echo "$id"; return 0; }
+      echo "$j" | jq -e ".data[0].$2 and .data[0].state.data == \"running\" and .data[0].windows_done.data >= 1" >/dev/null && { echo "$id"; return 0; }
     done
     sleep 0.1
   done
@@ -169,7 +170,7 @@ note "live stream (--raw, a slow pipe; and f32le stereo): the file's text, finis
 ( head -c 1600000 "$T_DIR/s16k.raw"; sleep 30 ) | ctl --json transcribe --model asr --raw 16000 - > "$T_DIR/cut.json" &
 cut_bg=$!
 bg_track $cut_bg
-cutid=$(running_job_with 'stream.data == true') || fail "no running stream job with a finished window"
+cutid=$(running_job_with "$(echo "$s2" | jq -r .job_id)" 'stream.data == true') || fail "no running stream job with a finished window"
 pkill -KILL -P "$cut_bg" -x tandemctl || fail "no tandemctl under $cut_bg"
 [ "$(wait_job "$cutid")" = completed ] || fail "cut stream $cutid: $(jget "$cutid" state)"
 [ "$(jget "$cutid" finish_reason)" = stream_closed ] || fail "cut stream $cutid: finish_reason $(jget "$cutid" finish_reason)"
@@ -217,7 +218,7 @@ ctl --json transcribe --model asr "$T_DIR/longer.wav" > "$out" &
 bg=$!
 bg_track $bg
 # The job id: the running transcription job; wait until it has finished a window on the GPU.
-fid=$(running_job_with 'kind.data == "transcribe"') || fail "no running transcription job with a finished window"
+fid=$(running_job_with "$(echo "$ref" | jq -r .job_id)" 'kind.data == "transcribe"') || fail "no running transcription job with a finished window"
 btest LoseDevice >/dev/null
 wait "$bg" || fail "the fault job's tandemctl exited $? ($(cat "$out" | head -c 400))"
 doc=$(cat "$out")
