@@ -222,6 +222,7 @@ std::optional<std::vector<ReplicaInfo>> as_replicas(const sdbus::Variant& v) {
 Placement placement_from_dbus(const VariantMap& m) {
   Placement p;
   Reader r(m, p.unparsed);
+  r.t("job_id", p.job_id);
   r.s("state", p.state);
   r.s("action", p.action);
   r.s("reason", p.reason);
@@ -237,6 +238,8 @@ Placement placement_from_dbus(const VariantMap& m) {
   r.u("prefill_chunk", p.prefill_chunk);
   r.u("gpu_layers", p.gpu_layers);
   r.b("degraded", p.degraded);
+  r.d("expected_slowdown", p.expected_slowdown);
+  r.u("prompt_tokens", p.prompt_tokens);
   r.b("existing", p.existing);
   return p;
 }

@@ -130,6 +130,7 @@ struct DegradedChange {
 
 // Submit / Resume placement.
 struct Placement {
+  std::optional<std::uint64_t> job_id;  // also the first member of Submit's reply
   std::optional<std::string> state;
   std::optional<std::string> action;  // admit | delay | reduce | offload | route_cpu
   std::optional<std::string> reason;
@@ -145,6 +146,8 @@ struct Placement {
   std::optional<std::uint32_t> prefill_chunk;
   std::optional<std::uint32_t> gpu_layers;
   std::optional<bool> degraded;
+  std::optional<double> expected_slowdown;   // GPU decode rate / this route's (1 on the GPU)
+  std::optional<std::uint32_t> prompt_tokens;  // the prompt as tokenized (templated), resume tokens included
   std::optional<bool> existing;
   Unparsed unparsed;
 };

@@ -146,6 +146,7 @@ json to_json(const DegradedChange& d) {
 
 json to_json(const Placement& p) {
   json j = json::object();
+  put(j, "job_id", p.job_id);
   put(j, "state", p.state);
   put(j, "action", p.action);
   put(j, "reason", p.reason);
@@ -161,6 +162,8 @@ json to_json(const Placement& p) {
   put(j, "prefill_chunk", p.prefill_chunk);
   put(j, "gpu_layers", p.gpu_layers);
   put(j, "degraded", p.degraded);
+  put(j, "expected_slowdown", p.expected_slowdown);
+  put(j, "prompt_tokens", p.prompt_tokens);
   put(j, "existing", p.existing);
   put_unparsed(j, p.unparsed);
   return j;

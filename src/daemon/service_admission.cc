@@ -414,6 +414,7 @@ Dict Service::placement(const JobRecord& j) const {
   out["prefill_chunk"] = j.prefill_chunk;
   out["gpu_layers"] = j.route.gpu_layers;
   out["degraded"] = j.degraded;
+  if (j.kind == WorkloadKind::generate) out["prompt_tokens"] = j.shape.prompt_tokens;
   // How much slower than the GPU this route is expected to be (smoothed decode rates; 1 on the GPU).
   const double cpu_tps = cpu_queue_.rates().decode_tps();
   out["expected_slowdown"] = j.route.device == policy::Device::cpu && cpu_tps > 0
