@@ -1,0 +1,675 @@
+// The gateway's endpoints (gateway.h): routing, the generation flow (placement -> tokens -> final, cancel on
+// close, resumable failures), embeddings, models, health, metrics and the /tandem/v1 job endpoints.
+#include "http/gateway.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <ctime>
+
+namespace tandem::http {
+
+using nlohmann::json;
+
+namespace {
+
+std::int64_t unix_ns() {
+  struct timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::optional<std::uint64_t> parse_id(std::string_view s) {
+  std::uint64_t v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || r.ec != std::errc{} || r.ptr != s.data() + s.size() || v == 0) return std::nullopt;
+  return v;
+}
+
+bool is_embedding(const ModelEntry& m) { return m.info.kind.value_or("llm") == "embedding"; }
+bool is_llm(const ModelEntry& m) { return m.info.kind.value_or("llm") == "llm"; }
+
+std::vector<std::string> names_of(const std::vector<ModelEntry>& ms, bool embedding) {
+  std::vector<std::string> out;
+  for (const auto& m : ms)
+    if (m.info.name && (embedding ? is_embedding(m) : is_llm(m))) out.push_back(*m.info.name);
+  return out;
+}
+
+// An Idempotency-Key header value: 1..200 visible ASCII characters.
+bool valid_key(const std::string& k) {
+  if (k.empty() || k.size() > 200) return false;
+  return std::all_of(k.begin(), k.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+Headers merge(Headers a, const Headers& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+const ModelEntry* resolve_model(const std::vector<ModelEntry>& models, const std::string& name, bool embedding) {
+  auto kind_ok = [&](const ModelEntry& m) { return embedding ? is_embedding(m) : is_llm(m); };
+  if (name.empty()) {
+    for (const auto& m : models)
+      if (kind_ok(m) && m.info.is_default.value_or(false)) return &m;
+    for (const auto& m : models)
+      if (kind_ok(m)) return &m;
+    return nullptr;
+  }
+  for (const auto& m : models)
+    if (kind_ok(m) && m.info.name == name) return &m;
+  const auto colon = name.rfind(':');
+  if (colon != std::string::npos && name.substr(colon) == ":latest")
+    for (const auto& m : models)
+      if (kind_ok(m) && m.info.name == name.substr(0, colon)) return &m;
+  return nullptr;
+}
+
+Gateway::Gateway(Backend& backend, GatewayConfig config) : backend_(backend), cfg_(std::move(config)) {}
+
+std::size_t Gateway::body_limit(const std::string& method, const std::string& path) const {
+  if (method == "GET" || method == "HEAD" || method == "DELETE" || method == "OPTIONS") return 0;
+  (void)path;
+  return cfg_.max_body_bytes;
+}
+
+Headers Gateway::cors_headers(const RequestInfo& r) const {
+  auto it = r.headers.find("origin");
+  if (it == r.headers.end() || cfg_.cors_origins.empty()) return {};
+  const bool any = std::find(cfg_.cors_origins.begin(), cfg_.cors_origins.end(), "*") != cfg_.cors_origins.end();
+  if (!any && std::find(cfg_.cors_origins.begin(), cfg_.cors_origins.end(), it->second) == cfg_.cors_origins.end())
+    return {};
+  return {{"Access-Control-Allow-Origin", any ? "*" : it->second},
+          {"Vary", "Origin"},
+          {"Access-Control-Expose-Headers",
+           "Tandem-Job, Tandem-Route, Tandem-Degraded, Tandem-Queue-Position, Tandem-ETA-Ms, Tandem-Model, Retry-After"}};
+}
+
+bool Gateway::take_slot(const std::string& client) {
+  auto& n = in_flight_[client];
+  if (n >= cfg_.max_streams_per_client) return false;
+  ++n;
+  return true;
+}
+
+void Gateway::give_slot(const std::string& client) {
+  auto it = in_flight_.find(client);
+  if (it == in_flight_.end()) return;
+  if (it->second <= 1) in_flight_.erase(it);
+  else --it->second;
+}
+
+void Gateway::with_models(std::function<void(Outcome<std::vector<ModelEntry>>)> done) {
+  const auto now = std::chrono::steady_clock::now();
+  if (models_cache_ && now - models_at_ < cfg_.models_ttl) {
+    done(Outcome<std::vector<ModelEntry>>::success(*models_cache_));
+    return;
+  }
+  backend_.models([this, done = std::move(done)](Outcome<std::vector<ModelEntry>> o) {
+    if (o.ok()) {
+      models_cache_ = *o.value;
+      models_at_ = std::chrono::steady_clock::now();
+    }
+    done(std::move(o));
+  });
+}
+
+void Gateway::error(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, Flavor f, const ApiError& e) {
+  Headers h = cors_headers(ex->request());
+  if (e.retry_after_ms) h.emplace_back("Retry-After", retry_after_seconds(*e.retry_after_ms));
+  if (e.job) h.emplace_back("Tandem-Job", std::to_string(*e.job));
+  if (e.status == 401) h.emplace_back("WWW-Authenticate", "Bearer");
+  metrics_.request(endpoint, "", e.status);
+  ex->reply(e.status, "application/json", error_json(e, f).dump(), std::move(h));
+}
+
+void Gateway::json_reply(const std::shared_ptr<Exchange>& ex, const std::string& endpoint, const std::string& route,
+                         int status, const json& body, Headers h) {
+  metrics_.request(endpoint, route, status);
+  ex->reply(status, "application/json", body.dump(), merge(cors_headers(ex->request()), h));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Routing
+
+void Gateway::handle(std::shared_ptr<Exchange> ex) {
+  const RequestInfo& r = ex->request();
+  const std::string& m = r.method;
+  const std::string& p = r.path;
+  const Flavor f = p.starts_with("/api/") ? Flavor::ollama : Flavor::openai;
+  auto method_not_allowed = [&](const char* allowed) {
+    ApiError e{405, "invalid_request_error", "method_not_allowed", "", m + " is not allowed on " + p + " (use " + allowed + ")"};
+    error(ex, p, f, e);
+  };
+  if (m == "OPTIONS") {
+    Headers h = cors_headers(r);
+    if (h.empty()) return error(ex, "OPTIONS", f, {403, "permission_error", "cors", "", "this origin is not allowed (cors_origins in tandem-http.toml)"});
+    h.emplace_back("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    h.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key");
+    h.emplace_back("Access-Control-Max-Age", "600");
+    metrics_.request("OPTIONS", "", 204);
+    return ex->reply(204, "", "", std::move(h));
+  }
+  struct Route {
+    const char* path;
+    const char* method;
+    std::function<void()> run;
+  };
+  const std::vector<Route> routes = {
+      {"/", "GET", [&] { json_reply(ex, "/", "", 200, {{"status", "Tandem is running"}, {"version", cfg_.version}}); }},
+      {"/health", "GET", [&] { health(ex); }},
+      {"/metrics", "GET", [&] { metrics_endpoint(ex); }},
+      {"/v1/models", "GET", [&] { openai_models(ex, ""); }},
+      {"/v1/chat/completions", "POST", [&] { generate(ex, Api::openai_chat, p); }},
+      {"/v1/completions", "POST", [&] { generate(ex, Api::openai_completion, p); }},
+      {"/v1/embeddings", "POST", [&] { embeddings(ex, EmbedApi::openai, p); }},
+      {"/api/version", "GET", [&] { json_reply(ex, p, "", 200, {{"version", cfg_.ollama_version}, {"tandem_version", cfg_.version}}); }},
+      {"/api/tags", "GET", [&] { ollama_tags(ex, false); }},
+      {"/api/ps", "GET", [&] { ollama_tags(ex, true); }},
+      {"/api/show", "POST", [&] { ollama_show(ex); }},
+      {"/api/chat", "POST", [&] { generate(ex, Api::ollama_chat, p); }},
+      {"/api/generate", "POST", [&] { generate(ex, Api::ollama_generate, p); }},
+      {"/api/embed", "POST", [&] { embeddings(ex, EmbedApi::ollama_embed, p); }},
+      {"/api/embeddings", "POST", [&] { embeddings(ex, EmbedApi::ollama_legacy, p); }},
+  };
+  for (const auto& route : routes) {
+    if (p != route.path) continue;
+    if (m == route.method || (m == "HEAD" && std::strcmp(route.method, "GET") == 0)) return route.run();
+    return method_not_allowed(route.method);
+  }
+  if (p.starts_with("/v1/models/")) {
+    if (m != "GET") return method_not_allowed("GET");
+    return openai_models(ex, p.substr(std::strlen("/v1/models/")));
+  }
+  if (p.starts_with("/tandem/v1/jobs/")) return job_endpoint(ex, p.substr(std::strlen("/tandem/v1/jobs/")));
+  error(ex, "unknown", f, {404, "not_found_error", "unknown_endpoint", "", "no endpoint " + m + " " + p + " (docs/http.md lists them)"});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Generation
+
+namespace {
+
+class GenerationFlow : public JobSink, public std::enable_shared_from_this<GenerationFlow> {
+ public:
+  GenerationFlow(Gateway& gw, std::shared_ptr<Exchange> ex, GenerateCall call, std::string endpoint)
+      : gw_(gw), ex_(std::move(ex)), call_(std::move(call)), endpoint_(std::move(endpoint)),
+        flavor_(flavor_of(call_.api)) {
+    meta_.api = call_.api;
+    meta_.created = std::time(nullptr);
+    meta_.model = call_.model;
+    meta_.started_unix_ns = unix_ns();
+    t0_ = std::chrono::steady_clock::now();
+  }
+  ~GenerationFlow() override {
+    if (slot_) gw_.give_slot(client_);
+    if (streaming_) gw_.metrics().stream_closed();
+  }
+
+  // Resolves the model, then submits (or resumes `resume_of`).
+  void start(std::uint64_t resume_of = 0) {
+    client_ = ex_->request().client;
+    if (!gw_.take_slot(client_)) {
+      gw_.metrics().refused("streams_per_client");
+      return fail({429, "rate_limit_error", "too_many_requests", "",
+                   "this client has " + std::to_string(gw_.config().max_streams_per_client) +
+                       " requests in flight (max_streams_per_client)", 1000, std::nullopt});
+    }
+    slot_ = true;
+    auto self = shared_from_this();
+    ex_->on_close([self] { self->client_gone(); });
+    if (auto it = ex_->request().headers.find("idempotency-key"); it != ex_->request().headers.end()) {
+      if (!valid_key(it->second))
+        return fail(invalid_field("Idempotency-Key", "expected 1 to 200 visible ASCII characters"));
+      // Scoped by client identity: two clients' keys never meet.
+      call_.request.options.idempotency_key = "http:" + client_ + ":" + it->second;
+    }
+    // Token updates are only needed for a stream; a plain reply takes the text from "finished".
+    call_.request.options.stream = call_.stream;
+    if (resume_of) {
+      gw_.backend().resume(resume_of, call_.request.options, self);
+      return;
+    }
+    gw_.with_models([self](Outcome<std::vector<ModelEntry>> o) { self->with_models(std::move(o)); });
+  }
+
+  void accepted(const client::SubmitResult& s) override {
+    view_.accepted(s);
+    meta_.id = (call_.api == Api::openai_chat ? "chatcmpl-" : "cmpl-") + std::to_string(s.job_id);
+    if (meta_.model.empty() && s.placement.model) meta_.model = *s.placement.model;
+    if (gone_) return cancel_job();
+    if (!call_.stream) return;
+    Headers h = merge(gw_.cors_headers(ex_->request()), view_.headers());
+    h.emplace_back("Cache-Control", "no-cache");
+    h.emplace_back("X-Accel-Buffering", "no");
+    ex_->start_stream(200, flavor_ == Flavor::ollama ? "application/x-ndjson" : "text/event-stream", std::move(h));
+    streaming_ = true;
+    gw_.metrics().stream_opened();
+    announce("placement");
+  }
+
+  void update(const client::JobUpdate& u) override {
+    const bool changed = view_.update(u);
+    if (gone_ || done_) return;
+    if (call_.stream) {
+      if (changed) announce("change");
+      send_text();
+    }
+    if (u.kind == "finished") finish();
+  }
+
+  void degraded(const client::DegradedChange& d) override {
+    if (view_.degraded_change(d) && streaming_ && !done_ && !gone_) announce("change");
+  }
+
+  void refused(const client::RemoteError& e) override { fail(error_from_remote(e)); }
+
+  void lost(const std::string& why) override {
+    if (done_) return;
+    if (!view_.job()) {
+      return fail({503, "server_error", "tandemd_unavailable", "", "lost tandemd before the job was accepted: " + why, 1000,
+                   std::nullopt});
+    }
+    ApiError e{503, "server_error", "resumable", "",
+               "lost tandemd while job " + std::to_string(view_.job()) + " was open (" + why +
+                   "); the job is kept in tandemd's journal: GET /tandem/v1/jobs/" + std::to_string(view_.job()) +
+                   " reads it, POST " + resume_path(view_.job()) + " resumes it",
+               1000, view_.job()};
+    fail(e);
+  }
+
+ private:
+  void with_models(Outcome<std::vector<ModelEntry>> o) {
+    if (gone_) return;
+    if (!o.ok()) return fail(error_from_remote(o.error));
+    const ModelEntry* m = resolve_model(*o.value, call_.model, false);
+    if (!m) {
+      if (resolve_model(*o.value, call_.model, true))
+        return fail(invalid_field("model", "'" + call_.model + "' is an embedding model (use /v1/embeddings or /api/embed)"));
+      return fail(unknown_model(call_.model, names_of(*o.value, false)));
+    }
+    call_.request.model = m->info.name.value_or("");
+    if (call_.model.empty()) meta_.model = call_.request.model;
+    if (call_.load_only) {
+      // Ollama's "load" request: tandemd's replicas are loaded at start, so it is answered at once.
+      json j = {{"model", meta_.model}, {"created_at", rfc3339_ns(unix_ns())}, {"done", true}, {"done_reason", "load"}};
+      if (call_.api == Api::ollama_chat) j["message"] = {{"role", "assistant"}, {"content", ""}};
+      else j["response"] = "";
+      done_ = true;
+      return gw_.json_reply(ex_, endpoint_, "", 200, j);
+    }
+    gw_.backend().submit(call_.request, shared_from_this());
+  }
+
+  void announce(const char* event) {
+    json t = view_.tandem_json();
+    t["event"] = event;
+    if (flavor_ == Flavor::ollama) {
+      json j = stream_chunk(meta_, "", false);
+      j["tandem"] = std::move(t);
+      ex_->send(ndjson(j));
+    } else {
+      ex_->send(sse_comment(t));
+    }
+  }
+
+  void send_text() {
+    std::string text = view_.take_unsent();
+    if (text.empty()) return;
+    if (!meta_.first_token_unix_ns) {
+      meta_.first_token_unix_ns = unix_ns();
+      first_token_ = std::chrono::steady_clock::now();
+      gw_.metrics().first_token_seconds(view_.route(), std::chrono::duration<double>(first_token_ - t0_).count());
+    }
+    const json chunk = stream_chunk(meta_, text, !sent_any_);
+    sent_any_ = true;
+    ex_->send(flavor_ == Flavor::ollama ? ndjson(chunk) : sse_data(chunk));
+  }
+
+  void finish() {
+    done_ = true;
+    const std::string route = view_.route();
+    gw_.metrics().tokens(route, view_.completion_tokens());
+    if (first_token_.time_since_epoch().count())
+      gw_.metrics().generation_seconds(route, std::chrono::duration<double>(std::chrono::steady_clock::now() - first_token_).count());
+    if (view_.state() != "completed") {
+      ApiError e = view_.failure();
+      if (streaming_) return stream_error(e);
+      return gw_.error(ex_, endpoint_, flavor_, e);
+    }
+    if (!call_.stream) {
+      json body = completion_body(meta_, view_);
+      return gw_.json_reply(ex_, endpoint_, route, 200, body, view_.headers());
+    }
+    gw_.metrics().request(endpoint_, route, 200);
+    if (flavor_ == Flavor::ollama) {
+      ex_->send(ndjson(stream_final(meta_, view_, unix_ns())));
+    } else {
+      json fin = stream_final(meta_, view_, unix_ns());
+      fin["tandem"] = view_.tandem_json();
+      ex_->send(sse_data(fin));
+      if (call_.include_usage) ex_->send(sse_data(usage_chunk(meta_, view_)));
+      ex_->send(sse_done());
+    }
+    ex_->end_stream();
+  }
+
+  // An error after the stream started: an error event the official clients raise, then the end of the stream
+  // (OpenAI: no [DONE]; Ollama: an {"error"} line).
+  void stream_error(const ApiError& e) {
+    gw_.metrics().request(endpoint_, view_.route(), e.status);
+    json body = error_json(e, flavor_);
+    body["tandem"] = merge_tandem(body.value("tandem", json::object()));
+    ex_->send(flavor_ == Flavor::ollama ? ndjson(body) : sse_data(body));
+    ex_->end_stream();
+  }
+
+  json merge_tandem(json extra) const {
+    json t = view_.tandem_json();
+    for (auto it = extra.begin(); it != extra.end(); ++it) t[it.key()] = it.value();
+    return t;
+  }
+
+  void fail(const ApiError& e) {
+    done_ = true;
+    if (gone_) return;
+    if (streaming_) return stream_error(e);
+    gw_.error(ex_, endpoint_, flavor_, e);
+  }
+
+  void client_gone() {
+    if (gone_ || done_) return;
+    gone_ = true;
+    if (view_.job()) cancel_job();
+  }
+
+  void cancel_job() {
+    if (cancelled_ || view_.finished()) return;
+    cancelled_ = true;
+    gw_.metrics().client_cancel();
+    gw_.backend().cancel(view_.job());
+  }
+
+  Gateway& gw_;
+  std::shared_ptr<Exchange> ex_;
+  GenerateCall call_;
+  std::string endpoint_;
+  Flavor flavor_;
+  ResponseMeta meta_;
+  JobView view_;
+  std::string client_;
+  bool slot_ = false, streaming_ = false, sent_any_ = false, done_ = false, gone_ = false, cancelled_ = false;
+  std::chrono::steady_clock::time_point t0_, first_token_{};
+};
+
+}  // namespace
+
+void Gateway::generate(const std::shared_ptr<Exchange>& ex, Api api, const std::string& endpoint) {
+  const std::string& body = ex->request().body;
+  ApiResult<GenerateCall> call = api == Api::openai_chat         ? parse_openai_chat(body, cfg_.body)
+                                 : api == Api::openai_completion ? parse_openai_completion(body, cfg_.body)
+                                 : api == Api::ollama_chat       ? parse_ollama_chat(body, cfg_.body)
+                                                                 : parse_ollama_generate(body, cfg_.body);
+  if (!call.ok()) return error(ex, endpoint, flavor_of(api), *call.error);
+  auto flow = std::make_shared<GenerationFlow>(*this, ex, std::move(*call), endpoint);
+  flow->start();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Embeddings
+
+void Gateway::embeddings(const std::shared_ptr<Exchange>& ex, EmbedApi api, const std::string& endpoint) {
+  const Flavor f = api == EmbedApi::openai ? Flavor::openai : Flavor::ollama;
+  const std::string& body = ex->request().body;
+  ApiResult<EmbedCall> parsed = api == EmbedApi::openai ? parse_openai_embeddings(body, cfg_.body)
+                                                        : parse_ollama_embed(body, api == EmbedApi::ollama_legacy, cfg_.body);
+  if (!parsed.ok()) return error(ex, endpoint, f, *parsed.error);
+  auto call = std::make_shared<EmbedCall>(std::move(*parsed));
+  with_models([this, ex, call, endpoint, f](Outcome<std::vector<ModelEntry>> o) {
+    if (!o.ok()) return error(ex, endpoint, f, error_from_remote(o.error));
+    const ModelEntry* m = resolve_model(*o.value, call->model, true);
+    if (!m) {
+      if (resolve_model(*o.value, call->model, false))
+        return error(ex, endpoint, f, invalid_field("model", "'" + call->model + "' is a language model, not an embedding model"));
+      return error(ex, endpoint, f, unknown_model(call->model, names_of(*o.value, true)));
+    }
+    const auto& mods = m->info.modalities;
+    const bool images_ok = mods && std::find(mods->begin(), mods->end(), "image") != mods->end();
+    const bool texts_ok = !mods || std::find(mods->begin(), mods->end(), "text") != mods->end();
+    for (std::size_t i = 0; i < call->inputs.size(); ++i) {
+      const auto& in = call->inputs[i];
+      if ((in.image && !images_ok) || (!in.image && !texts_ok))
+        return error(ex, endpoint, f, invalid_field("input[" + std::to_string(i) + "]",
+                                                    std::string("the model '") + m->info.name.value_or("") + "' does not embed " +
+                                                        (in.image ? "images" : "texts")));
+    }
+    if (call->dimensions && m->info.dim && *call->dimensions > *m->info.dim)
+      return error(ex, endpoint, f, invalid_field("dimensions", "the model's vectors have " + std::to_string(*m->info.dim) +
+                                                                    " dimensions; ask for at most that many"));
+    EmbedPlan plan = plan_embed(*call);
+    plan.request.model = m->info.name.value_or("");
+    if (auto it = ex->request().headers.find("idempotency-key"); it != ex->request().headers.end()) {
+      if (!valid_key(it->second))
+        return error(ex, endpoint, f, invalid_field("Idempotency-Key", "expected 1 to 200 visible ASCII characters"));
+      plan.request.options.idempotency_key = "http:" + ex->request().client + ":" + it->second;
+    }
+    const std::string client = ex->request().client;
+    if (!take_slot(client)) {
+      metrics_.refused("streams_per_client");
+      return error(ex, endpoint, f, {429, "rate_limit_error", "too_many_requests", "",
+                                     "this client has " + std::to_string(cfg_.max_streams_per_client) +
+                                         " requests in flight (max_streams_per_client)", 1000, std::nullopt});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto order = std::make_shared<std::vector<std::size_t>>(std::move(plan.order));
+    backend_.embed(plan.request, [this, ex, call, endpoint, f, client, order, t0](Outcome<client::EmbedReply> r) {
+      give_slot(client);
+      if (ex->closed()) return;
+      if (!r.ok()) return error(ex, endpoint, f, error_from_remote(r.error));
+      if (r.value->vectors.size() != order->size())
+        return error(ex, endpoint, f, {500, "server_error", "internal", "", "tandemd returned " +
+                                           std::to_string(r.value->vectors.size()) + " vectors for " +
+                                           std::to_string(order->size()) + " inputs"});
+      EmbedResult res;
+      res.info = r.value->info;
+      for (std::size_t i = 0; i < order->size(); ++i) res.vectors.push_back(r.value->vectors[(*order)[i]]);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      json_reply(ex, endpoint, res.info.route.value_or(""), 200, embed_body(*call, res, static_cast<std::uint64_t>(ns)),
+                 embed_headers(res.info));
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Models
+
+namespace {
+
+json model_tandem(const ModelEntry& m) {
+  json t = client::to_json(m.info);
+  if (m.details) {
+    if (m.details->placement) t["placement_bytes"] = *m.details->placement;
+    if (m.details->replicas) {
+      json reps = json::array();
+      for (const auto& r : *m.details->replicas) {
+        json e = json::object();
+        if (r.device) e["device"] = *r.device;
+        if (r.state) e["state"] = *r.state;
+        if (r.mode) e["mode"] = *r.mode;
+        if (r.weight_bytes) e["weight_bytes"] = *r.weight_bytes;
+        reps.push_back(std::move(e));
+      }
+      t["replicas"] = std::move(reps);
+    }
+  }
+  return t;
+}
+
+std::uint64_t placement_bytes(const ModelEntry& m, const char* where) {
+  if (!m.details || !m.details->placement) return 0;
+  auto it = m.details->placement->find(where);
+  return it == m.details->placement->end() ? 0 : it->second;
+}
+
+json ollama_details(const ModelEntry& m) {
+  const std::string path = m.info.path.value_or("");
+  return {{"format", path.ends_with(".gguf") ? "gguf" : "safetensors"},
+          {"family", m.info.revision.value_or("")},
+          {"families", json::array()},
+          {"parameter_size", ""},
+          {"quantization_level", ""}};
+}
+
+}  // namespace
+
+void Gateway::openai_models(const std::shared_ptr<Exchange>& ex, const std::string& one) {
+  with_models([this, ex, one](Outcome<std::vector<ModelEntry>> o) {
+    const std::string ep = one.empty() ? "/v1/models" : "/v1/models/{id}";
+    if (!o.ok()) return error(ex, ep, Flavor::openai, error_from_remote(o.error));
+    json data = json::array();
+    for (const auto& m : *o.value) {
+      if (!m.info.name) continue;
+      json e = {{"id", *m.info.name}, {"object", "model"}, {"owned_by", "tandem"}, {"tandem", model_tandem(m)}};
+      if (!one.empty() && *m.info.name == one) return json_reply(ex, ep, "", 200, e);
+      data.push_back(std::move(e));
+    }
+    if (!one.empty()) return error(ex, ep, Flavor::openai, unknown_model(one, names_of(*o.value, false)));
+    json_reply(ex, ep, "", 200, {{"object", "list"}, {"data", std::move(data)}});
+  });
+}
+
+void Gateway::ollama_tags(const std::shared_ptr<Exchange>& ex, bool ps) {
+  with_models([this, ex, ps](Outcome<std::vector<ModelEntry>> o) {
+    const std::string ep = ps ? "/api/ps" : "/api/tags";
+    if (!o.ok()) return error(ex, ep, Flavor::ollama, error_from_remote(o.error));
+    json models = json::array();
+    for (const auto& m : *o.value) {
+      if (!m.info.name) continue;
+      json e = {{"name", *m.info.name}, {"model", *m.info.name}, {"digest", m.info.fingerprint.value_or("")},
+                {"details", ollama_details(m)}, {"tandem", model_tandem(m)}};
+      if (ps) {
+        // What is loaded: host and GPU bytes; size_vram is what Tandem really holds on the GPU for the model.
+        const std::uint64_t gpu = placement_bytes(m, "gpu"), host = placement_bytes(m, "host");
+        if (gpu + host == 0) continue;
+        e["size"] = gpu + host;
+        e["size_vram"] = gpu;
+      } else {
+        e["size"] = placement_bytes(m, "storage");
+      }
+      models.push_back(std::move(e));
+    }
+    json_reply(ex, ep, "", 200, {{"models", std::move(models)}});
+  });
+}
+
+void Gateway::ollama_show(const std::shared_ptr<Exchange>& ex) {
+  auto j = parse_json_object(ex->request().body, cfg_.body);
+  if (!j.ok()) return error(ex, "/api/show", Flavor::ollama, *j.error);
+  FieldReader f(*j);
+  auto name = f.str("model", false);
+  auto legacy = f.str("name", false);  // older clients send "name"
+  f.boolean("verbose");
+  if (auto e = f.finish({})) return error(ex, "/api/show", Flavor::ollama, *e);
+  if (!name) name = legacy;
+  if (!name) return error(ex, "/api/show", Flavor::ollama, invalid_field("model", "missing"));
+  with_models([this, ex, n = *name](Outcome<std::vector<ModelEntry>> o) {
+    if (!o.ok()) return error(ex, "/api/show", Flavor::ollama, error_from_remote(o.error));
+    const ModelEntry* m = resolve_model(*o.value, n, false);
+    if (!m) m = resolve_model(*o.value, n, true);
+    if (!m) {
+      auto all = names_of(*o.value, false);
+      for (auto& e : names_of(*o.value, true)) all.push_back(e);
+      return error(ex, "/api/show", Flavor::ollama, unknown_model(n, all));
+    }
+    json info = json::object();
+    if (m->info.max_context) info["tandem.context_length"] = *m->info.max_context;
+    if (m->info.dim) info["tandem.embedding_length"] = *m->info.dim;
+    json body = {{"modelfile", ""},
+                 {"parameters", ""},
+                 {"template", m->details && m->details->template_name ? *m->details->template_name : ""},
+                 {"details", ollama_details(*m)},
+                 {"model_info", info},
+                 {"capabilities", is_embedding(*m) ? json::array({"embedding"}) : json::array({"completion"})},
+                 {"tandem", model_tandem(*m)}};
+    json_reply(ex, "/api/show", "", 200, body);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Health, metrics, jobs
+
+void Gateway::health(const std::shared_ptr<Exchange>& ex) {
+  backend_.status([this, ex](Outcome<client::ServiceStatus> o) {
+    if (!o.ok() || !backend_.connected()) {
+      ApiError e = o.ok() ? ApiError{503, "server_error", "tandemd_unavailable", "", "no ring session to tandemd yet", 1000, std::nullopt}
+                          : error_from_remote(o.error);
+      if (e.status < 500) e.status = 503;
+      return json_reply(ex, "/health", "", 503, {{"status", "unavailable"}, {"error", e.message}},
+                        {{"Retry-After", retry_after_seconds(e.retry_after_ms.value_or(1000))}});
+    }
+    const auto& s = *o.value;
+    json_reply(ex, "/health", "", 200,
+               {{"status", s.degraded() ? "degraded" : "ok"},
+                {"tandem", {{"state", s.state.value_or("")},
+                            {"degraded_reason", s.degraded_reason.value_or("")},
+                            {"gpu_breaker", s.gpu_breaker.value_or("")},
+                            {"fallback_model", s.fallback_model.value_or("")},
+                            {"version", s.version.value_or("")}}}});
+  });
+}
+
+void Gateway::metrics_endpoint(const std::shared_ptr<Exchange>& ex) {
+  backend_.status([this, ex](Outcome<client::ServiceStatus> o) {
+    std::optional<client::ServiceStatus> st;
+    if (o.ok()) st = *o.value;
+    metrics_.request("/metrics", "", 200);
+    ex->reply(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(st, backend_.connected()), {});
+  });
+}
+
+void Gateway::job_endpoint(const std::shared_ptr<Exchange>& ex, const std::string& rest) {
+  const std::string& m = ex->request().method;
+  const auto slash = rest.find('/');
+  const auto id = parse_id(rest.substr(0, slash));
+  const std::string tail = slash == std::string::npos ? "" : rest.substr(slash);
+  const std::string ep = "/tandem/v1/jobs/{id}" + tail;
+  if (!id) return error(ex, ep, Flavor::tandem, invalid_field("id", "expected a job id (a positive integer)"));
+  if (tail.empty() && m == "GET") {
+    return backend_.get_job(*id, [this, ex, ep](Outcome<client::JobInfo> o) {
+      if (!o.ok()) return error(ex, ep, Flavor::tandem, error_from_remote(o.error));
+      json_reply(ex, ep, o.value->route.value_or(""), 200, client::to_json(*o.value));
+    });
+  }
+  if (tail.empty() && m == "DELETE") {
+    backend_.cancel(*id);
+    return json_reply(ex, ep, "", 202, {{"job", *id}, {"cancel", "requested"}});
+  }
+  if (tail == "/resume" && m == "POST") {
+    // {"format": "openai_chat" | "openai_completion" | "ollama_chat" | "ollama_generate", "stream": bool}
+    GenerateCall call;
+    call.api = Api::openai_chat;
+    call.stream = false;
+    if (!ex->request().body.empty()) {
+      auto j = parse_json_object(ex->request().body, cfg_.body);
+      if (!j.ok()) return error(ex, ep, Flavor::tandem, *j.error);
+      FieldReader f(*j);
+      if (auto fm = f.str("format")) {
+        if (*fm == "openai_chat") call.api = Api::openai_chat;
+        else if (*fm == "openai_completion") call.api = Api::openai_completion;
+        else if (*fm == "ollama_chat") call.api = Api::ollama_chat;
+        else if (*fm == "ollama_generate") call.api = Api::ollama_generate;
+        else f.fail(invalid_field("format", "expected openai_chat, openai_completion, ollama_chat or ollama_generate"));
+      }
+      call.stream = f.boolean("stream").value_or(false);
+      if (auto e = f.finish({})) return error(ex, ep, Flavor::tandem, *e);
+    }
+    auto flow = std::make_shared<GenerationFlow>(*this, ex, std::move(call), ep);
+    return flow->start(*id);
+  }
+  error(ex, ep, Flavor::tandem, {405, "invalid_request_error", "method_not_allowed", "",
+                                 "use GET or DELETE /tandem/v1/jobs/{id}, or POST /tandem/v1/jobs/{id}/resume"});
+}
+
+}  // namespace tandem::http

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# tandem-http against the real tandemd on a private bus (docs/http.md), driven by clients nobody on this team wrote:
+# curl, and the official `openai` (6.x) and `ollama` npm packages from tests/http/node's lockfile. Covers models,
+# chat and completions (plain and streamed, with usage), Tandem's headers and "tandem" object, a degraded (CPU)
+# answer after a simulated GPU loss, abort mid-stream -> the job ends cancelled in GetJob, queue full -> 503 with
+# Retry-After, Idempotency-Key -> one job, tandemd restarted mid-stream -> a resumable error event naming the job,
+# bad input -> typed errors with nothing lost in tandemd, and /health + /metrics.
+# Args: TANDEMD TANDEMCTL MKMODEL TANDEM_HTTP
+TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3 TANDEM_HTTP=$4
+source "$(dirname "$0")/../daemon/integration/lib.sh"
+NODE_DIR="$(cd "$(dirname "$0")/node" && pwd)"
+
+tandem_setup
+T_FAST_STOP=1
+
+# --- tandem-http on a free loopback port ----------------------------------------------------------------------------
+PORT=$(( 20000 + RANDOM % 20000 ))
+H_LOG="$T_DIR/http.log"
+"$TANDEM_HTTP" --listen "127.0.0.1:$PORT" --bus "address=$T_ADDR" >>"$H_LOG" 2>&1 &
+H_PID=$!
+bg_track "$H_PID"
+B="http://127.0.0.1:$PORT"
+wait_for 20 "tandem-http healthy" sh -c "curl -sf $B/health >/dev/null"
+note "tandem-http on $B (pid $H_PID)"
+hfail() { echo "--- tandem-http log ---" >&2; tail -20 "$H_LOG" >&2; fail "$@"; }
+
+# --- curl: models, chat, headers -----------------------------------------------------------------------------------
+curl -sf "$B/v1/models" | jq -e '.object == "list" and (.data | map(.id) | index("default") != null)' >/dev/null ||
+  hfail "/v1/models does not list the model: $(curl -s "$B/v1/models")"
+hdr="$T_DIR/h.txt"
+body=$(curl -s -D "$hdr" "$B/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"default","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":12,"seed":5}')
+job=$(tr -d '\r' <"$hdr" | sed -n 's/^Tandem-Job: //Ip')
+[ -n "$job" ] || hfail "no Tandem-Job header: $(cat "$hdr")"
+grep -qi '^Tandem-Route: gpu' "$hdr" || hfail "Tandem-Route is not gpu: $(cat "$hdr")"
+grep -qi '^Tandem-ETA-Ms: ' "$hdr" || hfail "no Tandem-ETA-Ms header"
+text=$(jq -r '.choices[0].message.content' <<<"$body")
+[ "$(jq -r .tandem.job <<<"$body")" = "$job" ] || hfail "the tandem object does not name job $job: $body"
+[ "$(job "$job" | jq -j .text)" = "$text" ] || hfail "the reply's text is not GetJob($job).text: $body vs $(job "$job" | jq -c .text)"
+[ "$(jq -r .usage.completion_tokens <<<"$body")" = 12 ] || hfail "usage.completion_tokens != 12: $body"
+jq -e '.usage.prompt_tokens > 0' <<<"$body" >/dev/null || hfail "usage.prompt_tokens missing: $body"
+note "curl chat: job $job, $(jq -c .usage <<<"$body")"
+
+# Stream: SSE with the placement as a comment line first, then data chunks, then [DONE].
+curl -sN "$B/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"default","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}' \
+  >"$T_DIR/sse.txt"
+head -1 "$T_DIR/sse.txt" | sed -n 's/^: tandem //p' | jq -e '.event == "placement" and .route == "gpu"' >/dev/null || hfail "the stream does not start with the placement comment: $(head -3 "$T_DIR/sse.txt")"
+tail -2 "$T_DIR/sse.txt" | grep -q '^data: \[DONE\]' || hfail "the stream does not end with [DONE]"
+grep '^data: {' "$T_DIR/sse.txt" | sed 's/^data: //' | jq -s -e 'map(select(.usage != null)) | length == 1' >/dev/null ||
+  hfail "no usage chunk in the stream"
+note "curl stream: $(grep -c '^data: {' "$T_DIR/sse.txt") data events"
+
+# --- the official clients ---------------------------------------------------------------------------------------------
+if ! command -v node >/dev/null; then
+  echo "SKIP-PART: node is not installed: the official npm clients were not run"
+else
+  if [ ! -d "$NODE_DIR/node_modules/openai" ]; then
+    (cd "$NODE_DIR" && npm ci --no-audit --no-fund >/dev/null 2>&1) || hfail "npm ci in tests/http/node failed"
+  fi
+  nj() { node "$NODE_DIR/clients.mjs" "$B" "$1" default; }
+  r=$(nj openai_models); jq -e '.ids | index("default") != null' <<<"$r" >/dev/null || hfail "openai models.list: $r"
+  r=$(nj openai_chat); id=$(jq -r .job <<<"$r")
+  [ "$(job "$id" | jq -j .text)" = "$(jq -j .text <<<"$r")" ] || hfail "openai chat text != GetJob($id): $r"
+  jq -e '.tandem.route == "gpu" and .usage.total_tokens > 0' <<<"$r" >/dev/null || hfail "openai chat: $r"
+  r=$(nj openai_chat_stream); id=$(jq -r .job <<<"$r")
+  [ "$(job "$id" | jq -j .text)" = "$(jq -j .text <<<"$r")" ] || hfail "openai stream text != GetJob($id): $r"
+  jq -e '.usage.completion_tokens == 24 and .chunks > 0' <<<"$r" >/dev/null || hfail "openai stream usage: $r"
+  r=$(nj openai_completion); jq -e '.text | length > 0' <<<"$r" >/dev/null || hfail "openai completions: $r"
+  r=$(nj openai_unsupported); jq -e '.status == 400 and .param == "n" and .code == "unsupported_parameter"' <<<"$r" >/dev/null ||
+    hfail "n=2 is not refused as unsupported: $r"
+  r=$(nj openai_unknown_model); jq -e '.status == 404 and .code == "model_not_found"' <<<"$r" >/dev/null || hfail "unknown model: $r"
+  r=$(nj openai_abort) || hfail "openai abort: $r"; id=$(jq -r .job <<<"$r")
+  st=$(wait_job "$id" 100) || true
+  [ "$st" = cancelled ] || hfail "the aborted stream's job $id is $st, not cancelled"
+  note "openai client: models, chat, stream+usage, completions, 400/404, abort -> job $id cancelled"
+  r=$(nj ollama_version); jq -e '.version | length > 0' <<<"$r" >/dev/null || hfail "ollama version: $r"
+  r=$(nj ollama_tags); jq -e '.names | index("default") != null' <<<"$r" >/dev/null || hfail "ollama list: $r"
+  r=$(nj ollama_ps); jq -e '.models[0].size_vram > 0' <<<"$r" >/dev/null || hfail "ollama ps: no GPU bytes: $r"
+  r=$(nj ollama_show); jq -e '.capabilities == ["completion"]' <<<"$r" >/dev/null || hfail "ollama show: $r"
+  r=$(nj ollama_chat); id=$(jq -r .job <<<"$r")
+  [ "$(job "$id" | jq -j .text)" = "$(jq -j .text <<<"$r")" ] || hfail "ollama chat text != GetJob($id): $r"
+  r=$(nj ollama_chat_stream); id=$(jq -r .job <<<"$r")
+  [ "$(job "$id" | jq -j .text)" = "$(jq -j .text <<<"$r")" ] || hfail "ollama stream text != GetJob($id): $r"
+  jq -e '.done == true and .eval_count == 24' <<<"$r" >/dev/null || hfail "ollama stream: $r"
+  r=$(nj ollama_generate); jq -e '.done == true and (.text | length > 0)' <<<"$r" >/dev/null || hfail "ollama generate: $r"
+  note "ollama client: version, list, ps (size_vram), show, chat, stream, generate"
+fi
+
+# --- Idempotency-Key: a retried POST attaches to the same job -------------------------------------------------------------
+req='{"model":"default","messages":[{"role":"user","content":"Hello"}],"max_tokens":8,"seed":1}'
+a=$(curl -s "$B/v1/chat/completions" -H 'Idempotency-Key: it-http-1' -d "$req" | jq -r .tandem.job)
+b=$(curl -s "$B/v1/chat/completions" -H 'Idempotency-Key: it-http-1' -d "$req" | jq -r .tandem.job)
+[ -n "$a" ] && [ "$a" = "$b" ] || hfail "the same Idempotency-Key gave jobs $a and $b"
+note "Idempotency-Key: both requests answered by job $a"
+
+# --- bad input: typed errors, the gateway stays up ----------------------------------------------------------------------
+code() { curl -s -o "$T_DIR/err.json" -w '%{http_code}' "$@"; }
+[ "$(code "$B/v1/chat/completions" -d '{"model":')" = 400 ] || hfail "malformed JSON is not 400"
+jq -e '.error.type == "invalid_request_error"' "$T_DIR/err.json" >/dev/null || hfail "malformed JSON: not OpenAI's error shape"
+[ "$(code "$B/v1/chat/completions" -d '{"model":"default","messages":[{"role":"user","content":"x"}],"tools":[]}')" = 400 ] ||
+  hfail "tools is not refused"
+jq -e '.error.param == "tools"' "$T_DIR/err.json" >/dev/null || hfail "the tools refusal does not name the field"
+[ "$(code "$B/v1/chat/completions" -d '{"model":"default","messages":[{"role":"user","content":"x"}],"max_tokens":"many"}')" = 400 ] ||
+  hfail "a wrong type is not 400"
+printf '{"model":"default","prompt":"\xff\xfe"}' >"$T_DIR/bad.json"
+[ "$(code "$B/v1/completions" --data-binary @"$T_DIR/bad.json")" = 400 ] || hfail "invalid UTF-8 is not 400"
+head -c $((9 * 1024 * 1024)) /dev/zero | tr '\0' 'a' >"$T_DIR/big.txt"
+[ "$(code "$B/v1/completions" --data-binary @"$T_DIR/big.txt")" = 413 ] || hfail "a 9-MiB body is not 413"
+[ "$(code "$B/api/chat" -d '{"model":"nope","messages":[{"role":"user","content":"x"}]}')" = 404 ] || hfail "unknown model (ollama) is not 404"
+jq -e '.error | type == "string"' "$T_DIR/err.json" >/dev/null || hfail "the Ollama error is not {\"error\": string}"
+[ "$(code "$B/nowhere")" = 404 ] || hfail "an unknown path is not 404"
+[ "$(code -X DELETE "$B/v1/chat/completions")" = 405 ] || hfail "a wrong method is not 405"
+# Slow headers (slowloris): the connection is cut after header_timeout; the gateway still answers others.
+kill -0 "$H_PID" || hfail "tandem-http died on bad input"
+curl -sf "$B/health" >/dev/null || hfail "tandem-http stopped answering after bad input"
+note "bad input: 400 (JSON, type, UTF-8, tools), 404, 405, 413; gateway up"
+
+# --- degraded: a simulated GPU loss -> the answer says cpu and why -------------------------------------------------------
+btest LoseDevice >/dev/null
+wait_for 20 "degraded" sh -c "curl -s $B/health | jq -e '.status == \"degraded\"' >/dev/null"
+body=$(curl -s -D "$hdr" "$B/v1/chat/completions" -d '{"model":"default","messages":[{"role":"user","content":"Hi"}],"max_tokens":6}')
+grep -qi '^Tandem-Route: cpu' "$hdr" || hfail "degraded: Tandem-Route is not cpu: $(cat "$hdr")"
+grep -qi '^Tandem-Degraded: ' "$hdr" || hfail "degraded: no Tandem-Degraded header"
+jq -e '.tandem.route == "cpu" and .tandem.degraded == true and (.tandem.degraded_reason | length > 0)' <<<"$body" >/dev/null ||
+  hfail "degraded: the tandem object does not say cpu + reason: $body"
+curl -sN "$B/api/generate" -d '{"model":"default","prompt":"Hi","options":{"num_predict":6}}' >"$T_DIR/nd.txt"
+head -1 "$T_DIR/nd.txt" | jq -e '.tandem.route == "cpu" and .tandem.degraded == true' >/dev/null || hfail "degraded: the NDJSON stream's first line does not say cpu: $(cat "$T_DIR/nd.txt")"
+curl -s "$B/metrics" | grep -q '^tandem_degraded{reason="[^"]\+"} 1' || hfail "/metrics does not show degraded"
+note "degraded: headers, tandem object, NDJSON event and /metrics say cpu + $(jq -r .tandem.degraded_reason <<<"$body")"
+btest RecoverDevice >/dev/null
+
+# --- tandemd restarted mid-stream: a resumable error event naming the job --------------------------------------------
+curl -sN "$B/v1/chat/completions" -d '{"model":"default","messages":[{"role":"user","content":"Tell a story"}],"max_tokens":1000,"stream":true}' \
+  >"$T_DIR/restart.txt" &
+cpid=$!
+bg_track "$cpid"
+wait_for 20 "tokens streaming" sh -c "grep -q '^data: {' $T_DIR/restart.txt"
+kill -KILL "$T_DAEMON_PID"; wait "$T_DAEMON_PID" 2>/dev/null || true
+wait_for 20 "the stream's error event" sh -c "grep -q '\"resumable\"' $T_DIR/restart.txt"
+wait "$cpid" 2>/dev/null || true
+ev=$(grep '^data: {"error"' "$T_DIR/restart.txt" | tail -1 | sed 's/^data: //')
+jq -e '.error.code == "resumable" and (.tandem.job > 0) and (.tandem.resume | startswith("/tandem/v1/jobs/"))' <<<"$ev" >/dev/null ||
+  hfail "no resumable error event naming the job: $ev"
+[ "$(code "$B/health")" = 503 ] || hfail "/health is not 503 while tandemd is gone"
+note "tandemd killed mid-stream: $(jq -c '{code: .error.code, job: .tandem.job, resume: .tandem.resume}' <<<"$ev"); /health 503"
+echo "PASS"
