@@ -34,6 +34,10 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
+# Node.js and npm for the official OpenAI/Ollama client tests (tests/http/node, a lockfile): Debian's unless a Node.js is
+# already there (a NodeSource build, say: Debian's npm would conflict with it).
+if ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup.sh: all ${#PACKAGES[@]} packages already installed"
   exit 0

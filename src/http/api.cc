@@ -264,7 +264,7 @@ void FieldReader::only(const char* key, const json& allowed, const char* why) {
 std::optional<ApiError> FieldReader::finish(const std::set<std::string>& known_unsupported) {
   if (error_) return error_;
   for (auto it = obj_.begin(); it != obj_.end(); ++it) {
-    if (read_.count(it.key())) continue;
+    if (read_.count(it.key()) || it->is_null()) continue;  // null is absent, whatever the member
     if (known_unsupported.count(it.key())) return unsupported_field(name(it.key().c_str()));
     ApiError e = invalid_field(name(it.key().c_str()), "unknown field (Tandem refuses what it does not know rather than ignore it)");
     e.code = "unknown_parameter";

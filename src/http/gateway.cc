@@ -196,7 +196,7 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
  public:
   GenerationFlow(Gateway& gw, std::shared_ptr<Exchange> ex, GenerateCall call, std::string endpoint)
       : gw_(gw), ex_(std::move(ex)), call_(std::move(call)), endpoint_(std::move(endpoint)),
-        flavor_(flavor_of(call_.api)) {
+        flavor_(flavor_of(call_.api)), life_(gw.life()) {
     meta_.api = call_.api;
     meta_.created = std::time(nullptr);
     meta_.model = call_.model;
@@ -204,8 +204,7 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
     t0_ = std::chrono::steady_clock::now();
   }
   ~GenerationFlow() override {
-    if (slot_) gw_.give_slot(client_);
-    if (streaming_) gw_.metrics().stream_closed();
+    if (!life_.expired()) release();
   }
 
   // Resolves the model, then submits (or resumes `resume_of`).
@@ -330,6 +329,10 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
 
   void finish() {
     done_ = true;
+    struct Release {
+      GenerationFlow* f;
+      ~Release() { f->release(); }
+    } release_at_end{this};
     const std::string route = view_.route();
     gw_.metrics().tokens(route, view_.completion_tokens());
     if (first_token_.time_since_epoch().count())
@@ -374,6 +377,10 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
 
   void fail(const ApiError& e) {
     done_ = true;
+    struct Release {
+      GenerationFlow* f;
+      ~Release() { f->release(); }
+    } release_at_end{this};
     if (gone_) return;
     if (streaming_) return stream_error(e);
     gw_.error(ex_, endpoint_, flavor_, e);
@@ -382,7 +389,15 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
   void client_gone() {
     if (gone_ || done_) return;
     gone_ = true;
+    release();
     if (view_.job()) cancel_job();
+  }
+
+  // The slot and the stream gauge go back as soon as the answer is complete (not when tandemd's link lets go).
+  void release() {
+    if (slot_) gw_.give_slot(client_);
+    if (streaming_) gw_.metrics().stream_closed();
+    slot_ = streaming_ = false;
   }
 
   void cancel_job() {
@@ -400,6 +415,7 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
   ResponseMeta meta_;
   JobView view_;
   std::string client_;
+  std::weak_ptr<void> life_;
   bool slot_ = false, streaming_ = false, sent_any_ = false, done_ = false, gone_ = false, cancelled_ = false;
   std::chrono::steady_clock::time_point t0_, first_token_{};
 };

@@ -74,6 +74,8 @@ class Gateway {
   bool take_slot(const std::string& client);
   void give_slot(const std::string& client);
   Backend& backend() { return backend_; }
+  // Expires with the Gateway: handlers that tandemd's link may keep past it (at shutdown) check it.
+  std::weak_ptr<void> life() const { return life_; }
 
  private:
   void generate(const std::shared_ptr<Exchange>& ex, Api api, const std::string& endpoint);
@@ -86,6 +88,7 @@ class Gateway {
   void job_endpoint(const std::shared_ptr<Exchange>& ex, const std::string& rest);
 
   Backend& backend_;
+  std::shared_ptr<int> life_ = std::make_shared<int>(0);
   GatewayConfig cfg_;
   Metrics metrics_;
   std::map<std::string, std::size_t> in_flight_;

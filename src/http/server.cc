@@ -113,7 +113,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::size_t open = 0;
   bool stopped = false;
 
-  Impl(asio::io_context& i, Gateway& g, AuthPolicy a, ServerLimits l) : io(i), gw(g), auth(a), limits(l) {}
+  std::weak_ptr<void> gw_life;  // connections held by pending handlers may outlive the Gateway at shutdown
+  Impl(asio::io_context& i, Gateway& g, AuthPolicy a, ServerLimits l) : io(i), gw(g), auth(a), limits(l), gw_life(g.life()) {}
   void accept(asio::basic_socket_acceptor<Proto>& acc);
 };
 
@@ -157,7 +158,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
   ~Connection() {
     --srv_->open;
-    srv_->gw.metrics().connection_closed();
+    if (!srv_->gw_life.expired()) srv_->gw.metrics().connection_closed();
   }
 
   void start() { read_header(srv_->limits.header_timeout); }

@@ -1,0 +1,280 @@
+// The gateway's pure half: request bodies -> Tandem requests (accepted, refused as unsupported, refused as invalid),
+// tandemd errors -> HTTP status, response shapes, base64, API keys and the metrics text.
+#include <gtest/gtest.h>
+
+#include "client/requests.h"
+#include "http/api.h"
+#include "http/auth.h"
+#include "http/metrics.h"
+#include "http/requests.h"
+#include "http/responses.h"
+
+namespace tandem::http {
+namespace {
+
+using nlohmann::json;
+
+struct Refusal {
+  const char* name;
+  const char* body;
+  int status;
+  const char* param;
+  const char* code;
+};
+
+class OpenAiChatRefusals : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(OpenAiChatRefusals, NameTheField) {
+  const auto& c = GetParam();
+  auto r = parse_openai_chat(c.body);
+  ASSERT_FALSE(r.ok()) << c.name;
+  EXPECT_EQ(r.error->status, c.status) << c.name;
+  EXPECT_EQ(r.error->param, c.param) << c.name << ": " << r.error->message;
+  EXPECT_EQ(r.error->code, c.code) << c.name << ": " << r.error->message;
+}
+
+#define MSG R"("messages":[{"role":"user","content":"hi"}])"
+INSTANTIATE_TEST_SUITE_P(
+    Table, OpenAiChatRefusals,
+    ::testing::Values(
+        Refusal{"empty body", "", 400, "", "invalid_value"},
+        Refusal{"not json", "{\"model\":", 400, "", "invalid_value"},
+        Refusal{"not an object", "[1,2]", 400, "", "invalid_value"},
+        Refusal{"invalid utf8", "{\"model\":\"\xff\"}", 400, "", "invalid_value"},
+        Refusal{"deep", "{\"model\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}", 400, "", "invalid_value"},
+        Refusal{"no model", "{" MSG "}", 400, "model", "invalid_value"},
+        Refusal{"no messages", R"({"model":"m"})", 400, "messages", "invalid_value"},
+        Refusal{"empty messages", R"({"model":"m","messages":[]})", 400, "messages", "invalid_value"},
+        Refusal{"bad role", R"({"model":"m","messages":[{"role":"robot","content":"x"}]})", 400, "messages[0].role", "invalid_value"},
+        Refusal{"tool role", R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", 400, "messages[0].role", "unsupported_parameter"},
+        Refusal{"name", R"({"model":"m","messages":[{"role":"user","content":"x","name":"bob"}]})", 400, "messages[0].name", "unsupported_parameter"},
+        Refusal{"image part", R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})", 400, "messages[0].content[0].type", "unsupported_parameter"},
+        Refusal{"tools", R"({"model":"m",)" MSG R"(,"tools":[]})", 400, "tools", "unsupported_parameter"},
+        Refusal{"response_format", R"({"model":"m",)" MSG R"(,"response_format":{"type":"json_schema"}})", 400, "response_format", "unsupported_parameter"},
+        Refusal{"n=2", R"({"model":"m",)" MSG R"(,"n":2})", 400, "n", "unsupported_parameter"},
+        Refusal{"logprobs", R"({"model":"m",)" MSG R"(,"logprobs":true})", 400, "logprobs", "unsupported_parameter"},
+        Refusal{"presence", R"({"model":"m",)" MSG R"(,"presence_penalty":0.5})", 400, "presence_penalty", "unsupported_parameter"},
+        Refusal{"logit_bias", R"({"model":"m",)" MSG R"(,"logit_bias":{"1":2}})", 400, "logit_bias", "unsupported_parameter"},
+        Refusal{"unknown", R"({"model":"m",)" MSG R"(,"frobnicate":1})", 400, "frobnicate", "unknown_parameter"},
+        Refusal{"temperature range", R"({"model":"m",)" MSG R"(,"temperature":3})", 400, "temperature", "invalid_value"},
+        Refusal{"max_tokens type", R"({"model":"m",)" MSG R"(,"max_tokens":"many"})", 400, "max_tokens", "invalid_value"},
+        Refusal{"max_tokens 0", R"({"model":"m",)" MSG R"(,"max_tokens":0})", 400, "max_tokens", "invalid_value"},
+        Refusal{"both maxes differ", R"({"model":"m",)" MSG R"(,"max_tokens":5,"max_completion_tokens":6})", 400, "max_completion_tokens", "invalid_value"},
+        Refusal{"five stops", R"({"model":"m",)" MSG R"(,"stop":["a","b","c","d","e"]})", 400, "stop", "invalid_value"},
+        Refusal{"empty stop", R"({"model":"m",)" MSG R"(,"stop":""})", 400, "stop", "invalid_value"},
+        Refusal{"stream_options without stream", R"({"model":"m",)" MSG R"(,"stream_options":{"include_usage":true}})", 400, "stream_options", "invalid_value"},
+        Refusal{"unknown stream option", R"({"model":"m",)" MSG R"(,"stream":true,"stream_options":{"x":1}})", 400, "stream_options.x", "unknown_parameter"},
+        Refusal{"tandem ext typo", R"({"model":"m",)" MSG R"(,"tandem":{"allow_cpuu":true}})", 400, "tandem.allow_cpuu", "unknown_parameter"},
+        Refusal{"tandem deadline", R"({"model":"m",)" MSG R"(,"tandem":{"deadline_ms":0}})", 400, "tandem.deadline_ms", "invalid_value"}));
+
+TEST(OpenAiChat, MapsEveryImplementedField) {
+  auto r = parse_openai_chat(R"({"model":"m","messages":[{"role":"developer","content":"be brief"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"assistant","content":"ok"}],
+      "stream":true,"stream_options":{"include_usage":true},"stop":"\n","seed":-1,"temperature":0.5,"top_p":0.9,
+      "max_completion_tokens":16,"n":1,"user":"u1","logprobs":false,"presence_penalty":0,"frequency_penalty":0,
+      "logit_bias":{},"tandem":{"allow_cpu":false,"top_k":40,"repetition_penalty":1.1,"deadline_ms":5000,"side_effects":true}})");
+  ASSERT_TRUE(r.ok()) << r.error->message;
+  const auto& c = *r;
+  EXPECT_EQ(c.model, "m");
+  ASSERT_EQ(c.request.messages.size(), 3u);
+  EXPECT_EQ(c.request.messages[0].role, "system");
+  EXPECT_EQ(c.request.messages[1].content, "ab");
+  EXPECT_TRUE(c.stream);
+  EXPECT_TRUE(c.include_usage);
+  const auto& o = c.request.options;
+  EXPECT_EQ(o.stop, std::vector<std::string>{"\n"});
+  EXPECT_EQ(o.seed, 0xffffffffffffffffull);
+  EXPECT_EQ(o.temperature, 0.5);
+  EXPECT_EQ(o.top_p, 0.9);
+  EXPECT_EQ(o.max_tokens, 16u);
+  EXPECT_EQ(o.allow_cpu, false);
+  EXPECT_EQ(o.top_k, 40u);
+  EXPECT_EQ(o.deadline_ms, 5000u);
+  EXPECT_EQ(o.side_effects, true);
+  EXPECT_EQ(c.user, "u1");
+}
+
+TEST(OpenAiChat, NullMeansAbsent) {
+  auto r = parse_openai_chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":null,"tools":null,"n":null})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->request.options.temperature);
+}
+
+TEST(OpenAiCompletion, PromptForms) {
+  EXPECT_EQ(parse_openai_completion(R"({"model":"m","prompt":"abc"})")->request.prompt, "abc");
+  EXPECT_EQ(parse_openai_completion(R"({"model":"m","prompt":["abc"]})")->request.prompt, "abc");
+  EXPECT_EQ(parse_openai_completion(R"({"model":"m","prompt":[1,2,3]})").error->code, "unsupported_parameter");
+  EXPECT_EQ(parse_openai_completion(R"({"model":"m","prompt":["a","b"]})").error->code, "unsupported_parameter");
+  EXPECT_EQ(parse_openai_completion(R"({"model":"m","prompt":""})").error->param, "prompt");
+  EXPECT_EQ(parse_openai_completion(R"({"model":"m","prompt":"x","echo":true})").error->param, "echo");
+  EXPECT_EQ(parse_openai_completion(R"({"model":"m","prompt":"x","suffix":"y"})").error->param, "suffix");
+  EXPECT_TRUE(parse_openai_completion(R"({"model":"m","prompt":"x","echo":false,"best_of":1})").ok());
+}
+
+TEST(Ollama, ChatAndGenerate) {
+  auto c = parse_ollama_chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "options":{"num_predict":7,"temperature":0.2,"top_k":5,"seed":3,"stop":["a"],"repeat_penalty":1.2},"keep_alive":"5m"})");
+  ASSERT_TRUE(c.ok()) << c.error->message;
+  EXPECT_TRUE(c->stream);  // Ollama streams by default
+  EXPECT_EQ(c->request.options.max_tokens, 7u);
+  EXPECT_EQ(c->request.options.repetition_penalty, 1.2);
+  EXPECT_EQ(c->keep_alive, "5m");
+  EXPECT_FALSE(c->load_only);
+  EXPECT_TRUE(parse_ollama_chat(R"({"model":"m"})")->load_only);
+  EXPECT_FALSE(parse_ollama_chat(R"({"model":"m","options":{"num_predict":-1}})")->request.options.max_tokens);
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","options":{"num_ctx":8192}})").error->param, "options.num_ctx");
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","options":{"nope":1}})").error->code, "unknown_parameter");
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","format":"json"})").error->param, "format");
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","messages":[{"role":"user","content":"x","images":["aGk="]}]})").error->param,
+            "messages[0].images");
+  auto g = parse_ollama_generate(R"({"model":"m","prompt":"p","system":"s","stream":false})");
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g->request.messages.size(), 2u);  // templated like Ollama: system + user turn
+  EXPECT_EQ(g->request.messages[1].content, "p");
+  auto raw = parse_ollama_generate(R"({"model":"m","prompt":"p","raw":true})");
+  EXPECT_EQ(raw->request.prompt, "p");
+  EXPECT_TRUE(raw->request.messages.empty());
+  EXPECT_TRUE(parse_ollama_generate(R"({"model":"m"})")->load_only);
+  EXPECT_EQ(parse_ollama_generate(R"({"model":"m","prompt":"p","context":[1,2]})").error->param, "context");
+}
+
+TEST(Embeddings, Inputs) {
+  auto a = parse_openai_embeddings(R"({"model":"e","input":["x","y"],"encoding_format":"base64","dimensions":8})");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->inputs.size(), 2u);
+  EXPECT_TRUE(a->base64);
+  EXPECT_EQ(a->dimensions, 8u);
+  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[1,2]})").error->code, "unsupported_parameter");
+  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[[1,2]]})").error->code, "unsupported_parameter");
+  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":""})").error->param, "input");
+  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[]})").error->param, "input");
+  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":"x","encoding_format":"hex"})").error->param, "encoding_format");
+  auto img = parse_openai_embeddings(R"({"model":"e","input":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAEC"}}]})");
+  ASSERT_TRUE(img.ok()) << img.error->message;
+  EXPECT_TRUE(img->inputs[0].image);
+  EXPECT_EQ(img->inputs[0].bytes, (std::vector<std::uint8_t>{0, 1, 2}));
+  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]})").error->code,
+            "unsupported_parameter");
+  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[{"type":"image_url","image_url":{"url":"data:image/png;base64,@@@@"}}]})").error->param,
+            "input[0].image_url.url");
+  auto legacy = parse_ollama_embed(R"({"model":"e","prompt":"x"})", true);
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_EQ(legacy->inputs[0].text, "x");
+  EXPECT_EQ(parse_ollama_embed(R"({"model":"e","input":"x","options":{"temperature":1}})", false).error->param, "options");
+}
+
+TEST(Base64, RoundTripAndRejects) {
+  for (std::size_t n = 0; n < 40; ++n) {
+    std::vector<std::uint8_t> b(n);
+    for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::uint8_t>(i * 37 + 11);
+    auto s = base64_encode(b.data(), b.size());
+    EXPECT_EQ(base64_decode(s), b) << n;
+  }
+  EXPECT_EQ(base64_encode(reinterpret_cast<const std::uint8_t*>("hello"), 5), "aGVsbG8=");
+  for (const char* bad : {"a", "ab=c", "====", "a===", "ab!d", "aGVsbG8=aGVs"}) EXPECT_FALSE(base64_decode(bad)) << bad;
+}
+
+TEST(Errors, TandemdErrorsMapToHonestStatuses) {
+  struct Row {
+    const char* name;
+    int status;
+    const char* code;
+  };
+  for (const Row& r : {Row{"io.tandem.Tandem1.Error.InvalidArgument", 400, "invalid_value"},
+                       Row{"io.tandem.Tandem1.Error.UnknownModel", 404, "model_not_found"},
+                       Row{"io.tandem.Tandem1.Error.NotAuthorized", 403, "not_authorized"},
+                       Row{"io.tandem.Tandem1.Error.Busy", 503, "busy"},
+                       Row{"io.tandem.Tandem1.Error.QueueFull", 503, "queue_full"},
+                       Row{"io.tandem.Tandem1.Error.HostMemory", 503, "host_memory"},
+                       Row{"io.tandem.Tandem1.Error.Duplicate", 409, "duplicate"},
+                       Row{"io.tandem.Tandem1.Error.Timeout", 504, "timeout"},
+                       Row{"io.tandem.Tandem1.Error.Internal", 500, "internal"},
+                       Row{"org.freedesktop.DBus.Error.ServiceUnknown", 503, "tandemd_unavailable"},
+                       Row{"org.freedesktop.DBus.Error.AccessDenied", 403, "access_denied"}}) {
+    auto e = error_from_remote(client::parse_remote_error(r.name, "why"));
+    EXPECT_EQ(e.status, r.status) << r.name;
+    EXPECT_EQ(e.code, r.code) << r.name;
+    if (e.status == 503) EXPECT_TRUE(e.retry_after_ms) << r.name;
+  }
+  auto res = error_from_remote(client::parse_remote_error("io.tandem.Tandem1.Error.Resumable", "failed; job=12; tokens=3; retry_after_ms=100"));
+  EXPECT_EQ(res.job, 12u);
+  auto j = error_json(res, Flavor::openai);
+  EXPECT_EQ(j["tandem"]["resume"], "/tandem/v1/jobs/12/resume");
+  EXPECT_TRUE(error_json(res, Flavor::ollama)["error"].is_string());
+  EXPECT_EQ(retry_after_seconds(0), "1");
+  EXPECT_EQ(retry_after_seconds(1000), "1");
+  EXPECT_EQ(retry_after_seconds(1001), "2");
+}
+
+TEST(KeyRingTest, ParseAuthenticateRefuse) {
+  const std::string line = KeyRing::line_for("laptop", "s3cret");
+  auto k = KeyRing::parse("# keys\n\n" + line + "\n" + KeyRing::line_for("phone", "other") + "\n");
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  EXPECT_EQ(k->size(), 2u);
+  EXPECT_EQ(k->authenticate("Bearer s3cret"), "laptop");
+  EXPECT_EQ(k->authenticate("Bearer other"), "phone");
+  EXPECT_FALSE(k->authenticate("Bearer wrong"));
+  EXPECT_FALSE(k->authenticate("Basic s3cret"));
+  EXPECT_FALSE(k->authenticate("Bearer "));
+  EXPECT_FALSE(KeyRing::parse("laptop sha256:abc").ok());
+  EXPECT_FALSE(KeyRing::parse("bad/name " + line.substr(line.find(' ') + 1)).ok());
+  EXPECT_FALSE(KeyRing::parse(line + "\n" + line).ok());  // duplicate
+  EXPECT_FALSE(KeyRing::parse("onlyname").ok());
+}
+
+TEST(JobViewTest, FinishedTextAndUnsent) {
+  JobView v;
+  client::SubmitResult s;
+  s.job_id = 3;
+  s.placement.route = "gpu";
+  v.accepted(s);
+  client::JobUpdate t;
+  t.kind = "tokens";
+  t.text = "ab";
+  t.tokens = std::vector<std::int32_t>{1, 2};
+  v.update(t);
+  EXPECT_EQ(v.take_unsent(), "ab");
+  EXPECT_EQ(v.take_unsent(), "");
+  client::JobUpdate f;
+  f.kind = "finished";
+  f.state = "completed";
+  f.finish_reason = "eos";
+  f.text = "abcd";
+  f.tokens_total = 4;
+  v.update(f);
+  EXPECT_EQ(v.take_unsent(), "cd");
+  EXPECT_EQ(v.completion_tokens(), 4u);
+  EXPECT_EQ(openai_finish_reason(v.finish_reason()), "stop");
+  client::JobUpdate m;
+  m.kind = "migrated";
+  m.to = "cpu";
+  EXPECT_TRUE(v.update(m));
+  EXPECT_EQ(v.tandem_json()["routes"], json::array({"gpu", "cpu"}));
+}
+
+TEST(MetricsTest, RendersCountersAndEscapes) {
+  Metrics m;
+  m.request("/v1/chat/completions", "gpu", 200);
+  m.request("/v1/chat/completions", "gpu", 200);
+  m.tokens("cpu", 12);
+  m.refused("auth");
+  client::ServiceStatus st;
+  st.state = "normal";
+  st.degraded_reason = "a\"b";
+  st.gpu_breaker = "closed";
+  client::MemoryInfo mem;
+  mem.total = 100;
+  mem.foreign = 10;
+  st.memory = mem;
+  const std::string t = m.render(st, true);
+  EXPECT_NE(t.find("tandem_http_requests_total{endpoint=\"/v1/chat/completions\",route=\"gpu\",status=\"200\"} 2"), std::string::npos);
+  EXPECT_NE(t.find("tandem_generation_tokens_total{route=\"cpu\"} 12"), std::string::npos);
+  EXPECT_NE(t.find("tandem_degraded{reason=\"a\\\"b\"} 0"), std::string::npos);
+  EXPECT_NE(t.find("tandem_gpu_breaker{state=\"closed\"} 1"), std::string::npos);
+  EXPECT_NE(t.find("tandem_gpu_memory_bytes{kind=\"foreign\"} 10"), std::string::npos);
+  EXPECT_NE(t.find("tandem_up 1"), std::string::npos);
+  EXPECT_NE(m.render(std::nullopt, false).find("tandem_up 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::http
