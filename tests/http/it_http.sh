@@ -10,7 +10,8 @@ TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3 TANDEM_HTTP=$4
 source "$(dirname "$0")/../daemon/integration/lib.sh"
 NODE_DIR="$(cd "$(dirname "$0")/node" && pwd)"
 
-tandem_setup
+# A CPU queue of one running and one waiting job, so "queue full" is reachable once the GPU is lost.
+tandem_setup "$(printf '[cpu_queue]\ncapacity = 1\nconcurrency = 1\n')"
 T_FAST_STOP=1
 
 # --- tandem-http on a free loopback port ----------------------------------------------------------------------------
@@ -128,6 +129,21 @@ curl -sN "$B/api/generate" -d '{"model":"default","prompt":"Hi","options":{"num_
 head -1 "$T_DIR/nd.txt" | jq -e '.tandem.route == "cpu" and .tandem.degraded == true' >/dev/null || hfail "degraded: the NDJSON stream's first line does not say cpu: $(cat "$T_DIR/nd.txt")"
 curl -s "$B/metrics" | grep -q '^tandem_degraded{reason="[^"]\+"} 1' || hfail "/metrics does not show degraded"
 note "degraded: headers, tandem object, NDJSON event and /metrics say cpu + $(jq -r .tandem.degraded_reason <<<"$body")"
+
+# --- queue full -> 503 with Retry-After; the clients that hang up get their jobs cancelled ------------------------------
+long='{"model":"default","messages":[{"role":"user","content":"Tell a story"}],"max_tokens":1000,"stream":true}'
+curl -sN "$B/v1/chat/completions" -d "$long" >"$T_DIR/qa.txt" & qa=$!; bg_track "$qa"
+wait_for 20 "the first CPU stream running" sh -c "grep -q '^data: {' $T_DIR/qa.txt"
+curl -sN "$B/v1/chat/completions" -d "$long" >"$T_DIR/qb.txt" & qb=$!; bg_track "$qb"
+wait_for 20 "the second stream queued" sh -c "grep -q '^: tandem' $T_DIR/qb.txt"
+[ "$(code -D "$hdr" "$B/v1/chat/completions" -d "$long")" = 503 ] || hfail "a full CPU queue is not 503: $(cat "$T_DIR/err.json")"
+grep -qi '^Retry-After: [0-9]' "$hdr" || hfail "the 503 has no Retry-After: $(cat "$hdr")"
+jq -e '.error.code == "queue_full" or .error.code == "busy"' "$T_DIR/err.json" >/dev/null || hfail "queue full: $(cat "$T_DIR/err.json")"
+ja=$(sed -n 's/^: tandem //p' "$T_DIR/qa.txt" | head -1 | jq .job); jb=$(sed -n 's/^: tandem //p' "$T_DIR/qb.txt" | head -1 | jq .job)
+kill "$qa" "$qb"; wait "$qa" "$qb" 2>/dev/null || true
+[ "$(wait_job "$ja" 100)" = cancelled ] && [ "$(wait_job "$jb" 100)" = cancelled ] ||
+  hfail "the hung-up clients' jobs $ja/$jb are $(jget "$ja" state)/$(jget "$jb" state), not cancelled"
+note "queue full: 503 + Retry-After $(sed -n 's/^Retry-After: //Ip' "$hdr" | tr -d '\r') s ($(jq -r .error.code "$T_DIR/err.json")); hung-up jobs $ja (running) and $jb (queued) cancelled"
 btest RecoverDevice >/dev/null
 
 # --- tandemd restarted mid-stream: a resumable error event naming the job --------------------------------------------
@@ -144,4 +160,17 @@ jq -e '.error.code == "resumable" and (.tandem.job > 0) and (.tandem.resume | st
   hfail "no resumable error event naming the job: $ev"
 [ "$(code "$B/health")" = 503 ] || hfail "/health is not 503 while tandemd is gone"
 note "tandemd killed mid-stream: $(jq -c '{code: .error.code, job: .tandem.job, resume: .tandem.resume}' <<<"$ev"); /health 503"
+
+# --- tandemd back: the resumable job is resumed over HTTP, and the new job finishes ------------------------------------
+tandem_start
+wait_for 30 "tandem-http reconnected" sh -c "curl -sf $B/health >/dev/null"
+rj=$(jq -r .tandem.job <<<"$ev")
+st=$(wait_job "$rj" 50) || true
+[ "$st" = failed ] || hfail "the interrupted job $rj is $st after the restart, not failed (resumable)"
+res=$(curl -s -D "$hdr" "$B$(jq -r .tandem.resume <<<"$ev")" -d '{"format":"openai_chat"}')
+nj=$(jq -r .tandem.job <<<"$res")
+[ -n "$nj" ] && [ "$nj" != null ] && [ "$nj" != "$rj" ] || hfail "resume did not answer with a new job: $res"
+[ "$(jq -r '.choices[0].finish_reason' <<<"$res")" = length ] || hfail "the resumed job did not complete: $res"
+[ "$(job "$nj" | jq -j .text)" = "$(jq -j '.choices[0].message.content' <<<"$res")" ] || hfail "the resumed job's text != GetJob($nj)"
+note "resumed job $rj as job $nj over POST /tandem/v1/jobs/$rj/resume: completed"
 echo "PASS"
