@@ -5,8 +5,9 @@
 #   1. one stream: TTFT and decode tokens/s through the gateway (POST /v1/chat/completions, stream: true, timed in the
 #      client from the request to the first content chunk; decode = usage.completion_tokens after the first over
 #      first → last chunk) vs the ring path with the same model, messages, seed, temperature 0 and max_tokens;
-#   2. N (64) concurrent streams: aggregate tokens/s and p50/p95 inter-token gap, gateway vs ring;
-#   3. tandem-http's VmRSS / VmHWM and CPU time (utime+stime) per 1,000 streamed tokens over the N-stream run;
+#   2. N (64) concurrent streams: aggregate tokens/s and p50/p95 inter-token gap, gateway vs ring, in rounds run in
+#      ABBA order (gateway, ring, ring, gateway), each side's best round shown (other load only slows a round down);
+#   3. tandem-http's VmRSS / VmHWM and CPU time (utime+stime) per 1,000 streamed tokens over its N-stream rounds;
 #   4. requests/s of GET /health and of a 1-token chat completion with a keep-alive client (8 in flight, 5 s).
 # The ring baseline is `tandemctl --json run --chat` (the existing native client: one ring session per process,
 # JSON lines flushed per update and timestamped by the driver on arrival). It cannot show when it submits (its
@@ -19,7 +20,8 @@
 # updates sent as they come (token_flush_interval_ms = 0), gpu_queue concurrency = N; journal fsync on (default).
 #
 #   bash bench/http/gateway.sh [--build DIR] [--preset tiny|134m] [--route gpu|cpu] [--tokens 64] [--streams 64]
-#                              [--reps 9] [--duration 5] [--concurrency 8] [--no-dbus-ref] [--json-out FILE]
+#                              [--reps 9] [--rounds 2] [--duration 5] [--concurrency 8] [--no-dbus-ref]
+#                              [--json-out FILE]
 # Defaults: the generated 'tiny' model (tandem-mkmodel --preset tiny, shared with the integration tests), the
 # simulated-GPU route; about a minute on 2 cores. --preset 134m: the benchmark shape of bench/daemon/streams.sh
 # (minutes). --route cpu: the model without an accelerator replica (every job on the CPU route).
@@ -27,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-BUILD=build PRESET=tiny ROUTE=gpu TOKENS=64 STREAMS=64 REPS=9 DURATION=5 CONC=8 DBUS_REF=1 JSON_OUT=""
+BUILD=build PRESET=tiny ROUTE=gpu TOKENS=64 STREAMS=64 REPS=9 ROUNDS=2 DURATION=5 CONC=8 DBUS_REF=1 JSON_OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$2; shift 2;;
@@ -36,6 +38,7 @@ while [ $# -gt 0 ]; do
     --tokens) TOKENS=$2; shift 2;;
     --streams) STREAMS=$2; shift 2;;
     --reps) REPS=$2; shift 2;;
+    --rounds) ROUNDS=$2; shift 2;;
     --duration) DURATION=$2; shift 2;;
     --concurrency) CONC=$2; shift 2;;
     --no-dbus-ref) DBUS_REF=0; shift;;
@@ -46,11 +49,12 @@ while [ $# -gt 0 ]; do
 done
 case "$PRESET" in tiny|134m) ;; *) echo "gateway.sh: --preset tiny or 134m" >&2; exit 2;; esac
 case "$ROUTE" in gpu|cpu) ;; *) echo "gateway.sh: --route gpu or cpu" >&2; exit 2;; esac
-for n in "$TOKENS" "$STREAMS" "$REPS" "$DURATION" "$CONC"; do
+for n in "$TOKENS" "$STREAMS" "$REPS" "$ROUNDS" "$DURATION" "$CONC"; do
   [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] || { echo "gateway.sh: counts must be positive integers" >&2; exit 2; }
 done
 [ "$TOKENS" -ge 2 ] || { echo "gateway.sh: --tokens must be at least 2 (a decode rate needs two tokens)" >&2; exit 2; }
-[ "$STREAMS" -le 1024 ] && [ "$DURATION" -le 60 ] && [ "$CONC" -le 256 ] || { echo "gateway.sh: at most 1024 streams, 60 s, 256 in flight" >&2; exit 2; }
+[ "$STREAMS" -le 1024 ] && [ "$DURATION" -le 60 ] && [ "$CONC" -le 256 ] && [ "$REPS" -le 100 ] && [ "$ROUNDS" -le 10 ] ||
+  { echo "gateway.sh: at most 1024 streams, 60 s, 256 in flight, 100 reps, 10 rounds" >&2; exit 2; }
 for tool in node dbus-daemon busctl curl; do
   command -v "$tool" >/dev/null || { echo "gateway.sh: $tool is not installed" >&2; exit 2; }
 done
@@ -107,11 +111,11 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 simd=$(lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -xE 'sse4_2|avx|avx2|fma|f16c|avx512f|avx512bw|avx512_vnni|avx512_bf16|amx_tile|amx_bf16' | tr '\n' ' ')
 busy=$(ps -eo comm= | grep -cE '^(cc1plus|ninja|ld|c\+\+|make)$' || true)
 echo "CPU: ${cpu:-unknown}, $(nproc) cores; SIMD flags: ${simd:-none of the listed}"
-echo "flags: preset $PRESET ($T_MODEL), route $ROUTE (simulated accelerator$([ "$ROUTE" = cpu ] && echo ' present, model gpu = false')), tokens $TOKENS, streams $STREAMS, reps $REPS, requests ${DURATION} s x $CONC in flight, seed 7, temperature 0, journal fsync on, token_flush_interval_ms 0"
+echo "flags: preset $PRESET ($T_MODEL), route $ROUTE (simulated accelerator$([ "$ROUTE" = cpu ] && echo ' present, model gpu = false')), tokens $TOKENS, streams $STREAMS, reps $REPS, rounds $ROUNDS, requests ${DURATION} s x $CONC in flight, seed 7, temperature 0, journal fsync on, token_flush_interval_ms 0"
 echo "processes: tandemd $T_DAEMON_PID, tandem-http $H_PID on 127.0.0.1:$PORT; $(node --version); compiler/build processes running now: $busy"
 
 args=(--base "http://127.0.0.1:$PORT" --tandemctl "$TANDEMCTL" --bus "$T_ADDR" --http-pid "$H_PID"
-      --daemon-pid "$T_DAEMON_PID" --tokens "$TOKENS" --streams "$STREAMS" --reps "$REPS" --duration "$DURATION"
+      --daemon-pid "$T_DAEMON_PID" --tokens "$TOKENS" --streams "$STREAMS" --reps "$REPS" --rounds "$ROUNDS" --duration "$DURATION"
       --concurrency "$CONC" --clk-tck "$(getconf CLK_TCK)" --route "$ROUTE")
 if [ "$DBUS_REF" = 1 ]; then
   if [ -x "$BENCH_STREAMS" ]; then args+=(--bench-streams "$BENCH_STREAMS")
