@@ -207,8 +207,10 @@ std::optional<std::vector<ReplicaInfo>> as_replicas(const sdbus::Variant& v) {
     rd.s("state", r.state);
     rd.s("mode", r.mode);
     rd.u("layers", r.layers);
-    rd.t("weight_bytes", r.weight_bytes);
+    rd.t("accel_bytes", r.accel_bytes);
+    rd.t("host_bytes", r.host_bytes);
     rd.s("fingerprint", r.fingerprint);
+    rd.s("error", r.error);
     out.push_back(std::move(r));
   }
   return out;
@@ -271,6 +273,15 @@ JobInfo job_from_dbus(const VariantMap& m) {
   JobInfo j;
   Reader r(m, j.unparsed);
   r.t("id", j.id);
+  r.s("action", j.action);
+  r.s("detail", j.detail);
+  r.s("fingerprint", j.fingerprint);
+  r.b("fallback_model", j.fallback_model);
+  r.d("expected_slowdown", j.expected_slowdown);
+  r.u("gpu_layers", j.gpu_layers);
+  r.u("max_new_tokens", j.max_new_tokens);
+  r.u("prefill_chunk", j.prefill_chunk);
+  r.u("prompt_tokens", j.prompt_tokens);
   r.s("state", j.state);
   r.s("model", j.model);
   r.s("route", j.route);
@@ -326,6 +337,13 @@ ModelInfo model_from_dbus(const VariantMap& m) {
   r.u("dim", i.dim);
   r.u("image_size", i.image_size);
   r.as("modalities", i.modalities);
+  r.s("template", i.template_name);
+  r.s("dtype", i.dtype);
+  r.t("weight_bytes", i.weight_bytes);
+  r.st("placement_bytes", i.placement_bytes);
+  r.as("languages", i.languages);
+  r.t("window_ms", i.window_ms);
+  r.b("translate", i.translate);
   return i;
 }
 
@@ -448,6 +466,7 @@ HostMemoryInfo host_memory_from_dbus(const VariantMap& m) {
   HostMemoryInfo h;
   Reader r(m, h.unparsed);
   r.t("budget", h.budget);
+  r.s("bound", h.bound);
   r.t("configured_budget", h.configured_budget);
   r.t("cgroup_max", h.cgroup_max);
   r.t("mem_available", h.mem_available);
@@ -475,6 +494,7 @@ ServiceStatus status_from_dbus(const VariantMap& properties) {
   r.read("Holds", s.holds, as_holds, "a(sssx)");
   r.s("FallbackModel", s.fallback_model);
   r.s("Version", s.version);
+  r.st("Rings", s.rings);
   return s;
 }
 
@@ -489,6 +509,7 @@ ModelDetails model_details_from_dbus(const VariantMap& properties) {
   r.s("Fallback", d.fallback);
   r.u("MaxContext", d.max_context);
   r.s("Template", d.template_name);
+  r.s("Kind", d.kind);
   return d;
 }
 

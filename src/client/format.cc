@@ -797,7 +797,9 @@ std::string format_model_details(const ModelDetails& m) {
       std::string t = r.device.value_or("?") + ": " + r.state.value_or("?");
       if (r.mode) t += ", mode " + *r.mode;
       if (r.layers) t += ", " + std::to_string(*r.layers) + " layers on the accelerator";
-      if (r.weight_bytes) t += ", weights " + format_bytes(*r.weight_bytes);
+      if (r.accel_bytes && *r.accel_bytes) t += ", " + format_bytes(*r.accel_bytes) + " on the accelerator";
+      if (r.host_bytes && *r.host_bytes) t += ", " + format_bytes(*r.host_bytes) + " on the host";
+      if (r.error && !r.error->empty()) t += ", error: " + *r.error;
       if (r.fingerprint && m.fingerprint && *r.fingerprint != *m.fingerprint)
         t += ", FINGERPRINT DIFFERS " + *r.fingerprint;
       if (first)

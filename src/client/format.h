@@ -62,6 +62,7 @@ struct MemoryInfo {
 
 struct HostMemoryInfo {
   std::optional<std::uint64_t> budget;
+  std::optional<std::string> bound;  // what sets the budget (the configured budget, cgroup memory.max, MemAvailable)
   std::optional<std::uint64_t> configured_budget;
   std::optional<std::uint64_t> cgroup_max;
   std::optional<std::uint64_t> mem_available;
@@ -100,6 +101,7 @@ struct ServiceStatus {
   std::optional<std::vector<HoldInfo>> holds;
   std::optional<std::string> fallback_model;
   std::optional<std::string> version;
+  std::optional<std::map<std::string, std::uint64_t>> rings;  // property Rings: ring session counters
   Unparsed unparsed;  // properties not known or of an unexpected type
 
   // State is degraded or unavailable.
@@ -231,6 +233,11 @@ struct JobInfo {
   std::optional<std::uint64_t> audio_ms, audio_done_ms;
   std::optional<std::string> language;
   std::optional<double> realtime_factor;
+  // The placement as Submit answered it (GetJob repeats it).
+  std::optional<std::string> action, detail, fingerprint;
+  std::optional<bool> fallback_model;
+  std::optional<double> expected_slowdown;
+  std::optional<std::uint32_t> gpu_layers, max_new_tokens, prefill_chunk, prompt_tokens;
   Unparsed unparsed;
 };
 
@@ -252,6 +259,14 @@ struct ModelInfo {
   std::optional<std::uint32_t> dim;         // vector width
   std::optional<std::uint32_t> image_size;  // pixels per side of the image input
   std::optional<std::vector<std::string>> modalities;  // text, image
+  std::optional<std::string> template_name;  // key "template"
+  std::optional<std::string> dtype;
+  std::optional<std::uint64_t> weight_bytes;
+  std::optional<std::map<std::string, std::uint64_t>> placement_bytes;  // storage, host, gpu
+  // Speech models only.
+  std::optional<std::vector<std::string>> languages;
+  std::optional<std::uint64_t> window_ms;
+  std::optional<bool> translate;
   Unparsed unparsed;
 };
 
@@ -277,8 +292,10 @@ struct ReplicaInfo {
   std::optional<std::string> state;   // loaded | unloaded | lost | loading
   std::optional<std::string> mode;    // warm | mmap | on_demand (CPU)
   std::optional<std::uint32_t> layers;
-  std::optional<std::uint64_t> weight_bytes;
+  std::optional<std::uint64_t> accel_bytes;  // weights + KV pool on the accelerator
+  std::optional<std::uint64_t> host_bytes;   // resident on the host
   std::optional<std::string> fingerprint;
+  std::optional<std::string> error;          // the last load error
   Unparsed unparsed;
 };
 
@@ -292,6 +309,7 @@ struct ModelDetails {
   std::optional<std::string> fallback;
   std::optional<std::uint32_t> max_context;
   std::optional<std::string> template_name;  // property "Template"
+  std::optional<std::string> kind;           // property "Kind"
   Unparsed unparsed;
 };
 

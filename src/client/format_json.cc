@@ -64,6 +64,7 @@ json to_json(const MemoryInfo& m) {
 json to_json(const HostMemoryInfo& h) {
   json j = json::object();
   put(j, "budget", h.budget);
+  put(j, "bound", h.bound);
   put(j, "configured_budget", h.configured_budget);
   put(j, "cgroup_max", h.cgroup_max);
   put(j, "mem_available", h.mem_available);
@@ -102,6 +103,7 @@ json to_json(const ServiceStatus& s) {
   }
   put(j, "fallback_model", s.fallback_model);
   put(j, "version", s.version);
+  put(j, "rings", s.rings);
   j["degraded"] = s.degraded();
   put_unparsed(j, s.unparsed);
   return j;
@@ -234,6 +236,15 @@ json to_json(const JobInfo& i) {
   put(j, "side_effects", i.side_effects);
   put(j, "degraded", i.degraded);
   j["resumable"] = i.state.value_or("") == "failed" && i.checkpoint.has_value();
+  put(j, "action", i.action);
+  put(j, "detail", i.detail);
+  put(j, "fingerprint", i.fingerprint);
+  put(j, "fallback_model", i.fallback_model);
+  put(j, "expected_slowdown", i.expected_slowdown);
+  put(j, "gpu_layers", i.gpu_layers);
+  put(j, "max_new_tokens", i.max_new_tokens);
+  put(j, "prefill_chunk", i.prefill_chunk);
+  put(j, "prompt_tokens", i.prompt_tokens);
   put_unparsed(j, i.unparsed);
   return j;
 }
@@ -252,6 +263,13 @@ json to_json(const ModelInfo& m) {
   put(j, "dim", m.dim);
   put(j, "image_size", m.image_size);
   put(j, "modalities", m.modalities);
+  put(j, "template", m.template_name);
+  put(j, "dtype", m.dtype);
+  put(j, "weight_bytes", m.weight_bytes);
+  put(j, "placement_bytes", m.placement_bytes);
+  put(j, "languages", m.languages);
+  put(j, "window_ms", m.window_ms);
+  put(j, "translate", m.translate);
   put_unparsed(j, m.unparsed);
   return j;
 }
@@ -289,8 +307,10 @@ json to_json(const ModelDetails& m) {
       put(x, "state", r.state);
       put(x, "mode", r.mode);
       put(x, "layers", r.layers);
-      put(x, "weight_bytes", r.weight_bytes);
+      put(x, "accel_bytes", r.accel_bytes);
+      put(x, "host_bytes", r.host_bytes);
       put(x, "fingerprint", r.fingerprint);
+      put(x, "error", r.error);
       put_unparsed(x, r.unparsed);
       a.push_back(x);
     }
@@ -300,6 +320,7 @@ json to_json(const ModelDetails& m) {
   put(j, "fallback", m.fallback);
   put(j, "max_context", m.max_context);
   put(j, "template", m.template_name);
+  put(j, "kind", m.kind);
   put_unparsed(j, m.unparsed);
   return j;
 }

@@ -472,7 +472,8 @@ TEST(Convert, ModelObjectAndPath) {
   VariantMap replica = {{"device", Variant(std::string("cpu"))},
                         {"state", Variant(std::string("loaded"))},
                         {"mode", Variant(std::string("mmap"))},
-                        {"weight_bytes", Variant(std::uint64_t{3} << 20)}};
+                        {"accel_bytes", Variant(std::uint64_t{0})},
+                        {"host_bytes", Variant(std::uint64_t{3} << 20)}};  // the keys tandemd's Replicas carry
   VariantMap props = {{"Name", Variant(std::string("tiny"))},
                       {"Replicas", Variant(std::vector<VariantMap>{replica})},
                       {"Placement", Variant(std::map<std::string, std::uint64_t>{{"host", 1}, {"gpu", 2}})},
@@ -486,8 +487,9 @@ TEST(Convert, ModelObjectAndPath) {
   EXPECT_TRUE(d.unparsed.empty());
   nlohmann::json j = to_json(d);
   EXPECT_EQ(j["template"], "chatml");
-  EXPECT_EQ(j["replicas"][0]["weight_bytes"], 3u << 20);
-  EXPECT_TRUE(contains(format_model_details(d), "cpu: loaded, mode mmap, weights 3.0 MiB"));
+  EXPECT_TRUE((*d.replicas)[0].unparsed.empty());
+  EXPECT_EQ(j["replicas"][0]["host_bytes"], 3u << 20);
+  EXPECT_TRUE(contains(format_model_details(d), "cpu: loaded, mode mmap, 3.0 MiB on the host"));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
