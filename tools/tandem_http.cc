@@ -256,6 +256,12 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  for (const auto& hp : cfg.listen) {
+    std::string host;
+    std::uint16_t port = 0;
+    if (!split_host_port(hp, host, port))
+      return std::fprintf(stderr, "tandem-http: listen: expected HOST:PORT, got '%s'\n", hp.c_str()), 1;
+  }
   if (check_only) {
     std::printf("tandem-http: %s is valid\n", config_path.empty() ? "the default configuration" : config_path.c_str());
     return 0;
@@ -280,12 +286,33 @@ int main(int argc, char** argv) {
   }
   link.start();
   link.wait_connected(std::chrono::seconds(2));  // READY does not wait for tandemd: /health says 503 until then
-  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
-  signals.async_wait([&](const boost::system::error_code&, int) {
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (sig == SIGHUP) {  // no reload: the configuration is read at start (restart the unit to apply changes)
+      std::fprintf(stderr, "tandem-http: SIGHUP ignored: restart tandem-http to apply a changed configuration\n");
+      return signals.async_wait(on_signal);
+    }
     sd_notify(0, "STOPPING=1");
     server.stop();
     io.stop();
-  });
+  };
+  signals.async_wait(on_signal);
+  // STATUS follows the link to tandemd.
+  boost::asio::steady_timer status_timer(io);
+  bool shown = link.connected();
+  std::function<void(const boost::system::error_code&)> on_status = [&](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (link.connected() != shown) {
+      shown = link.connected();
+      sd_notifyf(0, "STATUS=serving; tandemd %s", shown ? "connected" : "not reachable (reconnecting)");
+      std::fprintf(stderr, "tandem-http: tandemd %s\n", shown ? "connected" : "not reachable (reconnecting)");
+    }
+    status_timer.expires_after(std::chrono::seconds(1));
+    status_timer.async_wait(on_status);
+  };
+  status_timer.expires_after(std::chrono::seconds(1));
+  status_timer.async_wait(on_status);
   std::fprintf(stderr, "tandem-http: serving on %zu socket(s), tandem on %s (%s)\n", fds.size(),
                bus->describe().c_str(), link.connected() ? "connected" : "not reachable yet");
   sd_notifyf(0, "READY=1\nSTATUS=serving; tandemd %s", link.connected() ? "connected" : "not reachable yet");

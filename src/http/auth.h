@@ -1,4 +1,5 @@
-// API keys for tandem-http (docs/http.md "Authentication"): a root-owned file of hashed keys, one per line,
+// API keys for tandem-http (docs/http.md "Authentication"): a file of hashed keys, one per line, readable by the
+// service's user only (owned by tandem-http, mode 0600),
 // "NAME sha256:HEX" (HEX = the SHA-256 of the key; `tandem-http --hash-key` prints a line for a key read from
 // standard input). A request's "Authorization: Bearer KEY" is hashed and compared in constant time; its NAME is the
 // client's identity for per-client limits and idempotency keys. Without a key file, only loopback binds are allowed

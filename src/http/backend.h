@@ -50,6 +50,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual void submit(const client::Request& r, std::shared_ptr<JobSink> sink) = 0;
   virtual void resume(std::uint64_t job, const client::SubmitOptions& overrides, std::shared_ptr<JobSink> sink) = 0;
+  // A transcription of one audio file (r.audio): accepted or refused, then the job's audio/segment/progress
+  // updates and "finished" (whose text is the whole transcript; GetJob has the segments).
+  virtual void transcribe(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) = 0;
   // Cancel (fire and forget: the job's own "finished" update follows when it was running for a sink).
   virtual void cancel(std::uint64_t job) = 0;
   virtual void embed(const client::EmbedRequest& r, std::function<void(Outcome<client::EmbedReply>)> done) = 0;

@@ -2,6 +2,8 @@
 // close, resumable failures), embeddings, models, health, metrics and the /tandem/v1 job endpoints.
 #include "http/gateway.h"
 
+#include "http/job_flow.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cstring>
@@ -36,11 +38,6 @@ std::vector<std::string> names_of(const std::vector<ModelEntry>& ms, bool embedd
   return out;
 }
 
-// An Idempotency-Key header value: 1..200 visible ASCII characters.
-bool valid_key(const std::string& k) {
-  if (k.empty() || k.size() > 200) return false;
-  return std::all_of(k.begin(), k.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-}
 
 Headers merge(Headers a, const Headers& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -48,6 +45,16 @@ Headers merge(Headers a, const Headers& b) {
 }
 
 }  // namespace
+
+ApiResult<std::string> scoped_key(const std::string& client, const std::string& key) {
+  // tandemd takes keys of up to 240 bytes; the scope ("http:<client>:") comes out of that.
+  const std::string scope = "http:" + client + ":";
+  const std::size_t max = 240 - std::min<std::size_t>(scope.size(), 240);
+  const bool visible = std::all_of(key.begin(), key.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  if (key.empty() || key.size() > max || !visible)
+    return invalid_field("Idempotency-Key", "expected 1 to " + std::to_string(max) + " visible ASCII characters");
+  return scope + key;
+}
 
 const ModelEntry* resolve_model(const std::vector<ModelEntry>& models, const std::string& name, bool embedding) {
   auto kind_ok = [&](const ModelEntry& m) { return embedding ? is_embedding(m) : is_llm(m); };
@@ -71,7 +78,7 @@ Gateway::Gateway(Backend& backend, GatewayConfig config) : backend_(backend), cf
 
 std::size_t Gateway::body_limit(const std::string& method, const std::string& path) const {
   if (method == "GET" || method == "HEAD" || method == "DELETE" || method == "OPTIONS") return 0;
-  (void)path;
+  if (path == "/v1/audio/transcriptions" || path == "/v1/audio/translations") return cfg_.max_audio_bytes;
   return cfg_.max_body_bytes;
 }
 
@@ -99,6 +106,18 @@ void Gateway::give_slot(const std::string& client) {
   if (it == in_flight_.end()) return;
   if (it->second <= 1) in_flight_.erase(it);
   else --it->second;
+}
+
+void Gateway::note_job(std::uint64_t job, const std::string& client) {
+  constexpr std::size_t kMaxOwners = 100000;
+  job_owner_[job] = client;
+  while (job_owner_.size() > kMaxOwners) job_owner_.erase(job_owner_.begin());
+}
+
+bool Gateway::may_see_job(std::uint64_t job, const std::string& client) const {
+  if (client == "local") return true;  // no keys: one identity (local processes reach tandemd's D-Bus anyway)
+  auto it = job_owner_.find(job);
+  return it != job_owner_.end() && it->second == client;
 }
 
 void Gateway::with_models(std::function<void(Outcome<std::vector<ModelEntry>>)> done) {
@@ -165,6 +184,8 @@ void Gateway::handle(std::shared_ptr<Exchange> ex) {
       {"/v1/chat/completions", "POST", [&] { generate(ex, Api::openai_chat, p); }},
       {"/v1/completions", "POST", [&] { generate(ex, Api::openai_completion, p); }},
       {"/v1/embeddings", "POST", [&] { embeddings(ex, EmbedApi::openai, p); }},
+      {"/v1/audio/transcriptions", "POST", [&] { transcriptions(ex, false); }},
+      {"/v1/audio/translations", "POST", [&] { transcriptions(ex, true); }},
       {"/api/version", "GET", [&] { json_reply(ex, p, "", 200, {{"version", cfg_.ollama_version}, {"tandem_version", cfg_.version}}); }},
       {"/api/tags", "GET", [&] { ollama_tags(ex, false); }},
       {"/api/ps", "GET", [&] { ollama_tags(ex, true); }},
@@ -192,66 +213,41 @@ void Gateway::handle(std::shared_ptr<Exchange> ex) {
 
 namespace {
 
-class GenerationFlow : public JobSink, public std::enable_shared_from_this<GenerationFlow> {
+class GenerationFlow : public JobFlow {
  public:
   GenerationFlow(Gateway& gw, std::shared_ptr<Exchange> ex, GenerateCall call, std::string endpoint)
-      : gw_(gw), ex_(std::move(ex)), call_(std::move(call)), endpoint_(std::move(endpoint)),
-        flavor_(flavor_of(call_.api)), life_(gw.life()) {
+      : JobFlow(gw, std::move(ex), std::move(endpoint), flavor_of(call.api)), call_(std::move(call)) {
     meta_.api = call_.api;
     meta_.created = std::time(nullptr);
     meta_.model = call_.model;
     meta_.started_unix_ns = unix_ns();
-    t0_ = std::chrono::steady_clock::now();
-  }
-  ~GenerationFlow() override {
-    if (!life_.expired()) release();
   }
 
   // Resolves the model, then submits (or resumes `resume_of`).
   void start(std::uint64_t resume_of = 0) {
-    client_ = ex_->request().client;
-    if (!gw_.take_slot(client_)) {
-      gw_.metrics().refused("streams_per_client");
-      return fail({429, "rate_limit_error", "too_many_requests", "",
-                   "this client has " + std::to_string(gw_.config().max_streams_per_client) +
-                       " requests in flight (max_streams_per_client)", 1000, std::nullopt});
-    }
-    slot_ = true;
-    auto self = shared_from_this();
-    ex_->on_close([self] { self->client_gone(); });
+    if (!begin()) return;
     if (auto it = ex_->request().headers.find("idempotency-key"); it != ex_->request().headers.end()) {
-      if (!valid_key(it->second))
-        return fail(invalid_field("Idempotency-Key", "expected 1 to 200 visible ASCII characters"));
-      // Scoped by client identity: two clients' keys never meet.
-      call_.request.options.idempotency_key = "http:" + client_ + ":" + it->second;
+      auto key = scoped_key(client_, it->second);
+      if (!key.ok()) return fail(*key.error);
+      call_.request.options.idempotency_key = *key;
     }
-    // Token updates are only needed for a stream; a plain reply takes the text from "finished".
-    call_.request.options.stream = call_.stream;
-    if (resume_of) {
-      gw_.backend().resume(resume_of, call_.request.options, self);
-      return;
-    }
+    // Token updates even for a plain reply: its first-token time and eval durations are measured, not guessed.
+    call_.request.options.stream = true;
+    auto self = std::static_pointer_cast<GenerationFlow>(shared_from_this());
+    if (resume_of) return gw_.backend().resume(resume_of, call_.request.options, self);
     gw_.with_models([self](Outcome<std::vector<ModelEntry>> o) { self->with_models(std::move(o)); });
   }
 
-  void accepted(const client::SubmitResult& s) override {
-    view_.accepted(s);
-    meta_.id = (call_.api == Api::openai_chat ? "chatcmpl-" : "cmpl-") + std::to_string(s.job_id);
-    if (meta_.model.empty() && s.placement.model) meta_.model = *s.placement.model;
-    if (gone_) return cancel_job();
-    if (!call_.stream) return;
-    Headers h = merge(gw_.cors_headers(ex_->request()), view_.headers());
-    h.emplace_back("Cache-Control", "no-cache");
-    h.emplace_back("X-Accel-Buffering", "no");
-    ex_->start_stream(200, flavor_ == Flavor::ollama ? "application/x-ndjson" : "text/event-stream", std::move(h));
-    streaming_ = true;
-    gw_.metrics().stream_opened();
-    announce("placement");
+ private:
+  bool streams() const override { return call_.stream; }
+
+  void on_accepted() override {
+    meta_.id = (call_.api == Api::openai_chat ? "chatcmpl-" : "cmpl-") + std::to_string(view_.job());
+    if (meta_.model.empty() && !view_.model().empty()) meta_.model = view_.model();
+    if (call_.stream) start_stream(flavor_ == Flavor::ollama ? "application/x-ndjson" : "text/event-stream");
   }
 
-  void update(const client::JobUpdate& u) override {
-    const bool changed = view_.update(u);
-    if (gone_ || done_) return;
+  void on_update(const client::JobUpdate& u, bool changed) override {
     if (call_.stream) {
       if (changed) announce("change");
       send_text();
@@ -259,27 +255,12 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
     if (u.kind == "finished") finish();
   }
 
-  void degraded(const client::DegradedChange& d) override {
-    if (view_.degraded_change(d) && streaming_ && !done_ && !gone_) announce("change");
+  nlohmann::json ndjson_state(nlohmann::json tandem) const override {
+    json j = stream_chunk(meta_, "", false);
+    j["tandem"] = std::move(tandem);
+    return j;
   }
 
-  void refused(const client::RemoteError& e) override { fail(error_from_remote(e)); }
-
-  void lost(const std::string& why) override {
-    if (done_) return;
-    if (!view_.job()) {
-      return fail({503, "server_error", "tandemd_unavailable", "", "lost tandemd before the job was accepted: " + why, 1000,
-                   std::nullopt});
-    }
-    ApiError e{503, "server_error", "resumable", "",
-               "lost tandemd while job " + std::to_string(view_.job()) + " was open (" + why +
-                   "); the job is kept in tandemd's journal: GET /tandem/v1/jobs/" + std::to_string(view_.job()) +
-                   " reads it, POST " + resume_path(view_.job()) + " resumes it",
-               1000, view_.job()};
-    fail(e);
-  }
-
- private:
   void with_models(Outcome<std::vector<ModelEntry>> o) {
     if (gone_) return;
     if (!o.ok()) return fail(error_from_remote(o.error));
@@ -290,6 +271,9 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
       return fail(unknown_model(call_.model, names_of(*o.value, false)));
     }
     call_.request.model = m->info.name.value_or("");
+    if (call_.num_ctx && m->info.max_context && *call_.num_ctx > *m->info.max_context)
+      return fail(invalid_field("options.num_ctx", "the model's context is " + std::to_string(*m->info.max_context) +
+                                                       " tokens; Tandem does not run it with a larger one"));
     if (call_.model.empty()) meta_.model = call_.request.model;
     if (call_.load_only) {
       // Ollama's "load" request: tandemd's replicas are loaded at start, so it is answered at once.
@@ -297,21 +281,10 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
       if (call_.api == Api::ollama_chat) j["message"] = {{"role", "assistant"}, {"content", ""}};
       else j["response"] = "";
       done_ = true;
-      return gw_.json_reply(ex_, endpoint_, "", 200, j);
+      gw_.json_reply(ex_, endpoint_, "", 200, j);
+      return release();
     }
     gw_.backend().submit(call_.request, shared_from_this());
-  }
-
-  void announce(const char* event) {
-    json t = view_.tandem_json();
-    t["event"] = event;
-    if (flavor_ == Flavor::ollama) {
-      json j = stream_chunk(meta_, "", false);
-      j["tandem"] = std::move(t);
-      ex_->send(ndjson(j));
-    } else {
-      ex_->send(sse_comment(t));
-    }
   }
 
   void send_text() {
@@ -328,23 +301,15 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
   }
 
   void finish() {
-    done_ = true;
-    struct Release {
-      GenerationFlow* f;
-      ~Release() { f->release(); }
-    } release_at_end{this};
     const std::string route = view_.route();
     gw_.metrics().tokens(route, view_.completion_tokens());
     if (first_token_.time_since_epoch().count())
       gw_.metrics().generation_seconds(route, std::chrono::duration<double>(std::chrono::steady_clock::now() - first_token_).count());
-    if (view_.state() != "completed") {
-      ApiError e = view_.failure();
-      if (streaming_) return stream_error(e);
-      return gw_.error(ex_, endpoint_, flavor_, e);
-    }
+    if (view_.state() != "completed") return fail(view_.failure());
+    done_ = true;
     if (!call_.stream) {
-      json body = completion_body(meta_, view_);
-      return gw_.json_reply(ex_, endpoint_, route, 200, body, view_.headers());
+      gw_.json_reply(ex_, endpoint_, route, 200, completion_body(meta_, view_), view_.headers());
+      return release();
     }
     gw_.metrics().request(endpoint_, route, 200);
     if (flavor_ == Flavor::ollama) {
@@ -357,67 +322,13 @@ class GenerationFlow : public JobSink, public std::enable_shared_from_this<Gener
       ex_->send(sse_done());
     }
     ex_->end_stream();
-  }
-
-  // An error after the stream started: an error event the official clients raise, then the end of the stream
-  // (OpenAI: no [DONE]; Ollama: an {"error"} line).
-  void stream_error(const ApiError& e) {
-    gw_.metrics().request(endpoint_, view_.route(), e.status);
-    json body = error_json(e, flavor_);
-    body["tandem"] = merge_tandem(body.value("tandem", json::object()));
-    ex_->send(flavor_ == Flavor::ollama ? ndjson(body) : sse_data(body));
-    ex_->end_stream();
-  }
-
-  json merge_tandem(json extra) const {
-    json t = view_.tandem_json();
-    for (auto it = extra.begin(); it != extra.end(); ++it) t[it.key()] = it.value();
-    return t;
-  }
-
-  void fail(const ApiError& e) {
-    done_ = true;
-    struct Release {
-      GenerationFlow* f;
-      ~Release() { f->release(); }
-    } release_at_end{this};
-    if (gone_) return;
-    if (streaming_) return stream_error(e);
-    gw_.error(ex_, endpoint_, flavor_, e);
-  }
-
-  void client_gone() {
-    if (gone_ || done_) return;
-    gone_ = true;
     release();
-    if (view_.job()) cancel_job();
   }
 
-  // The slot and the stream gauge go back as soon as the answer is complete (not when tandemd's link lets go).
-  void release() {
-    if (slot_) gw_.give_slot(client_);
-    if (streaming_) gw_.metrics().stream_closed();
-    slot_ = streaming_ = false;
-  }
-
-  void cancel_job() {
-    if (cancelled_ || view_.finished()) return;
-    cancelled_ = true;
-    gw_.metrics().client_cancel();
-    gw_.backend().cancel(view_.job());
-  }
-
-  Gateway& gw_;
-  std::shared_ptr<Exchange> ex_;
   GenerateCall call_;
-  std::string endpoint_;
-  Flavor flavor_;
   ResponseMeta meta_;
-  JobView view_;
-  std::string client_;
-  std::weak_ptr<void> life_;
-  bool slot_ = false, streaming_ = false, sent_any_ = false, done_ = false, gone_ = false, cancelled_ = false;
-  std::chrono::steady_clock::time_point t0_, first_token_{};
+  bool sent_any_ = false;
+  std::chrono::steady_clock::time_point first_token_{};
 };
 
 }  // namespace
@@ -467,9 +378,9 @@ void Gateway::embeddings(const std::shared_ptr<Exchange>& ex, EmbedApi api, cons
     EmbedPlan plan = plan_embed(*call);
     plan.request.model = m->info.name.value_or("");
     if (auto it = ex->request().headers.find("idempotency-key"); it != ex->request().headers.end()) {
-      if (!valid_key(it->second))
-        return error(ex, endpoint, f, invalid_field("Idempotency-Key", "expected 1 to 200 visible ASCII characters"));
-      plan.request.options.idempotency_key = "http:" + ex->request().client + ":" + it->second;
+      auto key = scoped_key(ex->request().client, it->second);
+      if (!key.ok()) return error(ex, endpoint, f, *key.error);
+      plan.request.options.idempotency_key = *key;
     }
     const std::string client = ex->request().client;
     if (!take_slot(client)) {
@@ -514,7 +425,8 @@ json model_tandem(const ModelEntry& m) {
         if (r.device) e["device"] = *r.device;
         if (r.state) e["state"] = *r.state;
         if (r.mode) e["mode"] = *r.mode;
-        if (r.weight_bytes) e["weight_bytes"] = *r.weight_bytes;
+        if (r.accel_bytes) e["accel_bytes"] = *r.accel_bytes;
+        if (r.host_bytes) e["host_bytes"] = *r.host_bytes;
         reps.push_back(std::move(e));
       }
       t["replicas"] = std::move(reps);
@@ -524,18 +436,19 @@ json model_tandem(const ModelEntry& m) {
 }
 
 std::uint64_t placement_bytes(const ModelEntry& m, const char* where) {
-  if (!m.details || !m.details->placement) return 0;
-  auto it = m.details->placement->find(where);
-  return it == m.details->placement->end() ? 0 : it->second;
+  const auto& p = m.info.placement_bytes ? m.info.placement_bytes
+                  : m.details             ? m.details->placement
+                                          : std::nullopt;
+  if (!p) return 0;
+  auto it = p->find(where);
+  return it == p->end() ? 0 : it->second;
 }
 
+// Ollama's "details": what tandemd knows (the weight type); the rest of Ollama's keys are left out rather than made up.
 json ollama_details(const ModelEntry& m) {
-  const std::string path = m.info.path.value_or("");
-  return {{"format", path.ends_with(".gguf") ? "gguf" : "safetensors"},
-          {"family", m.info.revision.value_or("")},
-          {"families", json::array()},
-          {"parameter_size", ""},
-          {"quantization_level", ""}};
+  json d = json::object();
+  if (m.info.dtype) d["quantization_level"] = *m.info.dtype;
+  return d;
 }
 
 }  // namespace
@@ -604,7 +517,7 @@ void Gateway::ollama_show(const std::shared_ptr<Exchange>& ex) {
     if (m->info.dim) info["tandem.embedding_length"] = *m->info.dim;
     json body = {{"modelfile", ""},
                  {"parameters", ""},
-                 {"template", m->details && m->details->template_name ? *m->details->template_name : ""},
+                 {"template", m->info.template_name.value_or("")},
                  {"details", ollama_details(*m)},
                  {"model_info", info},
                  {"capabilities", is_embedding(*m) ? json::array({"embedding"}) : json::array({"completion"})},
@@ -652,6 +565,9 @@ void Gateway::job_endpoint(const std::shared_ptr<Exchange>& ex, const std::strin
   const std::string tail = slash == std::string::npos ? "" : rest.substr(slash);
   const std::string ep = "/tandem/v1/jobs/{id}" + tail;
   if (!id) return error(ex, ep, Flavor::tandem, invalid_field("id", "expected a job id (a positive integer)"));
+  if (!may_see_job(*id, ex->request().client))
+    return error(ex, ep, Flavor::tandem, {404, "not_found_error", "job_not_found", "id",
+                                          "no job " + std::to_string(*id) + " submitted by this client"});
   if (tail.empty() && m == "GET") {
     return backend_.get_job(*id, [this, ex, ep](Outcome<client::JobInfo> o) {
       if (!o.ok()) return error(ex, ep, Flavor::tandem, error_from_remote(o.error));

@@ -48,6 +48,7 @@ class Exchange {
 struct GatewayConfig {
   BodyLimits body;
   std::size_t max_body_bytes = 8u << 20;      // JSON bodies
+  std::size_t max_audio_bytes = 25u << 20;    // audio uploads (OpenAI's own limit is 25 MB)
   std::size_t max_streams_per_client = 64;    // generation/embedding requests in flight per client (429 beyond)
   std::vector<std::string> cors_origins;      // empty: no CORS headers at all
   std::string version = "0";                  // Tandem's version (tandem-http's)
@@ -74,12 +75,17 @@ class Gateway {
   bool take_slot(const std::string& client);
   void give_slot(const std::string& client);
   Backend& backend() { return backend_; }
+  // Which client a job was submitted by (through this gateway): /tandem/v1/jobs/{id} answers only its owner when
+  // clients are told apart by API keys.
+  void note_job(std::uint64_t job, const std::string& client);
+  bool may_see_job(std::uint64_t job, const std::string& client) const;
   // Expires with the Gateway: handlers that tandemd's link may keep past it (at shutdown) check it.
   std::weak_ptr<void> life() const { return life_; }
 
  private:
   void generate(const std::shared_ptr<Exchange>& ex, Api api, const std::string& endpoint);
   void embeddings(const std::shared_ptr<Exchange>& ex, EmbedApi api, const std::string& endpoint);
+  void transcriptions(const std::shared_ptr<Exchange>& ex, bool translate);  // gateway_audio.cc
   void openai_models(const std::shared_ptr<Exchange>& ex, const std::string& one);
   void ollama_tags(const std::shared_ptr<Exchange>& ex, bool ps);
   void ollama_show(const std::shared_ptr<Exchange>& ex);
@@ -92,12 +98,16 @@ class Gateway {
   GatewayConfig cfg_;
   Metrics metrics_;
   std::map<std::string, std::size_t> in_flight_;
+  std::map<std::uint64_t, std::string> job_owner_;  // bounded: the newest kMaxOwners jobs
   std::optional<std::vector<ModelEntry>> models_cache_;
   std::chrono::steady_clock::time_point models_at_{};
 };
 
 // The model an API call names, among those tandemd serves: exact name, else the name without an Ollama tag
 // (":latest"), else "" for tandemd's default when `name` is empty. nullptr when none matches.
+// An Idempotency-Key header scoped to the client ("http:<client>:<key>"), within tandemd's 240-byte limit.
+ApiResult<std::string> scoped_key(const std::string& client, const std::string& key);
+
 const ModelEntry* resolve_model(const std::vector<ModelEntry>& models, const std::string& name, bool embedding);
 
 }  // namespace tandem::http

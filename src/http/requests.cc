@@ -32,7 +32,7 @@ const std::set<std::string> kOllamaUnsupported = {"tools", "format", "images", "
                                                   "think", "tool_calls", "thinking", "logprobs", "top_logprobs"};
 const std::set<std::string> kOllamaOptionsUnsupported = {
     "num_keep", "typical_p", "repeat_last_n", "presence_penalty", "frequency_penalty", "mirostat", "mirostat_tau",
-    "mirostat_eta", "penalize_newline", "numa", "num_ctx", "num_batch", "num_gpu", "main_gpu", "low_vram",
+    "mirostat_eta", "penalize_newline", "numa", "num_batch", "num_gpu", "main_gpu", "low_vram",
     "vocab_only", "use_mmap", "use_mlock", "num_thread", "min_p", "tfs_z"};
 
 // A seed as JavaScript clients send it: any 64-bit integer (negative ones as their two's complement).
@@ -97,6 +97,9 @@ void read_openai_sampling(FieldReader& f, GenerateCall& c, const BodyLimits& lim
   f.only("frequency_penalty", 0, "use tandem.repetition_penalty");
   if (const json* lb = f.take("logit_bias"))
     if (!(lb->is_object() && lb->empty())) f.fail(unsupported_field("logit_bias"));
+  // An empty tool list is no tools (some clients always send one).
+  if (const json* t = f.take("tools"))
+    if (!(t->is_array() && t->empty())) f.fail(unsupported_field("tools", "tool calling"));
   read_tandem_extension(f, o);
 }
 
@@ -237,7 +240,8 @@ ApiResult<GenerateCall> parse_openai_completion(std::string_view body, const Bod
 namespace {
 
 // Ollama's "options" object -> SubmitOptions.
-void read_ollama_options(FieldReader& f, client::SubmitOptions& o, const BodyLimits& limits) {
+void read_ollama_options(FieldReader& f, GenerateCall& c, const BodyLimits& limits) {
+  client::SubmitOptions& o = c.request.options;
   const json* opts = f.take("options");
   if (!opts) return;
   if (!opts->is_object()) {
@@ -262,6 +266,9 @@ void read_ollama_options(FieldReader& f, client::SubmitOptions& o, const BodyLim
     }
   }
   if (auto s = x.str_or_list("stop", limits.max_stop * 4, limits.max_stop_bytes)) o.stop = s;
+  // The context size: Tandem runs every model at its own context; a request may name it or less (checked against
+  // the model by the gateway), not more.
+  if (auto n = x.uint("num_ctx", 1, 1u << 24)) c.num_ctx = static_cast<std::uint32_t>(*n);
   if (auto e = x.finish(kOllamaOptionsUnsupported)) f.fail(*e);
 }
 
@@ -276,7 +283,9 @@ void read_keep_alive(FieldReader& f, std::optional<std::string>& out) {
 
 void read_ollama_common(FieldReader& f, GenerateCall& c, const BodyLimits& limits) {
   c.stream = f.boolean("stream").value_or(true);  // Ollama streams unless told not to
-  read_ollama_options(f, c.request.options, limits);
+  read_ollama_options(f, c, limits);
+  if (const json* t = f.take("tools"))
+    if (!(t->is_array() && t->empty())) f.fail(unsupported_field("tools", "tool calling"));
   read_keep_alive(f, c.keep_alive);
   if (const json* fm = f.take("format"))
     if (!(fm->is_string() && fm->get<std::string>().empty()))

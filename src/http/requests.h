@@ -35,6 +35,7 @@ struct GenerateCall {
   std::optional<std::string> user;        // OpenAI `user` (logged with the job, not interpreted)
   bool load_only = false;                 // Ollama: no prompt / messages = "load the model" (answered without a job)
   std::optional<std::string> keep_alive;  // Ollama keep_alive, as given (docs/http.md: what it does today)
+  std::optional<std::uint32_t> num_ctx;   // Ollama options.num_ctx: at most the model's context (else 400)
 };
 
 ApiResult<GenerateCall> parse_openai_chat(std::string_view body, const BodyLimits& limits = {});

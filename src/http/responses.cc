@@ -99,7 +99,7 @@ ApiError JobView::failure() const {
   e.type = "server_error";
   e.code = "resumable";
   e.job = job_;
-  e.retry_after_ms = retry_after_ms_;
+  e.retry_after_ms = retry_after_ms_.value_or(1000);
   e.message = "job " + std::to_string(job_) + " failed" + (error_code_.empty() ? "" : " (" + error_code_ + ")") +
               (error_message_.empty() ? "" : ": " + error_message_) + "; resume it with POST " + resume_path(job_);
   if (error_code_ == "Timeout") {

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -171,7 +172,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Response framing, called by the ExchangeImpl of the current request.
   void write_full(int status, const std::string& ct, std::string body, const Headers& h) {
     const bool ka = keep_alive_ && !srv_->stopped;
-    enqueue(head_block(status, ct, h, ka, body.size()) + body);
+    // HEAD: the headers GET would send, no body (a body would be read as the next response on a kept connection).
+    enqueue(head_block(status, ct, h, ka, body.size()) + (head_request_ ? std::string() : body));
     response_done_ = true;
     keep_after_ = ka;
     pump();
@@ -210,6 +212,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void read_header(std::chrono::milliseconds deadline) {
+    head_request_ = false;
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(srv_->limits.header_bytes));
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // checked per route once the header is in
@@ -229,6 +232,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     auto& req = parser_->get();
     keep_alive_ = req.keep_alive();
+    head_request_ = req.method() == bhttp::verb::head;
     info_ = RequestInfo{};
     info_.method = std::string(req.method_string());
     std::string target(req.target());
@@ -244,7 +248,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Authentication before the body is read.
     info_.client = "local";
     const bool has_keys = srv_->auth.keys && !srv_->auth.keys->empty();
-    if (has_keys && info_.path != "/health") {
+    // /health stays public (monitors), and so do CORS preflights (browsers send them without credentials).
+    if (has_keys && info_.path != "/health" && info_.method != "OPTIONS") {
       auto it = info_.headers.find("authorization");
       std::optional<std::string> who;
       if (it != info_.headers.end()) who = srv_->auth.keys->authenticate(it->second);
@@ -364,12 +369,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Proto::socket sock_;
   asio::steady_timer timer_;
   std::uint64_t timer_gen_ = 0;
-  beast::flat_buffer buf_{8192};
+  beast::flat_buffer buf_;  // grows up to the header limit (Beast's parser checks it) and per body piece
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   RequestInfo info_;
   std::shared_ptr<ExchangeImpl> current_;
   std::deque<std::string> out_;
   std::size_t pending_ = 0;
+  bool head_request_ = false;
   bool writing_ = false, keep_alive_ = true, keep_after_ = true, response_done_ = true, closed_ = false, loopback_ = false;
   std::string peer_;
 };
@@ -407,6 +413,11 @@ void Server::Impl::accept(asio::basic_socket_acceptor<Proto>& acc) {
   acc.async_accept([self = shared_from_this(), &acc](const error_code& ec, Proto::socket sock) {
     if (self->stopped) return;
     if (!ec) {
+      // Small writes (a placement event, then a token) must not wait for the client's delayed ACK (Nagle).
+      if (int fam = sock.local_endpoint().protocol().family(); fam == AF_INET || fam == AF_INET6) {
+        int one = 1;
+        ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      }
       ++self->open;
       self->gw.metrics().connection_opened();
       auto conn = std::make_shared<Connection>(self, std::move(sock));

@@ -2,6 +2,7 @@
 #include "http/tandem_link.h"
 
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@ struct TandemLink::State {
   std::map<std::uint64_t, std::shared_ptr<JobSink>> jobs;      // job id -> sink, until finished
   std::map<std::uint64_t, std::function<void(Outcome<client::EmbedReply>)>> embeds;  // user_data -> callback
   std::vector<std::pair<client::Request, std::shared_ptr<JobSink>>> retry;  // the ring was full
+  std::vector<std::uint64_t> forget;  // D-Bus jobs that finished: drop the client's buffered updates
   std::optional<client::DegradedChange> degraded;  // the service's mode: at connect, then each change
   std::chrono::steady_clock::time_point last_owner_check{};
   std::chrono::steady_clock::time_point next_connect{};
@@ -116,6 +118,41 @@ void TandemLink::resume(std::uint64_t job, const client::SubmitOptions& override
       post_([sink, u] { sink->update(u); });
       if (fin) s.jobs.erase(res.job_id);
     }
+  });
+}
+
+void TandemLink::transcribe(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) {
+  // D-Bus Transcribe with the upload in a sealed-size memfd (no copy into the message, no ring-record size limit);
+  // the job's updates come as JobUpdate signals, like a resumed job's.
+  command([this, r, sink](State& s) {
+    if (!s.client) return post_([sink] { sink->refused(missing("tandemd is not reachable")); });
+    client::TranscribeRequest req = r;
+    const int fd = ::memfd_create("tandem-http-upload", MFD_CLOEXEC);
+    bool ok = fd >= 0;
+    for (std::size_t off = 0; ok && off < req.audio.size();) {
+      const ssize_t n = ::write(fd, req.audio.data() + off, req.audio.size() - off);
+      if (n <= 0) ok = false;
+      else off += static_cast<std::size_t>(n);
+    }
+    if (!ok || ::lseek(fd, 0, SEEK_SET) != 0) {
+      if (fd >= 0) ::close(fd);
+      client::RemoteError e;
+      e.name = std::string(client::kErrorPrefix) + "Internal";
+      e.message = "tandem-http could not stage the upload in memory";
+      return post_([sink, e] { sink->refused(e); });
+    }
+    req.audio.clear();
+    req.audio_fd = fd;
+    auto res = s.client->transcribe(req);
+    ::close(fd);
+    if (!res.ok()) {
+      const auto e = as_remote(res.error(), s.client->last_error());
+      return post_([sink, e] { sink->refused(e); });
+    }
+    const client::SubmitResult sub = *res;
+    s.jobs[sub.job_id] = sink;
+    if (s.degraded) post_([sink, d = *s.degraded] { sink->degraded(d); });
+    post_([sink, sub] { sink->accepted(sub); });
   });
 }
 
@@ -229,7 +266,10 @@ void TandemLink::run() {
         if (it == s.jobs.end()) return;
         auto sink = it->second;
         post_([sink, u] { sink->update(u); });
-        if (u.kind == "finished") s.jobs.erase(it);
+        if (u.kind == "finished") {
+          s.jobs.erase(it);
+          s.forget.push_back(u.job_id);
+        }
       });
     }
     auto owner = name_owner();
@@ -338,6 +378,8 @@ void TandemLink::run() {
     // D-Bus: signals for resumed jobs (and nothing else we act on).
     if (s.client) {
       auto p = s.client->process(std::chrono::milliseconds(0));
+      for (auto id : s.forget) s.client->forget_job_updates(id);
+      s.forget.clear();
       if (!p.ok()) {
         drop("the bus connection failed: " + p.error().message);
         s.client.reset();

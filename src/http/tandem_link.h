@@ -43,6 +43,7 @@ class TandemLink : public Backend {
 
   void submit(const client::Request& r, std::shared_ptr<JobSink> sink) override;
   void resume(std::uint64_t job, const client::SubmitOptions& overrides, std::shared_ptr<JobSink> sink) override;
+  void transcribe(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) override;
   void cancel(std::uint64_t job) override;
   void embed(const client::EmbedRequest& r, std::function<void(Outcome<client::EmbedReply>)> done) override;
   void models(std::function<void(Outcome<std::vector<ModelEntry>>)> done) override;

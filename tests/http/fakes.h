@@ -21,6 +21,8 @@ class FakeBackend : public Backend {
   };
   std::vector<Submitted> submitted;
   std::vector<std::uint64_t> cancelled;
+  std::vector<std::pair<client::TranscribeRequest, std::shared_ptr<JobSink>>> transcribed;
+  std::optional<std::string> segments_json;  // what get_job answers
   std::vector<std::pair<client::EmbedRequest, std::function<void(Outcome<client::EmbedReply>)>>> embeds;
   std::vector<ModelEntry> model_list;
   std::optional<client::ServiceStatus> service_status;
@@ -32,6 +34,9 @@ class FakeBackend : public Backend {
     client::Request r;
     r.options = o;
     submitted.push_back({r, sink, job});
+  }
+  void transcribe(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) override {
+    transcribed.push_back({r, sink});
   }
   void cancel(std::uint64_t job) override { cancelled.push_back(job); }
   void embed(const client::EmbedRequest& r, std::function<void(Outcome<client::EmbedReply>)> done) override {
@@ -49,6 +54,9 @@ class FakeBackend : public Backend {
     client::JobInfo j;
     j.id = job;
     j.state = "completed";
+    j.segments_json = segments_json;
+    j.language = "en";
+    j.audio_ms = 2500;
     done(Outcome<client::JobInfo>::success(j));
   }
   bool connected() const override { return up; }

@@ -42,6 +42,14 @@ text=$(jq -r '.choices[0].message.content' <<<"$body")
 jq -e '.usage.prompt_tokens > 0' <<<"$body" >/dev/null || hfail "usage.prompt_tokens missing: $body"
 note "curl chat: job $job, $(jq -c .usage <<<"$body")"
 
+# The client views the gateway relies on model every key tandemd sends: no "_unparsed" anywhere.
+for cmd in status "models --details" "job $job" "run --max-tokens 2 Hi"; do
+  out=$("$TANDEMCTL" --json $cmd 2>/dev/null) || hfail "tandemctl --json $cmd failed"
+  unparsed=$(jq -c '[.. | objects | select(has("_unparsed")) | ._unparsed] | add // {}' <<<"$out" | jq -s -c 'add')
+  [ "$unparsed" = "{}" ] || [ "$unparsed" = "null" ] || hfail "tandemctl --json $cmd: keys tandemd sends that the client does not model: $unparsed"
+done
+note "tandemctl --json status / models --details / job / run: no _unparsed keys"
+
 # Stream: SSE with the placement as a comment line first, then data chunks, then [DONE].
 curl -sN "$B/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"model":"default","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}' \
@@ -99,7 +107,7 @@ note "Idempotency-Key: both requests answered by job $a"
 code() { curl -s -o "$T_DIR/err.json" -w '%{http_code}' "$@"; }
 [ "$(code "$B/v1/chat/completions" -d '{"model":')" = 400 ] || hfail "malformed JSON is not 400"
 jq -e '.error.type == "invalid_request_error"' "$T_DIR/err.json" >/dev/null || hfail "malformed JSON: not OpenAI's error shape"
-[ "$(code "$B/v1/chat/completions" -d '{"model":"default","messages":[{"role":"user","content":"x"}],"tools":[]}')" = 400 ] ||
+[ "$(code "$B/v1/chat/completions" -d '{"model":"default","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}')" = 400 ] ||
   hfail "tools is not refused"
 jq -e '.error.param == "tools"' "$T_DIR/err.json" >/dev/null || hfail "the tools refusal does not name the field"
 [ "$(code "$B/v1/chat/completions" -d '{"model":"default","messages":[{"role":"user","content":"x"}],"max_tokens":"many"}')" = 400 ] ||

@@ -49,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"tool role", R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", 400, "messages[0].role", "unsupported_parameter"},
         Refusal{"name", R"({"model":"m","messages":[{"role":"user","content":"x","name":"bob"}]})", 400, "messages[0].name", "unsupported_parameter"},
         Refusal{"image part", R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})", 400, "messages[0].content[0].type", "unsupported_parameter"},
-        Refusal{"tools", R"({"model":"m",)" MSG R"(,"tools":[]})", 400, "tools", "unsupported_parameter"},
+        Refusal{"tools", R"({"model":"m",)" MSG R"(,"tools":[{"type":"function","function":{"name":"f"}}]})", 400, "tools", "unsupported_parameter"},
         Refusal{"response_format", R"({"model":"m",)" MSG R"(,"response_format":{"type":"json_schema"}})", 400, "response_format", "unsupported_parameter"},
         Refusal{"n=2", R"({"model":"m",)" MSG R"(,"n":2})", 400, "n", "unsupported_parameter"},
         Refusal{"logprobs", R"({"model":"m",)" MSG R"(,"logprobs":true})", 400, "logprobs", "unsupported_parameter"},
@@ -94,6 +94,10 @@ TEST(OpenAiChat, MapsEveryImplementedField) {
   EXPECT_EQ(c.user, "u1");
 }
 
+TEST(OpenAiChat, EmptyToolsIsNoTools) {
+  EXPECT_TRUE(parse_openai_chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]})").ok());
+}
+
 TEST(OpenAiChat, NullMeansAbsent) {
   auto r = parse_openai_chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":null,"tools":null,"n":null})");
   ASSERT_TRUE(r.ok());
@@ -122,7 +126,10 @@ TEST(Ollama, ChatAndGenerate) {
   EXPECT_FALSE(c->load_only);
   EXPECT_TRUE(parse_ollama_chat(R"({"model":"m"})")->load_only);
   EXPECT_FALSE(parse_ollama_chat(R"({"model":"m","options":{"num_predict":-1}})")->request.options.max_tokens);
-  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","options":{"num_ctx":8192}})").error->param, "options.num_ctx");
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","options":{"num_ctx":8192}})")->num_ctx, 8192u);  // checked per model
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","options":{"mirostat":1}})").error->param, "options.mirostat");
+  EXPECT_TRUE(parse_ollama_chat(R"({"model":"m","tools":[]})").ok());  // the Python client always sends one
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","tools":[{"type":"function"}]})").error->param, "tools");
   EXPECT_EQ(parse_ollama_chat(R"({"model":"m","options":{"nope":1}})").error->code, "unknown_parameter");
   EXPECT_EQ(parse_ollama_chat(R"({"model":"m","format":"json"})").error->param, "format");
   EXPECT_EQ(parse_ollama_chat(R"({"model":"m","messages":[{"role":"user","content":"x","images":["aGk="]}]})").error->param,

@@ -87,7 +87,7 @@ TEST_F(GatewayTest, PlainChatAnswersWithTextUsageHeadersAndTandemObject) {
   ASSERT_EQ(be.submitted.size(), 1u);
   EXPECT_EQ(be.submitted[0].request.model, "tiny");  // ":latest" resolved
   EXPECT_EQ(be.submitted[0].request.options.max_tokens, 3u);
-  EXPECT_EQ(be.submitted[0].request.options.stream, false);
+  EXPECT_EQ(be.submitted[0].request.options.stream, true);  // tokens even for a plain reply: timings are measured
   auto sink = be.submitted[0].sink;
   sink->accepted(accepted(7));
   EXPECT_FALSE(ex->replied);
