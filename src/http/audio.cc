@@ -1,6 +1,7 @@
 // Transcription uploads and transcripts (audio.h).
 #include "http/audio.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -55,6 +56,16 @@ ApiResult<TranscriptionCall> parse_transcription(std::string_view content_type, 
     } else if (n == "stream" && !translate) {
       if (v == "true") c.stream = true;
       else if (v != "false") return invalid_field("stream", "expected true or false");
+    } else if (n == "tandem.seed") {  // Tandem's extensions (docs/http.md): the sampler's seed and Whisper's decoding rules
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long num = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno == ERANGE || v.find_first_not_of("0123456789") != std::string::npos)
+        return invalid_field(n, "expected a non-negative integer");
+      c.options.seed = num;
+    } else if (n == "tandem.temperature_fallback" || n == "tandem.timestamps") {
+      if (v != "true" && v != "false") return invalid_field(n, "expected true or false");
+      (n == "tandem.timestamps" ? c.options.timestamps : c.options.temperature_fallback) = v == "true";
     } else if (n == "chunking_strategy" || n == "include[]" || n == "known_speaker_names[]" || n == "known_speaker_references[]") {
       return unsupported_field(n);
     } else {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "http/audio.h"
 #include "http/requests.h"
 #include "http/responses.h"
 
@@ -15,6 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 1) return 0;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
   BodyLimits limits;
+  if (data[0] >= 0xf0) {  // a transcription upload (multipart) with a fixed boundary
+    auto r = parse_transcription("multipart/form-data; boundary=B0", body, data[0] & 1);
+    if (r.ok()) (void)transcript_body(*r, "t", {}, {}, {});
+    return 0;
+  }
   switch (data[0] % 7) {
     case 0: case 1: case 2: case 3: {
       auto r = data[0] % 7 == 0   ? parse_openai_chat(body, limits)

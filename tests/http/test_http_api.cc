@@ -4,6 +4,8 @@
 
 #include "client/requests.h"
 #include "http/api.h"
+#include "http/audio.h"
+#include "http/multipart.h"
 #include "http/auth.h"
 #include "http/metrics.h"
 #include "http/requests.h"
@@ -257,6 +259,85 @@ TEST(JobViewTest, FinishedTextAndUnsent) {
   m.to = "cpu";
   EXPECT_TRUE(v.update(m));
   EXPECT_EQ(v.tandem_json()["routes"], json::array({"gpu", "cpu"}));
+}
+
+std::string form(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string b;
+  for (const auto& [k, v] : fields) {
+    b += "--B0\r\nContent-Disposition: form-data; name=\"" + k + "\"";
+    if (k == "file") b += "; filename=\"a.wav\"\r\nContent-Type: audio/wav";
+    b += "\r\n\r\n" + v + "\r\n";
+  }
+  return b + "--B0--\r\n";
+}
+
+TEST(Multipart, PartsAndMalformedBodies) {
+  EXPECT_EQ(*multipart_boundary("multipart/form-data; boundary=B0"), "B0");
+  EXPECT_EQ(*multipart_boundary("Multipart/Form-Data; charset=utf-8; boundary=\"a b\""), "a b");
+  EXPECT_FALSE(multipart_boundary("application/json").ok());
+  EXPECT_FALSE(multipart_boundary("multipart/form-data").ok());
+  auto p = parse_multipart(form({{"model", "asr"}, {"file", std::string("RI\0FF\r\n--B", 10)}}), "B0");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0].name, "model");
+  EXPECT_EQ((*p)[0].data, "asr");
+  EXPECT_EQ((*p)[1].filename, "a.wav");
+  EXPECT_EQ((*p)[1].content_type, "audio/wav");
+  EXPECT_EQ((*p)[1].data.size(), 10u);  // binary, with CR LF and a near-delimiter inside
+  const std::string whole = form({{"model", "asr"}});
+  EXPECT_FALSE(parse_multipart(whole.substr(0, whole.size() - 10), "B0").ok());  // truncated
+  EXPECT_FALSE(parse_multipart("--B0\r\nX: y\r\n\r\nz\r\n--B0--", "B0").ok());  // no Content-Disposition
+  EXPECT_FALSE(parse_multipart("--B0\r\nContent-Disposition: form-data\r\n\r\nz\r\n--B0--", "B0").ok());  // no name
+  EXPECT_FALSE(parse_multipart("no delimiter", "B0").ok());
+}
+
+TEST(Transcription, FieldsAndRefusals) {
+  const std::string ct = "multipart/form-data; boundary=B0";
+  auto c = parse_transcription(ct, form({{"file", "RIFF"}, {"model", "asr"}, {"response_format", "srt"}, {"language", "en"},
+                                         {"prompt", "names"}, {"temperature", "0.2"}, {"timestamp_granularities[]", "segment"},
+                                         {"tandem.seed", "9"}}), false);
+  ASSERT_TRUE(c.ok()) << c.error->message;
+  EXPECT_EQ(c->format, TranscriptFormat::srt);
+  EXPECT_EQ(c->options.language, "en");
+  EXPECT_EQ(c->options.initial_prompt, "names");
+  EXPECT_EQ(c->options.seed, 9u);
+  EXPECT_EQ(c->audio.size(), 4u);
+  EXPECT_TRUE(parse_transcription(ct, form({{"file", "x"}, {"model", "a"}}), true)->options.translate.value_or(false));
+  struct Bad {
+    std::vector<std::pair<std::string, std::string>> fields;
+    const char* param;
+  };
+  for (const Bad& b : {Bad{{{"model", "asr"}}, "file"}, Bad{{{"file", "x"}}, "model"},
+                       Bad{{{"file", "x"}, {"model", "a"}, {"response_format", "xml"}}, "response_format"},
+                       Bad{{{"file", "x"}, {"model", "a"}, {"temperature", "hot"}}, "temperature"},
+                       Bad{{{"file", "x"}, {"model", "a"}, {"timestamp_granularities[]", "word"}}, "timestamp_granularities[]"},
+                       Bad{{{"file", "x"}, {"model", "a"}, {"model", "b"}}, "model"},
+                       Bad{{{"file", "x"}, {"model", "a"}, {"colour", "red"}}, "colour"},
+                       Bad{{{"file", ""}, {"model", "a"}}, "file"}}) {
+    auto r = parse_transcription(ct, form(b.fields), false);
+    ASSERT_FALSE(r.ok()) << b.param;
+    EXPECT_EQ(r.error->param, b.param);
+  }
+  EXPECT_EQ(parse_transcription("application/json", "{}", false).error->status, 400);
+}
+
+TEST(Transcription, Formats) {
+  TranscriptionCall c;
+  std::vector<client::TranscriptSegment> segs = {{0, 0.0, 1.5, " Hello", 0, 0, 0}, {1, 1.5, 3.25, " world", 0, 0, 0}};
+  client::JobInfo j;
+  j.language = "en";
+  j.audio_ms = 3250;
+  c.format = TranscriptFormat::srt;
+  EXPECT_EQ(transcript_body(c, " Hello world", segs, j, {}).body,
+            "1\n00:00:00,000 --> 00:00:01,500\nHello\n\n2\n00:00:01,500 --> 00:00:03,250\nworld\n\n");
+  c.format = TranscriptFormat::vtt;
+  EXPECT_EQ(transcript_body(c, "", segs, j, {}).body.rfind("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nHello", 0), 0u);
+  c.format = TranscriptFormat::verbose_json;
+  auto v = json::parse(transcript_body(c, " Hello world", segs, j, {}).body);
+  EXPECT_EQ(v["duration"], 3.25);
+  EXPECT_EQ(v["segments"][1]["text"], " world");
+  c.format = TranscriptFormat::text;
+  EXPECT_EQ(transcript_body(c, "x", segs, j, {}).content_type, "text/plain; charset=utf-8");
 }
 
 TEST(MetricsTest, RendersCountersAndEscapes) {

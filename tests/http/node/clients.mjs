@@ -4,7 +4,9 @@
 import OpenAI from 'openai';
 import { Ollama } from 'ollama';
 
-const [base, scenario, model = 'tiny'] = process.argv.slice(2);
+import fs from 'node:fs';
+
+const [base, scenario, model = 'tiny', file = ''] = process.argv.slice(2);
 const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused-on-loopback', maxRetries: 0, timeout: 60000 });
 const ollama = new Ollama({ host: base });
 const out = (o) => console.log(JSON.stringify(o));
@@ -66,6 +68,11 @@ const scenarios = {
       await openai.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] });
       out({ status: 200 });
     } catch (e) { out({ status: e.status, code: e.code, type: e.type }); }
+  },
+  async openai_transcribe() {
+    const t = await openai.audio.transcriptions.create({ file: fs.createReadStream(file), model, temperature: 1.0,
+      'tandem.seed': 3, 'tandem.temperature_fallback': 'false' });
+    out({ text: t.text, tandem: t.tandem });
   },
   async ollama_version() { out(await ollama.version()); },
   async ollama_tags() { const r = await ollama.list(); out({ names: r.models.map((m) => m.name) }); },

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Transcription through tandem-http against the real tandemd (a Whisper-layout model next to the LLM on one
+# simulated GPU), driven by curl and the official `openai` npm client: espeak-ng speech uploaded as multipart gives
+# the same text as D-Bus Transcribe (tandemctl transcribe) on the same file, in each response_format (json, text,
+# srt, vtt, verbose_json), streamed as transcript.text.delta / done events, and malformed uploads get typed errors.
+# Args: TANDEMD TANDEMCTL MKMODEL TANDEM_HTTP
+TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3 TANDEM_HTTP=$4
+source "$(dirname "$0")/../daemon/integration/lib.sh"
+NODE_DIR="$(cd "$(dirname "$0")/node" && pwd)"
+
+ASR=${TANDEM_IT_WHISPER_MODEL:-/tmp/tandem-it-model-whisper-test}
+if [ ! -f "$ASR/model.safetensors" ] || [ ! -f "$ASR/tokenizer.json" ]; then
+  tmp="$ASR.tmp.$$"
+  "$MKMODEL" --out "$tmp" --preset whisper-test >/dev/null
+  mv -T "$tmp" "$ASR" 2>/dev/null || rm -rf "$tmp"
+fi
+tandem_setup "
+[[model]]
+name = \"asr\"
+dir = \"$ASR\"
+cpu_threads = 1
+gpu_threads = 1
+"
+T_FAST_STOP=1
+PORT=$(( 20000 + RANDOM % 20000 ))
+H_LOG="$T_DIR/http.log"
+"$TANDEM_HTTP" --listen "127.0.0.1:$PORT" --bus "address=$T_ADDR" >>"$H_LOG" 2>&1 &
+H_PID=$!
+bg_track "$H_PID"
+B="http://127.0.0.1:$PORT"
+wait_for 20 "tandem-http healthy" sh -c "curl -sf $B/health >/dev/null"
+hfail() { echo "--- tandem-http log ---" >&2; tail -20 "$H_LOG" >&2; fail "$@"; }
+
+if command -v espeak-ng >/dev/null; then
+  espeak-ng -w "$T_DIR/speech.wav" "the quick brown fox jumps over the lazy dog" || fail "espeak-ng"
+else
+  echo "SKIP: espeak-ng is not installed (scripts/setup.sh installs it)"
+  exit 77
+fi
+# The test model has random weights: Whisper's rules make it say nothing at temperature 0, so both paths sample at
+# 1.0 with seed 3 and no temperature fallback (Tandem's multipart extensions tandem.seed, tandem.temperature_fallback):
+# the same request must give the same text, and that text is not empty.
+ref=$("$TANDEMCTL" --json transcribe --model asr --temperature 1.0 --seed 3 --no-fallback "$T_DIR/speech.wav") || fail "tandemctl transcribe: $ref"
+ref_text=$(jq -j .text <<<"$ref")
+[ -n "$(tr -d ' ' <<<"$ref_text")" ] || fail "the reference transcript is empty: nothing to compare ($ref)"
+note "D-Bus Transcribe: $(jq '.segments | length' <<<"$ref") segments, text '${ref_text:0:60}'"
+
+up() { curl -s -D "$T_DIR/h.txt" "$B/v1/audio/transcriptions" -F "file=@$T_DIR/speech.wav" -F model=asr -F temperature=1.0 -F tandem.seed=3 -F tandem.temperature_fallback=false "$@"; }
+j=$(up -F response_format=json)
+[ "$(jq -j .text <<<"$j")" = "$ref_text" ] || hfail "json text != D-Bus Transcribe's: $j"
+grep -qi '^Tandem-Job: [0-9]' "$T_DIR/h.txt" || hfail "no Tandem-Job header"
+jq -e '.tandem.route == "gpu"' <<<"$j" >/dev/null || hfail "no tandem member: $j"
+t=$(up -F response_format=text)
+[ "$t" = "$ref_text" ] || hfail "text format: '$t' != '$ref_text'"
+v=$(up -F response_format=verbose_json -F 'timestamp_granularities[]=segment')
+[ "$(jq -j '[.segments[].text] | join("")' <<<"$v")" = "$ref_text" ] || hfail "verbose_json segments != text: $v"
+jq -e '.task == "transcribe" and (.duration > 2) and (.language | length > 0)' <<<"$v" >/dev/null || hfail "verbose_json: $v"
+n=$(jq '.segments | length' <<<"$v")
+srt=$(up -F response_format=srt)
+vtt=$(up -F response_format=vtt)
+head -1 <<<"$vtt" | grep -q '^WEBVTT' || hfail "vtt: $vtt"
+grep -qE '^[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3} --> ' <<<"$srt" || hfail "srt has no cue: $srt"
+grep -qE '^[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} --> ' <<<"$vtt" || hfail "vtt has no cue: $vtt"
+[ "$(grep -c ' --> ' <<<"$srt")" -le "$n" ] || hfail "srt has more cues than segments"
+note "json, text, verbose_json ($n segments), srt, vtt: the D-Bus text"
+# Streamed: a delta per segment, then done with the whole text.
+up -N -F stream=true >"$T_DIR/s.txt"
+grep '^data: ' "$T_DIR/s.txt" | sed 's/^data: //' >"$T_DIR/s.json"
+[ "$(jq -j 'select(.type == "transcript.text.delta") | .delta' "$T_DIR/s.json")" = "$ref_text" ] || hfail "the deltas are not the text: $(cat "$T_DIR/s.txt")"
+[ "$(jq -j 'select(.type == "transcript.text.done") | .text' "$T_DIR/s.json")" = "$ref_text" ] || hfail "done is not the text"
+note "stream: $(jq -s 'map(select(.type == "transcript.text.delta")) | length' "$T_DIR/s.json") deltas + done"
+
+# The official client.
+if command -v node >/dev/null; then
+  [ -d "$NODE_DIR/node_modules/openai" ] || (cd "$NODE_DIR" && npm ci --no-audit --no-fund >/dev/null 2>&1) || hfail "npm ci failed"
+  r=$(node "$NODE_DIR/clients.mjs" "$B" openai_transcribe asr "$T_DIR/speech.wav") || hfail "openai transcriptions: $r"
+  [ "$(jq -j .text <<<"$r")" = "$ref_text" ] || hfail "openai client text != D-Bus: $r"
+  note "openai audio.transcriptions.create: the D-Bus text"
+fi
+
+# Bad uploads: typed errors, nothing disturbed.
+code() { curl -s -o "$T_DIR/err.json" -w '%{http_code}' "$@"; }
+[ "$(code "$B/v1/audio/transcriptions" -F model=asr)" = 400 ] || hfail "no file is not 400"
+jq -e '.error.param == "file"' "$T_DIR/err.json" >/dev/null || hfail "no file: $(cat "$T_DIR/err.json")"
+[ "$(code "$B/v1/audio/transcriptions" -F "file=@$T_DIR/speech.wav" -F model=nope)" = 404 ] || hfail "unknown model is not 404"
+[ "$(code "$B/v1/audio/transcriptions" -F "file=@$T_DIR/speech.wav" -F model=default)" = 400 ] || hfail "the LLM as a speech model is not 400"
+[ "$(code "$B/v1/audio/transcriptions" -F "file=@$T_DIR/speech.wav" -F model=asr -F response_format=xml)" = 400 ] || hfail "a bad response_format is not 400"
+[ "$(code "$B/v1/audio/transcriptions" -F "file=@$T_DIR/speech.wav" -F model=asr -F 'timestamp_granularities[]=word')" = 400 ] || hfail "word timestamps are not refused"
+head -c 20000 /dev/urandom >"$T_DIR/noise.bin"
+[ "$(code "$B/v1/audio/transcriptions" -F "file=@$T_DIR/noise.bin" -F model=asr)" = 400 ] || hfail "a file that is not audio is not 400: $(cat "$T_DIR/err.json")"
+# A truncated multipart body.
+printf -- '--XyZ\r\nContent-Disposition: form-data; name="model"\r\n\r\nasr\r\n--XyZ\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF' >"$T_DIR/trunc.bin"
+[ "$(code "$B/v1/audio/transcriptions" -H 'Content-Type: multipart/form-data; boundary=XyZ' --data-binary @"$T_DIR/trunc.bin")" = 400 ] ||
+  hfail "a truncated multipart body is not 400"
+grep -q 'truncated' "$T_DIR/err.json" || hfail "the truncated upload's error does not say so: $(cat "$T_DIR/err.json")"
+[ "$(jq -j .text <<<"$(up)")" = "$ref_text" ] || hfail "transcription after bad uploads differs"
+note "bad uploads: 400 (no file, not audio, format, word timestamps, truncated multipart), 404; still serving"
+echo PASS
