@@ -21,6 +21,7 @@
 #include "http/gateway.h"
 #include "http/server.h"
 #include "http/tandem_link.h"
+#include "http/wyoming_server.h"
 
 namespace th = tandem::http;
 namespace tc = tandem::client;
@@ -37,13 +38,17 @@ struct Config {
   bool loopback_without_key = true;
   std::vector<std::string> cors_origins;
   std::string bus = "system";
+  std::vector<std::string> wyoming_listen;  // Home Assistant's Wyoming speech-to-text (none by default)
+  bool wyoming_allow_remote = false;        // Wyoming has no authentication: a non-loopback address needs this
+  th::WyomingServerLimits wyoming;
   th::ServerLimits limits;
   th::GatewayConfig gateway;
 };
 
 int usage(int rc) {
   std::printf(
-      "usage: tandem-http [--config FILE] [--listen HOST:PORT]... [--unix PATH] [--bus system|session|address=ADDR]\n"
+      "usage: tandem-http [--config FILE] [--listen HOST:PORT]... [--unix PATH] [--wyoming HOST:PORT]...\n"
+      "                   [--bus system|session|address=ADDR]\n"
       "       tandem-http --check-config [--config FILE]\n"
       "       tandem-http --hash-key NAME     (reads a key on stdin, prints the key file's line for it)\n"
       "       tandem-http --version\n"
@@ -64,11 +69,32 @@ tandem::Result<void> load_config(const std::string& path, Config& c) {
     return tandem::fail(tandem::Errc::invalid_argument, path + ": " + key + ": " + why);
   };
   for (auto&& [k, v] : t)
-    if (k != "http" && k != "tandem") return bad(std::string(k.str()), "unknown section (expected [http], [tandem])");
+    if (k != "http" && k != "tandem" && k != "wyoming")
+      return bad(std::string(k.str()), "unknown section (expected [http], [tandem], [wyoming])");
   if (auto* tb = t["tandem"].as_table()) {
     for (auto&& [k, v] : *tb) {
       if (k == "bus" && v.is_string()) c.bus = *v.value<std::string>();
       else return bad("tandem." + std::string(k.str()), "unknown key or wrong type (known: bus)");
+    }
+  }
+  if (auto* w = t["wyoming"].as_table()) {
+    for (auto&& [kk, v] : *w) {
+      const std::string k(kk.str());
+      if (k == "listen" && v.is_array()) {
+        for (auto&& e : *v.as_array()) {
+          auto s = e.value<std::string>();
+          if (!s) return bad("wyoming.listen", "expected strings \"HOST:PORT\"");
+          c.wyoming_listen.push_back(*s);
+        }
+      } else if (k == "allow_remote" && v.is_boolean()) {
+        c.wyoming_allow_remote = *v.value<bool>();
+      } else if (k == "max_connections" && v.is_integer() && *v.value<std::int64_t>() >= 1 && *v.value<std::int64_t>() <= 4096) {
+        c.wyoming.max_connections = static_cast<std::size_t>(*v.value<std::int64_t>());
+      } else if (k == "idle_timeout" && v.is_string() && tc::parse_duration_ms(*v.value<std::string>()).ok()) {
+        c.wyoming.idle_timeout = std::chrono::milliseconds(*tc::parse_duration_ms(*v.value<std::string>()));
+      } else {
+        return bad("wyoming." + k, "unknown key or wrong value (known: listen, allow_remote, max_connections 1..4096, idle_timeout)");
+      }
     }
   }
   auto* h = t["http"].as_table();
@@ -170,7 +196,7 @@ bool split_host_port(const std::string& hp, std::string& host, std::uint16_t& po
 int main(int argc, char** argv) {
   std::string config_path;
   bool config_given = false, check_only = false;
-  std::vector<std::string> listen_args;
+  std::vector<std::string> listen_args, wyoming_args;
   std::optional<std::string> unix_arg, bus_arg;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -184,6 +210,7 @@ int main(int argc, char** argv) {
     if (a == "--config") config_path = next(), config_given = true;
     else if (a == "--listen") listen_args.push_back(next());
     else if (a == "--unix") unix_arg = next();
+    else if (a == "--wyoming") wyoming_args.push_back(next());
     else if (a == "--bus") bus_arg = next();
     else if (a == "--check-config") check_only = true;
     else if (a == "--version") return std::printf("tandem-http %s\n", TANDEM_VERSION), 0;
@@ -212,6 +239,7 @@ int main(int argc, char** argv) {
   }
   if (!listen_args.empty()) cfg.listen = listen_args;
   if (unix_arg) cfg.unix_socket = *unix_arg;
+  if (!wyoming_args.empty()) cfg.wyoming_listen = wyoming_args;
   if (bus_arg) cfg.bus = *bus_arg;
   auto bus = tc::parse_bus_spec(cfg.bus);
   if (!bus.ok()) return std::fprintf(stderr, "tandem-http: bus: %s\n", bus.error().message.c_str()), 1;
@@ -228,10 +256,30 @@ int main(int argc, char** argv) {
   }
 
   // Listening sockets: from systemd (tandem-http.socket), else bound here.
-  std::vector<int> fds;
-  const int passed = sd_listen_fds(1);
-  for (int i = 0; i < passed; ++i) fds.push_back(SD_LISTEN_FDS_START + i);
-  if (fds.empty() && !check_only) {
+  std::vector<int> fds, wyoming_fds;
+  char** names = nullptr;
+  const int passed = sd_listen_fds_with_names(1, &names);
+  for (int i = 0; i < passed; ++i) {
+    // tandem-wyoming.socket names its socket "wyoming" (FileDescriptorName=); every other one is HTTP.
+    const bool wy = names && names[i] && std::string(names[i]) == "wyoming";
+    (wy ? wyoming_fds : fds).push_back(SD_LISTEN_FDS_START + i);
+  }
+  if (names) {
+    for (int i = 0; i < passed; ++i) std::free(names[i]);
+    std::free(names);
+  }
+  if (passed <= 0 && !check_only) {
+    for (const auto& hp : cfg.wyoming_listen) {
+      std::string host;
+      std::uint16_t port = 0;
+      if (!split_host_port(hp, host, port))
+        return std::fprintf(stderr, "tandem-http: wyoming.listen: expected HOST:PORT, got '%s'\n", hp.c_str()), 1;
+      auto fd = th::listen_tcp(host, port);
+      if (!fd.ok()) return std::fprintf(stderr, "tandem-http: %s\n", fd.error().message.c_str()), 1;
+      wyoming_fds.push_back(*fd);
+    }
+  }
+  if (passed <= 0 && !check_only) {
     for (const auto& hp : cfg.listen) {
       std::string host;
       std::uint16_t port = 0;
@@ -248,6 +296,14 @@ int main(int argc, char** argv) {
     }
   }
   // Beyond loopback, keys are required: an open port on the LAN must not serve anyone who finds it.
+  for (int fd : wyoming_fds) {
+    if (!th::is_loopback_listener(fd) && !cfg.wyoming_allow_remote) {
+      std::fprintf(stderr,
+                   "tandem-http: refusing to serve Wyoming on a non-loopback address: the protocol has no "
+                   "authentication; set wyoming.allow_remote = true to accept that\n");
+      return 1;
+    }
+  }
   for (int fd : fds) {
     if (!th::is_loopback_listener(fd) && (!keys || keys->empty())) {
       std::fprintf(stderr,
@@ -266,7 +322,7 @@ int main(int argc, char** argv) {
     std::printf("tandem-http: %s is valid\n", config_path.empty() ? "the default configuration" : config_path.c_str());
     return 0;
   }
-  if (fds.empty()) return std::fprintf(stderr, "tandem-http: nothing to listen on\n"), 1;
+  if (fds.empty() && wyoming_fds.empty()) return std::fprintf(stderr, "tandem-http: nothing to listen on\n"), 1;
 
   ::signal(SIGPIPE, SIG_IGN);
   boost::asio::io_context io;
@@ -284,6 +340,11 @@ int main(int argc, char** argv) {
     if (auto r = server.add_listener(fd); !r.ok())
       return std::fprintf(stderr, "tandem-http: %s\n", r.error().message.c_str()), 1;
   }
+  th::WyomingServer wyoming(io, link, cfg.wyoming, TANDEM_VERSION);
+  for (int fd : wyoming_fds) {
+    if (auto r = wyoming.add_listener(fd); !r.ok())
+      return std::fprintf(stderr, "tandem-http: wyoming: %s\n", r.error().message.c_str()), 1;
+  }
   link.start();
   link.wait_connected(std::chrono::seconds(2));  // READY does not wait for tandemd: /health says 503 until then
   boost::asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
@@ -295,6 +356,7 @@ int main(int argc, char** argv) {
     }
     sd_notify(0, "STOPPING=1");
     server.stop();
+    wyoming.stop();
     io.stop();
   };
   signals.async_wait(on_signal);
@@ -313,7 +375,8 @@ int main(int argc, char** argv) {
   };
   status_timer.expires_after(std::chrono::seconds(1));
   status_timer.async_wait(on_status);
-  std::fprintf(stderr, "tandem-http: serving on %zu socket(s), tandem on %s (%s)\n", fds.size(),
+  std::fprintf(stderr, "tandem-http: serving HTTP on %zu socket(s) and Wyoming on %zu, tandem on %s (%s)\n", fds.size(),
+               wyoming_fds.size(),
                bus->describe().c_str(), link.connected() ? "connected" : "not reachable yet");
   sd_notifyf(0, "READY=1\nSTATUS=serving; tandemd %s", link.connected() ? "connected" : "not reachable yet");
   io.run();

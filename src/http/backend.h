@@ -53,6 +53,11 @@ class Backend {
   // A transcription of one audio file (r.audio): accepted or refused, then the job's audio/segment/progress
   // updates and "finished" (whose text is the whole transcript; GetJob has the segments).
   virtual void transcribe(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) = 0;
+  // A live transcription (r.stream set; the Wyoming server's): accepted or refused like transcribe; then audio()
+  // appends PCM to the accepted job in order (the implementation keeps the offsets and resends what tandemd refused
+  // for backpressure); `end` closes the stream.
+  virtual void transcribe_stream(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) = 0;
+  virtual void audio(std::uint64_t job, std::string pcm, bool end) = 0;
   // Cancel (fire and forget: the job's own "finished" update follows when it was running for a sink).
   virtual void cancel(std::uint64_t job) = 0;
   virtual void embed(const client::EmbedRequest& r, std::function<void(Outcome<client::EmbedReply>)> done) = 0;

@@ -32,7 +32,23 @@ client::RemoteError as_remote(const Error& err, const std::optional<client::Remo
 
 }  // namespace
 
+// A live stream's audio, kept until its job ends: tandemd answers a chunk only when it refuses it (backpressure:
+// QueueFull with retry_after_ms), and then that chunk and every later one are sent again (docs/rings.md).
+struct StreamAudio {
+  struct Chunk {
+    std::uint64_t offset;
+    std::string pcm;
+    bool end;
+  };
+  std::vector<Chunk> chunks;
+  std::uint64_t next_offset = 0;
+  std::size_t resend_from = SIZE_MAX;
+  std::chrono::steady_clock::time_point retry_at{};
+};
+
 struct TandemLink::State {
+  std::map<std::uint64_t, StreamAudio> streams;                            // job -> its audio
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::size_t>> audio_ud;  // user_data -> (job, chunk index)
   std::unique_ptr<client::Client> client;
   std::unique_ptr<client::RingSession> ring;
   std::unique_ptr<sdbus::IProxy> bus_proxy;  // org.freedesktop.DBus, for GetNameOwner
@@ -156,6 +172,53 @@ void TandemLink::transcribe(const client::TranscribeRequest& r, std::shared_ptr<
   });
 }
 
+void TandemLink::transcribe_stream(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) {
+  command([this, r, sink](State& s) {
+    if (!s.ring || !s.ring->open()) return post_([sink] { sink->refused(missing("tandemd is not reachable (no ring session)")); });
+    const std::uint64_t ud = s.next_ud++;
+    auto rc = s.ring->transcribe(r, ud);
+    if (!rc.ok()) {
+      const auto e = missing(rc.error().message);
+      return post_([sink, e] { sink->refused(e); });
+    }
+    s.awaiting[ud] = sink;
+  });
+}
+
+namespace {
+// Sends a stream's chunks from index `from` on; stops (to retry) when the ring is full.
+void send_audio(TandemLink::State& s, std::uint64_t job, StreamAudio& st, std::size_t from);
+}  // namespace
+
+void TandemLink::audio(std::uint64_t job, std::string pcm, bool end) {
+  command([job, pcm = std::move(pcm), end](State& s) {
+    if (!s.ring) return;
+    auto& st = s.streams[job];
+    st.chunks.push_back({st.next_offset, pcm, end});
+    st.next_offset += pcm.size();
+    if (st.resend_from == SIZE_MAX) send_audio(s, job, st, st.chunks.size() - 1);
+  });
+}
+
+namespace {
+void send_audio(TandemLink::State& s, std::uint64_t job, StreamAudio& st, std::size_t from) {
+  for (std::size_t i = from; i < st.chunks.size(); ++i) {
+    const auto& c = st.chunks[i];
+    const std::uint64_t ud = s.next_ud++;
+    auto rc = s.ring->audio(job, c.offset,
+                            std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(c.pcm.data()), c.pcm.size()),
+                            c.end, ud);
+    if (!rc.ok()) {  // no room in the ring now: resend from here on the next pass
+      st.resend_from = i;
+      st.retry_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+      return;
+    }
+    s.audio_ud[ud] = {job, i};
+  }
+  st.resend_from = SIZE_MAX;
+}
+}  // namespace
+
 void TandemLink::cancel(std::uint64_t job) {
   command([job](State& s) {
     if (s.client) (void)s.client->cancel(job);  // its "finished" (cancelled) update follows on the job's channel
@@ -249,6 +312,8 @@ void TandemLink::run() {
     s.jobs.clear();
     s.embeds.clear();
     s.retry.clear();
+    s.streams.clear();
+    s.audio_ud.clear();
     s.ring.reset();
     s.owner.clear();
     connected_ = false;
@@ -314,6 +379,12 @@ void TandemLink::run() {
       s.retry.clear();
       for (auto& [r, sink] : retry) submit(r, sink);
     }
+    // Streams waiting to resend refused audio.
+    if (s.ring) {
+      const auto t = std::chrono::steady_clock::now();
+      for (auto& [job, st] : s.streams)
+        if (st.resend_from != SIZE_MAX && t >= st.retry_at) send_audio(s, job, st, st.resend_from);
+    }
     // tandemd's name: a new owner (restart) or none (stopped) ends the ring session.
     if (s.ring && std::chrono::steady_clock::now() - s.last_owner_check >= opt_.owner_check_interval) {
       s.last_owner_check = std::chrono::steady_clock::now();
@@ -344,7 +415,18 @@ void TandemLink::run() {
         if (s.degraded) post_([sink, d = *s.degraded] { sink->degraded(d); });
         post_([sink, a = *ev.accepted] { sink->accepted(a); });
       } else if (ev.kind == "error" && ev.error) {
-        if (auto it = s.awaiting.find(ev.user_data); it != s.awaiting.end()) {
+        if (auto au = s.audio_ud.find(ev.user_data); au != s.audio_ud.end()) {
+          // A refused chunk: on backpressure, send it and the later ones again after the hint; otherwise the
+          // job ends on tandemd's side (its "finished" says why).
+          const auto [job, index] = au->second;
+          s.audio_ud.erase(au);
+          auto st = s.streams.find(job);
+          if (st != s.streams.end() && ev.error->short_name() == "QueueFull") {
+            st->second.resend_from = std::min(st->second.resend_from, index);
+            st->second.retry_at = std::chrono::steady_clock::now() +
+                                  std::chrono::milliseconds(ev.error->retry_after_ms.value_or(100));
+          }
+        } else if (auto it = s.awaiting.find(ev.user_data); it != s.awaiting.end()) {
           auto sink = it->second;
           s.awaiting.erase(it);
           post_([sink, e = *ev.error] { sink->refused(e); });
@@ -372,7 +454,10 @@ void TandemLink::run() {
           if (auto j = s.client->get_job(it->first); j.ok() && j->text) ev.update->text = *j->text;
         }
         post_([sink, u = *ev.update] { sink->update(u); });
-        if (fin) s.jobs.erase(it);
+        if (fin) {
+          s.streams.erase(it->first);
+          s.jobs.erase(it);
+        }
       }
     }
     // D-Bus: signals for resumed jobs (and nothing else we act on).

@@ -44,6 +44,8 @@ class TandemLink : public Backend {
   void submit(const client::Request& r, std::shared_ptr<JobSink> sink) override;
   void resume(std::uint64_t job, const client::SubmitOptions& overrides, std::shared_ptr<JobSink> sink) override;
   void transcribe(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) override;
+  void transcribe_stream(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) override;
+  void audio(std::uint64_t job, std::string pcm, bool end) override;
   void cancel(std::uint64_t job) override;
   void embed(const client::EmbedRequest& r, std::function<void(Outcome<client::EmbedReply>)> done) override;
   void models(std::function<void(Outcome<std::vector<ModelEntry>>)> done) override;

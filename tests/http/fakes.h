@@ -38,6 +38,16 @@ class FakeBackend : public Backend {
   void transcribe(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) override {
     transcribed.push_back({r, sink});
   }
+  void transcribe_stream(const client::TranscribeRequest& r, std::shared_ptr<JobSink> sink) override {
+    transcribed.push_back({r, sink});
+  }
+  void audio(std::uint64_t job, std::string pcm, bool end) override { audio_sent.push_back({job, pcm, end}); }
+  struct Audio {
+    std::uint64_t job;
+    std::string pcm;
+    bool end;
+  };
+  std::vector<Audio> audio_sent;
   void cancel(std::uint64_t job) override { cancelled.push_back(job); }
   void embed(const client::EmbedRequest& r, std::function<void(Outcome<client::EmbedReply>)> done) override {
     embeds.emplace_back(r, std::move(done));

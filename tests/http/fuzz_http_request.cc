@@ -8,6 +8,7 @@
 
 #include "http/audio.h"
 #include "http/requests.h"
+#include "http/wyoming.h"
 #include "http/responses.h"
 
 using namespace tandem::http;
@@ -16,6 +17,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 1) return 0;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
   BodyLimits limits;
+  if (data[0] >= 0xe0 && data[0] < 0xf0) {  // a Wyoming byte stream through the reader and one session
+    WyomingReader r;
+    WyomingSession s;
+    if (!r.feed(body).ok()) return 0;
+    for (int i = 0; i < 1000; ++i) {
+      auto e = r.next();
+      if (!e.ok() || !*e) break;
+      for (const auto& a : s.on_event(**e))
+        if (a.kind == WyomingAction::Kind::send || a.kind == WyomingAction::Kind::close) (void)wyoming_encode(a.event);
+    }
+    return 0;
+  }
   if (data[0] >= 0xf0) {  // a transcription upload (multipart) with a fixed boundary
     auto r = parse_transcription("multipart/form-data; boundary=B0", body, data[0] & 1);
     if (r.ok()) (void)transcript_body(*r, "t", {}, {}, {});

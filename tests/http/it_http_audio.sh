@@ -23,8 +23,9 @@ gpu_threads = 1
 "
 T_FAST_STOP=1
 PORT=$(( 20000 + RANDOM % 20000 ))
+WPORT=$(( PORT + 1 ))
 H_LOG="$T_DIR/http.log"
-"$TANDEM_HTTP" --listen "127.0.0.1:$PORT" --bus "address=$T_ADDR" >>"$H_LOG" 2>&1 &
+"$TANDEM_HTTP" --listen "127.0.0.1:$PORT" --wyoming "127.0.0.1:$WPORT" --bus "address=$T_ADDR" >>"$H_LOG" 2>&1 &
 H_PID=$!
 bg_track "$H_PID"
 B="http://127.0.0.1:$PORT"
@@ -95,4 +96,30 @@ printf -- '--XyZ\r\nContent-Disposition: form-data; name="model"\r\n\r\nasr\r\n-
 grep -q 'truncated' "$T_DIR/err.json" || hfail "the truncated upload's error does not say so: $(cat "$T_DIR/err.json")"
 [ "$(jq -j .text <<<"$(up)")" = "$ref_text" ] || hfail "transcription after bad uploads differs"
 note "bad uploads: 400 (no file, not audio, format, word timestamps, truncated multipart), 404; still serving"
+
+# --- Wyoming (Home Assistant's speech-to-text): the same speech in 20-ms chunks gives Transcribe's text -------------
+WY="/usr/bin/python3 $(dirname "$0")/wyoming_client.py 127.0.0.1 $WPORT"
+d=$($WY describe) || hfail "wyoming describe: $d"
+jq -e '.events[0].type == "info" and (.events[0].data.asr[0].models | map(.name) | index("asr") != null)' <<<"$d" >/dev/null ||
+  hfail "wyoming info does not list asr: $d"
+ctx='{"tandem":{"temperature":1.0,"seed":3,"temperature_fallback":false}}'
+w=$($WY transcribe "$T_DIR/speech.wav" --model asr --chunk-ms 20 --context "$ctx") || hfail "wyoming transcribe: $w"
+want=$(sed 's/^ *//' <<<"$ref_text")
+[ "$(jq -j .text <<<"$w")" = "$want" ] || hfail "Wyoming's transcript '$(jq -j .text <<<"$w")' != Transcribe's '$want': $w"
+[ "$(jq -j '.chunks | join("")' <<<"$w")" = "$ref_text" ] || hfail "the transcript-chunks are not the segments: $w"
+note "wyoming: describe lists asr; $(jq '.chunks | length' <<<"$w") transcript-chunk(s) + transcript = Transcribe's text"
+# Bad input: an error event and a closed connection, nothing else disturbed.
+hexof() { /usr/bin/python3 -c 'import sys; print(sys.stdin.buffer.read().hex())'; }
+wybad() {  # wybad HEX|- WHAT (- : the bytes on stdin)
+  local r; r=$($WY raw "$1") || hfail "wyoming raw ($2): $r"
+  jq -e '.closed and (.events | length) >= 1 and .events[-1].type == "error"' <<<"$r" >/dev/null || hfail "wyoming $2: no error event: $r"
+}
+wybad "$(printf '%s' '{"type":"audio-chunk","data":{"rate":16000,"width":2,"channels":1},"payload_length":2}' | hexof)0a0000" "audio before audio-start"
+wybad "$(printf '%s' '{"type":"audio-chunk","payload_length":99999999}' | hexof)0a" "payload over the limit"
+head -c 70000 /dev/zero | tr '\0' 'a' | wybad - "a header line without a newline"
+wybad "$(printf 'not json\n' | hexof)" "a header that is not JSON"
+wybad "$(printf '%s\n%s' '{"type":"audio-start","data":{"rate":16000,"width":1,"channels":1}}' '' | hexof)" "8-bit audio"
+w2=$($WY transcribe "$T_DIR/speech.wav" --model asr --context "$ctx") || hfail "wyoming after bad input: $w2"
+[ "$(jq -j .text <<<"$w2")" = "$want" ] || hfail "Wyoming after bad input differs: $w2"
+note "wyoming bad input: audio before audio-start, payload over the limit, an endless header line, not JSON, 8-bit audio -> error + close; still serving"
 echo PASS

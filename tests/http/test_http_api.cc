@@ -6,6 +6,7 @@
 #include "http/api.h"
 #include "http/audio.h"
 #include "http/multipart.h"
+#include "http/wyoming.h"
 #include "http/auth.h"
 #include "http/metrics.h"
 #include "http/requests.h"
@@ -338,6 +339,95 @@ TEST(Transcription, Formats) {
   EXPECT_EQ(v["segments"][1]["text"], " world");
   c.format = TranscriptFormat::text;
   EXPECT_EQ(transcript_body(c, "x", segs, j, {}).content_type, "text/plain; charset=utf-8");
+}
+
+TEST(Wyoming, FramingRoundTripAndLimits) {
+  WyomingEvent e{"audio-chunk", {{"rate", 16000}, {"width", 2}, {"channels", 1}}, std::string("\x01\x00\x02\x00", 4)};
+  const std::string wire = wyoming_encode(e) + wyoming_encode({"audio-stop", json::object(), {}});
+  WyomingReader r;
+  // Byte by byte: events come out whole and in order.
+  std::vector<WyomingEvent> got;
+  for (char c : wire) {
+    ASSERT_TRUE(r.feed(std::string_view(&c, 1)).ok());
+    auto n = r.next();
+    ASSERT_TRUE(n.ok()) << n.error().message;
+    if (*n) got.push_back(**n);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].type, "audio-chunk");
+  EXPECT_EQ(got[0].data["rate"], 16000);
+  EXPECT_EQ(got[0].payload.size(), 4u);
+  EXPECT_EQ(got[1].type, "audio-stop");
+  // Inline data and extra data merge (extra wins).
+  WyomingReader m;
+  ASSERT_TRUE(m.feed("{\"type\":\"transcribe\",\"data\":{\"name\":\"a\",\"language\":\"en\"},\"data_length\":12}\n{\"name\":\"b\"}").ok());
+  auto t = m.next();
+  ASSERT_TRUE(t.ok() && *t);
+  EXPECT_EQ((**t).data["name"], "b");
+  EXPECT_EQ((**t).data["language"], "en");
+  WyomingLimits small;
+  small.max_header_bytes = 64;
+  small.max_payload_bytes = 8;
+  for (const std::string& bad : {std::string(100, 'a'), std::string("not json\n"), std::string("[1]\n"),
+                                 std::string("{\"data\":{}}\n"), std::string("{\"type\":\"x\",\"payload_length\":9}\n"),
+                                 std::string("{\"type\":\"x\",\"payload_length\":-1}\n"),
+                                 std::string("{\"type\":\"x\",\"data\":[1]}\n")}) {
+    WyomingReader b(small);
+    ASSERT_TRUE(b.feed(bad).ok());
+    EXPECT_FALSE(b.next().ok()) << bad;
+  }
+}
+
+TEST(Wyoming, SessionStateMachine) {
+  WyomingSession s;
+  auto close_of = [](const std::vector<WyomingAction>& a) {
+    return a.size() == 1 && a[0].kind == WyomingAction::Kind::close && a[0].event.type == "error";
+  };
+  EXPECT_TRUE(close_of(s.on_event({"audio-chunk", {{"rate", 16000}, {"width", 2}, {"channels", 1}}, "ab"})));
+  WyomingSession t;
+  EXPECT_TRUE(t.on_event({"transcribe", {{"name", "asr"}, {"language", "en"}, {"context", {{"tandem", {{"seed", 3}}}}}}, {}}).empty());
+  auto start = t.on_event({"audio-start", {{"rate", 22050}, {"width", 2}, {"channels", 1}}, {}});
+  ASSERT_EQ(start.size(), 1u);
+  ASSERT_EQ(start[0].kind, WyomingAction::Kind::start_stream);
+  EXPECT_EQ(start[0].request.model, "asr");
+  EXPECT_EQ(start[0].request.stream->sample_rate, 22050u);
+  EXPECT_EQ(start[0].request.options.language, "en");
+  EXPECT_EQ(start[0].request.options.seed, 3u);
+  auto chunk = t.on_event({"audio-chunk", {{"rate", 22050}, {"width", 2}, {"channels", 1}}, "abcd"});
+  ASSERT_EQ(chunk.size(), 1u);
+  EXPECT_EQ(chunk[0].pcm, "abcd");
+  EXPECT_TRUE(close_of(t.on_event({"audio-chunk", {{"rate", 22050}, {"width", 2}, {"channels", 1}}, "abc"})));  // partial frame
+  WyomingSession u;
+  u.on_event({"audio-start", {{"rate", 16000}, {"width", 2}, {"channels", 1}}, {}});
+  EXPECT_TRUE(close_of(u.on_event({"audio-chunk", {{"rate", 8000}, {"width", 2}, {"channels", 1}}, "ab"})));  // format changed
+  WyomingSession v;
+  EXPECT_TRUE(close_of(v.on_event({"audio-start", {{"rate", 16000}, {"width", 1}, {"channels", 1}}, {}})));  // 8-bit
+  WyomingSession w;
+  w.on_event({"audio-start", {{"rate", 16000}, {"width", 2}, {"channels", 1}}, {}});
+  auto stop = w.on_event({"audio-stop", json::object(), {}});
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_TRUE(stop[0].end);
+  auto seg = w.on_segment(" Hello");
+  ASSERT_EQ(seg.size(), 2u);
+  EXPECT_EQ(seg[0].event.type, "transcript-start");
+  EXPECT_EQ(seg[1].event.data["text"], " Hello");
+  auto fin = w.on_finished(" Hello", "en");
+  ASSERT_EQ(fin.size(), 2u);
+  EXPECT_EQ(fin[0].event.type, "transcript");
+  EXPECT_EQ(fin[0].event.data["text"], "Hello");
+  EXPECT_EQ(fin[1].event.type, "transcript-stop");
+  EXPECT_TRUE(w.on_event({"wake-detect", json::object(), {}}).empty());  // other programs' events: ignored
+  EXPECT_EQ(w.on_event({"describe", json::object(), {}})[0].kind, WyomingAction::Kind::describe);
+  client::ModelInfo asr;
+  asr.name = "asr";
+  asr.kind = "speech";
+  asr.languages = std::vector<std::string>{"en", "de"};
+  client::ModelInfo llm;
+  llm.name = "tiny";
+  llm.kind = "llm";
+  auto info = wyoming_info({asr, llm}, "0.1");
+  EXPECT_EQ(info.data["asr"][0]["models"].size(), 1u);
+  EXPECT_EQ(info.data["asr"][0]["models"][0]["languages"][1], "de");
 }
 
 TEST(MetricsTest, RendersCountersAndEscapes) {

@@ -17,10 +17,12 @@
 #      new network namespace, and both sockets still answer HTTP (503 from GET /health: no tandemd). A socket on
 #      0.0.0.0 without API keys makes tandem-http refuse to start. Skipped (with a note) without unshare's
 #      namespaces or systemd-socket-activate.
-# usage: verify_http_units.sh SERVICE SOCKET SYSUSERS CONFIG MANPAGE TANDEM_HTTP
+#   6. tandem-wyoming.socket: the same service by Service=, FileDescriptorName=wyoming (how tandem-http tells it
+#      apart), loopback 127.0.0.1:10300 by default; verified with the others.
+# usage: verify_http_units.sh SERVICE SOCKET SYSUSERS CONFIG MANPAGE TANDEM_HTTP WYOMING_SOCKET
 # Exit 77 (skip) without systemd-analyze.
 set -u
-service=$1 socket=$2 sysusers=$3 config=$4 manpage=$5 bin=$6
+service=$1 socket=$2 sysusers=$3 config=$4 manpage=$5 bin=$6 wsocket=$7
 
 # The accepted exposure, measured with systemd 252 (Debian bookworm); see the unit's comments.
 max_exposure=0.2
@@ -123,6 +125,10 @@ while IFS= read -r line || [ -n "$line" ]; do
   printf '%s\n' "${line//"$exec_bin"/"$tmp/bin/tandem-http"}"
 done <"$service" >"$tmp/units/tandem-http.service"
 cp "$socket" "$tmp/units/tandem-http.socket"
+cp "$wsocket" "$tmp/units/tandem-wyoming.socket"
+check_same "wyoming socket Service=" tandem-http.service "$(unit_value "$wsocket" Service)"
+check_same "wyoming socket FileDescriptorName=" wyoming "$(unit_value "$wsocket" FileDescriptorName)"
+check_same "wyoming socket ListenStream" 127.0.0.1:10300 "$(unit_values "$wsocket" ListenStream)"
 have_dbus_socket=no
 while IFS= read -r dir; do
   [ -e "$dir/dbus.socket" ] && have_dbus_socket=yes
@@ -132,11 +138,11 @@ if [ "$have_dbus_socket" = no ]; then
   export SYSTEMD_UNIT_PATH="$tmp/units:"
   note "dbus.socket not installed here: verifying against a stand-in dbus.socket"
 fi
-systemd-analyze verify --man=no "$tmp/units/tandem-http.socket" "$tmp/units/tandem-http.service" \
+systemd-analyze verify --man=no "$tmp/units/tandem-http.socket" "$tmp/units/tandem-wyoming.socket" "$tmp/units/tandem-http.service" \
   >"$tmp/verify.out" 2>"$tmp/verify.err"
 rc=$?
 if [ "$rc" = 0 ] && [ ! -s "$tmp/verify.err" ] && [ ! -s "$tmp/verify.out" ]; then
-  ok "systemd-analyze verify tandem-http.socket tandem-http.service: exit 0, no output"
+  ok "systemd-analyze verify tandem-http.socket tandem-wyoming.socket tandem-http.service: exit 0, no output"
 else
   fail "systemd-analyze verify: exit $rc, output:"
   show "$tmp/verify.out" "$tmp/verify.err"
