@@ -21,6 +21,7 @@
 
 #include "http/auth.h"
 #include "http/gateway.h"
+#include "http/listeners.h"
 
 namespace tandem::http {
 
@@ -110,13 +111,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Gateway& gw;
   AuthPolicy auth;
   ServerLimits limits;
-  std::vector<std::unique_ptr<asio::basic_socket_acceptor<Proto>>> acceptors;
+  Listeners listeners;
   std::size_t open = 0;
-  bool stopped = false;
 
   std::weak_ptr<void> gw_life;  // connections held by pending handlers may outlive the Gateway at shutdown
   Impl(asio::io_context& i, Gateway& g, AuthPolicy a, ServerLimits l) : io(i), gw(g), auth(a), limits(l), gw_life(g.life()) {}
-  void accept(asio::basic_socket_acceptor<Proto>& acc);
+  void accept(Acceptor& acc);
 };
 
 namespace {
@@ -171,7 +171,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Response framing, called by the ExchangeImpl of the current request.
   void write_full(int status, const std::string& ct, std::string body, const Headers& h) {
-    const bool ka = keep_alive_ && !srv_->stopped;
+    const bool ka = keep_alive_ && !srv_->listeners.stopped();
     // HEAD: the headers GET would send, no body (a body would be read as the next response on a kept connection).
     enqueue(head_block(status, ct, h, ka, body.size()) + (head_request_ ? std::string() : body));
     response_done_ = true;
@@ -192,7 +192,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void write_end() {
     enqueue("0\r\n\r\n");
     response_done_ = true;
-    keep_after_ = keep_alive_ && !srv_->stopped;
+    keep_after_ = keep_alive_ && !srv_->listeners.stopped();
     pump();
   }
 
@@ -409,15 +409,11 @@ void ExchangeImpl::end_stream() {
 
 }  // namespace
 
-void Server::Impl::accept(asio::basic_socket_acceptor<Proto>& acc) {
+void Server::Impl::accept(Acceptor& acc) {
   acc.async_accept([self = shared_from_this(), &acc](const error_code& ec, Proto::socket sock) {
-    if (self->stopped) return;
+    if (self->listeners.stopped()) return;
     if (!ec) {
-      // Small writes (a placement event, then a token) must not wait for the client's delayed ACK (Nagle).
-      if (int fam = sock.local_endpoint().protocol().family(); fam == AF_INET || fam == AF_INET6) {
-        int one = 1;
-        ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      }
+      Listeners::no_delay(sock);  // a placement event then a token must not wait for the client's delayed ACK
       ++self->open;
       self->gw.metrics().connection_opened();
       auto conn = std::make_shared<Connection>(self, std::move(sock));
@@ -438,30 +434,13 @@ Server::Server(asio::io_context& io, Gateway& gateway, AuthPolicy auth, ServerLi
 Server::~Server() { stop(); }
 
 Result<void> Server::add_listener(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-    return fail(Errc::invalid_argument, "fd " + std::to_string(fd) + " is not a socket");
-  int type = 0;
-  socklen_t tl = sizeof type;
-  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM)
-    return fail(Errc::invalid_argument, "fd " + std::to_string(fd) + " is not a stream socket");
-  auto acc = std::make_unique<asio::basic_socket_acceptor<Proto>>(impl_->io);
-  error_code ec;
-  acc->assign(Proto(ss.ss_family, 0), fd, ec);
-  if (ec) return fail(Errc::invalid_argument, "fd " + std::to_string(fd) + ": " + ec.message());
-  impl_->accept(*acc);
-  impl_->acceptors.push_back(std::move(acc));
+  auto acc = impl_->listeners.adopt(impl_->io, fd);
+  if (!acc.ok()) return fail(acc.error());
+  impl_->accept(**acc);
   return {};
 }
 
-void Server::stop() {
-  impl_->stopped = true;
-  for (auto& a : impl_->acceptors) {
-    error_code ignored;
-    a->close(ignored);
-  }
-}
+void Server::stop() { impl_->listeners.close_all(); }
 
 std::size_t Server::connections() const { return impl_->open; }
 

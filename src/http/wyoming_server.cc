@@ -11,6 +11,7 @@
 #include <deque>
 
 #include "http/backend.h"
+#include "http/listeners.h"
 
 namespace tandem::http {
 
@@ -23,12 +24,11 @@ struct WyomingServer::Impl : std::enable_shared_from_this<WyomingServer::Impl> {
   Backend& backend;
   WyomingServerLimits limits;
   std::string version;
-  std::vector<std::unique_ptr<asio::basic_socket_acceptor<Proto>>> acceptors;
+  Listeners listeners;
   std::size_t open = 0;
-  bool stopped = false;
   Impl(asio::io_context& i, Backend& b, WyomingServerLimits l, std::string v)
       : io(i), backend(b), limits(l), version(std::move(v)) {}
-  void accept(asio::basic_socket_acceptor<Proto>& acc);
+  void accept(Acceptor& acc);
 };
 
 namespace {
@@ -203,14 +203,11 @@ void WyomingSink::lost(const std::string& why) {
 
 }  // namespace
 
-void WyomingServer::Impl::accept(asio::basic_socket_acceptor<Proto>& acc) {
+void WyomingServer::Impl::accept(Acceptor& acc) {
   acc.async_accept([self = shared_from_this(), &acc](const error_code& ec, Proto::socket sock) {
-    if (self->stopped) return;
+    if (self->listeners.stopped()) return;
     if (!ec) {
-      if (int fam = sock.local_endpoint().protocol().family(); fam == AF_INET || fam == AF_INET6) {
-        int one = 1;
-        ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      }
+      Listeners::no_delay(sock);
       ++self->open;
       auto conn = std::make_shared<WyomingConnection>(self, std::move(sock));
       if (self->open > self->limits.max_connections) conn->refuse_busy();
@@ -226,25 +223,12 @@ WyomingServer::WyomingServer(asio::io_context& io, Backend& backend, WyomingServ
 WyomingServer::~WyomingServer() { stop(); }
 
 Result<void> WyomingServer::add_listener(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-    return fail(Errc::invalid_argument, "fd " + std::to_string(fd) + " is not a socket");
-  auto acc = std::make_unique<asio::basic_socket_acceptor<Proto>>(impl_->io);
-  error_code ec;
-  acc->assign(Proto(ss.ss_family, 0), fd, ec);
-  if (ec) return fail(Errc::invalid_argument, "fd " + std::to_string(fd) + ": " + ec.message());
-  impl_->accept(*acc);
-  impl_->acceptors.push_back(std::move(acc));
+  auto acc = impl_->listeners.adopt(impl_->io, fd);
+  if (!acc.ok()) return fail(acc.error());
+  impl_->accept(**acc);
   return {};
 }
 
-void WyomingServer::stop() {
-  impl_->stopped = true;
-  for (auto& a : impl_->acceptors) {
-    error_code ignored;
-    a->close(ignored);
-  }
-}
+void WyomingServer::stop() { impl_->listeners.close_all(); }
 
 }  // namespace tandem::http

@@ -8,12 +8,7 @@ TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3 TANDEM_HTTP=$4
 source "$(dirname "$0")/../daemon/integration/lib.sh"
 NODE_DIR="$(cd "$(dirname "$0")/node" && pwd)"
 
-ASR=${TANDEM_IT_WHISPER_MODEL:-/tmp/tandem-it-model-whisper-test}
-if [ ! -f "$ASR/model.safetensors" ] || [ ! -f "$ASR/tokenizer.json" ]; then
-  tmp="$ASR.tmp.$$"
-  "$MKMODEL" --out "$tmp" --preset whisper-test >/dev/null
-  mv -T "$tmp" "$ASR" 2>/dev/null || rm -rf "$tmp"
-fi
+tandem_asr_model
 tandem_setup "
 [[model]]
 name = \"asr\"

@@ -18,12 +18,7 @@
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3
 source "$(dirname "$0")/lib.sh"
 
-ASR=${TANDEM_IT_WHISPER_MODEL:-/tmp/tandem-it-model-whisper-test}
-if [ ! -f "$ASR/model.safetensors" ] || [ ! -f "$ASR/tokenizer.json" ]; then
-  tmp="$ASR.tmp.$$"
-  "$MKMODEL" --out "$tmp" --preset whisper-test >/dev/null
-  mv -T "$tmp" "$ASR" 2>/dev/null || rm -rf "$tmp"
-fi
+tandem_asr_model
 tandem_setup "
 [[model]]
 name = \"asr\"

@@ -46,6 +46,17 @@ tandem_model() {
   fi
 }
 
+# The Whisper-layout test model (tandem-mkmodel --preset whisper-test: random weights, a Whisper tokenizer), written
+# once per machine at $ASR (TANDEM_IT_WHISPER_MODEL overrides the place).
+tandem_asr_model() {
+  ASR=${TANDEM_IT_WHISPER_MODEL:-/tmp/tandem-it-model-whisper-test}
+  if [ ! -f "$ASR/model.safetensors" ] || [ ! -f "$ASR/tokenizer.json" ]; then
+    local tmp="$ASR.tmp.$$"
+    "$MKMODEL" --out "$tmp" --preset whisper-test >/dev/null
+    mv -T "$tmp" "$ASR" 2>/dev/null || rm -rf "$tmp"
+  fi
+}
+
 tandem_bus() {
   cat > "$T_DIR/bus.conf" <<CONF
 <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
