@@ -41,14 +41,14 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --time) time_s=${2:?--time needs SECONDS}; shift 2 ;;
     --runs) runs=${2:?--runs needs N}; shift 2 ;;
-    --target) target_sel=${2:?--target needs ring, gguf, jinja, tokenizer, image, audio, speech or all}; shift 2 ;;
+    --target) target_sel=${2:?--target needs ring, gguf, jinja, tokenizer, image, audio, speech, http or all}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "fuzz.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
 done
 if [ -z "$time_s" ] && [ -z "$runs" ]; then time_s=60; fi
-case "$target_sel" in ring|gguf|jinja|tokenizer|image|audio|speech|all) ;; *) echo "fuzz.sh: --target must be ring, gguf, jinja, tokenizer, image, audio, speech or all" >&2; exit 2 ;; esac
+case "$target_sel" in ring|gguf|jinja|tokenizer|image|audio|speech|http|all) ;; *) echo "fuzz.sh: --target must be ring, gguf, jinja, tokenizer, image, audio, speech, http or all" >&2; exit 2 ;; esac
 for v in "$time_s" "$runs"; do
   if [ -n "$v" ] && ! [[ "$v" =~ ^[0-9]+$ ]]; then echo "fuzz.sh: '$v' is not a number" >&2; exit 2; fi
 done
@@ -99,12 +99,13 @@ case "$target_sel" in
   image) ninja_targets=(tests/image/fuzz_image tests/image/fuzz_image_make_corpus) ;;
   audio) ninja_targets=(tests/audio/fuzz_audio tests/audio/fuzz_audio_make_corpus) ;;
   speech) ninja_targets=(tests/speech/fuzz_speech tests/speech/fuzz_speech_make_corpus) ;;
+  http) ninja_targets=(tests/http/fuzz_http_request) ;;
   all) ninja_targets=(tests/ring/fuzz_ring_consumer tests/weights/fuzz_gguf tests/weights/fuzz_gguf_make_corpus
        tests/generation/fuzz_jinja tests/generation/fuzz_jinja_make_corpus
        tests/tokenizer/fuzz_tokenizer_json tests/tokenizer/fuzz_tokenizer_make_corpus
        tests/image/fuzz_image tests/image/fuzz_image_make_corpus
        tests/audio/fuzz_audio tests/audio/fuzz_audio_make_corpus
-       tests/speech/fuzz_speech tests/speech/fuzz_speech_make_corpus) ;;
+       tests/speech/fuzz_speech tests/speech/fuzz_speech_make_corpus tests/http/fuzz_http_request) ;;
 esac
 ninja -C "$build" -j"${TANDEM_FUZZ_JOBS:-1}" "${ninja_targets[@]}" >"$build/fuzz-build.log" 2>&1 \
   || { tail -50 "$build/fuzz-build.log" >&2; echo "fuzz.sh: build failed (log: $build/fuzz-build.log)" >&2; exit 1; }
@@ -193,5 +194,10 @@ if { [ "$target_sel" = speech ] || [ "$target_sel" = all ]; } && [ $status -eq 0
   rm -rf "$seeds" && mkdir -p "$seeds"
   "$build/tests/speech/fuzz_speech_make_corpus" "$seeds" || { echo "fuzz.sh: writing the speech seeds failed" >&2; exit 1; }
   run_target speech "$build/tests/speech/fuzz_speech" 16384 "$build/fuzz-corpus/speech" "$seeds" || status=$?
+fi
+if { [ "$target_sel" = http ] || [ "$target_sel" = all ]; } && [ $status -eq 0 ]; then
+  # tandem-http's request mapping: JSON bodies of every endpoint, multipart uploads, Wyoming streams (seeds checked in).
+  run_target http "$build/tests/http/fuzz_http_request" 65536 "$build/fuzz-corpus/http" "$root/tests/http/corpus" \
+    || status=$?
 fi
 exit $status

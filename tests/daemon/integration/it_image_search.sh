@@ -13,12 +13,7 @@
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3
 source "$(dirname "$0")/lib.sh"
 
-CLIP=${TANDEM_IT_CLIP_MODEL:-/tmp/tandem-it-model-clip-test}
-if [ ! -f "$CLIP/model.safetensors" ] || [ ! -f "$CLIP/vocab.json" ]; then
-  tmp="$CLIP.tmp.$$"
-  "$MKMODEL" --out "$tmp" --preset clip-test >/dev/null
-  mv -T "$tmp" "$CLIP" 2>/dev/null || rm -rf "$tmp"
-fi
+tandem_clip_model
 tandem_setup "
 [[model]]
 name = \"clip\"

@@ -57,6 +57,17 @@ tandem_asr_model() {
   fi
 }
 
+# The CLIP test model (tandem-mkmodel --preset clip-test: random weights, a trained CLIP tokenizer), written once per
+# machine at $CLIP (TANDEM_IT_CLIP_MODEL overrides the place).
+tandem_clip_model() {
+  CLIP=${TANDEM_IT_CLIP_MODEL:-/tmp/tandem-it-model-clip-test}
+  if [ ! -f "$CLIP/model.safetensors" ] || [ ! -f "$CLIP/vocab.json" ]; then
+    local tmp="$CLIP.tmp.$$"
+    "$MKMODEL" --out "$tmp" --preset clip-test >/dev/null
+    mv -T "$tmp" "$CLIP" 2>/dev/null || rm -rf "$tmp"
+  fi
+}
+
 tandem_bus() {
   cat > "$T_DIR/bus.conf" <<CONF
 <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"

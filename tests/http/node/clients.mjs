@@ -69,6 +69,15 @@ const scenarios = {
       out({ status: 200 });
     } catch (e) { out({ status: e.status, code: e.code, type: e.type }); }
   },
+  async openai_embed() {
+    // The SDK asks for base64 unless told otherwise, and decodes it: the vectors as floats.
+    const e = await openai.embeddings.create({ model, input: ['a red square', 'a blue circle'] });
+    out({ vectors: e.data.map((d) => Array.from(d.embedding)) });
+  },
+  async ollama_embed() {
+    const e = await ollama.embed({ model, input: ['a red square', 'a blue circle'] });
+    out({ vectors: e.embeddings });
+  },
   async openai_transcribe() {
     const t = await openai.audio.transcriptions.create({ file: fs.createReadStream(file), model, temperature: 1.0,
       'tandem.seed': 3, 'tandem.temperature_fallback': 'false' });

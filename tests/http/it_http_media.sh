@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Transcription through tandem-http against the real tandemd (a Whisper-layout model next to the LLM on one
-# simulated GPU), driven by curl and the official `openai` npm client: espeak-ng speech uploaded as multipart gives
-# the same text as D-Bus Transcribe (tandemctl transcribe) on the same file, in each response_format (json, text,
-# srt, vtt, verbose_json), streamed as transcript.text.delta / done events, and malformed uploads get typed errors.
+# Media through tandem-http against the real tandemd (a Whisper-layout model and a CLIP model next to the LLM on one
+# simulated GPU), driven by curl, the official `openai` and `ollama` npm clients and a small Wyoming client:
+#   - embeddings (OpenAI float and base64, Ollama /api/embed, a CLIP image as a data URL) equal D-Bus Embed's vectors;
+#   - espeak-ng speech uploaded as multipart gives the same text as D-Bus Transcribe (tandemctl transcribe) on the
+#     same file, in each response_format (json, text, srt, vtt, verbose_json), streamed as transcript.text.delta /
+#     done events; malformed uploads get typed errors;
+#   - Wyoming (Home Assistant): the same speech in 20-ms chunks gives the same text; bad input -> error + close.
 # Args: TANDEMD TANDEMCTL MKMODEL TANDEM_HTTP
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3 TANDEM_HTTP=$4
 source "$(dirname "$0")/../daemon/integration/lib.sh"
 NODE_DIR="$(cd "$(dirname "$0")/node" && pwd)"
 
 tandem_asr_model
+tandem_clip_model
 tandem_setup "
+[[model]]
+name = \"clip\"
+dir = \"$CLIP\"
+cpu_threads = 1
+gpu_threads = 1
+
 [[model]]
 name = \"asr\"
 dir = \"$ASR\"
@@ -26,6 +36,42 @@ bg_track "$H_PID"
 B="http://127.0.0.1:$PORT"
 wait_for 20 "tandem-http healthy" sh -c "curl -sf $B/health >/dev/null"
 hfail() { echo "--- tandem-http log ---" >&2; tail -20 "$H_LOG" >&2; fail "$@"; }
+
+# --- embeddings: the gateway's vectors are D-Bus Embed's -----------------------------------------------------------
+ref_e=$("$TANDEMCTL" embed --json --model clip "a red square" "a blue circle") || fail "tandemctl embed: $ref_e"
+same_vectors() {  # same_vectors JSON_A JSON_B: two arrays of vectors equal within 1e-6
+  jq -e -n --argjson a "$1" --argjson b "$2" \
+    '($a | length) == ($b | length) and ([range(0; $a | length) as $i | ($a[$i] | length) == ($b[$i] | length) and
+      ([range(0; $a[$i] | length) as $k | (($a[$i][$k] - $b[$i][$k]) | fabs) < 1e-6] | all)] | all)' >/dev/null
+}
+ref_vecs=$(jq -c '.vectors // [.embeddings[]?] // []' <<<"$ref_e")
+[ "$(jq length <<<"$ref_vecs")" = 2 ] || fail "tandemctl embed --json: no vectors in $ref_e"
+f=$(curl -s -D "$T_DIR/eh.txt" "$B/v1/embeddings" -d '{"model":"clip","input":["a red square","a blue circle"],"encoding_format":"float"}')
+same_vectors "$(jq -c '[.data[].embedding]' <<<"$f")" "$ref_vecs" || hfail "float embeddings != D-Bus Embed: $f"
+grep -qi '^Tandem-Route: gpu' "$T_DIR/eh.txt" || hfail "embeddings: no Tandem-Route"
+o=$(curl -s "$B/api/embed" -d '{"model":"clip","input":["a red square","a blue circle"]}')
+same_vectors "$(jq -c .embeddings <<<"$o")" "$ref_vecs" || hfail "/api/embed != D-Bus Embed: $o"
+if command -v node >/dev/null; then
+  [ -d "$NODE_DIR/node_modules/openai" ] || (cd "$NODE_DIR" && npm ci --no-audit --no-fund >/dev/null 2>&1) || fail "npm ci failed"
+  r=$(node "$NODE_DIR/clients.mjs" "$B" openai_embed clip) || hfail "openai embeddings: $r"
+  same_vectors "$(jq -c .vectors <<<"$r")" "$ref_vecs" || hfail "openai client (base64, its default) != D-Bus Embed: $r"
+  r=$(node "$NODE_DIR/clients.mjs" "$B" ollama_embed clip) || hfail "ollama embed: $r"
+  same_vectors "$(jq -c .vectors <<<"$r")" "$ref_vecs" || hfail "ollama client != D-Bus Embed: $r"
+fi
+# An image as a data URL (CLIP's image tower): the vector D-Bus Embed gives for the same PNG file.
+/usr/bin/python3 - "$T_DIR/red.png" <<'PY'
+import struct, sys, zlib
+w = h = 32
+raw = b"".join(b"\x00" + bytes([200, 30, 30]) * w for _ in range(h))
+def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                             chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+PY
+ref_i=$("$TANDEMCTL" embed --json --model clip --image "$T_DIR/red.png") || fail "tandemctl embed --image: $ref_i"
+url="data:image/png;base64,$(base64 -w0 "$T_DIR/red.png")"
+i=$(curl -s "$B/v1/embeddings" -d "{\"model\":\"clip\",\"input\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"$url\"}}]}")
+same_vectors "$(jq -c '[.data[].embedding]' <<<"$i")" "$(jq -c '.vectors // [.embeddings[]?]' <<<"$ref_i")" || hfail "image embedding != D-Bus Embed: $i"
+note "embeddings: OpenAI float, base64 (openai client), /api/embed (ollama client), a PNG data URL: D-Bus Embed's vectors"
 
 if command -v espeak-ng >/dev/null; then
   espeak-ng -w "$T_DIR/speech.wav" "the quick brown fox jumps over the lazy dog" || fail "espeak-ng"
