@@ -379,6 +379,15 @@ int main(int argc, char** argv) {
                wyoming_fds.size(),
                bus->describe().c_str(), link.connected() ? "connected" : "not reachable yet");
   sd_notifyf(0, "READY=1\nSTATUS=serving; tandemd %s", link.connected() ? "connected" : "not reachable yet");
-  io.run();
+  // A handler that throws (a bug: handlers answer errors, they do not throw) is logged and the loop goes on, so one
+  // request cannot take the gateway down for everyone.
+  while (true) {
+    try {
+      io.run();
+      break;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tandem-http: internal error in a handler (a bug, please report): %s\n", e.what());
+    }
+  }
   return 0;
 }

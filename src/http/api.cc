@@ -104,6 +104,32 @@ ApiError error_from_remote(const client::RemoteError& r) {
 
 std::string resume_path(std::uint64_t job) { return "/tandem/v1/jobs/" + std::to_string(job) + "/resume"; }
 
+namespace {
+
+// Error texts can quote request bytes (a JSON parser's "last read: ..." cut inside a character, a multipart field
+// name): invalid UTF-8 becomes U+FFFD so the error itself can always be written as JSON.
+std::string utf8_clean(const std::string& s) {
+  if (valid_utf8(s)) return s;
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t n = 1;
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0xf0) n = 4;
+    else if (c >= 0xe0) n = 3;
+    else if (c >= 0xc0) n = 2;
+    if (c < 0x80 || (i + n <= s.size() && valid_utf8(std::string_view(s).substr(i, n)))) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 json error_json(const ApiError& e, Flavor flavor) {
   json tandem = json::object();
   if (e.retry_after_ms) tandem["retry_after_ms"] = *e.retry_after_ms;
@@ -112,12 +138,13 @@ json error_json(const ApiError& e, Flavor flavor) {
     tandem["resume"] = resume_path(*e.job);
   }
   json out;
+  const std::string message = utf8_clean(e.message);
   if (flavor == Flavor::ollama) {
-    out = {{"error", e.message}};
+    out = {{"error", message}};
   } else {
-    json err = {{"message", e.message},
+    json err = {{"message", message},
                 {"type", e.type},
-                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"param", e.param.empty() ? json(nullptr) : json(utf8_clean(e.param))},
                 {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
     out = {{"error", std::move(err)}};
   }
@@ -138,7 +165,7 @@ ApiResult<json> parse_json_object(std::string_view body, const BodyLimits& limit
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& ex) {
+  } catch (const json::exception& ex) {  // parse_error, and out_of_range for a number beyond double
     return invalid_field("", std::string("the request body is not valid JSON (") + ex.what() + ")");
   }
   if (!j.is_object()) return invalid_field("", "the request body must be a JSON object");

@@ -154,6 +154,15 @@ void Gateway::json_reply(const std::shared_ptr<Exchange>& ex, const std::string&
 // Routing
 
 void Gateway::handle(std::shared_ptr<Exchange> ex) {
+  try {
+    route(ex);
+  } catch (const std::exception& e) {
+    // A bug, not the client's fault: answered as such (500) rather than ending the gateway.
+    error(ex, "internal", Flavor::openai, {500, "server_error", "internal", "", std::string("internal error: ") + e.what()});
+  }
+}
+
+void Gateway::route(const std::shared_ptr<Exchange>& ex) {
   const RequestInfo& r = ex->request();
   const std::string& m = r.method;
   const std::string& p = r.path;

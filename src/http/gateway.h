@@ -83,6 +83,7 @@ class Gateway {
   std::weak_ptr<void> life() const { return life_; }
 
  private:
+  void route(const std::shared_ptr<Exchange>& ex);
   void generate(const std::shared_ptr<Exchange>& ex, Api api, const std::string& endpoint);
   void embeddings(const std::shared_ptr<Exchange>& ex, EmbedApi api, const std::string& endpoint);
   void transcriptions(const std::shared_ptr<Exchange>& ex, bool translate);  // gateway_audio.cc

@@ -33,7 +33,7 @@ Result<std::optional<WyomingEvent>> WyomingReader::next() {
   json h;
   try {
     h = json::parse(line);
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {  // parse_error, and out_of_range for a number beyond double
     return fail(Errc::invalid_argument, "the header line is not JSON");
   }
   if (!h.is_object() || !h.contains("type") || !h["type"].is_string() || h["type"].get<std::string>().empty())

@@ -44,6 +44,7 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"not json", "{\"model\":", 400, "", "invalid_value"},
         Refusal{"not an object", "[1,2]", 400, "", "invalid_value"},
         Refusal{"invalid utf8", "{\"model\":\"\xff\"}", 400, "", "invalid_value"},
+        Refusal{"number overflow", "{\"model\":22222e22222}", 400, "", "invalid_value"},
         Refusal{"deep", "{\"model\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}", 400, "", "invalid_value"},
         Refusal{"no model", "{" MSG "}", 400, "model", "invalid_value"},
         Refusal{"no messages", R"({"model":"m"})", 400, "messages", "invalid_value"},
@@ -182,6 +183,18 @@ TEST(Base64, RoundTripAndRejects) {
   }
   EXPECT_EQ(base64_encode(reinterpret_cast<const std::uint8_t*>("hello"), 5), "aGVsbG8=");
   for (const char* bad : {"a", "ab=c", "====", "a===", "ab!d", "aGVsbG8=aGVs"}) EXPECT_FALSE(base64_decode(bad)) << bad;
+}
+
+TEST(Errors, ErrorTextsQuotingRequestBytesStayJson) {
+  // The JSON parser's message quotes the bytes it read, cut inside a character; a multipart name can be any bytes.
+  auto r = parse_openai_embeddings("{\"model\": \xc3\xbc}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NO_THROW((void)error_json(*r.error, Flavor::openai).dump());
+  auto t = parse_transcription("multipart/form-data; boundary=B0",
+                               "--B0\r\nContent-Disposition: form-data; name=\"\xff\"\r\n\r\nx\r\n--B0--\r\n", false);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NO_THROW((void)error_json(*t.error, Flavor::openai).dump());
+  EXPECT_NO_THROW((void)error_json(*t.error, Flavor::ollama).dump());
 }
 
 TEST(Errors, TandemdErrorsMapToHonestStatuses) {
@@ -368,7 +381,7 @@ TEST(Wyoming, FramingRoundTripAndLimits) {
   WyomingLimits small;
   small.max_header_bytes = 64;
   small.max_payload_bytes = 8;
-  for (const std::string& bad : {std::string(100, 'a'), std::string("not json\n"), std::string("[1]\n"),
+  for (const std::string& bad : {std::string(100, 'a'), std::string("not json\n"), std::string("{\"type\":1e99999}\n"), std::string("[1]\n"),
                                  std::string("{\"data\":{}}\n"), std::string("{\"type\":\"x\",\"payload_length\":9}\n"),
                                  std::string("{\"type\":\"x\",\"payload_length\":-1}\n"),
                                  std::string("{\"type\":\"x\",\"data\":[1]}\n")}) {
