@@ -23,7 +23,11 @@ bool JobFlow::begin() {
     return false;
   }
   slot_ = true;
-  ex_->on_close([self = shared_from_this()] { self->client_gone(); });
+  // Weak: the flow lives while tandemd's link (or a pending call) holds it; the exchange must not keep it alive
+  // (the flow holds the exchange: a strong capture would be a cycle for a request that never completes).
+  ex_->on_close([weak = weak_from_this()] {
+    if (auto self = weak.lock()) self->client_gone();
+  });
   return true;
 }
 

@@ -290,7 +290,8 @@ TEST(Multipart, PartsAndMalformedBodies) {
   EXPECT_EQ(*multipart_boundary("Multipart/Form-Data; charset=utf-8; boundary=\"a b\""), "a b");
   EXPECT_FALSE(multipart_boundary("application/json").ok());
   EXPECT_FALSE(multipart_boundary("multipart/form-data").ok());
-  auto p = parse_multipart(form({{"model", "asr"}, {"file", std::string("RI\0FF\r\n--B", 10)}}), "B0");
+  const std::string body = form({{"model", "asr"}, {"file", std::string("RI\0FF\r\n--B", 10)}});
+  auto p = parse_multipart(body, "B0");  // the parts are views into the body
   ASSERT_TRUE(p.ok()) << p.error().message;
   ASSERT_EQ(p->size(), 2u);
   EXPECT_EQ((*p)[0].name, "model");
