@@ -154,6 +154,8 @@ tandem::Result<void> load_config(const std::string& path, Config& c) {
       }
     } else if (k == "max_body_bytes") {
       r = bytes(v, c.gateway.max_body_bytes, key, 1024, 1ull << 30);
+    } else if (k == "max_audio_bytes") {
+      r = bytes(v, c.gateway.max_audio_bytes, key, 1024, 4ull << 30);
     } else if (k == "max_header_bytes") {
       r = bytes(v, c.limits.header_bytes, key, 1024, 1u << 20);
     } else if (k == "max_pending_bytes") {
