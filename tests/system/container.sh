@@ -21,7 +21,7 @@ CT_SECURITY_MIRROR=${TANDEM_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian
 CT_CACHE=${TANDEM_SYSROOT_CACHE:-/var/cache/tandem-systemd-root}
 CT_MAX_AGE_DAYS=${TANDEM_SYSROOT_MAX_AGE_DAYS:-14}
 # Bump when the recipe below changes: a cached root with another recipe is rebuilt.
-CT_RECIPE=3
+CT_RECIPE=4
 CT_MASK=(getty@.service serial-getty@.service console-getty.service container-getty@.service getty.target
   getty-static.service systemd-sysctl.service systemd-modules-load.service systemd-binfmt.service
   proc-sys-fs-binfmt_misc.automount proc-sys-fs-binfmt_misc.mount systemd-journald-audit.socket
@@ -132,8 +132,9 @@ ct_prepare_root() {
       chroot "$new" apt-get dist-upgrade -y -q
       # Dependencies of the packages under test, resolved like `apt-get install ./tandemd_*.deb` would.
       chroot "$new" apt-get satisfy -y -q --no-install-recommends "$@"
-      # Tools the checks use inside the container (procps: ps; util-linux is essential and has setpriv).
-      chroot "$new" apt-get install -y -q --no-install-recommends procps
+      # Tools the checks use inside the container (procps: ps; curl: requests to the HTTP gateway; util-linux is
+      # essential and has setpriv; Wyoming is spoken through /dev/tcp of bash).
+      chroot "$new" apt-get install -y -q --no-install-recommends procps curl
       chroot "$new" apt-get clean
       rm -f "$new/usr/sbin/policy-rc.d"
     ' ct-build "$new" "$CT_SUITE" "$CT_MIRROR" "$CT_SECURITY_MIRROR" "$(ct_deps_of "$debs" | paste -sd, -)" >"$log" 2>&1; then

@@ -8,11 +8,12 @@
 # (tests/system/container.sh; the root is built with debootstrap into $TANDEM_SYSROOT_CACHE, default
 # /var/cache/tandem-systemd-root, when it is missing, older than 14 days or made for other dependencies), installs
 # the packages with apt inside it, and drives the service from outside with nsenter the way a user and an
-# administrator do. Every check prints one line: "PASS name", "FAIL name: why", or "NOT TESTABLE HERE name: why"
-# (this machine's kernel or cgroup setup cannot provide it). Ends with "system test: N passed, N failed, N not
-# testable here" and the figures. Exit 0: no check failed; 1: a check failed; 77: skipped (not root, or no
-# namespaces/overlayfs here). The container is torn down on every exit path (trap): its systemd by PID, the
-# cgroups it made, the work directory; its mounts exist only in its own mount namespace.
+# administrator do; then the HTTP gateway (tandem-http.socket -> tandem-http.service, then tandem-wyoming.socket).
+# Every check prints one line: "PASS name", "FAIL name: why", or "NOT TESTABLE HERE name: why" (this machine's
+# kernel or cgroup setup cannot provide it, or a port the gateway needs is taken on it). Ends with "system test:
+# N passed, N failed, N not testable here" and the figures. Exit 0: no check failed; 1: a check failed; 77: skipped
+# (not root, or no namespaces/overlayfs here). The container is torn down on every exit path (trap): its systemd by
+# PID, the cgroups it made, the work directory; its mounts exist only in its own mount namespace.
 #   TANDEM_SYSTEST_KEEP=1   keep the work directory (/var/tmp/tandem-systest.*: overlay upper layer, console log)
 #   TANDEM_SYSROOT_CACHE    where the cached root lives;  TANDEM_DEBIAN_MIRROR  the mirror debootstrap uses
 set -uo pipefail
@@ -53,6 +54,7 @@ finish() {
   echo "  systemctl start -> READY: ${START_S:-?} s (ExecMainStart -> active: ${READY_S:-?} s)"
   echo "  boot -> READY (container boot + install + model + start): ${BOOT_TO_READY_S:-?} s"
   echo "  exposure (systemd-analyze security, inside): ${EXPOSURE:-?}"
+  echo "  tandem-http: first connection -> GET /health answered: ${HTTP_FIRST_S:-?} s; exposure: ${EXPOSURE_HTTP:-?}"
   echo "  whole test: $(ct_secs "$T_ALL" "$(ct_now)") s"
   echo "system test: $PASS passed, $FAIL failed, $NT not testable here"
   [ "$FAIL" = 0 ]
@@ -101,6 +103,18 @@ if S is-enabled tandemd >/dev/null 2>&1 && ! S is-active tandemd >/dev/null 2>&1
   pass "postinst: unit enabled, not started without a model, prints how to finish the setup"
 else
   fail "postinst: enabled and not started without a model" "is-enabled=$(S is-enabled tandemd 2>&1) is-active=$(S is-active tandemd 2>&1)"
+fi
+# The gateway's socket is enabled by the package but, like tandemd, started by postinst only once the models exist
+# (a request would start tandemd by D-Bus activation and fail); the Wyoming socket is installed, not enabled.
+gw_state="tandem-http.socket $(S is-enabled tandem-http.socket 2>&1)/$(S is-active tandem-http.socket 2>&1),"
+gw_state+=" tandem-http.service $(S is-active tandem-http.service 2>&1),"
+gw_state+=" tandem-wyoming.socket $(S is-enabled tandem-wyoming.socket 2>&1)/$(S is-active tandem-wyoming.socket 2>&1)"
+if [ "$gw_state" = "tandem-http.socket enabled/inactive, tandem-http.service inactive, tandem-wyoming.socket disabled/inactive" ] &&
+  grep -q "systemctl start tandem-http.socket" "$CT_WORK/install.log"; then
+  pass "postinst: tandem-http.socket enabled, not started without a model (says how); tandem-wyoming.socket not enabled"
+else
+  grep "tandem-http" "$CT_WORK/install.log" | show
+  fail "postinst: tandem-http.socket enabled, not started without a model" "$gw_state"
 fi
 # Users: alice may submit (group tandem), bob may not; alice's home must stay invisible to the daemon.
 # carol administers (group tandem-admin: the bus policy's admin rules, which the dbus package's trigger reloads
@@ -493,6 +507,192 @@ else
   fail "systemd-analyze security" "exposure '${EXPOSURE:-?}' (must be <= 1.0)"
 fi
 nt "OOMPolicy=stop" "exercising it would need an OOM kill inside the unit; not attempted (it would take the machine's memory)"
+
+# --- 12. the HTTP gateway: tandem-http.socket -> tandem-http.service, then Wyoming (tandem-wyoming.socket) -----------
+# The container shares this machine's network namespace: its 127.0.0.1:11435 and :10300 are this machine's ports.
+echo "== HTTP gateway"
+HTTP_B=http://127.0.0.1:11435
+MODEL=default  # the model tandem-setup-default-model made (the one the shipped tandemd.toml names)
+# The inode of the socket listening on 127.0.0.1:PORT (/proc/net/tcp: the address little-endian, the port in hex),
+# empty when nothing listens there.
+listen_inode() {
+  ct cat /proc/net/tcp | awk -v a="$(printf '0100007F:%04X' "$1")" '!f && $2 == a && $4 == "0A" { print $10; f = 1 }'
+}
+gw_journal() { J -u tandem-http.service -u tandem-http.socket -u tandem-wyoming.socket -n 30 | show; }
+# One request with curl inside the container, bounded: the body, then a last line with the HTTP status (000: none).
+hreq() { ct_t 90 curl -s --max-time 60 -w '\n%{http_code}' "$@"; }
+hcode() { tail -n 1 <<<"$1"; }
+hbody() { sed '$d' <<<"$1"; }
+# Wyoming's describe over bash's /dev/tcp inside the container, bounded: prints the first line of the answer (an
+# event's JSON header; its data follows).
+wy_describe() {
+  # shellcheck disable=SC2016  # the inner bash expands $line
+  ct_t 40 bash -c 'exec 3<>/dev/tcp/127.0.0.1/10300 || exit 2
+    printf "%s\n" "{\"type\":\"describe\"}" >&3
+    IFS= read -r -t 30 line <&3 || { echo "no answer line within 30 s"; exit 3; }
+    printf "%s\n" "$line"'
+}
+
+gateway_checks() {
+  local rc t0 out code body job j jo pid pid2 st uid gid name ino_http ino_wy fds line
+  if [ "$(S is-active tandem-http.socket 2>&1)" != active ] && [ -n "$(listen_inode 11435)" ]; then
+    nt "tandem-http under systemd" "127.0.0.1:11435 is already in use on this machine (the container shares its network namespace)"
+    return
+  fi
+  if ! ct test -x /usr/bin/curl; then
+    fail "tandem-http under systemd" "no curl in the container (tests/system/container.sh puts it into the cached root)"
+    return
+  fi
+
+  # postinst once more, now that the model exists: dpkg-reconfigure runs `postinst configure VERSION` (the upgrade
+  # path), which restarts tandemd and starts the enabled socket. The steps above started tandemd several times within
+  # its StartLimitIntervalSec=10min (StartLimitBurst=5): reset the counter, so that this restart is not refused.
+  S reset-failed tandemd >/dev/null 2>&1
+  ct_t 240 DEBIAN_FRONTEND=noninteractive dpkg-reconfigure tandemd >"$CT_WORK/reconfigure.log" 2>&1
+  rc=$?
+  ino_http=$(listen_inode 11435)
+  if [ "$rc" = 0 ] && [ "$(S is-enabled tandem-http.socket 2>&1)" = enabled ] &&
+    [ "$(prop tandem-http.socket SubState)" = listening ] && [ -n "$ino_http" ] &&
+    [ "$(prop tandem-http.service ActiveState)" = inactive ] && [ "$(prop tandemd ActiveState)" = active ]; then
+    pass "postinst with the model in place (dpkg-reconfigure tandemd) starts the enabled tandem-http.socket" \
+      "listening on $(prop tandem-http.socket Listen); tandem-http.service not started yet; tandemd active"
+  else
+    show <"$CT_WORK/reconfigure.log"
+    gw_journal
+    fail "postinst starts tandem-http.socket once the model exists" "dpkg-reconfigure exit $rc; tandem-http.socket \
+$(S is-enabled tandem-http.socket 2>&1)/$(prop tandem-http.socket ActiveState)/$(prop tandem-http.socket SubState), \
+listener on 11435: ${ino_http:-none}; tandem-http.service $(prop tandem-http.service ActiveState); tandemd \
+$(prop tandemd ActiveState)"
+    S start tandem-http.socket >/dev/null 2>&1  # as postinst's setup instructions say, to test what follows
+  fi
+
+  # The first connection starts the service (Type=notify: it is answered once the gateway is READY).
+  t0=$(ct_now)
+  out=$(hreq "$HTTP_B/health")
+  HTTP_FIRST_S=$(ct_secs "$t0" "$(ct_now)")
+  code=$(hcode "$out") body=$(hbody "$out")
+  if [ "$code" = 200 ] && grep -qE '"status":"(ok|degraded)"' <<<"$body"; then
+    pass "the first connection to 127.0.0.1:11435 starts tandem-http.service: GET /health 200" "${HTTP_FIRST_S} s: $body"
+  else
+    gw_journal
+    fail "first request through tandem-http.socket: GET /health" "HTTP $code after ${HTTP_FIRST_S} s: $body"
+  fi
+  out=$(hreq "$HTTP_B/v1/models")
+  code=$(hcode "$out") body=$(hbody "$out")
+  if [ "$code" = 200 ] && grep -q '"object":"list"' <<<"$body" && grep -q "\"id\":\"$MODEL\"" <<<"$body"; then
+    pass "GET /v1/models lists the model $MODEL" "$(grep -o '"id":"[^"]*"' <<<"$body" | tr '\n' ' ')"
+  else
+    gw_journal
+    fail "GET /v1/models lists $MODEL" "HTTP $code: $body"
+  fi
+  out=$(hreq -H 'Content-Type: application/json' -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\
+\"content\":\"Once upon a time\"}],\"max_tokens\":4,\"seed\":1}" "$HTTP_B/v1/chat/completions")
+  code=$(hcode "$out") body=$(hbody "$out")
+  job=$(grep -o '"job":[0-9]*' <<<"$body" | head -1 | cut -d: -f2)
+  if [ "$code" = 200 ] && grep -q '"object":"chat.completion"' <<<"$body" && [ -n "$job" ]; then
+    # GetJob answers the job's owner uid and admins: root reads it, and so does tandem-http (it submitted it).
+    j=$(ct_t 30 tandemctl --json job "$job" 2>&1)
+    jo=$(ct_t 30 setpriv --reuid=tandem-http --regid=tandem --init-groups -- tandemctl --json job "$job" 2>&1)
+    if grep -q '"state":"completed"' <<<"$j" && grep -q '"state":"completed"' <<<"$jo"; then
+      pass "POST /v1/chat/completions (max_tokens 4): its tandem.job $job is completed in tandemctl job (root, and tandem-http as its owner)" \
+        "$(grep -o '"usage":{[^}]*}' <<<"$body")"
+    else
+      fail "the completion's job $job in tandemctl job" "as root: $j; as tandem-http: $jo"
+    fi
+  else
+    gw_journal
+    fail "POST /v1/chat/completions (max_tokens 4) with a tandem.job" "HTTP $code: $body"
+  fi
+
+  # The running service: its user, its sandbox.
+  pid=$(prop tandem-http.service MainPID)
+  if [ "$(prop tandem-http.service ActiveState)" != active ] || [ -z "$pid" ] || [ "$pid" = 0 ]; then
+    gw_journal
+    fail "tandem-http.service active after the first request" "$(prop tandem-http.service ActiveState), MainPID '$pid'"
+  else
+    st=$(ct cat "/proc/$pid/status")
+    uid=$(ct id -u tandem-http)
+    gid=$(ct getent group tandem | cut -d: -f3)
+    name=$(ct getent passwd "$(field Uid | awk '{ print $1 }')" | cut -d: -f1)
+    if [ -n "$uid" ] && [ "$(field Uid | awk '{ print $1 $2 $3 $4 }')" = "$uid$uid$uid$uid" ] &&
+      [ "$(field Gid | awk '{ print $1 }')" = "$gid" ] && [ "$name" = tandem-http ]; then
+      pass "tandem-http.service active (MainPID $pid), runs as user tandem-http, group tandem" "uid $uid ($name), gid $gid"
+    else
+      fail "tandem-http.service runs as user tandem-http" "Uid: $(field Uid) ($name), Gid: $(field Gid); tandem-http is $uid, tandem $gid"
+    fi
+    if [ "$(field NoNewPrivs)" = 1 ] && [ "$(field Seccomp)" = 2 ] && [ "$(field CapEff)" = 0000000000000000 ] &&
+      [ "$(field CapBnd)" = 0000000000000000 ] && [ "$(field CapAmb)" = 0000000000000000 ]; then
+      pass "tandem-http: NoNewPrivs 1, Seccomp 2 (filter), CapEff/CapBnd/CapAmb 0" "$(field Seccomp_filters) seccomp filters"
+    else
+      fail "tandem-http: no privileges" "NoNewPrivs=$(field NoNewPrivs) Seccomp=$(field Seccomp) CapEff=$(field CapEff) CapBnd=$(field CapBnd) CapAmb=$(field CapAmb)"
+    fi
+    if [ "$(ct cat "/proc/$pid/net/dev" | awk 'NR > 2 { sub(":", "", $1); print $1 }')" = lo ]; then
+      pass "tandem-http: PrivateNetwork=yes (only lo in its namespace), serving the sockets systemd passed in"
+    else
+      fail "tandem-http: PrivateNetwork=yes" "interfaces: $(ct cat "/proc/$pid/net/dev" | awk 'NR > 2 { print $1 }' | tr '\n' ' ')"
+    fi
+  fi
+  ct_t 60 systemd-analyze security --no-pager tandem-http.service >"$CT_WORK/security-http.out" 2>&1
+  EXPOSURE_HTTP=$(sed -n 's/.*Overall exposure level for tandem-http.service: \([0-9.]*\).*/\1/p' "$CT_WORK/security-http.out")
+  if [ -n "$EXPOSURE_HTTP" ] && awk -v s="$EXPOSURE_HTTP" 'BEGIN { exit !(s <= 2.0) }'; then
+    pass "systemd-analyze security tandem-http.service (loaded unit, real manager)" "exposure $EXPOSURE_HTTP"
+  else
+    grep -v '^✓' "$CT_WORK/security-http.out" | tail -40 | show
+    fail "systemd-analyze security tandem-http.service" "exposure '${EXPOSURE_HTTP:-?}' (must be <= 2.0)"
+  fi
+
+  # Wyoming. systemd refuses to start a socket unit while its service runs ("Socket service tandem-http.service
+  # already active, refusing"), so the gateway is stopped first; the next connection, on either socket, starts it
+  # with every listening socket whose Service= it is.
+  echo "== Wyoming (tandem-wyoming.socket)"
+  if [ -n "$(listen_inode 10300)" ]; then
+    nt "Wyoming through tandem-wyoming.socket" "127.0.0.1:10300 is already in use on this machine (the container shares its network namespace)"
+    return
+  fi
+  S stop tandem-http.service >"$CT_WORK/wyoming.out" 2>&1
+  S enable --now tandem-wyoming.socket >>"$CT_WORK/wyoming.out" 2>&1
+  rc=$?
+  ino_wy=$(listen_inode 10300)
+  if [ "$rc" = 0 ] && [ "$(S is-enabled tandem-wyoming.socket 2>&1)" = enabled ] &&
+    [ "$(prop tandem-wyoming.socket SubState)" = listening ] && [ -n "$ino_wy" ] &&
+    [ "$(prop tandem-http.socket SubState)" = listening ] && [ "$(prop tandem-http.service ActiveState)" = inactive ]; then
+    pass "systemctl enable --now tandem-wyoming.socket (tandem-http.service stopped first)" "listening on $(prop tandem-wyoming.socket Listen)"
+  else
+    show <"$CT_WORK/wyoming.out"
+    gw_journal
+    fail "systemctl enable --now tandem-wyoming.socket" "exit $rc; tandem-wyoming.socket $(S is-enabled tandem-wyoming.socket \
+2>&1)/$(prop tandem-wyoming.socket SubState), listener on 10300: ${ino_wy:-none}; tandem-http.socket \
+$(prop tandem-http.socket SubState); tandem-http.service $(prop tandem-http.service ActiveState)"
+  fi
+  t0=$(ct_now)
+  line=$(wy_describe 2>&1)
+  WY_S=$(ct_secs "$t0" "$(ct_now)")
+  if grep -qE '^\{.*"type": ?"info"' <<<"$line"; then
+    pass "Wyoming describe on 127.0.0.1:10300 starts tandem-http.service, which answers info" "${WY_S} s: ${line:0:160}"
+  else
+    gw_journal
+    fail "Wyoming describe on 127.0.0.1:10300" "after ${WY_S} s, first line: '${line:-none}'"
+  fi
+  # The new process holds both listening sockets (the kernel's inodes for 127.0.0.1:11435 and :10300) and serves both.
+  pid2=$(prop tandem-http.service MainPID)
+  ino_http=$(listen_inode 11435)
+  fds=""
+  [ -n "$pid2" ] && [ "$pid2" != 0 ] && fds=$(ct sh -c "readlink /proc/$pid2/fd/*" 2>/dev/null)
+  out=$(hreq "$HTTP_B/health")
+  code=$(hcode "$out")
+  if [ "$(prop tandem-http.service ActiveState)" = active ] && [ "$pid2" != "$pid" ] && [ -n "$ino_http" ] &&
+    [ -n "$ino_wy" ] && grep -qxF "socket:[$ino_http]" <<<"$fds" && grep -qxF "socket:[$ino_wy]" <<<"$fds" &&
+    [ "$code" = 200 ]; then
+    pass "the restarted tandem-http.service (MainPID $pid2) got both sockets, and serves HTTP too" \
+      "TriggeredBy: $(prop tandem-http.service TriggeredBy); GET /health $code"
+  else
+    gw_journal
+    fail "tandem-http.service with both sockets" "$(prop tandem-http.service ActiveState), MainPID $pid2 (was $pid); \
+listening inodes 11435: ${ino_http:-none}, 10300: ${ino_wy:-none}; its sockets: $(grep socket <<<"$fds" | tr '\n' ' '); \
+GET /health $code"
+  fi
+}
+gateway_checks
 
 # Nothing failed in the container's own boot either.
 failed_units=$(S list-units --failed --no-legend --plain | awk '{ print $1 }' | tr '\n' ' ')
