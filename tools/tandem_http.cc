@@ -314,11 +314,24 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  for (const auto& hp : cfg.listen) {
-    std::string host;
-    std::uint16_t port = 0;
-    if (!split_host_port(hp, host, port))
-      return std::fprintf(stderr, "tandem-http: listen: expected HOST:PORT, got '%s'\n", hp.c_str()), 1;
+  // The configured addresses (what --check-config can judge without binding): their form, and the rules for
+  // addresses beyond loopback (keys for HTTP, allow_remote for Wyoming).
+  auto loopback_host = [](const std::string& h) {
+    return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
+  };
+  for (const auto& [list, what] : {std::pair{&cfg.listen, "listen"}, std::pair{&cfg.wyoming_listen, "wyoming.listen"}}) {
+    for (const auto& hp : *list) {
+      std::string host;
+      std::uint16_t port = 0;
+      if (!split_host_port(hp, host, port))
+        return std::fprintf(stderr, "tandem-http: %s: expected HOST:PORT, got '%s'\n", what, hp.c_str()), 1;
+      if (loopback_host(host)) continue;
+      if (list == &cfg.listen && (!keys || keys->empty()))
+        return std::fprintf(stderr, "tandem-http: listen: %s is not loopback: set http.api_keys_file (API keys)\n", hp.c_str()), 1;
+      if (list == &cfg.wyoming_listen && !cfg.wyoming_allow_remote)
+        return std::fprintf(stderr, "tandem-http: wyoming.listen: %s is not loopback and Wyoming has no authentication: "
+                                    "set wyoming.allow_remote = true to accept that\n", hp.c_str()), 1;
+    }
   }
   if (check_only) {
     std::printf("tandem-http: %s is valid\n", config_path.empty() ? "the default configuration" : config_path.c_str());
@@ -334,6 +347,12 @@ int main(int argc, char** argv) {
   cfg.gateway.cors_origins = cfg.cors_origins;
   cfg.gateway.version = TANDEM_VERSION;
   th::Gateway gateway(link, cfg.gateway);
+  gateway.set_defer([&io](std::chrono::milliseconds d, std::function<void()> fn) {
+    auto t = std::make_shared<boost::asio::steady_timer>(io, d);
+    t->async_wait([t, fn = std::move(fn)](const boost::system::error_code& ec) {
+      if (!ec) fn();
+    });
+  });
   th::AuthPolicy auth;
   auth.keys = keys ? &*keys : nullptr;
   auth.loopback_without_key = cfg.loopback_without_key;

@@ -300,6 +300,15 @@ JobInfo job_from_dbus(const VariantMap& m) {
   r.t("audio_done_ms", j.audio_done_ms);
   r.s("language", j.language);
   r.d("realtime_factor", j.realtime_factor);
+  r.u("segments", j.segments);
+  r.u("windows_skipped", j.windows_skipped);
+  r.u("fallbacks", j.fallbacks);
+  r.s("audio_format", j.audio_format);
+  r.t("queued_ms", j.queued_ms);
+  r.t("run_ms", j.run_ms);
+  r.b("stream", j.stream);
+  r.t("stream_bytes", j.stream_bytes);
+  r.b("stream_complete", j.stream_complete);
   r.s("finish_reason", j.finish_reason);
   r.s("queue", j.queue);
   r.u("queue_position", j.queue_position);

@@ -233,6 +233,11 @@ struct JobInfo {
   std::optional<std::uint64_t> audio_ms, audio_done_ms;
   std::optional<std::string> language;
   std::optional<double> realtime_factor;
+  std::optional<std::uint32_t> segments, windows_skipped, fallbacks;
+  std::optional<std::string> audio_format;
+  std::optional<std::uint64_t> queued_ms, run_ms;
+  std::optional<bool> stream, stream_complete;  // a live stream's job
+  std::optional<std::uint64_t> stream_bytes;    // where its next chunk's offset must be
   // The placement as Submit answered it (GetJob repeats it).
   std::optional<std::string> action, detail, fingerprint;
   std::optional<bool> fallback_model;

@@ -245,6 +245,25 @@ json to_json(const JobInfo& i) {
   put(j, "max_new_tokens", i.max_new_tokens);
   put(j, "prefill_chunk", i.prefill_chunk);
   put(j, "prompt_tokens", i.prompt_tokens);
+  // Transcription jobs.
+  put(j, "kind", i.kind);
+  put(j, "segments_json", i.segments_json);
+  put(j, "segments", i.segments);
+  put(j, "windows_done", i.windows_done);
+  put(j, "windows_total", i.windows_total);
+  put(j, "windows_on_cpu", i.windows_on_cpu);
+  put(j, "windows_skipped", i.windows_skipped);
+  put(j, "fallbacks", i.fallbacks);
+  put(j, "audio_ms", i.audio_ms);
+  put(j, "audio_done_ms", i.audio_done_ms);
+  put(j, "audio_format", i.audio_format);
+  put(j, "language", i.language);
+  put(j, "realtime_factor", i.realtime_factor);
+  put(j, "queued_ms", i.queued_ms);
+  put(j, "run_ms", i.run_ms);
+  put(j, "stream", i.stream);
+  put(j, "stream_bytes", i.stream_bytes);
+  put(j, "stream_complete", i.stream_complete);
   put_unparsed(j, i.unparsed);
   return j;
 }

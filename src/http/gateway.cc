@@ -257,11 +257,20 @@ class GenerationFlow : public JobFlow {
   }
 
   void on_update(const client::JobUpdate& u, bool changed) override {
+    if (u.kind == "tokens" && u.text && !u.text->empty()) first_token();
     if (call_.stream) {
       if (changed) announce("change");
       send_text();
     }
     if (u.kind == "finished") finish();
+  }
+
+  // The first token's time (plain replies too: their Ollama eval durations and the TTFT metric are measured).
+  void first_token() {
+    if (meta_.first_token_unix_ns) return;
+    meta_.first_token_unix_ns = unix_ns();
+    first_token_ = std::chrono::steady_clock::now();
+    gw_.metrics().first_token_seconds(view_.route(), std::chrono::duration<double>(first_token_ - t0_).count());
   }
 
   nlohmann::json ndjson_state(nlohmann::json tandem) const override {
@@ -277,6 +286,9 @@ class GenerationFlow : public JobFlow {
     if (!m) {
       if (resolve_model(*o.value, call_.model, true))
         return fail(invalid_field("model", "'" + call_.model + "' is an embedding model (use /v1/embeddings or /api/embed)"));
+      for (const auto& e : *o.value)
+        if (e.info.name == call_.model && e.info.kind.value_or("") == "speech")
+          return fail(invalid_field("model", "'" + call_.model + "' is a speech model (use /v1/audio/transcriptions)"));
       return fail(unknown_model(call_.model, names_of(*o.value, false)));
     }
     call_.request.model = m->info.name.value_or("");
@@ -299,11 +311,7 @@ class GenerationFlow : public JobFlow {
   void send_text() {
     std::string text = view_.take_unsent();
     if (text.empty()) return;
-    if (!meta_.first_token_unix_ns) {
-      meta_.first_token_unix_ns = unix_ns();
-      first_token_ = std::chrono::steady_clock::now();
-      gw_.metrics().first_token_seconds(view_.route(), std::chrono::duration<double>(first_token_ - t0_).count());
-    }
+    first_token();
     const json chunk = stream_chunk(meta_, text, !sent_any_);
     sent_any_ = true;
     ex_->send(flavor_ == Flavor::ollama ? ndjson(chunk) : sse_data(chunk));
@@ -516,6 +524,9 @@ void Gateway::ollama_show(const std::shared_ptr<Exchange>& ex) {
     if (!o.ok()) return error(ex, "/api/show", Flavor::ollama, error_from_remote(o.error));
     const ModelEntry* m = resolve_model(*o.value, n, false);
     if (!m) m = resolve_model(*o.value, n, true);
+    if (!m)
+      for (const auto& e : *o.value)
+        if (e.info.name == n) m = &e;  // a speech model (listed by /api/tags too)
     if (!m) {
       auto all = names_of(*o.value, false);
       for (auto& e : names_of(*o.value, true)) all.push_back(e);
@@ -529,7 +540,9 @@ void Gateway::ollama_show(const std::shared_ptr<Exchange>& ex) {
                  {"template", m->info.template_name.value_or("")},
                  {"details", ollama_details(*m)},
                  {"model_info", info},
-                 {"capabilities", is_embedding(*m) ? json::array({"embedding"}) : json::array({"completion"})},
+                 {"capabilities", is_embedding(*m) ? json::array({"embedding"})
+                                  : is_llm(*m)     ? json::array({"completion"})
+                                                   : json::array()},  // speech: /v1/audio/transcriptions, Wyoming
                  {"tandem", model_tandem(*m)}};
     json_reply(ex, "/api/show", "", 200, body);
   });

@@ -75,6 +75,14 @@ class Gateway {
   bool take_slot(const std::string& client);
   void give_slot(const std::string& client);
   Backend& backend() { return backend_; }
+  // Runs `fn` on the I/O thread after `delay` (the connection layer's timer; set by main and by tests). Without one,
+  // `fn` runs at once.
+  using Defer = std::function<void(std::chrono::milliseconds, std::function<void()>)>;
+  void set_defer(Defer d) { defer_ = std::move(d); }
+  void defer(std::chrono::milliseconds delay, std::function<void()> fn) {
+    if (defer_) defer_(delay, std::move(fn));
+    else fn();
+  }
   // Which client a job was submitted by (through this gateway): /tandem/v1/jobs/{id} answers only its owner when
   // clients are told apart by API keys.
   void note_job(std::uint64_t job, const std::string& client);
@@ -96,6 +104,7 @@ class Gateway {
 
   Backend& backend_;
   std::shared_ptr<int> life_ = std::make_shared<int>(0);
+  Defer defer_;
   GatewayConfig cfg_;
   Metrics metrics_;
   std::map<std::string, std::size_t> in_flight_;

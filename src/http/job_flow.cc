@@ -36,6 +36,39 @@ void JobFlow::accepted(const client::SubmitResult& s) {
   if (!life_.expired()) gw_.note_job(s.job_id, client_);
   if (gone_) return cancel_job();
   on_accepted();
+  // An Idempotency-Key that named an earlier job: that job's updates went to its first submitter (or are over), so
+  // its outcome is read with GetJob until it is terminal.
+  if (s.placement.existing.value_or(false)) follow_existing();
+}
+
+void JobFlow::follow_existing() {
+  if (done_ || gone_ || life_.expired()) return;
+  std::weak_ptr<JobFlow> weak = weak_from_this();
+  gw_.backend().get_job(view_.job(), [weak](Outcome<client::JobInfo> j) {
+    auto self = weak.lock();
+    if (!self || self->done_ || self->gone_) return;
+    if (!j.ok()) return self->fail(error_from_remote(j.error));
+    const client::JobInfo& info = *j.value;
+    if (!client::is_terminal_state(info.state.value_or(""))) {
+      // Still running for its first submitter: look again in a moment.
+      return self->gw_.defer(std::chrono::milliseconds(250), [weak] {
+        if (auto s = weak.lock()) s->follow_existing();
+      });
+    }
+    client::JobUpdate u;
+    u.job_id = self->view_.job();
+    u.kind = "finished";
+    u.state = info.state;
+    u.finish_reason = info.finish_reason;
+    u.reason = info.reason;
+    u.text = info.text;
+    if (info.tokens) u.tokens_total = static_cast<std::uint32_t>(info.tokens->size());
+    u.error_code = info.error_code;
+    u.error_message = info.error_message;
+    u.retry_after_ms = info.retry_after_ms;
+    u.language = info.language;
+    self->update(u);
+  });
 }
 
 void JobFlow::update(const client::JobUpdate& u) {

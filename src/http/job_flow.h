@@ -41,6 +41,8 @@ class JobFlow : public JobSink, public std::enable_shared_from_this<JobFlow> {
   void fail(const ApiError& e);
   // The answer is complete: the slot and the stream gauge go back.
   void release();
+  // An Idempotency-Key named an earlier job: its outcome comes from GetJob (polled while it runs).
+  void follow_existing();
   Gateway& gw_;
   std::shared_ptr<Exchange> ex_;
   std::string endpoint_;

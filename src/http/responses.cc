@@ -86,7 +86,7 @@ std::string JobView::take_unsent() {
   return s;
 }
 
-ApiError JobView::failure() const {
+ApiError JobView::failure(bool resumable) const {
   ApiError e;
   if (state_ == "cancelled") {
     e.status = 409;
@@ -105,6 +105,12 @@ ApiError JobView::failure() const {
   if (error_code_ == "Timeout") {
     e.status = 504;
     e.code = "timeout";
+  }
+  if (!resumable) {
+    e.job.reset();
+    e.code = e.status == 504 ? "timeout" : "failed";
+    e.message = "job " + std::to_string(job_) + " failed" + (error_code_.empty() ? "" : " (" + error_code_ + ")") +
+                (error_message_.empty() ? "" : ": " + error_message_) + "; send the request again";
   }
   return e;
 }

@@ -40,8 +40,9 @@ class JobView {
   std::optional<std::uint32_t> prompt_tokens() const { return prompt_tokens_; }
   // The text a stream has not sent yet, and marks it sent.
   std::string take_unsent();
-  // A failed or cancelled job as an API error (resumable ones carry the job; the resume path is in the body).
-  ApiError failure() const;
+  // A failed or cancelled job as an API error. resumable: the error carries the job and its resume path (generation);
+  // otherwise (a transcription, which tandemd does not resume) it says to send the request again.
+  ApiError failure(bool resumable = true) const;
 
   // Tandem-Route, Tandem-Degraded (when degraded), Tandem-Queue-Position, Tandem-ETA-Ms, Tandem-Job,
   // Tandem-Model (the model actually used).

@@ -265,7 +265,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       srv_->gw.metrics().refused("body_bytes");
       return fail_early(limit == 0 ? 400 : 413, limit == 0 ? info_.method + " " + info_.path + " takes no body"
                                                           : "the body is larger than " + std::to_string(limit) +
-                                                                " bytes (max_body_bytes)");
+                                                                " bytes, this endpoint's limit (max_body_bytes, or "
+                                                                "max_audio_bytes for audio uploads)");
     }
     parser_->body_limit(limit);
     if (parser_->is_done()) return on_body({});
@@ -279,7 +280,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) {
       if (ec == bhttp::error::body_limit) {
         srv_->gw.metrics().refused("body_bytes");
-        return fail_early(413, "the body is larger than this endpoint takes (max_body_bytes)");
+        return fail_early(413, "the body is larger than this endpoint takes (max_body_bytes, or max_audio_bytes for "
+                               "audio uploads)");
       }
       if (ec == asio::error::operation_aborted || ec == asio::error::eof || ec == bhttp::error::partial_message ||
           ec == asio::error::connection_reset)

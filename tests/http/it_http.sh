@@ -88,6 +88,7 @@ else
   r=$(nj ollama_ps); jq -e '.models[0].size_vram > 0' <<<"$r" >/dev/null || hfail "ollama ps: no GPU bytes: $r"
   r=$(nj ollama_show); jq -e '.capabilities == ["completion"]' <<<"$r" >/dev/null || hfail "ollama show: $r"
   r=$(nj ollama_chat); id=$(jq -r .job <<<"$r")
+  jq -e '.eval_duration > 0' <<<"$r" >/dev/null || hfail "a plain Ollama chat has no measured eval_duration: $r"
   [ "$(job "$id" | jq -j .text)" = "$(jq -j .text <<<"$r")" ] || hfail "ollama chat text != GetJob($id): $r"
   r=$(nj ollama_chat_stream); id=$(jq -r .job <<<"$r")
   [ "$(job "$id" | jq -j .text)" = "$(jq -j .text <<<"$r")" ] || hfail "ollama stream text != GetJob($id): $r"

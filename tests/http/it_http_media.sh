@@ -105,6 +105,15 @@ grep -qE '^[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3} --> ' <<<"$srt" || hfail "srt has
 grep -qE '^[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} --> ' <<<"$vtt" || hfail "vtt has no cue: $vtt"
 [ "$(grep -c ' --> ' <<<"$srt")" -le "$n" ] || hfail "srt has more cues than segments"
 note "json, text, verbose_json ($n segments), srt, vtt: the D-Bus text"
+# A retried upload with the same Idempotency-Key: the same job, answered from its stored outcome.
+k1=$(up -H 'Idempotency-Key: audio-1' | jq -r .tandem.job)
+k2=$(up -m 30 -H 'Idempotency-Key: audio-1' | jq -r .tandem.job)
+[ -n "$k1" ] && [ "$k1" = "$k2" ] || hfail "the same Idempotency-Key gave transcription jobs '$k1' and '$k2'"
+# The job views model every key tandemd sends for a transcription (GET /tandem/v1/jobs and tandemctl --json).
+curl -s "$B/tandem/v1/jobs/$k1" | jq -e 'has("_unparsed") | not' >/dev/null || hfail "GET /tandem/v1/jobs/$k1 has _unparsed keys"
+"$TANDEMCTL" --json job "$k1" | jq -e '[.. | objects | has("_unparsed")] | any | not' >/dev/null || hfail "tandemctl --json job $k1 has _unparsed keys"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$B/api/show" -d '{"model":"asr"}')" = 200 ] || hfail "/api/show does not know the speech model"
+note "Idempotency-Key: one transcription job ($k1); its views have no _unparsed keys; /api/show knows asr"
 # Streamed: a delta per segment, then done with the whole text.
 up -N -F stream=true >"$T_DIR/s.txt"
 grep '^data: ' "$T_DIR/s.txt" | sed 's/^data: //' >"$T_DIR/s.json"

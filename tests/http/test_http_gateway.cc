@@ -414,6 +414,51 @@ TEST_F(GatewayTest, UnknownPathsAndMethods) {
   EXPECT_EQ(b->status, 405);
 }
 
+TEST_F(GatewayTest, AnExistingJobIsFollowedThroughGetJob) {
+  // An Idempotency-Key that names a finished job: tandemd answers with that job (existing), whose updates went to
+  // its first submitter; the outcome is read with GetJob.
+  std::vector<std::function<void()>> deferred;
+  gw->set_defer([&](std::chrono::milliseconds, std::function<void()> fn) { deferred.push_back(std::move(fn)); });
+  auto chat_ex = testing::post("/v1/chat/completions", chat);
+  gw->handle(chat_ex);
+  auto s = accepted(60);
+  s.placement.existing = true;
+  be.submitted[0].sink->accepted(s);
+  // The fake's GetJob says completed: the reply comes from it.
+  ASSERT_TRUE(chat_ex->replied);
+  EXPECT_EQ(chat_ex->status, 200);
+  EXPECT_EQ(json::parse(chat_ex->body)["tandem"]["job"], 60);
+  EXPECT_TRUE(deferred.empty());
+}
+
+TEST_F(GatewayTest, TranscriptionFailureIsNotResumable) {
+  ModelEntry asr;
+  asr.info.name = "asr";
+  asr.info.kind = "speech";
+  be.model_list.push_back(asr);
+  const std::string body = "--B0\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF\r\n"
+                           "--B0\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nasr\r\n--B0--\r\n";
+  auto ex = testing::post("/v1/audio/transcriptions", body);
+  const_cast<RequestInfo&>(ex->request()).headers["content-type"] = "multipart/form-data; boundary=B0";
+  gw->handle(ex);
+  ASSERT_EQ(be.transcribed.size(), 1u);
+  EXPECT_EQ(be.transcribed[0].first.model, "asr");
+  EXPECT_EQ(be.transcribed[0].first.audio.size(), 4u);
+  be.transcribed[0].second->accepted(accepted(70));
+  auto f = finished(70, "", "failed");
+  f.error_code = "DeviceLost";
+  be.transcribed[0].second->update(f);
+  EXPECT_EQ(ex->status, 503);
+  auto b = json::parse(ex->body);
+  EXPECT_EQ(b["error"]["code"], "failed");
+  EXPECT_FALSE(b.contains("tandem") && b["tandem"].contains("resume"));
+  // A speech model named for a chat: 400 saying what it is.
+  auto c = testing::post("/v1/chat/completions", R"({"model":"asr","messages":[{"role":"user","content":"x"}]})");
+  gw->handle(c);
+  EXPECT_EQ(c->status, 400);
+  EXPECT_NE(json::parse(c->body)["error"]["message"].get<std::string>().find("speech model"), std::string::npos);
+}
+
 TEST_F(GatewayTest, IdempotencyKeyIsScopedByClient) {
   auto ex = testing::post("/v1/chat/completions", chat, "alice");
   const_cast<RequestInfo&>(ex->request()).headers["idempotency-key"] = "k1";

@@ -89,7 +89,8 @@ const scenarios = {
   async ollama_show() { const r = await ollama.show({ model }); out({ capabilities: r.capabilities, template: r.template }); },
   async ollama_chat() {
     const r = await ollama.chat({ model, messages: [{ role: 'user', content: 'Once upon a time' }], options: { num_predict: 16, seed: 7, temperature: 0 } });
-    out({ text: r.message.content, done: r.done, done_reason: r.done_reason, eval_count: r.eval_count, job: r.tandem && r.tandem.job });
+    out({ text: r.message.content, done: r.done, done_reason: r.done_reason, eval_count: r.eval_count,
+          eval_duration: r.eval_duration, job: r.tandem && r.tandem.job });
   },
   async ollama_chat_stream() {
     const s = await ollama.chat({ model, messages: [{ role: 'user', content: 'Once upon a time' }], stream: true, options: { num_predict: 24, seed: 7 } });
