@@ -28,6 +28,7 @@ class TranscriptionFlow : public JobFlow {
 
  private:
   bool streams() const override { return call_.stream; }
+  bool resumable() const override { return false; }  // tandemd keeps no audio
 
   void with_models(Outcome<std::vector<ModelEntry>> o) {
     if (gone_) return;
@@ -68,7 +69,7 @@ class TranscriptionFlow : public JobFlow {
       if (u.kind == "segment") ex_->send(sse_data(transcript_delta(segment_from_update(u))));
     }
     if (u.kind != "finished") return;
-    if (view_.state() != "completed") return fail(view_.failure(/*resumable=*/false));
+    if (view_.state() != "completed") return fail(view_.failure(resumable()));
     // The segments (and the language, the duration) are GetJob's.
     auto self = std::static_pointer_cast<TranscriptionFlow>(shared_from_this());
     gw_.backend().get_job(view_.job(), [self](Outcome<client::JobInfo> j) { self->finish(std::move(j)); });

@@ -86,6 +86,11 @@ void JobFlow::lost(const std::string& why) {
   if (!view_.job())
     return fail({503, "server_error", "tandemd_unavailable", "", "lost tandemd before the job was accepted: " + why, 1000,
                  std::nullopt});
+  if (!resumable())
+    return fail({503, "server_error", "failed", "",
+                 "lost tandemd while job " + std::to_string(view_.job()) + " was open (" + why +
+                     "); it cannot be resumed: send the request again",
+                 1000, std::nullopt});
   fail({503, "server_error", "resumable", "",
         "lost tandemd while job " + std::to_string(view_.job()) + " was open (" + why +
             "); the job is kept in tandemd's journal: GET /tandem/v1/jobs/" + std::to_string(view_.job()) +

@@ -30,6 +30,9 @@ class JobFlow : public JobSink, public std::enable_shared_from_this<JobFlow> {
   virtual void on_accepted() = 0;
   virtual void on_update(const client::JobUpdate& u, bool changed) = 0;
   virtual bool streams() const = 0;
+  // Whether tandemd can resume the job after a failure (generation: from its checkpoint; transcription: no, its
+  // audio is not kept): errors then name POST /tandem/v1/jobs/{id}/resume, or say to send the request again.
+  virtual bool resumable() const { return true; }
 
   // Starts the stream (headers with Tandem's state) and announces the placement.
   void start_stream(const std::string& content_type);

@@ -452,6 +452,15 @@ TEST_F(GatewayTest, TranscriptionFailureIsNotResumable) {
   auto b = json::parse(ex->body);
   EXPECT_EQ(b["error"]["code"], "failed");
   EXPECT_FALSE(b.contains("tandem") && b["tandem"].contains("resume"));
+  // tandemd lost while a transcription runs: not resumable either.
+  auto ex2 = testing::post("/v1/audio/transcriptions", body);
+  const_cast<RequestInfo&>(ex2->request()).headers["content-type"] = "multipart/form-data; boundary=B0";
+  gw->handle(ex2);
+  be.transcribed[1].second->accepted(accepted(71));
+  be.transcribed[1].second->lost("tandemd restarted");
+  EXPECT_EQ(ex2->status, 503);
+  EXPECT_EQ(json::parse(ex2->body)["error"]["code"], "failed");
+  EXPECT_FALSE(json::parse(ex2->body)["tandem"].contains("resume"));
   // A speech model named for a chat: 400 saying what it is.
   auto c = testing::post("/v1/chat/completions", R"({"model":"asr","messages":[{"role":"user","content":"x"}]})");
   gw->handle(c);
