@@ -150,21 +150,8 @@ fi
 
 # --- 3. systemd-analyze security ----------------------------------------------------------------------------------------
 systemd-analyze security --offline=true --no-pager "$tmp/units/tandem-http.service" >"$tmp/sec.out" 2>"$tmp/sec.err"
-cat "$tmp/sec.out"
-[ -s "$tmp/sec.err" ] && { fail "systemd-analyze security wrote to stderr:"; show "$tmp/sec.err"; }
-score=$(sed -n 's/.*Overall exposure level for tandem-http\.service: \([0-9][0-9]*\.[0-9]\).*/\1/p' "$tmp/sec.out")
-if [ -z "$score" ]; then
-  fail "no exposure score in the systemd-analyze security output"
-elif awk -v s="$score" -v m="$max_exposure" 'BEGIN { exit !(s <= m) }'; then
-  ok "exposure $score <= $max_exposure"
-else
-  fail "exposure $score > $max_exposure (a hardening directive was weakened or removed?)"
-fi
-while read -r name; do
-  known=no
-  for a in "${accepted_fails[@]}"; do [ "$name" = "$a" ] && known=yes; done
-  if [ "$known" = yes ]; then ok "accepted exposure: $name"; else fail "new exposure: $name"; fi
-done < <(awk 'NF >= 3 && $NF ~ /^[0-9]+\.[0-9]+$/ && $2 ~ /=/ { print $2 }' "$tmp/sec.out")
+source "$(dirname "$0")/exposure.sh"
+check_exposure tandem-http.service
 
 # --- 4. the example configuration ---------------------------------------------------------------------------------------
 if "$bin" --check-config --config "$config" >"$tmp/check.out" 2>&1; then

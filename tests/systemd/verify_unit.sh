@@ -79,22 +79,8 @@ fi
 # --- 2. systemd-analyze security ----------------------------------------------------------------------------------------
 if systemd-analyze security --offline=true --no-pager "$tmp/units/tandemd.service" >"$tmp/sec.out" 2>"$tmp/sec.err"
 then :; fi
-cat "$tmp/sec.out"
-[ -s "$tmp/sec.err" ] && { fail "systemd-analyze security wrote to stderr:"; show "$tmp/sec.err"; }
-score=$(sed -n 's/.*Overall exposure level for tandemd\.service: \([0-9][0-9]*\.[0-9]\).*/\1/p' "$tmp/sec.out")
-if [ -z "$score" ]; then
-  fail "no exposure score in the systemd-analyze security output"
-elif awk -v s="$score" -v m="$max_exposure" 'BEGIN { exit !(s <= m) }'; then
-  ok "exposure $score <= $max_exposure"
-else
-  fail "exposure $score > $max_exposure (a hardening directive was weakened or removed?)"
-fi
-# A failed check is a table row ending in its exposure weight; passed and not-applicable rows carry none.
-while read -r name; do
-  known=no
-  for a in "${accepted_fails[@]}"; do [ "$name" = "$a" ] && known=yes; done
-  if [ "$known" = yes ]; then ok "accepted exposure: $name"; else fail "new exposure: $name"; fi
-done < <(awk 'NF >= 3 && $NF ~ /^[0-9]+\.[0-9]+$/ && $2 ~ /=/ { print $2 }' "$tmp/sec.out")
+source "$(dirname "$0")/exposure.sh"
+check_exposure tandemd.service
 
 # --- 3. D-Bus policy ------------------------------------------------------------------------------------------------------
 if command -v xmllint >/dev/null; then
