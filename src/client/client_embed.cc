@@ -29,12 +29,14 @@ VariantMap to_dbus(const EmbedOptions& o) {
 }
 
 Result<EmbedReply> Client::embed(const EmbedRequest& r) {
-  const std::size_t inputs = r.texts.size() + r.image_fds.size() + r.images.size();
+  const std::size_t inputs = r.texts.size() + r.tokens.size() + r.image_fds.size() + r.images.size();
   if (inputs == 0) return fail(Errc::invalid_argument, "Embed: no inputs");
   for (int fd : r.image_fds)
     if (fd < 0) return fail(Errc::invalid_argument, "Embed: an image fd is negative");
   if (r.call_timeout.count() <= 0) return fail(Errc::invalid_argument, "Embed: the call timeout must be positive");
 
+  VariantMap options = to_dbus(r.options);
+  if (!r.tokens.empty()) options["tokens"] = sdbus::Variant(r.tokens);
   Vectors raw;
   VariantMap result;
   auto called = impl_->guarded<void>("Embed", [&] {
@@ -47,7 +49,7 @@ Result<EmbedReply> Client::embed(const EmbedRequest& r) {
         .callMethod("Embed")
         .onInterface(kInterface)
         .withTimeout(usec)
-        .withArguments(r.model, r.texts, fds, r.images, to_dbus(r.options))
+        .withArguments(r.model, r.texts, fds, r.images, options)
         .storeResultsTo(raw, result);
   });
   if (!called.ok()) return fail(called.error());

@@ -367,6 +367,7 @@ EmbedInfo embed_info_from_dbus(const VariantMap& m) {
   r.u("texts", e.texts);
   r.u("images", e.images);
   r.u("truncated", e.truncated);
+  r.t("tokens", e.tokens);
   r.u("attempts", e.attempts);
   r.b("degraded", e.degraded);
   r.s("fingerprint", e.fingerprint);

@@ -283,6 +283,7 @@ struct EmbedInfo {
   std::optional<std::uint32_t> dim;
   std::optional<std::uint32_t> inputs, texts, images;
   std::optional<std::uint32_t> truncated;  // texts cut to the context
+  std::optional<std::uint64_t> tokens;     // text-tower tokens read (BOS/EOS included, after truncation)
   std::optional<std::uint32_t> attempts;
   std::optional<bool> degraded;
   std::optional<std::string> fingerprint;

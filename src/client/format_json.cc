@@ -303,6 +303,7 @@ json to_json(const EmbedInfo& e) {
   put(j, "texts", e.texts);
   put(j, "images", e.images);
   put(j, "truncated", e.truncated);
+  put(j, "tokens", e.tokens);
   put(j, "attempts", e.attempts);
   put(j, "degraded", e.degraded);
   put(j, "fingerprint", e.fingerprint);

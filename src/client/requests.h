@@ -96,9 +96,13 @@ struct EmbedOptions {
 
 inline constexpr std::chrono::milliseconds kDefaultEmbedTimeout{10 * 60 * 1000};
 
+// Inputs in this order, and the vectors come back in it: texts, tokens, image_fds, images.
 struct EmbedRequest {
   std::string model;  // "" = the daemon's default embedding model
   std::vector<std::string> texts;
+  // Texts already tokenized: the model's vocabulary ids without its special tokens (Embed option "tokens", aau;
+  // the OpenAI API's token-array input). The daemon adds BOS/EOS as for a text.
+  std::vector<std::vector<std::uint32_t>> tokens;
   std::vector<int> image_fds;  // borrowed (not closed): readable JPEG/PNG files, read from their offset to the end
   std::vector<std::vector<std::uint8_t>> images;  // JPEG/PNG file contents
   EmbedOptions options;

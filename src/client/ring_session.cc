@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 
@@ -62,8 +63,18 @@ std::optional<std::string> decode_embedded(const ring::ParsedRecord& rec, const 
 }  // namespace
 
 Result<std::vector<std::uint8_t>> embed_record(const EmbedRequest& r) {
-  if (r.texts.empty() && r.images.empty() && r.image_fds.empty())
+  if (r.texts.empty() && r.tokens.empty() && r.images.empty() && r.image_fds.empty())
     return fail(Errc::invalid_argument, "Embed: no inputs");
+  std::vector<std::int32_t> ids, lengths;  // the ring's int32 lists: all ids one after another, and each length
+  for (const auto& t : r.tokens) {
+    if (t.empty()) return fail(Errc::invalid_argument, "Embed: a token input is empty");
+    for (auto id : t) {
+      if (id > static_cast<std::uint32_t>(INT32_MAX))
+        return fail(Errc::invalid_argument, "Embed: token id " + std::to_string(id) + " is over 2^31-1");
+      ids.push_back(static_cast<std::int32_t>(id));
+    }
+    lengths.push_back(static_cast<std::int32_t>(t.size()));
+  }
   ring::ByteList images = r.images;
   for (int fd : r.image_fds) {
     if (fd < 0) return fail(Errc::invalid_argument, "Embed: an image fd is negative");
@@ -81,6 +92,10 @@ Result<std::vector<std::uint8_t>> embed_record(const EmbedRequest& r) {
   ring::RecordWriter w;
   if (!r.model.empty()) w.add("model", std::string_view(r.model));
   if (!r.texts.empty()) w.add("texts", r.texts);
+  if (!ids.empty()) {
+    w.add("tokens", ids);
+    w.add("token_lengths", lengths);
+  }
   if (!images.empty()) w.add("images", images);
   const auto& o = r.options;
   if (o.idempotency_key) w.add("idempotency_key", std::string_view(*o.idempotency_key));

@@ -187,6 +187,14 @@ class Backend {
     (void)model, (void)text, (void)truncate;
     return fail(Errc::unsupported, "this backend has no embedding models");
   }
+  // Embedding models: one text given as vocabulary ids (no special tokens): each id must be a token of the model's
+  // text tower other than its BOS/EOS/padding, else invalid_argument naming it; wrapped and cut like a text. Loop
+  // thread. Default: no embedding models.
+  virtual Result<EmbedTokens> embed_token_ids(const std::string& model, const std::vector<std::int64_t>& ids,
+                                              bool truncate) {
+    (void)model, (void)ids, (void)truncate;
+    return fail(Errc::unsupported, "this backend has no embedding models");
+  }
   // Runs one embedding job to the end on spec.route (worker thread; thread-safe): decodes and preprocesses the
   // images, runs both towers, returns the vectors. A bad image: invalid_argument with RunResult::failed_input.
   virtual RunResult embed(const EmbedSpec& spec, const std::atomic<bool>& cancel) {

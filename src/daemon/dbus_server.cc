@@ -413,13 +413,17 @@ class DbusServer::Impl::Main final
         auto u = get_uint(k, v, 7ull * 24 * 3600 * 1000);
         if (!u) return fail(std::move(u).error());
         r.options.deadline_ms = *u;
+      } else if (k == "tokens") {
+        if (t != "aau") return bad_type(k, "an array of token-id arrays (aau)", t);
+        for (const auto& ids : v.get<std::vector<std::vector<std::uint32_t>>>())
+          r.tokens.emplace_back(ids.begin(), ids.end());
       } else {
         return fail(Errc::invalid_argument, "unknown Embed option '" + k.substr(0, 64) +
-                                                "' (allowed: idempotency_key, allow_cpu, deadline_ms, truncate)");
+                                                "' (allowed: idempotency_key, allow_cpu, deadline_ms, truncate, tokens)");
       }
     }
     const auto& lim = s().config().embedding;
-    const std::size_t inputs = r.texts.size() + fds.size() + images.size();
+    const std::size_t inputs = r.texts.size() + r.tokens.size() + fds.size() + images.size();
     if (inputs > lim.max_inputs)  // before reading any fd
       return fail(Errc::invalid_argument, "at most " + std::to_string(lim.max_inputs) + " inputs per call, got " +
                                               std::to_string(inputs));

@@ -15,6 +15,7 @@ Failure bad_type(const ring::Field& f, const char* want) {
 
 Result<EmbedRecord> embed_from_record(const std::vector<ring::Field>& fields) {
   EmbedRecord r;
+  std::optional<std::vector<std::int32_t>> ids, lengths;
   for (const auto& f : fields) {
     const std::string_view k = f.key;
     if (k == "model" || k == "idempotency_key") {
@@ -26,6 +27,10 @@ Result<EmbedRecord> embed_from_record(const std::vector<ring::Field>& fields) {
       const auto* l = std::get_if<std::vector<std::string>>(&f.value);
       if (!l) return bad_type(f, "a string_list");
       r.texts = *l;
+    } else if (k == "tokens" || k == "token_lengths") {
+      const auto* l = std::get_if<std::vector<std::int32_t>>(&f.value);
+      if (!l) return bad_type(f, "an int32_list");
+      (k == "tokens" ? ids : lengths) = *l;
     } else if (k == "images") {
       const auto* l = std::get_if<ring::ByteList>(&f.value);
       if (!l) return bad_type(f, "a bytes_list");
@@ -46,11 +51,33 @@ Result<EmbedRecord> embed_from_record(const std::vector<ring::Field>& fields) {
     } else {
       return fail(Errc::invalid_argument,
                   "embed record: unknown key '" + f.key +
-                      "' (known: model, texts, images, idempotency_key, allow_cpu, deadline_ms, truncate)");
+                      "' (known: model, texts, tokens, token_lengths, images, idempotency_key, allow_cpu, deadline_ms, "
+                      "truncate)");
     }
   }
-  if (r.texts.empty() && r.images.empty())
-    return fail(Errc::invalid_argument, "embed record: no inputs (give 'texts' and/or 'images')");
+  if (ids.has_value() != lengths.has_value())
+    return fail(Errc::invalid_argument, "embed record: 'tokens' and 'token_lengths' come together");
+  if (ids) {
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < lengths->size(); ++i) {
+      const std::int32_t n = (*lengths)[i];
+      if (n <= 0 || static_cast<std::size_t>(n) > ids->size() - at)
+        return fail(Errc::invalid_argument, "embed record: token_lengths[" + std::to_string(i) + "] is " +
+                                                std::to_string(n) + " (each length is positive; they sum to the " +
+                                                std::to_string(ids->size()) + " ids of 'tokens')");
+      r.tokens.emplace_back(ids->begin() + static_cast<std::ptrdiff_t>(at),
+                            ids->begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(n)));
+      at += static_cast<std::size_t>(n);
+    }
+    if (at != ids->size())
+      return fail(Errc::invalid_argument, "embed record: token_lengths sum to " + std::to_string(at) + ", 'tokens' has " +
+                                              std::to_string(ids->size()) + " ids");
+    for (std::size_t i = 0; i < ids->size(); ++i)
+      if ((*ids)[i] < 0)
+        return fail(Errc::invalid_argument, "embed record: tokens[" + std::to_string(i) + "] is negative");
+  }
+  if (r.texts.empty() && r.tokens.empty() && r.images.empty())
+    return fail(Errc::invalid_argument, "embed record: no inputs (give 'texts', 'tokens' and/or 'images')");
   return r;
 }
 
@@ -58,6 +85,15 @@ std::vector<std::uint8_t> embed_record(const EmbedRecord& r) {
   ring::RecordWriter w;
   if (!r.model.empty()) w.add("model", std::string_view(r.model));
   if (!r.texts.empty()) w.add("texts", r.texts);
+  if (!r.tokens.empty()) {
+    std::vector<std::int32_t> ids, lengths;
+    for (const auto& t : r.tokens) {
+      ids.insert(ids.end(), t.begin(), t.end());
+      lengths.push_back(static_cast<std::int32_t>(t.size()));
+    }
+    w.add("tokens", ids);
+    w.add("token_lengths", lengths);
+  }
   if (!r.images.empty()) w.add("images", r.images);
   if (r.idempotency_key) w.add("idempotency_key", std::string_view(*r.idempotency_key));
   if (r.allow_cpu) w.add("allow_cpu", *r.allow_cpu);

@@ -33,6 +33,8 @@ class EngineBackend final : public Backend {
                                       const std::vector<gen::Message>& messages) override;
   RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) override;
   Result<EmbedTokens> embed_tokens(const std::string& model, const std::string& text, bool truncate) override;
+  Result<EmbedTokens> embed_token_ids(const std::string& model, const std::vector<std::int64_t>& ids,
+                                      bool truncate) override;
   RunResult embed(const EmbedSpec& spec, const std::atomic<bool>& cancel) override;
   // Whether the model at `path` (a directory or a .gguf) is an embedding model (CLIP layout): config.json's
   // model_type "clip" / architectures CLIPModel, or a GGUF general.architecture "clip". Unreadable: false (the

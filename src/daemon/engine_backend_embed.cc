@@ -199,6 +199,43 @@ Result<EmbedTokens> EngineBackend::embed_tokens(const std::string& model, const 
   return out;
 }
 
+Result<EmbedTokens> EngineBackend::embed_token_ids(const std::string& model, const std::vector<std::int64_t>& ids,
+                                                   bool truncate) {
+  EmbedEntry* e = embed_entry(model);
+  if (!e) return fail(entry(model) ? Errc::unsupported : Errc::not_found,
+                      entry(model) ? "model " + model + " is not an embedding model" : "unknown model '" + model + "'");
+  const auto& tk = *e->tokenizer;
+  const TokenId bos = tk.bos_id(), eos = tk.eos_id();
+  const std::int64_t vocab = std::min<std::int64_t>(tk.vocab_size(), e->cpu->config().vocab);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int64_t id = ids[i];
+    if (id < 0 || id >= vocab)
+      return fail(Errc::invalid_argument, "token " + std::to_string(i) + " is " + std::to_string(id) + "; model " +
+                                              model + " has ids 0.." + std::to_string(vocab - 1));
+    if (id == bos || id == eos)
+      return fail(Errc::invalid_argument, "token " + std::to_string(i) + " (" + std::to_string(id) + ") is model " +
+                                              model + "'s " + (id == bos ? "BOS" : "EOS") +
+                                              ": give the text's ids without special tokens (they are added)");
+  }
+  const auto positions = static_cast<std::size_t>(e->cpu->config().text.positions);
+  const std::size_t specials = (bos >= 0 ? 1u : 0u) + (eos >= 0 ? 1u : 0u);
+  EmbedTokens out;
+  std::size_t keep = ids.size();
+  if (ids.size() + specials > positions) {
+    if (!truncate)
+      return fail(Errc::invalid_argument, "a token input is " + std::to_string(ids.size() + specials) +
+                                              " tokens with BOS/EOS; model " + model + " takes at most " +
+                                              std::to_string(positions) + " (truncate=false)");
+    keep = positions > specials ? positions - specials : 0;
+    out.truncated = true;
+  }
+  out.ids.reserve(keep + specials);
+  if (bos >= 0) out.ids.push_back(bos);
+  for (std::size_t i = 0; i < keep; ++i) out.ids.push_back(static_cast<TokenId>(ids[i]));
+  if (eos >= 0) out.ids.push_back(eos);
+  return out;
+}
+
 RunResult EngineBackend::embed(const EmbedSpec& spec, const std::atomic<bool>& cancel) {
   RunResult out;
   out.finish_reason = "error";

@@ -39,6 +39,7 @@ void RingHub::handle_embed(std::uint64_t session_id, const Caller& caller, ring:
   EmbedRequest req;
   req.model = std::move(parsed->model);
   req.texts = std::move(parsed->texts);
+  for (const auto& t : parsed->tokens) req.tokens.emplace_back(t.begin(), t.end());
   req.images.reserve(parsed->images.size());
   for (auto& img : parsed->images)
     req.images.push_back(std::make_shared<const std::vector<std::uint8_t>>(std::move(img)));

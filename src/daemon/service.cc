@@ -191,8 +191,11 @@ Status Service::restore() {
       // across a restart; the caller that waited got an error when tandemd stopped and calls Embed again.
       rec->kind = WorkloadKind::embed;
       rec->embed = std::make_shared<EmbedWork>();
-      rec->embed->n_texts = static_cast<std::uint32_t>(rj.contains("texts") && rj["texts"].is_array() ? rj["texts"].size() : 0);
-      rec->embed->n_images = static_cast<std::uint32_t>(rj.contains("images") && rj["images"].is_array() ? rj["images"].size() : 0);
+      const auto count = [&rj](const char* k) {
+        return static_cast<std::uint32_t>(rj.contains(k) && rj[k].is_array() ? rj[k].size() : 0);
+      };
+      rec->embed->n_texts = count("texts") + count("tokens");  // text-tower inputs: texts and token inputs
+      rec->embed->n_images = count("images");
       rec->req.model = rj.value("model", "");
       rec->request_json = json{{"kind", "embed"}, {"model", rec->req.model}};
       rec->muted = true;

@@ -74,10 +74,14 @@ struct EmbedOptions {
   std::optional<bool> truncate;             // default true: texts longer than the model's context are cut
 };
 
-// An Embed call: texts, then images (the bytes of JPEG/PNG files; front ends read fds into these).
+// An Embed call: texts, then token-id inputs, then images (the bytes of JPEG/PNG files; front ends read fds into
+// these).
 struct EmbedRequest {
   std::string model;  // "" = [embedding] default_model, else the first embedding model
   std::vector<std::string> texts;
+  // Texts already tokenized: the model's vocabulary ids without its special tokens (the OpenAI API's token-array
+  // input); the model's BOS/EOS are added as for a text.
+  std::vector<std::vector<std::int64_t>> tokens;
   std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> images;
   // The caller's name of each image in error messages ("image_fds[0]" for an fd read in by the D-Bus front end);
   // missing entries are "images[i]".

@@ -32,12 +32,12 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
                                        model_kind_name(p.model->kind) + "): call Submit");
   p.req.model = name;
   // Inputs.
-  const std::size_t inputs = req.texts.size() + req.images.size();
-  if (inputs == 0) return fail(Errc::invalid_argument, "no inputs: give at least one text or image");
+  const std::size_t inputs = req.texts.size() + req.tokens.size() + req.images.size();
+  if (inputs == 0) return fail(Errc::invalid_argument, "no inputs: give at least one text, token input or image");
   if (inputs > lim.max_inputs)
     return fail(Errc::invalid_argument, "at most " + std::to_string(lim.max_inputs) + " inputs per call, got " +
                                             std::to_string(inputs));
-  if (!req.texts.empty() && !p.model->embedding.text)
+  if ((!req.texts.empty() || !req.tokens.empty()) && !p.model->embedding.text)
     return fail(Errc::unsupported, "model " + name + " has no text tower");
   if (!req.images.empty() && !p.model->embedding.image)
     return fail(Errc::unsupported, "model " + name + " has no image tower");
@@ -60,8 +60,24 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
     if (!ids) return fail(ids.error().code, "texts[" + std::to_string(i) + "]: " + ids.error().message);
     if (ids->truncated) ++work->truncated;
     longest = std::max(longest, static_cast<std::uint32_t>(ids->ids.size()));
+    work->tokens += ids->ids.size();
     work->texts.push_back(std::move(ids->ids));
     texts.push_back(t);
+  }
+  json tokens = json::array();
+  for (std::size_t i = 0; i < req.tokens.size(); ++i) {
+    const auto& t = req.tokens[i];
+    if (t.empty()) return fail(Errc::invalid_argument, "tokens[" + std::to_string(i) + "] is empty");
+    if (t.size() > lim.max_text_bytes)  // a token is at least a byte of text
+      return fail(Errc::invalid_argument, "tokens[" + std::to_string(i) + "] has " + std::to_string(t.size()) +
+                                              " ids; at most " + std::to_string(lim.max_text_bytes));
+    auto ids = backend_->embed_token_ids(name, t, truncate);
+    if (!ids) return fail(ids.error().code, "tokens[" + std::to_string(i) + "]: " + ids.error().message);
+    if (ids->truncated) ++work->truncated;
+    longest = std::max(longest, static_cast<std::uint32_t>(ids->ids.size()));
+    work->tokens += ids->ids.size();
+    work->texts.push_back(std::move(ids->ids));
+    tokens.push_back(t);
   }
   json images = json::array();
   for (std::size_t i = 0; i < req.images.size(); ++i) {
@@ -94,6 +110,7 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
   // Stored (and digested: the same key must name the same inputs). Images by digest: their bytes are not kept.
   p.request_json = json{{"kind", "embed"}, {"model", name}, {"texts", texts}, {"images", images},
                         {"truncate", truncate}, {"allow_cpu", p.shape.allow_cpu}};
+  if (!tokens.empty()) p.request_json["tokens"] = std::move(tokens);  // absent when none: older journals' digests hold
   const auto dig = Sha256::of(p.request_json.dump());
   for (int i = 0; i < 8; ++i) p.digest = (p.digest << 8) | dig[i];
   return p;
@@ -175,6 +192,7 @@ Dict Service::embed_result(const JobRecord& j) const {
   r["texts"] = texts;
   r["images"] = images;
   r["truncated"] = j.embed ? j.embed->truncated : 0u;
+  r["tokens"] = j.embed ? j.embed->tokens : std::uint64_t{0};
   r["attempts"] = static_cast<std::uint32_t>(j.fsm ? j.fsm->attempts() : j.attempts_restored);
   r["degraded"] = j.degraded;
   std::string fp;
@@ -285,6 +303,7 @@ void Service::EmbedWorkload::view(const JobRecord& j, Dict& d) const {
   d["images"] = j.embed->n_images;
   d["dim"] = j.embed->dim;
   d["truncated"] = j.embed->truncated;
+  d["tokens"] = j.embed->tokens;
 }
 
 }  // namespace tandem::daemon

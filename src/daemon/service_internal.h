@@ -119,6 +119,7 @@ struct Service::EmbedWork {
   std::vector<std::string> image_names;     // the caller's name of each image (messages)
   std::uint32_t n_texts = 0, n_images = 0;  // the inputs (kept when the inputs are dropped at the end)
   std::uint32_t truncated = 0;              // texts cut to the model's context
+  std::uint64_t tokens = 0;                 // text-tower tokens, BOS/EOS included, after truncation
   std::uint32_t dim = 0;
   std::vector<std::vector<float>> vectors;  // when completed (kept only for jobs with an idempotency key)
   std::vector<EmbedDone> waiters;           // the Embed calls answered when the job ends

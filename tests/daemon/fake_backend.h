@@ -251,6 +251,28 @@ class FakeBackend final : public Backend {
     return t;
   }
 
+  // Token inputs: the ids a text's bytes would give (3 + byte % 200), so a text and its ids embed alike; vocabulary
+  // 0..202, BOS 1 and EOS 2 refused.
+  Result<EmbedTokens> embed_token_ids(const std::string& model, const std::vector<std::int64_t>& ids,
+                                      bool truncate) override {
+    if (model != "emb") return ::tandem::fail(Errc::unsupported, "fake: " + model + " is not an embedding model");
+    EmbedTokens t;
+    t.ids.push_back(1);
+    for (auto id : ids) {
+      if (id < 0 || id > 202 || id == 1 || id == 2)
+        return ::tandem::fail(Errc::invalid_argument, "fake: id " + std::to_string(id) + " is not a text token");
+      t.ids.push_back(static_cast<TokenId>(id));
+    }
+    t.ids.push_back(2);
+    if (t.ids.size() > 8) {
+      if (!truncate) return ::tandem::fail(Errc::invalid_argument, "fake: over 8 tokens");
+      t.ids.resize(7);
+      t.ids.push_back(2);
+      t.truncated = true;
+    }
+    return t;
+  }
+
   // The vector of one input: a function of its ids or bytes only (batch-independent), unit length.
   static std::vector<float> vector_of(const std::vector<std::uint8_t>& bytes) {
     std::uint64_t h = 1469598103934665603ull;

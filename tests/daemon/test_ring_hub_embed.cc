@@ -2,6 +2,7 @@
 // Service over the FakeBackend's embedding model "emb", a RingHub, RingClient peers. One `embedded` completion per
 // embed with count × dim vectors and the result keys; typed errors for bad records and unknown models; a reply too
 // large for the response area is an error that says so; a session that ends before the job does drops the answer.
+#include <algorithm>
 #include <cmath>
 
 #include "ring_hub_fixture.h"
@@ -89,6 +90,29 @@ TEST_F(RingHubEmbedTest, TheSameVectorsAsTheServiceAndTheClientDecodesThem) {
   ASSERT_EQ(b->kind(), Kind::embedded);
   EXPECT_NE(a->entry.job_id, b->entry.job_id);
   EXPECT_EQ(field<std::vector<float>>(parse(*a), "vectors"), field<std::vector<float>>(parse(*b), "vectors"));
+}
+
+TEST_F(RingHubEmbedTest, TokenInputsReachTheServiceAfterTheTexts) {
+  start();
+  Peer* p = open(alice_);
+  ASSERT_NE(p, nullptr);
+  // The fake tokenizer gives 3 + byte % 200 per byte: "ab" is {100, 101}.
+  ring::RecordWriter w;
+  w.add("model", "emb")
+      .add("texts", std::vector<std::string>{"ab"})
+      .add("tokens", std::vector<std::int32_t>{100, 101, 9})
+      .add("token_lengths", std::vector<std::int32_t>{2, 1});
+  ASSERT_TRUE(p->client->embed(1, w.take()));
+  const ring::Event* e = answer(*p, 1);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->kind(), Kind::embedded) << rstr(*e, "message");
+  const auto v = field<std::vector<float>>(parse(*e), "vectors");
+  ASSERT_EQ(v.size(), 3u * 4u);  // three inputs of the fake's 4 dimensions
+  EXPECT_TRUE(std::equal(v.begin(), v.begin() + 4, v.begin() + 4)) << "a text and its ids embed alike";
+  EXPECT_FALSE(std::equal(v.begin(), v.begin() + 4, v.begin() + 8));
+  const auto specs = backend_->embeds();
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].texts[2], (std::vector<TokenId>{1, 9, 2}));
 }
 
 TEST_F(RingHubEmbedTest, BadRecordsAreInvalidArgumentAndTheSessionStaysOpen) {

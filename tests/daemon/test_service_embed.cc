@@ -84,6 +84,64 @@ TEST_F(EmbedTest, VectorsComeBackInInputOrderFromTheGpu) {
   EXPECT_EQ(specs[0].texts[0].back(), 2);
 }
 
+TEST_F(EmbedTest, TokenInputsComeAfterTheTextsAndEmbedLikeTheirText) {
+  start();
+  // The fake tokenizer gives 3 + byte % 200 per byte: "ab" is {100, 101}.
+  EmbedRequest req = embed_request({"ab"}, {"img-1"});
+  req.tokens = {{100, 101}, {7}};
+  auto r = run(alice_, req);
+  ASSERT_TRUE(r) << describe(r);
+  ASSERT_EQ(r->vectors.size(), 4u);  // texts, token inputs, images
+  const auto specs = backend_->embeds();
+  ASSERT_EQ(specs.size(), 1u);
+  ASSERT_EQ(specs[0].texts.size(), 3u);
+  EXPECT_EQ(specs[0].texts[1], (std::vector<TokenId>{1, 100, 101, 2}));  // BOS/EOS added as for a text
+  EXPECT_EQ(r->vectors[1], r->vectors[0]) << "a text and its ids embed alike";
+  EXPECT_EQ(r->vectors[2], FakeBackend::vector_of_ids({1, 7, 2}));
+  EXPECT_EQ(r->vectors[3], FakeBackend::vector_of(*png("img-1")));
+  EXPECT_EQ(u32(r->result, "inputs"), 4u);
+  EXPECT_EQ(u32(r->result, "texts"), 3u);  // texts and token inputs: the text tower's inputs
+  EXPECT_EQ(u64(r->result, "tokens"), 4u + 4u + 3u);
+  EXPECT_EQ(u64(job(u64(r->result, "job_id")), "tokens"), 11u);
+  // An empty token input, a special or unknown id: typed errors naming the input, nothing run.
+  for (const auto& [tokens, message] : std::vector<std::pair<std::vector<std::vector<std::int64_t>>, std::string>>{
+           {{{}}, "tokens[0] is empty"},
+           {{{5}, {2}}, "tokens[1]: fake: id 2"},
+           {{{203}}, "tokens[0]: fake: id 203"},
+           {{{-1}}, "tokens[0]: fake: id -1"}}) {
+    EmbedRequest bad = embed_request({});
+    bad.tokens = tokens;
+    auto e = run(alice_, bad);
+    ASSERT_FALSE(e) << message;
+    EXPECT_EQ(e.error().code, Errc::invalid_argument);
+    EXPECT_THAT(e.error().message, HasSubstr(message));
+  }
+  EXPECT_EQ(backend_->embeds().size(), 1u);
+  // Token inputs are cut like texts (BOS first, EOS last).
+  EmbedRequest longer = embed_request({});
+  longer.tokens = {{3, 4, 5, 6, 7, 8, 9, 10, 11}};
+  auto t = run(alice_, longer);
+  ASSERT_TRUE(t) << describe(t);
+  EXPECT_EQ(u32(t->result, "truncated"), 1u);
+  EXPECT_EQ(backend_->embeds().back().texts[0], (std::vector<TokenId>{1, 3, 4, 5, 6, 7, 8, 2}));
+}
+
+TEST_F(EmbedTest, AKeyNamesItsTokenInputsToo) {
+  start();
+  EmbedRequest a = embed_request({});
+  a.tokens = {{10, 11}};
+  a.options.idempotency_key = "k";
+  ASSERT_TRUE(run(alice_, a));
+  EmbedRequest b = a;
+  b.tokens = {{10, 12}};
+  auto r = run(alice_, b);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::duplicate) << "the same key with other token ids is another request";
+  auto again = run(alice_, a);
+  ASSERT_TRUE(again) << describe(again);
+  EXPECT_TRUE(flag(again->result, "existing"));
+}
+
 TEST_F(EmbedTest, DefaultModelIsTheFirstEmbeddingModelAndSubmitKeepsTheLlm) {
   start();
   EmbedRequest r = embed_request({"x"});

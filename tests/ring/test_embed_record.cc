@@ -166,6 +166,20 @@ TEST(EmbedFromRecord, AllFields) {
   EXPECT_EQ(r2->deadline_ms, r->deadline_ms);
 }
 
+TEST(EmbedFromRecord, TokenInputsAreIdsAndTheirLengths) {
+  RecordWriter w;
+  w.add("tokens", std::vector<std::int32_t>{5, 6, 7, 0}).add("token_lengths", std::vector<std::int32_t>{3, 1});
+  auto r = from(w);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->tokens, (std::vector<std::vector<std::int32_t>>{{5, 6, 7}, {0}}));
+  EXPECT_TRUE(r->texts.empty());
+  auto again = parse_record(daemon::embed_record(*r));  // the writer is the inverse
+  ASSERT_TRUE(again.ok());
+  auto r2 = daemon::embed_from_record(again.fields);
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->tokens, r->tokens);
+}
+
 TEST(EmbedFromRecord, Minimal) {
   RecordWriter w;
   w.add("texts", std::vector<std::string>{"x"});
@@ -205,6 +219,20 @@ TEST(EmbedFromRecord, TypedErrors) {
        "unknown key 'prompt'"},
       {[](RecordWriter& w) { w.add("texts", std::vector<std::string>{"a"}).add("text0", "p"); },
        "unknown key 'text0'"},
+      {[](RecordWriter& w) { w.add("tokens", std::vector<std::int32_t>{1, 2}); }, "'tokens' and 'token_lengths' come together"},
+      {[](RecordWriter& w) { w.add("token_lengths", std::vector<std::int32_t>{1}); }, "come together"},
+      {[](RecordWriter& w) { w.add("tokens", std::vector<std::string>{"a"}).add("token_lengths", std::vector<std::int32_t>{1}); },
+       "'tokens' must be an int32_list, got string_list"},
+      {[](RecordWriter& w) { w.add("tokens", std::vector<std::int32_t>{1, 2}).add("token_lengths", std::vector<std::int32_t>{1}); },
+       "token_lengths sum to 1, 'tokens' has 2 ids"},
+      {[](RecordWriter& w) { w.add("tokens", std::vector<std::int32_t>{1, 2}).add("token_lengths", std::vector<std::int32_t>{3}); },
+       "token_lengths[0] is 3"},
+      {[](RecordWriter& w) { w.add("tokens", std::vector<std::int32_t>{1, 2}).add("token_lengths", std::vector<std::int32_t>{2, 0}); },
+       "token_lengths[1] is 0"},
+      {[](RecordWriter& w) { w.add("tokens", std::vector<std::int32_t>{1, -2}).add("token_lengths", std::vector<std::int32_t>{2}); },
+       "tokens[1] is negative"},
+      {[](RecordWriter& w) { w.add("tokens", std::vector<std::int32_t>{}).add("token_lengths", std::vector<std::int32_t>{}); },
+       "no inputs"},
   };
   for (const auto& c : cases) {
     RecordWriter w;
