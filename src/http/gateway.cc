@@ -384,10 +384,10 @@ void Gateway::embeddings(const std::shared_ptr<Exchange>& ex, EmbedApi api, cons
     const bool texts_ok = !mods || std::find(mods->begin(), mods->end(), "text") != mods->end();
     for (std::size_t i = 0; i < call->inputs.size(); ++i) {
       const auto& in = call->inputs[i];
-      if ((in.image && !images_ok) || (!in.image && !texts_ok))
+      if ((in.image() && !images_ok) || (!in.image() && !texts_ok))
         return error(ex, endpoint, f, invalid_field("input[" + std::to_string(i) + "]",
                                                     std::string("the model '") + m->info.name.value_or("") + "' does not embed " +
-                                                        (in.image ? "images" : "texts")));
+                                                        (in.image() ? "images" : "texts")));
     }
     if (call->dimensions && m->info.dim && *call->dimensions > *m->info.dim)
       return error(ex, endpoint, f, invalid_field("dimensions", "the model's vectors have " + std::to_string(*m->info.dim) +
@@ -407,18 +407,31 @@ void Gateway::embeddings(const std::shared_ptr<Exchange>& ex, EmbedApi api, cons
                                          " requests in flight (max_streams_per_client)", 1000, std::nullopt});
     }
     const auto t0 = std::chrono::steady_clock::now();
-    auto order = std::make_shared<std::vector<std::size_t>>(std::move(plan.order));
-    backend_.embed(plan.request, [this, ex, call, endpoint, f, client, order, t0](Outcome<client::EmbedReply> r) {
+    auto shape = std::make_shared<EmbedPlan>();  // the inputs' counts and order, to name a bad input as sent
+    shape->order = std::move(plan.order);
+    shape->request.texts.resize(plan.request.texts.size());
+    shape->request.tokens.resize(plan.request.tokens.size());
+    shape->request.images.resize(plan.request.images.size());
+    backend_.embed(plan.request, [this, ex, call, endpoint, f, client, shape, t0](Outcome<client::EmbedReply> r) {
       give_slot(client);
       if (ex->closed()) return;
-      if (!r.ok()) return error(ex, endpoint, f, error_from_remote(r.error));
-      if (r.value->vectors.size() != order->size())
+      if (!r.ok()) {
+        ApiError e = error_from_remote(r.error);
+        if (auto j = embed_input_index(e.message, *shape); j && e.status == 400) {
+          // "tokens[1]: token 0 is 99999 ..." -> "input[3]: token 0 is 99999 ..." (the request's own numbering)
+          e.param = "input[" + std::to_string(*j) + "]";
+          e.message = e.param + e.message.substr(e.message.find(']') + 1);
+        }
+        return error(ex, endpoint, f, e);
+      }
+      const auto& order = shape->order;
+      if (r.value->vectors.size() != order.size())
         return error(ex, endpoint, f, {500, "server_error", "internal", "", "tandemd returned " +
                                            std::to_string(r.value->vectors.size()) + " vectors for " +
-                                           std::to_string(order->size()) + " inputs"});
+                                           std::to_string(order.size()) + " inputs"});
       EmbedResult res;
       res.info = r.value->info;
-      for (std::size_t i = 0; i < order->size(); ++i) res.vectors.push_back(r.value->vectors[(*order)[i]]);
+      for (std::size_t i = 0; i < order.size(); ++i) res.vectors.push_back(r.value->vectors[order[i]]);
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
       json_reply(ex, endpoint, res.info.route.value_or(""), 200, embed_body(*call, res, static_cast<std::uint64_t>(ns)),
                  embed_headers(res.info));

@@ -411,41 +411,70 @@ std::optional<EmbedInput> image_input(const json& v, const std::string& where, F
     return std::nullopt;
   }
   EmbedInput in;
-  in.image = true;
+  in.kind = EmbedInputKind::image;
   in.bytes = std::move(*bytes);
   return in;
 }
 
-void read_inputs(FieldReader& f, const char* key, EmbedCall& c, const BodyLimits& limits, bool images) {
+// A token array ([1, 2, 3]): non-negative integers below 2^32, at least one. Whether each is in the model's
+// vocabulary is tandemd's to say (it knows the model).
+std::optional<EmbedInput> token_input(const json& v, const std::string& where, FieldReader& f) {
+  EmbedInput in;
+  in.kind = EmbedInputKind::tokens;
+  if (v.empty()) {
+    f.fail(invalid_field(where, "an empty token array has no embedding"));
+    return std::nullopt;
+  }
+  in.tokens.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const json& t = v[i];
+    if (!t.is_number_integer() || (t.is_number_integer() && !t.is_number_unsigned() && t.get<std::int64_t>() < 0) ||
+        (t.is_number_unsigned() && t.get<std::uint64_t>() > UINT32_MAX)) {
+      f.fail(invalid_field(where + "[" + std::to_string(i) + "]", "a token id is an integer in 0..4294967295"));
+      return std::nullopt;
+    }
+    in.tokens.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
+  }
+  return in;
+}
+
+// `tokens`: token arrays are accepted (OpenAI's input); Ollama's embed API takes texts only.
+void read_inputs(FieldReader& f, const char* key, EmbedCall& c, const BodyLimits& limits, bool images, bool tokens) {
   const json* in = f.take(key);
   if (!in) {
     if (!f.failed()) f.fail(invalid_field(key, "missing"));
     return;
   }
-  auto text = [&](const json& v, const std::string& where) {
+  auto one = [&](const json& v, const std::string& where) {
     if (v.is_string()) {
       if (v.get<std::string>().empty()) {
         f.fail(invalid_field(where, "an empty text has no embedding"));
         return;
       }
-      c.inputs.push_back({false, v.get<std::string>(), {}});
+      c.inputs.push_back({EmbedInputKind::text, v.get<std::string>(), {}, {}});
     } else if (v.is_object() && images) {
       if (auto im = image_input(v, where, f)) c.inputs.push_back(std::move(*im));
-    } else if (v.is_number() || (v.is_array() && (v.empty() || v[0].is_number()))) {
+    } else if (v.is_array() && tokens) {
+      if (auto t = token_input(v, where, f)) c.inputs.push_back(std::move(*t));
+    } else if (v.is_array() || v.is_number()) {
       f.fail(unsupported_field(where, "token-id input (send the text)"));
     } else {
-      f.fail(invalid_field(where, "expected a string"));
+      f.fail(invalid_field(where, tokens ? "expected a string or an array of token ids" : "expected a string"));
     }
   };
   if (in->is_array()) {
     if (in->empty()) f.fail(invalid_field(key, "an empty list has no embedding"));
+    if (!in->empty() && (*in)[0].is_number()) {  // one token array
+      if (!tokens) f.fail(unsupported_field(key, "token-id input (send the text)"));
+      else one(*in, key);
+      return;
+    }
     if (in->size() > limits.max_inputs)
       f.fail(invalid_field(key, "at most " + std::to_string(limits.max_inputs) + " inputs per request"));
-    if (!in->empty() && (*in)[0].is_number()) f.fail(unsupported_field(key, "token-id input (send the text)"));
     for (std::size_t i = 0; i < in->size() && !f.failed(); ++i)
-      text((*in)[i], std::string(key) + "[" + std::to_string(i) + "]");
+      one((*in)[i], std::string(key) + "[" + std::to_string(i) + "]");
   } else {
-    text(*in, key);
+    one(*in, key);
   }
 }
 
@@ -458,7 +487,7 @@ ApiResult<EmbedCall> parse_openai_embeddings(std::string_view body, const BodyLi
   c.api = EmbedApi::openai;
   FieldReader f(*j);
   if (auto m = required_model(f)) c.model = *m;
-  read_inputs(f, "input", c, limits, /*images=*/true);
+  read_inputs(f, "input", c, limits, /*images=*/true, /*tokens=*/true);
   if (auto ef = f.str("encoding_format")) {
     if (*ef == "base64") c.base64 = true;
     else if (*ef != "float") f.fail(invalid_field("encoding_format", "expected float or base64"));
@@ -487,10 +516,10 @@ ApiResult<EmbedCall> parse_ollama_embed(std::string_view body, bool legacy, cons
   if (auto m = required_model(f)) c.model = *m;
   if (legacy) {
     auto p = f.str("prompt", false);
-    if (p) c.inputs.push_back({false, *p, {}});
+    if (p) c.inputs.push_back({EmbedInputKind::text, *p, {}, {}});
     else if (!f.failed()) f.fail(invalid_field("prompt", "missing"));
   } else {
-    read_inputs(f, "input", c, limits, /*images=*/false);
+    read_inputs(f, "input", c, limits, /*images=*/false, /*tokens=*/false);
     c.truncate = f.boolean("truncate");
     if (auto d = f.uint("dimensions", 1, 1u << 16)) c.dimensions = static_cast<std::uint32_t>(*d);
   }
@@ -505,20 +534,49 @@ EmbedPlan plan_embed(const EmbedCall& call) {
   EmbedPlan p;
   p.request.model = call.model;
   p.request.options.truncate = call.truncate;
-  std::size_t texts = 0;
-  for (const auto& in : call.inputs)
-    if (!in.image) ++texts;
-  std::size_t ti = 0, ii = 0;
+  std::size_t texts = 0, tokens = 0;
   for (const auto& in : call.inputs) {
-    if (in.image) {
-      p.order.push_back(texts + ii++);
-      p.request.images.push_back(in.bytes);
-    } else {
-      p.order.push_back(ti++);
-      p.request.texts.push_back(in.text);
+    texts += in.kind == EmbedInputKind::text;
+    tokens += in.kind == EmbedInputKind::tokens;
+  }
+  std::size_t ti = 0, ki = 0, ii = 0;
+  for (const auto& in : call.inputs) {
+    switch (in.kind) {
+      case EmbedInputKind::text:
+        p.order.push_back(ti++);
+        p.request.texts.push_back(in.text);
+        break;
+      case EmbedInputKind::tokens:
+        p.order.push_back(texts + ki++);
+        p.request.tokens.push_back(in.tokens);
+        break;
+      case EmbedInputKind::image:
+        p.order.push_back(texts + tokens + ii++);
+        p.request.images.push_back(in.bytes);
+        break;
     }
   }
   return p;
+}
+
+std::optional<std::size_t> embed_input_index(std::string_view message, const EmbedPlan& plan) {
+  const std::size_t texts = plan.request.texts.size(), tokens = plan.request.tokens.size();
+  struct Prefix {
+    std::string_view name;
+    std::size_t base, count;
+  };
+  for (const Prefix p : {Prefix{"texts[", 0, texts}, Prefix{"tokens[", texts, tokens},
+                         Prefix{"images[", texts + tokens, plan.request.images.size()}}) {
+    if (!message.starts_with(p.name)) continue;
+    std::size_t k = 0, at = p.name.size(), digits = 0;
+    for (; at < message.size() && message[at] >= '0' && message[at] <= '9' && digits < 9; ++at, ++digits)
+      k = k * 10 + static_cast<std::size_t>(message[at] - '0');
+    if (digits == 0 || at >= message.size() || message[at] != ']' || k >= p.count) return std::nullopt;
+    for (std::size_t j = 0; j < plan.order.size(); ++j)
+      if (plan.order[j] == p.base + k) return j;
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -43,11 +43,15 @@ ApiResult<GenerateCall> parse_openai_completion(std::string_view body, const Bod
 ApiResult<GenerateCall> parse_ollama_chat(std::string_view body, const BodyLimits& limits = {});
 ApiResult<GenerateCall> parse_ollama_generate(std::string_view body, const BodyLimits& limits = {});
 
-// One embedding input: a text, or an image (JPEG/PNG bytes, from a data URL) for a CLIP model.
+// One embedding input: a text, a text as token ids (the OpenAI API's token arrays: the model's vocabulary ids,
+// without special tokens), or an image (JPEG/PNG bytes, from a data URL) for a CLIP model.
+enum class EmbedInputKind { text, tokens, image };
 struct EmbedInput {
-  bool image = false;
+  EmbedInputKind kind = EmbedInputKind::text;
   std::string text;
+  std::vector<std::uint32_t> tokens;
   std::vector<std::uint8_t> bytes;
+  bool image() const { return kind == EmbedInputKind::image; }
 };
 
 enum class EmbedApi {
@@ -70,13 +74,16 @@ struct EmbedCall {
 ApiResult<EmbedCall> parse_openai_embeddings(std::string_view body, const BodyLimits& limits = {});
 ApiResult<EmbedCall> parse_ollama_embed(std::string_view body, bool legacy, const BodyLimits& limits = {});
 
-// The Embed request for a call: texts and images go to tandemd in its order (texts, then images);
+// The Embed request for a call: the inputs go to tandemd in its order (texts, token inputs, images);
 // `order[i]` is the reply vector index of input i.
 struct EmbedPlan {
   client::EmbedRequest request;
   std::vector<std::size_t> order;
 };
 EmbedPlan plan_embed(const EmbedCall& call);
+// tandemd names a bad input by its place in the Embed call ("texts[0]: ...", "tokens[1]: ...", "images[0] is ...");
+// the client knows it by its place in the request. The request's index for the input a message starts with, if any.
+std::optional<std::size_t> embed_input_index(std::string_view message, const EmbedPlan& plan);
 
 // Base64 (RFC 4648, with padding). decode: nullopt on any character outside the alphabet or bad padding.
 std::string base64_encode(const std::uint8_t* data, std::size_t n);

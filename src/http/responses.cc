@@ -308,6 +308,7 @@ json embed_body(const EmbedCall& call, const EmbedResult& r, std::uint64_t total
     }
   }
   const std::string model = call.model;
+  const std::uint64_t tokens = r.info.tokens.value_or(0);  // the text tower's tokens (images have none to count)
   if (call.api == EmbedApi::ollama_legacy)
     return {{"embedding", vecs.empty() ? std::vector<float>{} : vecs[0]}, {"tandem", embed_tandem_json(r.info)}};
   if (call.api == EmbedApi::ollama_embed)
@@ -315,6 +316,7 @@ json embed_body(const EmbedCall& call, const EmbedResult& r, std::uint64_t total
             {"embeddings", vecs},
             {"total_duration", total_ns},
             {"load_duration", 0},
+            {"prompt_eval_count", tokens},
             {"tandem", embed_tandem_json(r.info)}};
   json data = json::array();
   for (std::size_t i = 0; i < vecs.size(); ++i) {
@@ -328,7 +330,11 @@ json embed_body(const EmbedCall& call, const EmbedResult& r, std::uint64_t total
     }
     data.push_back(std::move(e));
   }
-  return {{"object", "list"}, {"data", std::move(data)}, {"model", model}, {"tandem", embed_tandem_json(r.info)}};
+  return {{"object", "list"},
+          {"data", std::move(data)},
+          {"model", model},
+          {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}},
+          {"tandem", embed_tandem_json(r.info)}};
 }
 
 }  // namespace tandem::http

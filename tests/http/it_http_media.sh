@@ -51,10 +51,31 @@ same_vectors "$(jq -c '[.data[].embedding]' <<<"$f")" "$ref_vecs" || hfail "floa
 grep -qi '^Tandem-Route: gpu' "$T_DIR/eh.txt" || hfail "embeddings: no Tandem-Route"
 o=$(curl -s "$B/api/embed" -d '{"model":"clip","input":["a red square","a blue circle"]}')
 same_vectors "$(jq -c .embeddings <<<"$o")" "$ref_vecs" || hfail "/api/embed != D-Bus Embed: $o"
+# Token arrays: the clip-test vocabulary has one token per single-letter word ("a</w>"), so "a b c" is three ids.
+ids=$(jq -c '[."a</w>", ."b</w>", ."c</w>"]' "$CLIP/vocab.json")
+jq -e 'all(type == "number")' <<<"$ids" >/dev/null || fail "the clip-test vocabulary lacks a single-letter word: $ids"
+ref_t=$("$TANDEMCTL" embed --json --model clip "a b c" "a red square") || fail "tandemctl embed: $ref_t"
+t=$(curl -s "$B/v1/embeddings" -d "{\"model\":\"clip\",\"input\":[$ids,\"a red square\"]}")
+same_vectors "$(jq -c '[.data[].embedding]' <<<"$t")" "$(jq -c '.vectors // [.embeddings[]?]' <<<"$ref_t")" ||
+  hfail "a token array's vector != its text's ($ids for 'a b c'): $t"
+# BOS + 3 ids + EOS, and the text (BOS + at least one token + EOS): the count tandemd read, as usage.
+[ "$(jq .usage.prompt_tokens <<<"$t")" = "$(jq .tandem.tokens <<<"$t")" ] && [ "$(jq .usage.prompt_tokens <<<"$t")" -ge 8 ] ||
+  hfail "usage.prompt_tokens: $(jq -c '{usage, tokens: .tandem.tokens}' <<<"$t")"
+bos=$(jq '."<|startoftext|>"' "$CLIP/vocab.json")
+bad=$(curl -s -w '\n%{http_code}' "$B/v1/embeddings" -d "{\"model\":\"clip\",\"input\":[[5],[$bos]]}")
+[ "$(tail -1 <<<"$bad")" = 400 ] && head -1 <<<"$bad" | jq -e '.error.param == "input[1]" and (.error.message | test("^input\\[1\\]: .*BOS"))' >/dev/null ||
+  hfail "the BOS id in a token array: $bad"
+bad=$(curl -s -w '\n%{http_code}' "$B/v1/embeddings" -d '{"model":"clip","input":[[5, 100000]]}')
+[ "$(tail -1 <<<"$bad")" = 400 ] && head -1 <<<"$bad" | jq -e '.error.message | test("100000")' >/dev/null ||
+  hfail "an id outside the vocabulary: $bad"
+note "token arrays: $ids embeds as 'a b c' does; usage.prompt_tokens $(jq .usage.prompt_tokens <<<"$t"); BOS / unknown ids: 400"
 if command -v node >/dev/null; then
   [ -d "$NODE_DIR/node_modules/openai" ] || (cd "$NODE_DIR" && npm ci --no-audit --no-fund >/dev/null 2>&1) || fail "npm ci failed"
   r=$(node "$NODE_DIR/clients.mjs" "$B" openai_embed clip) || hfail "openai embeddings: $r"
   same_vectors "$(jq -c .vectors <<<"$r")" "$ref_vecs" || hfail "openai client (base64, its default) != D-Bus Embed: $r"
+  r=$(node "$NODE_DIR/clients.mjs" "$B" openai_embed_tokens clip "[$ids]") || hfail "openai embeddings of tokens: $r"
+  same_vectors "$(jq -c .vectors <<<"$r")" "$(jq -c '.vectors // [.embeddings[]?] | .[:1]' <<<"$ref_t")" ||
+    hfail "openai client, token array != its text: $r"
   r=$(node "$NODE_DIR/clients.mjs" "$B" ollama_embed clip) || hfail "ollama embed: $r"
   same_vectors "$(jq -c .vectors <<<"$r")" "$ref_vecs" || hfail "ollama client != D-Bus Embed: $r"
 fi

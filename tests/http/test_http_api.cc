@@ -155,14 +155,47 @@ TEST(Embeddings, Inputs) {
   EXPECT_EQ(a->inputs.size(), 2u);
   EXPECT_TRUE(a->base64);
   EXPECT_EQ(a->dimensions, 8u);
-  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[1,2]})").error->code, "unsupported_parameter");
-  EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[[1,2]]})").error->code, "unsupported_parameter");
+  // Token arrays (the SDKs' and LangChain's form): one array, or a list of them, mixed with texts and images.
+  auto one = parse_openai_embeddings(R"({"model":"e","input":[1,2,4294967295]})");
+  ASSERT_TRUE(one.ok()) << one.error->message;
+  ASSERT_EQ(one->inputs.size(), 1u);
+  EXPECT_EQ(one->inputs[0].kind, EmbedInputKind::tokens);
+  EXPECT_EQ(one->inputs[0].tokens, (std::vector<std::uint32_t>{1, 2, 4294967295u}));
+  auto mixed = parse_openai_embeddings(
+      R"({"model":"e","input":[{"type":"image_url","image_url":"data:image/png;base64,AAEC"},[7],"x",[8,9]]})");
+  ASSERT_TRUE(mixed.ok()) << mixed.error->message;
+  const EmbedPlan plan = plan_embed(*mixed);
+  EXPECT_EQ(plan.request.texts, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(plan.request.tokens, (std::vector<std::vector<std::uint32_t>>{{7}, {8, 9}}));
+  EXPECT_EQ(plan.request.images.size(), 1u);
+  EXPECT_EQ(plan.order, (std::vector<std::size_t>{3, 1, 0, 2}));  // tandemd's order: texts, token inputs, images
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model":"e","input":[1,-2]})", "input[1]"},
+           {R"({"model":"e","input":[1,2.5]})", "input[1]"},
+           {R"({"model":"e","input":[1,4294967296]})", "input[1]"},
+           {R"({"model":"e","input":[[1],[]]})", "input[1]"},
+           {R"({"model":"e","input":[[1],["a"]]})", "input[1][0]"},
+           {R"({"model":"e","input":["a",3]})", "input[1]"}}) {
+    auto r = parse_openai_embeddings(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.error->param, param) << body << ": " << r.error->message;
+  }
+  // tandemd's names of the inputs back to the request's.
+  EXPECT_EQ(embed_input_index("texts[0]: not UTF-8", plan), 2u);
+  EXPECT_EQ(embed_input_index("tokens[0]: token 3 is 9", plan), 1u);
+  EXPECT_EQ(embed_input_index("tokens[1] is empty", plan), 3u);
+  EXPECT_EQ(embed_input_index("images[0] is 0 bytes", plan), 0u);
+  for (const char* m : {"tokens[2]: x", "images[1]: x", "tokens[]: x", "tokens[1: x", "no inputs", "tokens[99999999999]"})
+    EXPECT_FALSE(embed_input_index(m, plan)) << m;
+  // Ollama's embed API takes texts only.
+  EXPECT_EQ(parse_ollama_embed(R"({"model":"e","input":[1,2]})", false).error->code, "unsupported_parameter");
+  EXPECT_EQ(parse_ollama_embed(R"({"model":"e","input":[[1,2]]})", false).error->code, "unsupported_parameter");
   EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":""})").error->param, "input");
   EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[]})").error->param, "input");
   EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":"x","encoding_format":"hex"})").error->param, "encoding_format");
   auto img = parse_openai_embeddings(R"({"model":"e","input":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAEC"}}]})");
   ASSERT_TRUE(img.ok()) << img.error->message;
-  EXPECT_TRUE(img->inputs[0].image);
+  EXPECT_TRUE(img->inputs[0].image());
   EXPECT_EQ(img->inputs[0].bytes, (std::vector<std::uint8_t>{0, 1, 2}));
   EXPECT_EQ(parse_openai_embeddings(R"({"model":"e","input":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]})").error->code,
             "unsupported_parameter");

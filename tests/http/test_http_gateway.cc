@@ -370,6 +370,37 @@ TEST_F(GatewayTest, EmbeddingsKeepRequestOrderAndEncodeBase64) {
   EXPECT_EQ(ex->header("Tandem-Job"), "8");
 }
 
+TEST_F(GatewayTest, TokenArraysGoToTandemdAsTokenInputsAndUsageCountsTokens) {
+  auto ex = testing::post("/v1/embeddings", R"({"model":"clip","input":[[5,6],"a",[7]]})");
+  gw->handle(ex);
+  ASSERT_EQ(be.embeds.size(), 1u);
+  const auto& req = be.embeds[0].first;
+  EXPECT_EQ(req.texts, (std::vector<std::string>{"a"}));
+  EXPECT_EQ(req.tokens, (std::vector<std::vector<std::uint32_t>>{{5, 6}, {7}}));
+  client::EmbedReply rep;
+  rep.vectors = {{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}};  // "a", then [5,6], then [7]
+  rep.info.tokens = 10;
+  be.embeds[0].second(Outcome<client::EmbedReply>::success(rep));
+  ASSERT_EQ(ex->status, 200) << ex->body;
+  auto b = json::parse(ex->body);
+  EXPECT_EQ(b["data"][0]["embedding"], json({0, 1, 0, 0}));
+  EXPECT_EQ(b["data"][1]["embedding"], json({1, 0, 0, 0}));
+  EXPECT_EQ(b["data"][2]["embedding"], json({0, 0, 1, 0}));
+  EXPECT_EQ(b["usage"]["prompt_tokens"], 10);
+  EXPECT_EQ(b["usage"]["total_tokens"], 10);
+  EXPECT_EQ(b["tandem"]["tokens"], 10);
+  // tandemd names a bad input by its place in the Embed call; the answer names it by its place in the request.
+  auto bad = testing::post("/v1/embeddings", R"({"model":"clip","input":["a",[5],[99999]]})");
+  gw->handle(bad);
+  ASSERT_EQ(be.embeds.size(), 2u);
+  be.embeds[1].second(Outcome<client::EmbedReply>::failure(client::parse_remote_error(
+      "io.tandem.Tandem1.Error.InvalidArgument", "tokens[1]: token 0 is 99999; model clip has ids 0..590")));
+  ASSERT_EQ(bad->status, 400);
+  auto e = json::parse(bad->body)["error"];
+  EXPECT_EQ(e["param"], "input[2]");
+  EXPECT_EQ(e["message"], "input[2]: token 0 is 99999; model clip has ids 0..590");
+}
+
 TEST_F(GatewayTest, EmbeddingDimensionsCutAndRenormalise) {
   auto ex = testing::post("/api/embed", R"({"model":"clip","input":"a","dimensions":2})");
   gw->handle(ex);

@@ -74,6 +74,11 @@ const scenarios = {
     const e = await openai.embeddings.create({ model, input: ['a red square', 'a blue circle'] });
     out({ vectors: e.data.map((d) => Array.from(d.embedding)) });
   },
+  async openai_embed_tokens() {
+    // Token arrays (the file argument is a JSON array of them), base64 as the SDK asks by default.
+    const e = await openai.embeddings.create({ model, input: JSON.parse(file) });
+    out({ vectors: e.data.map((d) => Array.from(d.embedding)), usage: e.usage });
+  },
   async ollama_embed() {
     const e = await ollama.embed({ model, input: ['a red square', 'a blue circle'] });
     out({ vectors: e.embeddings });
