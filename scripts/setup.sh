@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential meson ninja-build pkg-config
+  ccache  # meson compiles through it when installed: CI's package build reuses the test build's objects (.ci/run)
   libtorch-dev libopenblas0-pthread
   libsdbus-c++-dev libsdbus-c++-bin libsystemd-dev
   libspdlog-dev libfmt-dev libboost-dev
