@@ -49,6 +49,12 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
   auto work = std::make_shared<EmbedWork>();
   const bool truncate = o.truncate.value_or(true);
   std::uint32_t longest = 1;
+  const auto add = [&](EmbedTokens&& ids) {  // one text-tower input, [BOS] ... [EOS]
+    if (ids.truncated) ++work->truncated;
+    longest = std::max(longest, static_cast<std::uint32_t>(ids.ids.size()));
+    work->tokens += ids.ids.size();
+    work->texts.push_back(std::move(ids.ids));
+  };
   json texts = json::array();
   for (std::size_t i = 0; i < req.texts.size(); ++i) {
     const auto& t = req.texts[i];
@@ -58,10 +64,7 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
     if (!valid_utf8(t)) return fail(Errc::invalid_argument, "texts[" + std::to_string(i) + "] is not valid UTF-8");
     auto ids = backend_->embed_tokens(name, t, truncate);
     if (!ids) return fail(ids.error().code, "texts[" + std::to_string(i) + "]: " + ids.error().message);
-    if (ids->truncated) ++work->truncated;
-    longest = std::max(longest, static_cast<std::uint32_t>(ids->ids.size()));
-    work->tokens += ids->ids.size();
-    work->texts.push_back(std::move(ids->ids));
+    add(std::move(ids).value());
     texts.push_back(t);
   }
   json tokens = json::array();
@@ -73,10 +76,7 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
                                               " ids; at most " + std::to_string(lim.max_text_bytes));
     auto ids = backend_->embed_token_ids(name, t, truncate);
     if (!ids) return fail(ids.error().code, "tokens[" + std::to_string(i) + "]: " + ids.error().message);
-    if (ids->truncated) ++work->truncated;
-    longest = std::max(longest, static_cast<std::uint32_t>(ids->ids.size()));
-    work->tokens += ids->ids.size();
-    work->texts.push_back(std::move(ids->ids));
+    add(std::move(ids).value());
     tokens.push_back(t);
   }
   json images = json::array();

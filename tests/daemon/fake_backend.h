@@ -238,9 +238,15 @@ class FakeBackend final : public Backend {
 
   Result<EmbedTokens> embed_tokens(const std::string& model, const std::string& text, bool truncate) override {
     if (model != "emb") return ::tandem::fail(Errc::unsupported, "fake: " + model + " is not an embedding model");
+    std::vector<TokenId> ids;
+    for (unsigned char c : text) ids.push_back(3 + static_cast<TokenId>(c % 200));
+    return wrap(std::move(ids), truncate);
+  }
+  // [BOS=1] ids [EOS=2], cut to the fake's context of 8 (EOS kept last).
+  static Result<EmbedTokens> wrap(std::vector<TokenId> ids, bool truncate) {
     EmbedTokens t;
     t.ids.push_back(1);
-    for (unsigned char c : text) t.ids.push_back(3 + static_cast<TokenId>(c % 200));
+    t.ids.insert(t.ids.end(), ids.begin(), ids.end());
     t.ids.push_back(2);
     if (t.ids.size() > 8) {
       if (!truncate) return ::tandem::fail(Errc::invalid_argument, "fake: text over 8 tokens");
@@ -256,21 +262,13 @@ class FakeBackend final : public Backend {
   Result<EmbedTokens> embed_token_ids(const std::string& model, const std::vector<std::int64_t>& ids,
                                       bool truncate) override {
     if (model != "emb") return ::tandem::fail(Errc::unsupported, "fake: " + model + " is not an embedding model");
-    EmbedTokens t;
-    t.ids.push_back(1);
+    std::vector<TokenId> out;
     for (auto id : ids) {
       if (id < 0 || id > 202 || id == 1 || id == 2)
         return ::tandem::fail(Errc::invalid_argument, "fake: id " + std::to_string(id) + " is not a text token");
-      t.ids.push_back(static_cast<TokenId>(id));
+      out.push_back(static_cast<TokenId>(id));
     }
-    t.ids.push_back(2);
-    if (t.ids.size() > 8) {
-      if (!truncate) return ::tandem::fail(Errc::invalid_argument, "fake: over 8 tokens");
-      t.ids.resize(7);
-      t.ids.push_back(2);
-      t.truncated = true;
-    }
-    return t;
+    return wrap(std::move(out), truncate);
   }
 
   // The vector of one input: a function of its ids or bytes only (batch-independent), unit length.
