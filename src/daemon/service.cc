@@ -68,10 +68,10 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
       gpu_queue_("gpu", cfg_.policy.gpu_queue, cfg_.policy.gpu_rates),
       cpu_queue_("cpu", cfg_.policy.cpu_queue, cfg_.policy.cpu_rates),
       host_guard_(cfg_.policy.host_guard),
-      pressure_tracker_(cfg_.policy.ladder.pressure),
       state_(cfg_.policy.service),
       failover_(cfg_.policy.failover),
-      idempotency_(cfg_.policy.idempotency) {
+      idempotency_(cfg_.policy.idempotency),
+      readings_(cfg_.policy.ladder.pressure) {
   generate_wl_ = std::make_unique<GenerateWorkload>();
   embed_wl_ = std::make_unique<EmbedWorkload>();
   transcribe_wl_ = std::make_unique<TranscribeWorkload>();
@@ -303,7 +303,7 @@ void Service::process_events() {
       last_probe_failed_ = !ok;
       if (!ok) ++counters_["probes_failed"];
       breaker_event(ok ? BreakerEvent::probe_succeeded : BreakerEvent::probe_failed, ev.probe);
-      if (ok && device_lost_ && breaker_.state() == policy::BreakerState::closed && !reload_in_flight_) {
+      if (ok && readings_.device_lost() && breaker_.state() == policy::BreakerState::closed && !reload_in_flight_) {
         reload_in_flight_ = true;
         maint_pool_->post([this] {
           WorkerEvent r;
@@ -317,7 +317,7 @@ void Service::process_events() {
     if (ev.kind == WorkerEvent::reload_done) {
       reload_in_flight_ = false;
       if (ev.status) {
-        device_lost_ = false;
+        readings_.mark_recovered();
         log::warn("accelerator recovered: GPU replicas reloaded");
       } else {
         log::error("reloading the GPU replicas failed: {}", ev.status.error().message);

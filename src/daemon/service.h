@@ -28,6 +28,8 @@
 #include "core/result.h"
 #include "daemon/backend.h"
 #include "daemon/config.h"
+#include "daemon/device_readings.h"
+#include "daemon/gpu_holds.h"
 #include "daemon/journal.h"
 #include "daemon/transcribe_request.h"
 #include "daemon/submit_options.h"
@@ -331,17 +333,12 @@ class Service {
   policy::JobQueue cpu_queue_;
   policy::ReservationLedger ledger_;
   policy::HostMemoryGuard host_guard_;
-  policy::PressureTracker pressure_tracker_;
   policy::ServiceStateTracker state_;
   policy::FailoverPolicy failover_;
   policy::IdempotencyRegistry idempotency_;
 
   // Readings.
-  std::optional<policy::MemorySnapshot> snapshot_;
-  policy::Headroom headroom_;
-  policy::Pressure pressure_ = policy::Pressure::normal;
-  policy::HostReading host_reading_;
-  bool device_lost_ = false;
+  DeviceReadings readings_;
   bool reload_in_flight_ = false;
   bool probe_in_flight_ = false;
   bool last_probe_failed_ = false;  // the latest health probe failed: not idle, so the next probes come at the normal pace
@@ -352,9 +349,7 @@ class Service {
   std::set<JobId> active_;  // not terminal (accepted, queued, running, retrying, migrating): the loops that run per
                             // request or event walk these, not the up to [journal] max_jobs finished ones
   JobId next_id_ = 1;
-  struct Hold { std::string owner, app_id, reason; std::int64_t since_unix_ms; };
-  std::map<std::string, Hold> holds_;
-  std::uint64_t hold_counter_ = 0;
+  GpuHolds holds_;
 
   bool draining_ = false;
 

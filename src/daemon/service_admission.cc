@@ -145,7 +145,7 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
   policy::AdmissionSnapshot s;
   s.model = m.shape;
   s.request = r;
-  s.gpu = policy::make_gpu_view(headroom_, pressure_, breaker_, gpu_queue_, ledger_, now, ledger_.is_resident(m.name),
+  s.gpu = policy::make_gpu_view(readings_.headroom(), readings_.pressure(), breaker_, gpu_queue_, ledger_, now, ledger_.is_resident(m.name),
                                 backend_->offload_ready(m.name), self);
   s.gpu.present = gpu_usable(m.name);
   s.gpu.waited = waited;
@@ -154,7 +154,7 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
     for (const auto& f : backend_->models())
       if (f.name == m.fallback) fallback = f.shape;
   // Same files and settings → same fingerprint; a CPU-only model is its own reference.
-  s.cpu = policy::make_cpu_view(cpu_queue_, host_guard_, host_reading_, backend_->cpu_ready(m.name),
+  s.cpu = policy::make_cpu_view(cpu_queue_, host_guard_, readings_.host(), backend_->cpu_ready(m.name),
                                 /*fingerprint_compatible=*/true, fallback, self);
   // Both routes run a step loop (continuous batching) whose prompt chunks never exceed the policy's cap
   // (engine::BatchLimits::chunk_for: step_tokens − max_batch + 1 ≤ step_tokens − running), so the estimates may
@@ -166,7 +166,7 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
 
 bool Service::gpu_usable(const std::string& model) const {
   auto acc = backend_->accelerator();
-  return acc && !device_lost_ && holds_.empty() && backend_->gpu_ready(model);
+  return acc && !readings_.device_lost() && holds_.empty() && backend_->gpu_ready(model);
 }
 
 policy::Decision Service::decide(const Prepared& p, std::optional<JobId> self, Clock::duration waited) {

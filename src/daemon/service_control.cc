@@ -2,9 +2,6 @@
 // shutdown (drain, abort, journal sync), reload, the testing hooks and the counters.
 #include "daemon/service.h"
 
-#include <unistd.h>
-
-#include "core/sha256.h"
 #include "daemon/service_internal.h"
 #include "device/simulated.h"
 
@@ -86,41 +83,26 @@ Result<Dict> Service::resume(const Caller& c, JobId id, const SubmitOptions& ove
 
 Result<std::string> Service::hold_gpu(const Caller& c, const std::string& reason, const std::string& app_id) {
   if (!c.admin) return fail(Errc::permission_denied, "holding the GPU needs root or group '" + cfg_.auth.admin_group + "'");
-  if (reason.size() > 256 || app_id.size() > 256 || !valid_utf8(reason) || !valid_utf8(app_id))
-    return fail(Errc::invalid_argument, "reason and app_id must be at most 256 bytes of UTF-8");
-  if (holds_.size() >= 64) return fail(Errc::queue_full, "at most 64 GPU holds; retry_after_ms=1000");
-  const auto raw = Sha256::hex(Sha256::of(c.bus_name + "|" + std::to_string(++hold_counter_) + "|" +
-                                          std::to_string(unix_ms()) + "|" + std::to_string(::getpid())));
-  const std::string cookie = "hold-" + raw.substr(0, 24);
-  holds_[cookie] = Hold{c.bus_name, app_id, reason, unix_ms()};
+  auto cookie = holds_.add(c.bus_name, reason, app_id, unix_ms());
+  if (!cookie) return fail(std::move(cookie).error());
   log::warn("GPU held by {} ({}): {}", app_id.empty() ? c.bus_name : app_id, c.bus_name, reason);
   update_service_state();
-  return cookie;
+  return std::move(cookie).value();
 }
 
 Status Service::release_gpu(const Caller& c, const std::string& cookie) {
-  auto it = holds_.find(cookie);
-  if (it == holds_.end()) return fail(Errc::not_found, "no GPU hold with that cookie");
-  if (it->second.owner != c.bus_name && !(c.admin && c.uid == 0))
-    return fail(Errc::permission_denied, "only the holder may release a GPU hold");
-  log::warn("GPU hold released by {} ({})", it->second.app_id, c.bus_name);
-  holds_.erase(it);
+  auto gone = holds_.release(cookie, c.bus_name, c.admin && c.uid == 0);
+  if (!gone) return fail(std::move(gone).error());
+  log::warn("GPU hold released by {} ({})", gone->app_id, c.bus_name);
   update_service_state();
   pump();
   return {};
 }
 
 void Service::client_vanished(const std::string& bus_name) {
-  bool changed = false;
-  for (auto it = holds_.begin(); it != holds_.end();) {
-    if (it->second.owner == bus_name) {
-      log::warn("GPU hold of {} released: {} left the bus", it->second.app_id, bus_name);
-      it = holds_.erase(it);
-      changed = true;
-    } else {
-      ++it;
-    }
-  }
+  const auto gone = holds_.release_owner(bus_name);
+  for (const auto& h : gone) log::warn("GPU hold of {} released: {} left the bus", h.app_id, bus_name);
+  const bool changed = !gone.empty();
   // Its jobs keep running; updates are no longer sent (GetJob still reads them).
   for (JobId id : active_)
     if (JobRecord* j = find(id); j && j->owner == bus_name) {

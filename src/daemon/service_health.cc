@@ -2,7 +2,6 @@
 // deadlines, the periodic tick and its interval, pruning finished jobs.
 #include "daemon/service.h"
 
-#include "daemon/host_reading.h"
 #include "daemon/service_internal.h"
 
 namespace tandem::daemon {
@@ -18,27 +17,13 @@ void Service::refresh_readings() {
     (void)ledger_.set_resident(m.name, bytes);
   }
   if (acc) {
-    auto snap = acc->memory();
-    if (snap) {
-      snapshot_ = *snap;
-    } else if (snap.error().code == Errc::device_lost) {
-      if (!device_lost_) {
-        device_lost_ = true;
-        log::warn("accelerator lost: {}", snap.error().message);
-        breaker_event(BreakerEvent::driver_reset);
-      }
-    }
-    if (acc->lost() && !device_lost_) {
-      device_lost_ = true;
-      log::warn("accelerator lost");
+    if (auto why = readings_.read_device(*acc, ledger_, cfg_.policy.headroom, now)) {
+      if (why->empty()) log::warn("accelerator lost");
+      else log::warn("accelerator lost: {}", *why);
       breaker_event(BreakerEvent::driver_reset);
     }
-    if (snapshot_) {
-      headroom_ = policy::compute_headroom(*snapshot_, ledger_, cfg_.policy.headroom, now);
-      pressure_ = pressure_tracker_.update(headroom_.fraction());
-    }
   }
-  if (auto hr = read_host_memory(); hr) host_reading_ = *hr;
+  readings_.read_host();
   breaker_.poll(now);
 }
 
@@ -81,13 +66,13 @@ void Service::maybe_probe() {
 void Service::update_service_state() {
   const auto now = clock_->now();
   policy::ServiceInputs in;
-  in.pressure = pressure_;
+  in.pressure = readings_.pressure();
   in.breaker = breaker_.state();
   auto acc = backend_->accelerator();
   bool any_gpu = false;
   for (const auto& m : backend_->models()) any_gpu = any_gpu || m.gpu_configured;
-  in.gpu_present = !acc || !any_gpu ? true : !device_lost_;
-  if (acc && any_gpu && !device_lost_) {
+  in.gpu_present = !acc || !any_gpu ? true : !readings_.device_lost();
+  if (acc && any_gpu && !readings_.device_lost()) {
     bool ready = false;
     for (const auto& m : backend_->models()) ready = ready || backend_->gpu_ready(m.name);
     in.gpu_present = ready;
@@ -103,7 +88,7 @@ void Service::update_service_state() {
   in.cpu_available = cpu;
   in.limits = {cfg_.policy.gpu_queue.max_context, cfg_.policy.gpu_queue.max_new_tokens,
                cfg_.policy.cpu_queue.max_context, cfg_.policy.cpu_queue.max_new_tokens};
-  in.reading = headroom_.trust;
+  in.reading = readings_.headroom().trust;
   if (!acc || !any_gpu) {
     // No accelerator configured: CPU-only operation is the configured normal, not a degradation.
     in.pressure = policy::Pressure::normal;
@@ -175,8 +160,8 @@ Clock::duration Service::poll_interval() const {
 
 bool Service::idle() const {
   return active_.empty() && gpu_queue_.depth() == 0 && cpu_queue_.depth() == 0 && gpu_queue_.running() == 0 &&
-         cpu_queue_.running() == 0 && pressure_ == policy::Pressure::normal &&
-         breaker_.state() == policy::BreakerState::closed && !device_lost_ && !probe_in_flight_ &&
+         cpu_queue_.running() == 0 && readings_.pressure() == policy::Pressure::normal &&
+         breaker_.state() == policy::BreakerState::closed && !readings_.device_lost() && !probe_in_flight_ &&
          !last_probe_failed_ && !reload_in_flight_ && !draining_ && outcome_retry_.empty();
 }
 

@@ -35,7 +35,7 @@ void Service::pump() {
       // Offload: the layers left on the CPU (their KV, activations, the head) are held by the host guard.
       const bool host_part = d.action == Rung::offload && d.host.has_value();
       if (host_part && !j->host_admitted) {
-        if (!host_guard_.admit(j->id, *d.host, host_reading_)) break;  // checked by the policy; raced: wait
+        if (!host_guard_.admit(j->id, *d.host, readings_.host())) break;  // checked by the policy; raced: wait
         j->host_admitted = true;
         j->host = d.host;
       }
@@ -94,7 +94,7 @@ void Service::pump() {
     r.prompt_tokens = static_cast<std::uint32_t>((j->prompts.count(serving) ? j->prompts[serving].size() : r.prompt_tokens) +
                                                  j->tokens.size());
     const auto est = policy::estimate_host_job(mi->shape, r, cfg_.policy.estimator, cfg_.policy.host_guard);
-    const auto check = host_guard_.check(est, host_reading_);
+    const auto check = host_guard_.check(est, readings_.host());
     if (check.fit == policy::HostFit::wait) break;
     if (check.fit == policy::HostFit::never) {
       cpu_queue_.remove(j->id);
@@ -105,7 +105,7 @@ void Service::pump() {
               30s);
       continue;
     }
-    auto adm = host_guard_.admit(j->id, est, host_reading_);
+    auto adm = host_guard_.admit(j->id, est, readings_.host());
     if (!adm) break;
     j->host_admitted = true;
     j->host = est;  // what the guard holds for it (set_policy re-admits from this)
@@ -298,7 +298,7 @@ bool Service::cpu_can_serve(const JobRecord& j) const {
       policy::RequestShape r = j.shape;
       r.prompt_tokens = static_cast<std::uint32_t>(r.prompt_tokens + j.tokens.size());
       const auto est = policy::estimate_host_job(m.shape, r, cfg_.policy.estimator, cfg_.policy.host_guard);
-      return host_guard_.check(est, host_reading_).fit != policy::HostFit::never;
+      return host_guard_.check(est, readings_.host()).fit != policy::HostFit::never;
     }
   return false;
 }
@@ -307,10 +307,7 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
   const auto& err = r.status.error();
   if (err.code == Errc::device_lost) {
     breaker_event(BreakerEvent::driver_reset);
-    if (!device_lost_) {
-      device_lost_ = true;
-      log::warn("accelerator lost: {}", err.message);
-    }
+    if (readings_.mark_lost()) log::warn("accelerator lost: {}", err.message);
   } else if (err.code == Errc::out_of_memory) {
     breaker_event(BreakerEvent::alloc_failure);
   }

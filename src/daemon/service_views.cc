@@ -182,7 +182,7 @@ Status Service::set_policy(const Caller& c, const Dict& changes) {
   policy::HostMemoryGuard guard(next.host_guard);
   for (const auto& [id, j] : jobs_)
     if (j->host_admitted && j->host) {
-      if (auto adm = guard.admit(id, *j->host, host_reading_); !adm)
+      if (auto adm = guard.admit(id, *j->host, readings_.host()); !adm)
         return fail(Errc::invalid_argument, "Policy.host_budget_bytes: running CPU jobs hold " +
                                                 format_mib(host_guard_.committed_bytes()) +
                                                 "; a budget below that applies once they finished");
@@ -203,10 +203,10 @@ Dict Service::memory_view() const {
   Dict d;
   auto acc = backend_->accelerator();
   d["device"] = acc ? acc->name() : std::string("none");
-  d["present"] = acc && !device_lost_;
-  const auto& h = headroom_;
+  d["present"] = acc && !readings_.device_lost();
+  const auto& h = readings_.headroom();
   d["total"] = h.total_bytes;
-  d["free"] = snapshot_ ? snapshot_->free_bytes : 0;
+  d["free"] = readings_.snapshot() ? readings_.snapshot()->free_bytes : 0;
   d["observed_used"] = h.observed_used_bytes;
   d["predicted_used"] = h.predicted_used_bytes;
   d["margin"] = h.margin_bytes;
@@ -216,18 +216,18 @@ Dict Service::memory_view() const {
   d["prediction_error"] = h.prediction_error_bytes;
   d["reading_age_ms"] = to_ms(h.reading_age);
   d["trust"] = std::string(policy::trust_name(h.trust));
-  d["pressure"] = std::string(policy::pressure_name(pressure_));
+  d["pressure"] = std::string(policy::pressure_name(readings_.pressure()));
   return d;
 }
 
 Dict Service::host_memory_view() const {
   Dict d;
-  const auto b = host_guard_.budget(host_reading_);
+  const auto b = host_guard_.budget(readings_.host());
   d["budget"] = b.bytes;
   d["bound"] = std::string(policy::host_bound_name(b.bound));
   d["configured_budget"] = cfg_.policy.host_guard.budget_bytes;
-  d["cgroup_max"] = host_reading_.cgroup_max.value_or(0);
-  d["mem_available"] = host_reading_.mem_available.value_or(0);
+  d["cgroup_max"] = readings_.host().cgroup_max.value_or(0);
+  d["mem_available"] = readings_.host().mem_available.value_or(0);
   d["used"] = host_guard_.committed_bytes();
   d["daemon_rss"] = read_self_rss().value_or(0);
   return d;
@@ -252,7 +252,7 @@ std::map<std::string, std::uint32_t> Service::limits_view() const {
 
 std::vector<Service::HoldRow> Service::holds_view() const {
   std::vector<HoldRow> rows;
-  for (const auto& [cookie, h] : holds_) rows.push_back({cookie, h.app_id, h.reason, h.since_unix_ms});
+  for (const auto& h : holds_.list()) rows.push_back({h.cookie, h.app_id, h.reason, h.since_unix_ms});
   return rows;
 }
 
