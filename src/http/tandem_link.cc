@@ -132,7 +132,10 @@ void TandemLink::resume(std::uint64_t job, const client::SubmitOptions& override
     for (auto& u : s.client->take_job_updates(res.job_id)) {
       const bool fin = u.kind == "finished";
       post_([sink, u] { sink->update(u); });
-      if (fin) s.jobs.erase(res.job_id);
+      if (fin) {
+        release(std::move(s.jobs[res.job_id]));
+        s.jobs.erase(res.job_id);
+      }
     }
   });
 }
@@ -303,11 +306,11 @@ void TandemLink::run() {
   };
   // Everything open is reported lost; the link starts over.
   auto drop = [&](const std::string& why) {
-    for (auto& [ud, sink] : s.awaiting) post_([sink = sink, why] { sink->lost(why); });
-    for (auto& [id, sink] : s.jobs) post_([sink = sink, why] { sink->lost(why); });
+    for (auto& [ud, sink] : s.awaiting) post_([sink = std::move(sink), why] { sink->lost(why); });
+    for (auto& [id, sink] : s.jobs) post_([sink = std::move(sink), why] { sink->lost(why); });
     for (auto& [ud, done] : s.embeds)
-      post_([done = done, why] { done(Outcome<client::EmbedReply>::failure(missing(why))); });
-    for (auto& [r, sink] : s.retry) post_([sink = sink, why] { sink->refused(missing(why)); });
+      post_([done = std::move(done), why] { done(Outcome<client::EmbedReply>::failure(missing(why))); });
+    for (auto& [r, sink] : s.retry) post_([sink = std::move(sink), why] { sink->refused(missing(why)); });
     s.awaiting.clear();
     s.jobs.clear();
     s.embeds.clear();
@@ -329,9 +332,9 @@ void TandemLink::run() {
         // D-Bus updates: only for resumed jobs (ring jobs' updates come through the ring).
         auto it = s.jobs.find(u.job_id);
         if (it == s.jobs.end()) return;
-        auto sink = it->second;
-        post_([sink, u] { sink->update(u); });
-        if (u.kind == "finished") {
+        const bool fin = u.kind == "finished";
+        post_([sink = fin ? std::move(it->second) : it->second, u] { sink->update(u); });
+        if (fin) {
           s.jobs.erase(it);
           s.forget.push_back(u.job_id);
         }
@@ -373,11 +376,14 @@ void TandemLink::run() {
     std::uint64_t drain;
     while (::read(wake_fd_, &drain, sizeof drain) > 0) {
     }
-    for (auto& c : cmds) c(s);
+    for (auto& c : cmds) {
+      c(s);
+      release(std::move(c));  // the closure's copies of sinks and callbacks
+    }
     if (!s.retry.empty() && s.ring) {
       auto retry = std::move(s.retry);
       s.retry.clear();
-      for (auto& [r, sink] : retry) submit(r, sink);
+      for (auto& [r, sink] : retry) submit(r, std::move(sink));
     }
     // Streams waiting to resend refused audio.
     if (s.ring) {
@@ -408,9 +414,9 @@ void TandemLink::run() {
       if (ev.kind == "accepted" && ev.accepted) {
         auto it = s.awaiting.find(ev.user_data);
         if (it == s.awaiting.end()) continue;
-        auto sink = it->second;
+        auto& sink = s.jobs[ev.accepted->job_id];
+        sink = std::move(it->second);
         s.awaiting.erase(it);
-        s.jobs[ev.accepted->job_id] = sink;
         // The service's degraded reason first, so the placement the client sees already names it.
         if (s.degraded) post_([sink, d = *s.degraded] { sink->degraded(d); });
         post_([sink, a = *ev.accepted] { sink->accepted(a); });
@@ -427,19 +433,18 @@ void TandemLink::run() {
                                   std::chrono::milliseconds(ev.error->retry_after_ms.value_or(100));
           }
         } else if (auto it = s.awaiting.find(ev.user_data); it != s.awaiting.end()) {
-          auto sink = it->second;
+          post_([sink = std::move(it->second), e = *ev.error] { sink->refused(e); });
           s.awaiting.erase(it);
-          post_([sink, e = *ev.error] { sink->refused(e); });
         } else if (auto et = s.embeds.find(ev.user_data); et != s.embeds.end()) {
-          auto done = et->second;
+          post_([done = std::move(et->second), e = *ev.error] { done(Outcome<client::EmbedReply>::failure(e)); });
           s.embeds.erase(et);
-          post_([done, e = *ev.error] { done(Outcome<client::EmbedReply>::failure(e)); });
         }
       } else if (ev.kind == "embedded" && ev.embedded) {
         if (auto et = s.embeds.find(ev.user_data); et != s.embeds.end()) {
-          auto done = et->second;
+          post_([done = std::move(et->second), r = std::move(*ev.embedded)] {
+            done(Outcome<client::EmbedReply>::success(r));
+          });
           s.embeds.erase(et);
-          post_([done, r = std::move(*ev.embedded)] { done(Outcome<client::EmbedReply>::success(r)); });
         }
       } else if (ev.kind == "degraded_mode" && ev.degraded) {
         s.degraded = *ev.degraded;
@@ -447,13 +452,12 @@ void TandemLink::run() {
       } else if (ev.update) {
         auto it = s.jobs.find(ev.job_id ? ev.job_id : ev.update->job_id);
         if (it == s.jobs.end()) continue;
-        auto sink = it->second;
         const bool fin = ev.update->kind == "finished";
         if (fin && !ev.update->text && s.client) {
           // The ring's "finished" carries no text (docs/rings.md): the whole text, as GetJob has it.
           if (auto j = s.client->get_job(it->first); j.ok() && j->text) ev.update->text = *j->text;
         }
-        post_([sink, u = *ev.update] { sink->update(u); });
+        post_([sink = fin ? std::move(it->second) : it->second, u = *ev.update] { sink->update(u); });
         if (fin) {
           s.streams.erase(it->first);
           s.jobs.erase(it);

@@ -58,6 +58,14 @@ class TandemLink : public Backend {
  private:
   void command(std::function<void(State&)> fn);
   void run();
+  // Drops `keep` on the thread that runs post_'s functions (the Asio thread). The sinks and callbacks the link thread
+  // holds belong to the gateway's objects (flows, connections): their last reference must not go here, where their
+  // destructors would race with the Asio thread (ThreadSanitizer found a Wyoming connection destroyed on the link
+  // thread by a callback's last copy). So the link moves what it drops into a post, never copies and destroys it.
+  template <class T>
+  void release(T&& keep) {
+    post_([k = std::forward<T>(keep)] {});
+  }
 
   Options opt_;
   Post post_;
