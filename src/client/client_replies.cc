@@ -309,6 +309,12 @@ JobInfo job_from_dbus(const VariantMap& m) {
   r.b("stream", j.stream);
   r.t("stream_bytes", j.stream_bytes);
   r.b("stream_complete", j.stream_complete);
+  r.u("inputs", j.inputs);
+  r.u("texts", j.texts);
+  r.u("images", j.images);
+  r.u("dim", j.dim);
+  r.u("truncated", j.truncated);
+  r.t("text_tokens", j.text_tokens);
   r.s("finish_reason", j.finish_reason);
   r.s("queue", j.queue);
   r.u("queue_position", j.queue_position);
@@ -367,7 +373,7 @@ EmbedInfo embed_info_from_dbus(const VariantMap& m) {
   r.u("texts", e.texts);
   r.u("images", e.images);
   r.u("truncated", e.truncated);
-  r.t("tokens", e.tokens);
+  r.t("text_tokens", e.text_tokens);
   r.u("attempts", e.attempts);
   r.b("degraded", e.degraded);
   r.s("fingerprint", e.fingerprint);

@@ -238,6 +238,10 @@ struct JobInfo {
   std::optional<std::uint64_t> queued_ms, run_ms;
   std::optional<bool> stream, stream_complete;  // a live stream's job
   std::optional<std::uint64_t> stream_bytes;    // where its next chunk's offset must be
+  // Embedding jobs: the call's inputs, texts (token inputs included) and images, the vectors' width, texts cut to
+  // the context, the text tower's tokens.
+  std::optional<std::uint32_t> inputs, texts, images, dim, truncated;
+  std::optional<std::uint64_t> text_tokens;
   // The placement as Submit answered it (GetJob repeats it).
   std::optional<std::string> action, detail, fingerprint;
   std::optional<bool> fallback_model;
@@ -283,7 +287,7 @@ struct EmbedInfo {
   std::optional<std::uint32_t> dim;
   std::optional<std::uint32_t> inputs, texts, images;
   std::optional<std::uint32_t> truncated;  // texts cut to the context
-  std::optional<std::uint64_t> tokens;     // text-tower tokens read (BOS/EOS included, after truncation)
+  std::optional<std::uint64_t> text_tokens;  // text-tower tokens read (BOS/EOS included, after truncation)
   std::optional<std::uint32_t> attempts;
   std::optional<bool> degraded;
   std::optional<std::string> fingerprint;

@@ -264,6 +264,13 @@ json to_json(const JobInfo& i) {
   put(j, "stream", i.stream);
   put(j, "stream_bytes", i.stream_bytes);
   put(j, "stream_complete", i.stream_complete);
+  // Embedding jobs.
+  put(j, "inputs", i.inputs);
+  put(j, "texts", i.texts);
+  put(j, "images", i.images);
+  put(j, "dim", i.dim);
+  put(j, "truncated", i.truncated);
+  put(j, "text_tokens", i.text_tokens);
   put_unparsed(j, i.unparsed);
   return j;
 }
@@ -303,7 +310,7 @@ json to_json(const EmbedInfo& e) {
   put(j, "texts", e.texts);
   put(j, "images", e.images);
   put(j, "truncated", e.truncated);
-  put(j, "tokens", e.tokens);
+  put(j, "text_tokens", e.text_tokens);
   put(j, "attempts", e.attempts);
   put(j, "degraded", e.degraded);
   put(j, "fingerprint", e.fingerprint);

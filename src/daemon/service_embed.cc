@@ -192,7 +192,7 @@ Dict Service::embed_result(const JobRecord& j) const {
   r["texts"] = texts;
   r["images"] = images;
   r["truncated"] = j.embed ? j.embed->truncated : 0u;
-  r["tokens"] = j.embed ? j.embed->tokens : std::uint64_t{0};
+  r["text_tokens"] = j.embed ? j.embed->tokens : std::uint64_t{0};
   r["attempts"] = static_cast<std::uint32_t>(j.fsm ? j.fsm->attempts() : j.attempts_restored);
   r["degraded"] = j.degraded;
   std::string fp;
@@ -303,7 +303,7 @@ void Service::EmbedWorkload::view(const JobRecord& j, Dict& d) const {
   d["images"] = j.embed->n_images;
   d["dim"] = j.embed->dim;
   d["truncated"] = j.embed->truncated;
-  d["tokens"] = j.embed->tokens;
+  d["text_tokens"] = j.embed->tokens;  // not "tokens": GetJob's generated ids (au)
 }
 
 }  // namespace tandem::daemon

@@ -308,7 +308,7 @@ json embed_body(const EmbedCall& call, const EmbedResult& r, std::uint64_t total
     }
   }
   const std::string model = call.model;
-  const std::uint64_t tokens = r.info.tokens.value_or(0);  // the text tower's tokens (images have none to count)
+  const std::uint64_t tokens = r.info.text_tokens.value_or(0);  // the text tower's tokens (images have none to count)
   if (call.api == EmbedApi::ollama_legacy)
     return {{"embedding", vecs.empty() ? std::vector<float>{} : vecs[0]}, {"tandem", embed_tandem_json(r.info)}};
   if (call.api == EmbedApi::ollama_embed)

@@ -101,8 +101,8 @@ TEST_F(EmbedTest, TokenInputsComeAfterTheTextsAndEmbedLikeTheirText) {
   EXPECT_EQ(r->vectors[3], FakeBackend::vector_of(*png("img-1")));
   EXPECT_EQ(u32(r->result, "inputs"), 4u);
   EXPECT_EQ(u32(r->result, "texts"), 3u);  // texts and token inputs: the text tower's inputs
-  EXPECT_EQ(u64(r->result, "tokens"), 4u + 4u + 3u);
-  EXPECT_EQ(u64(job(u64(r->result, "job_id")), "tokens"), 11u);
+  EXPECT_EQ(u64(r->result, "text_tokens"), 4u + 4u + 3u);
+  EXPECT_EQ(u64(job(u64(r->result, "job_id")), "text_tokens"), 11u);
   // An empty token input, a special or unknown id: typed errors naming the input, nothing run.
   for (const auto& [tokens, message] : std::vector<std::pair<std::vector<std::vector<std::int64_t>>, std::string>>{
            {{{}}, "tokens[0] is empty"},

@@ -59,8 +59,8 @@ t=$(curl -s "$B/v1/embeddings" -d "{\"model\":\"clip\",\"input\":[$ids,\"a red s
 same_vectors "$(jq -c '[.data[].embedding]' <<<"$t")" "$(jq -c '.vectors // [.embeddings[]?]' <<<"$ref_t")" ||
   hfail "a token array's vector != its text's ($ids for 'a b c'): $t"
 # BOS + 3 ids + EOS, and the text (BOS + at least one token + EOS): the count tandemd read, as usage.
-[ "$(jq .usage.prompt_tokens <<<"$t")" = "$(jq .tandem.tokens <<<"$t")" ] && [ "$(jq .usage.prompt_tokens <<<"$t")" -ge 8 ] ||
-  hfail "usage.prompt_tokens: $(jq -c '{usage, tokens: .tandem.tokens}' <<<"$t")"
+[ "$(jq .usage.prompt_tokens <<<"$t")" = "$(jq .tandem.text_tokens <<<"$t")" ] && [ "$(jq .usage.prompt_tokens <<<"$t")" -ge 8 ] ||
+  hfail "usage.prompt_tokens: $(jq -c '{usage, text_tokens: .tandem.text_tokens}' <<<"$t")"
 bos=$(jq '."<|startoftext|>"' "$CLIP/vocab.json")
 bad=$(curl -s -w '\n%{http_code}' "$B/v1/embeddings" -d "{\"model\":\"clip\",\"input\":[[5],[$bos]]}")
 [ "$(tail -1 <<<"$bad")" = 400 ] && head -1 <<<"$bad" | jq -e '.error.param == "input[1]" and (.error.message | test("^input\\[1\\]: .*BOS"))' >/dev/null ||
@@ -68,6 +68,11 @@ bad=$(curl -s -w '\n%{http_code}' "$B/v1/embeddings" -d "{\"model\":\"clip\",\"i
 bad=$(curl -s -w '\n%{http_code}' "$B/v1/embeddings" -d '{"model":"clip","input":[[5, 100000]]}')
 [ "$(tail -1 <<<"$bad")" = 400 ] && head -1 <<<"$bad" | jq -e '.error.message | test("100000")' >/dev/null ||
   hfail "an id outside the vocabulary: $bad"
+# The embedding job's GetJob view: every key modelled by the client (no _unparsed), its token count as the reply's.
+ej=$(jq .tandem.job <<<"$t")
+jv=$("$TANDEMCTL" --json job "$ej") || fail "tandemctl --json job $ej: $jv"
+jq -e --argjson n "$(jq .tandem.text_tokens <<<"$t")" '([.. | objects | has("_unparsed")] | any | not) and .kind == "embed" and
+  .text_tokens == $n and .inputs == 2 and .texts == 2' <<<"$jv" >/dev/null || fail "tandemctl --json job $ej (embed): $jv"
 note "token arrays: $ids embeds as 'a b c' does; usage.prompt_tokens $(jq .usage.prompt_tokens <<<"$t"); BOS / unknown ids: 400"
 if command -v node >/dev/null; then
   [ -d "$NODE_DIR/node_modules/openai" ] || (cd "$NODE_DIR" && npm ci --no-audit --no-fund >/dev/null 2>&1) || fail "npm ci failed"

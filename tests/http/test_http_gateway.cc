@@ -379,7 +379,7 @@ TEST_F(GatewayTest, TokenArraysGoToTandemdAsTokenInputsAndUsageCountsTokens) {
   EXPECT_EQ(req.tokens, (std::vector<std::vector<std::uint32_t>>{{5, 6}, {7}}));
   client::EmbedReply rep;
   rep.vectors = {{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}};  // "a", then [5,6], then [7]
-  rep.info.tokens = 10;
+  rep.info.text_tokens = 10;
   be.embeds[0].second(Outcome<client::EmbedReply>::success(rep));
   ASSERT_EQ(ex->status, 200) << ex->body;
   auto b = json::parse(ex->body);
@@ -388,7 +388,7 @@ TEST_F(GatewayTest, TokenArraysGoToTandemdAsTokenInputsAndUsageCountsTokens) {
   EXPECT_EQ(b["data"][2]["embedding"], json({0, 0, 1, 0}));
   EXPECT_EQ(b["usage"]["prompt_tokens"], 10);
   EXPECT_EQ(b["usage"]["total_tokens"], 10);
-  EXPECT_EQ(b["tandem"]["tokens"], 10);
+  EXPECT_EQ(b["tandem"]["text_tokens"], 10);
   // tandemd names a bad input by its place in the Embed call; the answer names it by its place in the request.
   auto bad = testing::post("/v1/embeddings", R"({"model":"clip","input":["a",[5],[99999]]})");
   gw->handle(bad);
