@@ -428,8 +428,9 @@ std::optional<EmbedInput> token_input(const json& v, const std::string& where, F
   in.tokens.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     const json& t = v[i];
-    if (!t.is_number_integer() || (t.is_number_integer() && !t.is_number_unsigned() && t.get<std::int64_t>() < 0) ||
-        (t.is_number_unsigned() && t.get<std::uint64_t>() > UINT32_MAX)) {
+    const bool id = t.is_number_integer() &&
+                    (t.is_number_unsigned() ? t.get<std::uint64_t>() <= UINT32_MAX : t.get<std::int64_t>() >= 0);
+    if (!id) {
       f.fail(invalid_field(where + "[" + std::to_string(i) + "]", "a token id is an integer in 0..4294967295"));
       return std::nullopt;
     }
