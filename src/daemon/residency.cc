@@ -1,0 +1,166 @@
+#include "daemon/residency.h"
+
+namespace tandem::daemon {
+
+void Residency::add(const std::string& model, Clock::time_point now) {
+  if (replicas_.count(model)) return;
+  Replica r;
+  r.model = model;
+  r.since = now;
+  replicas_.emplace(model, std::move(r));
+}
+
+const Residency::Replica* Residency::find(const std::string& model) const {
+  auto it = replicas_.find(model);
+  return it == replicas_.end() ? nullptr : &it->second;
+}
+
+Residency::Replica* Residency::get(const std::string& model) {
+  auto it = replicas_.find(model);
+  return it == replicas_.end() ? nullptr : &it->second;
+}
+
+std::vector<Residency::Replica> Residency::list() const {
+  std::vector<Replica> out;
+  out.reserve(replicas_.size());
+  for (const auto& [name, r] : replicas_) out.push_back(r);
+  return out;
+}
+
+bool Residency::usable(const std::string& model) const {
+  const Replica* r = find(model);
+  return !r || r->state == ReplicaState::loaded;
+}
+
+bool Residency::given_back(const std::string& model) const {
+  const Replica* r = find(model);
+  return r && (r->state == ReplicaState::draining || r->state == ReplicaState::evicted ||
+               r->state == ReplicaState::loading);
+}
+
+bool Residency::any_given_back() const {
+  for (const auto& [name, r] : replicas_)
+    if (given_back(name)) return true;
+  return false;
+}
+
+void Residency::enter(Replica& r, ReplicaState s, Clock::time_point now) {
+  r.state = s;
+  r.since = now;
+}
+
+Status Residency::evict(const std::string& model, EvictReason reason, Clock::time_point now) {
+  Replica* r = get(model);
+  if (!r) return fail(Errc::not_found, "model " + model + " has no GPU replica");
+  if (r->state != ReplicaState::loaded)
+    return fail(Errc::illegal_transition,
+                "the GPU replica of " + model + " is " + std::string(replica_state_name(r->state)));
+  enter(*r, ReplicaState::draining, now);
+  r->reason = reason;
+  r->evict_began = now;
+  r->freeing = r->preempted = r->restore_pending = false;
+  r->given_back_bytes = 0;
+  r->error.clear();
+  return {};
+}
+
+std::vector<std::string> Residency::evict_all(EvictReason reason, Clock::time_point now) {
+  std::vector<std::string> out;
+  for (auto& [name, r] : replicas_)
+    if (r.state == ReplicaState::loaded && evict(name, reason, now)) out.push_back(name);
+  return out;
+}
+
+Residency::DrainStep Residency::drain(const std::function<bool(const std::string&)>& busy, Clock::time_point now) {
+  DrainStep step;
+  for (auto& [name, r] : replicas_) {
+    if (r.state != ReplicaState::draining || r.freeing) continue;
+    if (!busy(name)) {
+      r.freeing = true;
+      step.free.push_back(name);
+    } else if (!r.preempted && now - r.evict_began >= cfg_.drain) {
+      r.preempted = true;
+      ++counters_.preemptions;
+      step.preempt.push_back(name);
+    }
+  }
+  return step;
+}
+
+bool Residency::freed(const std::string& model, std::uint64_t bytes, Clock::time_point now) {
+  Replica* r = get(model);
+  if (!r || r->state != ReplicaState::draining) return false;
+  r->freeing = false;
+  r->given_back_bytes = bytes;
+  r->last_free = now - r->evict_began;
+  ++counters_.evictions;
+  counters_.bytes_given_back += bytes;
+  if (r->restore_pending) {
+    r->restore_pending = false;
+    enter(*r, ReplicaState::loading, now);
+    return true;
+  }
+  enter(*r, ReplicaState::evicted, now);
+  return false;
+}
+
+Residency::RestoreStep Residency::restore_all(EvictReason reason, Clock::time_point now) {
+  RestoreStep step;
+  for (auto& [name, r] : replicas_) {
+    if (reason != EvictReason::none && r.reason != reason) continue;
+    if (r.state == ReplicaState::draining) {
+      if (r.freeing) {
+        r.restore_pending = true;
+      } else {
+        enter(r, ReplicaState::loaded, now);
+        r.reason = EvictReason::none;
+        step.kept.push_back(name);
+      }
+    } else if (r.state == ReplicaState::evicted) {
+      enter(r, ReplicaState::loading, now);
+      step.load.push_back(name);
+    }
+  }
+  return step;
+}
+
+Result<bool> Residency::restore(const std::string& model, Clock::time_point now) {
+  Replica* r = get(model);
+  if (!r) return fail(Errc::not_found, "model " + model + " has no GPU replica");
+  switch (r->state) {
+    case ReplicaState::draining:
+      if (r->freeing) {
+        r->restore_pending = true;
+        return false;
+      }
+      enter(*r, ReplicaState::loaded, now);
+      r->reason = EvictReason::none;
+      return false;
+    case ReplicaState::evicted:
+    case ReplicaState::failed:
+      enter(*r, ReplicaState::loading, now);
+      if (r->reason == EvictReason::none) r->reason = EvictReason::request;
+      return true;
+    default:
+      return fail(Errc::illegal_transition,
+                  "the GPU replica of " + model + " is " + std::string(replica_state_name(r->state)));
+  }
+}
+
+void Residency::loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now) {
+  Replica* r = get(model);
+  if (!r || r->state != ReplicaState::loading) return;
+  r->last_load = took;
+  if (st) {
+    enter(*r, ReplicaState::loaded, now);
+    r->reason = EvictReason::none;
+    r->error.clear();
+    ++counters_.restores;
+  } else {
+    enter(*r, ReplicaState::failed, now);
+    r->error = st.error().message;
+    ++counters_.restore_failures;
+  }
+}
+
+}  // namespace tandem::daemon

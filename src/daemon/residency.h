@@ -1,0 +1,116 @@
+// GPU residency (docs/residency.md): which models' GPU replicas are on the accelerator, which are being given back
+// and why, and which are coming back. A concern of its own, out of Service: the service asks it whether a GPU route
+// may be used, tells it what happened (a hold began, a run ended, a replica was freed or loaded), and carries out
+// what it answers (free this replica now, move that model's running jobs off the GPU, load this one). Pure: no
+// backend, no clock of its own (callers pass the time), no logging; tested without a daemon.
+//
+// A replica's lifecycle: loaded → draining → (freeing) → evicted → loading → loaded. Draining: new work no longer
+// goes to the GPU; jobs already running there finish, or after the drain time move to the CPU at their next
+// checkpoint. Lost (the device died) and failed (a load did not succeed) are the backend's states; Residency keeps
+// `failed` for a restore that did not load.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/result.h"
+#include "daemon/replica_state.h"
+
+namespace tandem::daemon {
+
+struct ResidencyConfig {
+  Clock::duration drain{std::chrono::seconds(5)};  // how long running jobs may stay on a draining replica
+};
+
+class Residency {
+ public:
+  struct Replica {
+    std::string model;
+    ReplicaState state = ReplicaState::loaded;  // loaded | draining | evicted | loading | failed
+    EvictReason reason = EvictReason::none;      // draining, evicted, loading: why it was given back
+    Clock::time_point since{};                   // when it entered `state`
+    Clock::time_point evict_began{};             // when the draining began (time to free = freed − this)
+    bool freeing = false;                        // draining: the free was handed out (freed() comes next)
+    bool preempted = false;                      // draining: its running jobs were told to move
+    bool restore_pending = false;                // freeing when a restore was asked: load right after
+    std::uint64_t given_back_bytes = 0;          // evicted: what the free returned
+    Clock::duration last_free{};                 // the last eviction's time from draining to freed
+    Clock::duration last_load{};                 // the last restore's load time
+    std::string error;                           // failed: the load error
+  };
+
+  struct Counters {
+    std::uint64_t evictions = 0;        // replicas freed
+    std::uint64_t restores = 0;         // replicas loaded again
+    std::uint64_t restore_failures = 0;
+    std::uint64_t preemptions = 0;      // drains that moved running jobs off the GPU
+    std::uint64_t bytes_given_back = 0;
+  };
+
+  // What the service carries out after drain(): free these replicas now (their last GPU job ended), and move the
+  // running GPU jobs of those models to the CPU at their next checkpoint (the drain time passed).
+  struct DrainStep {
+    std::vector<std::string> free;
+    std::vector<std::string> preempt;
+  };
+
+  explicit Residency(ResidencyConfig cfg = {}) : cfg_(cfg) {}
+
+  // A model with a GPU replica, loaded. Adding a model twice keeps its state.
+  void add(const std::string& model, Clock::time_point now);
+  const Replica* find(const std::string& model) const;
+  std::vector<Replica> list() const;  // in model-name order
+
+  // True when new work may be placed on `model`'s GPU replica (loaded, or not tracked here: a model without a GPU
+  // replica, whose answer is the backend's).
+  bool usable(const std::string& model) const;
+  // True while a model's replica is out on purpose (draining, evicted, loading): the device itself is fine.
+  bool given_back(const std::string& model) const;
+  bool any_given_back() const;
+
+  // Begins giving back `model`'s replica for `reason` (loaded → draining). Errors: not_found (no GPU replica),
+  // illegal_transition (already draining, evicted or loading; the message names the state).
+  Status evict(const std::string& model, EvictReason reason, Clock::time_point now);
+  // Begins giving back every loaded replica for `reason`; returns the models that began draining.
+  std::vector<std::string> evict_all(EvictReason reason, Clock::time_point now);
+
+  // Advances the drains: a draining replica that `busy(model)` says has no GPU job left is handed out to be freed
+  // (once: freeing); one whose drain time passed with jobs still running has them preempted (once).
+  DrainStep drain(const std::function<bool(const std::string&)>& busy, Clock::time_point now);
+  // The free of `model` finished: `bytes` went back to the device (→ evicted). Returns true when a restore was asked
+  // meanwhile: the caller loads it right away (→ loading).
+  bool freed(const std::string& model, std::uint64_t bytes, Clock::time_point now);
+
+  // Brings back the replicas given back for `reason` (all reasons with EvictReason::none): a draining one whose free
+  // was not handed out yet is loaded again at once (returned in `kept`), an evicted one is to be loaded (returned in
+  // `load`, now loading), a freeing one loads after its free (restore_pending).
+  struct RestoreStep {
+    std::vector<std::string> kept;
+    std::vector<std::string> load;
+  };
+  RestoreStep restore_all(EvictReason reason, Clock::time_point now);
+  // One model (an explicit load): evicted or failed → loading; draining → loaded. Errors: not_found,
+  // illegal_transition (already loaded or loading).
+  Result<bool> restore(const std::string& model, Clock::time_point now);  // true: the caller loads it
+  // A load finished: ok → loaded, else failed (with the error).
+  void loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now);
+
+  const Counters& counters() const { return counters_; }
+  const ResidencyConfig& config() const { return cfg_; }
+
+ private:
+  Replica* get(const std::string& model);
+  void enter(Replica& r, ReplicaState s, Clock::time_point now);
+
+  ResidencyConfig cfg_;
+  std::map<std::string, Replica> replicas_;
+  Counters counters_;
+};
+
+}  // namespace tandem::daemon

@@ -1,0 +1,168 @@
+// Residency (src/daemon/residency.cc): the GPU replicas' lifecycle as the service drives it — evict, drain, preempt
+// after the drain time, free, restore (also while a free is under way), explicit loads, counters and typed errors.
+#include "daemon/residency.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace tandem::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+Clock::time_point at(int ms) { return Clock::time_point{} + std::chrono::milliseconds(ms); }
+
+struct Fixture : ::testing::Test {
+  Residency r{ResidencyConfig{5s}};
+  std::set<std::string> busy;
+  Residency::DrainStep drain(int ms) {
+    return r.drain([&](const std::string& m) { return busy.count(m) != 0; }, at(ms));
+  }
+  ReplicaState state(const std::string& m) { return r.find(m)->state; }
+  void SetUp() override {
+    r.add("chat", at(0));
+    r.add("clip", at(0));
+  }
+};
+
+TEST(ReplicaStateNames, RoundTripAndReasons) {
+  for (auto s : {ReplicaState::loaded, ReplicaState::unloaded, ReplicaState::draining, ReplicaState::evicted,
+                 ReplicaState::loading, ReplicaState::lost, ReplicaState::failed})
+    EXPECT_EQ(parse_replica_state(replica_state_name(s)), s);
+  EXPECT_FALSE(parse_replica_state("resident"));
+  EXPECT_EQ(evict_reason_name(EvictReason::hold), "hold");
+  EXPECT_EQ(evict_reason_name(EvictReason::pressure), "pressure");
+  EXPECT_EQ(evict_reason_name(EvictReason::idle), "idle");
+  EXPECT_EQ(evict_reason_name(EvictReason::request), "request");
+  EXPECT_EQ(evict_reason_name(EvictReason::none), "");
+}
+
+TEST_F(Fixture, UntrackedModelsAreTheBackendsToAnswer) {
+  EXPECT_TRUE(r.usable("cpu-only"));
+  EXPECT_FALSE(r.given_back("cpu-only"));
+  EXPECT_EQ(r.evict("cpu-only", EvictReason::request, at(0)).error().code, Errc::not_found);
+  EXPECT_EQ(r.restore("cpu-only", at(0)).error().code, Errc::not_found);
+}
+
+TEST_F(Fixture, IdleReplicaIsFreedAtOnceAndRestored) {
+  EXPECT_EQ(r.evict_all(EvictReason::hold, at(10)), (std::vector<std::string>{"chat", "clip"}));
+  EXPECT_FALSE(r.usable("chat"));
+  EXPECT_TRUE(r.any_given_back());
+  auto step = drain(10);
+  EXPECT_EQ(step.free, (std::vector<std::string>{"chat", "clip"}));
+  EXPECT_TRUE(step.preempt.empty());
+  EXPECT_TRUE(drain(11).free.empty()) << "a free is handed out once";
+  EXPECT_FALSE(r.freed("chat", 100, at(30)));
+  EXPECT_FALSE(r.freed("clip", 20, at(40)));
+  EXPECT_EQ(state("chat"), ReplicaState::evicted);
+  EXPECT_EQ(r.find("chat")->reason, EvictReason::hold);
+  EXPECT_EQ(r.find("chat")->given_back_bytes, 100u);
+  EXPECT_EQ(r.find("chat")->last_free, 20ms);
+  EXPECT_EQ(r.counters().evictions, 2u);
+  EXPECT_EQ(r.counters().bytes_given_back, 120u);
+
+  auto back = r.restore_all(EvictReason::hold, at(100));
+  EXPECT_EQ(back.load, (std::vector<std::string>{"chat", "clip"}));
+  EXPECT_TRUE(back.kept.empty());
+  EXPECT_EQ(state("chat"), ReplicaState::loading);
+  EXPECT_FALSE(r.usable("chat"));
+  r.loaded("chat", {}, 250ms, at(350));
+  r.loaded("clip", fail(Errc::out_of_memory, "no room"), 10ms, at(110));
+  EXPECT_EQ(state("chat"), ReplicaState::loaded);
+  EXPECT_TRUE(r.usable("chat"));
+  EXPECT_EQ(r.find("chat")->reason, EvictReason::none);
+  EXPECT_EQ(r.find("chat")->last_load, 250ms);
+  EXPECT_EQ(state("clip"), ReplicaState::failed);
+  EXPECT_EQ(r.find("clip")->error, "no room");
+  EXPECT_EQ(r.counters().restores, 1u);
+  EXPECT_EQ(r.counters().restore_failures, 1u);
+  // A failed restore can be asked again.
+  EXPECT_EQ(r.restore("clip", at(200)).value(), true);
+  EXPECT_EQ(state("clip"), ReplicaState::loading);
+}
+
+TEST_F(Fixture, BusyReplicaDrainsThenPreemptsOnceAfterTheDrainTime) {
+  busy = {"chat"};
+  ASSERT_TRUE(r.evict("chat", EvictReason::hold, at(0)));
+  EXPECT_TRUE(drain(4999).free.empty());
+  EXPECT_TRUE(drain(4999).preempt.empty());
+  auto step = drain(5000);
+  EXPECT_EQ(step.preempt, (std::vector<std::string>{"chat"}));
+  EXPECT_TRUE(drain(6000).preempt.empty()) << "preempted once";
+  EXPECT_EQ(r.counters().preemptions, 1u);
+  busy.clear();  // the moved jobs left the GPU
+  EXPECT_EQ(drain(6100).free, (std::vector<std::string>{"chat"}));
+  r.freed("chat", 7, at(6200));
+  EXPECT_EQ(r.find("chat")->last_free, 6200ms);
+}
+
+TEST_F(Fixture, ReleaseBeforeTheFreeKeepsTheReplica) {
+  busy = {"chat"};
+  ASSERT_TRUE(r.evict("chat", EvictReason::hold, at(0)));
+  auto back = r.restore_all(EvictReason::hold, at(100));
+  EXPECT_EQ(back.kept, (std::vector<std::string>{"chat"}));
+  EXPECT_TRUE(back.load.empty());
+  EXPECT_TRUE(r.usable("chat"));
+  EXPECT_EQ(r.counters().evictions, 0u);
+}
+
+TEST_F(Fixture, RestoreDuringTheFreeLoadsRightAfter) {
+  ASSERT_TRUE(r.evict("chat", EvictReason::hold, at(0)));
+  ASSERT_EQ(drain(0).free.size(), 1u);
+  auto back = r.restore_all(EvictReason::none, at(1));
+  EXPECT_TRUE(back.kept.empty());
+  EXPECT_TRUE(back.load.empty());
+  EXPECT_TRUE(r.freed("chat", 10, at(2))) << "the caller loads it now";
+  EXPECT_EQ(state("chat"), ReplicaState::loading);
+  EXPECT_EQ(r.counters().evictions, 1u);
+}
+
+TEST_F(Fixture, RestoreByReasonLeavesOthersOut) {
+  ASSERT_TRUE(r.evict("chat", EvictReason::hold, at(0)));
+  ASSERT_TRUE(r.evict("clip", EvictReason::request, at(0)));
+  drain(0);
+  r.freed("chat", 1, at(1));
+  r.freed("clip", 1, at(1));
+  auto back = r.restore_all(EvictReason::hold, at(2));
+  EXPECT_EQ(back.load, (std::vector<std::string>{"chat"}));
+  EXPECT_EQ(state("clip"), ReplicaState::evicted) << "unloaded on request: stays out after the hold";
+}
+
+// Transitions the lifecycle refuses, with the state they name.
+TEST_F(Fixture, IllegalTransitionsAreTyped) {
+  struct Case {
+    const char* what;
+    std::function<Status()> call;
+    const char* names;
+  };
+  ASSERT_TRUE(r.evict("chat", EvictReason::hold, at(0)));
+  const std::vector<Case> cases = {
+      {"evict a draining replica", [&] { return r.evict("chat", EvictReason::request, at(1)); }, "draining"},
+      {"restore a loaded replica", [&]() -> Status {
+         auto x = r.restore("clip", at(1));
+         if (!x) return fail(std::move(x).error());
+         return {};
+       }, "loaded"},
+  };
+  for (const auto& c : cases) {
+    auto st = c.call();
+    ASSERT_FALSE(st) << c.what;
+    EXPECT_EQ(st.error().code, Errc::illegal_transition) << c.what;
+    EXPECT_NE(st.error().message.find(c.names), std::string::npos) << c.what << ": " << st.error().message;
+  }
+  drain(0);
+  r.freed("chat", 1, at(1));
+  ASSERT_TRUE(r.restore("chat", at(2)).value());
+  auto again = r.restore("chat", at(3));
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message.find("loading"), std::string::npos);
+  // Events for a replica not in the state they answer are ignored.
+  EXPECT_FALSE(r.freed("clip", 5, at(4)));
+  r.loaded("clip", {}, 1ms, at(4));
+  EXPECT_EQ(state("clip"), ReplicaState::loaded);
+  EXPECT_EQ(r.counters().restores, 0u);
+}
+
+}  // namespace
+}  // namespace tandem::daemon
