@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/result.h"
 #include "daemon/config.h"
+#include "daemon/replica_state.h"
 #include "device/device.h"
 #include "generation/prompt_template.h"
 #include "generation/sampler.h"
@@ -79,7 +80,9 @@ struct ModelInfo {
 
 struct ReplicaInfo {
   std::string device;        // gpu | hybrid | cpu
-  std::string state;         // loaded | unloaded | lost | loading | failed
+  ReplicaState state = ReplicaState::loaded;  // the backend says loaded | unloaded | lost | evicted | failed; the
+                                             // service overlays draining / loading / evicted from Residency
+  EvictReason reason = EvictReason::none;     // draining, evicted, loading: why it was given back (the service's)
   std::string mode;          // CPU: warm | mmap | on_demand; GPU: resident
   std::uint32_t layers = 0;  // on the accelerator
   std::uint64_t accel_bytes = 0;  // weights + KV pool on the accelerator
@@ -226,8 +229,23 @@ class Backend {
   // True when a job of `model` can be offloaded: its GPU replica is usable and can run a sequence's last layers on
   // the CPU (RunSpec::route.device hybrid, gpu_layers k). Default: no.
   virtual bool offload_ready(const std::string& model) const { (void)model; return false; }
-  // After a device loss and recovery: (re)load the GPU replicas. Slow; worker thread.
+  // After a device loss and recovery: (re)load the GPU replicas, except those evicted on purpose (evict_gpu). Slow;
+  // worker thread.
   virtual Status reload_gpu() = 0;
+  // Gives `model`'s GPU replica back (docs/residency.md): drops the backend's references to it — weights, KV pool,
+  // workspaces, its step loop — and returns the accelerator's cached blocks, so the device's reading shows the bytes
+  // free once no run holds the replica any more (the service drains its GPU jobs first). It stays evicted (also across
+  // reload_gpu) until load_gpu. Returns the bytes it held on the accelerator. Errors: not_found (no such model),
+  // unsupported (no GPU replica). Worker thread. Default: unsupported.
+  virtual Result<std::uint64_t> evict_gpu(const std::string& model) {
+    return fail(Errc::unsupported, "model " + model + " has no GPU replica to give back");
+  }
+  // Loads `model`'s GPU replica again (after evict_gpu, or after a failed load). The same files and settings: the
+  // replica's fingerprint must equal the CPU replica's. Errors: the load's (out_of_memory, device_lost, ...). Slow;
+  // worker thread. Default: unsupported.
+  virtual Status load_gpu(const std::string& model) {
+    return fail(Errc::unsupported, "model " + model + " has no GPU replica to load");
+  }
   // Called after every step of a step loop, on that loop's thread (the service posts it to its loop). Default: the
   // backend has no step loop to report.
   virtual void set_step_observer(std::function<void(const StepReport&)> fn) { (void)fn; }

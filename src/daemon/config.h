@@ -44,6 +44,10 @@ struct DeviceConfig {
                                                            // below poll_interval means poll_interval
   std::chrono::milliseconds probe_interval{30000};         // routine health probe while closed, [100 ms, 1 h]
   std::chrono::milliseconds probe_timeout{2000};           // deadline of one probe, [10 ms, 60 s]
+  // GPU residency (docs/residency.md).
+  bool evict_on_hold = true;                               // HoldGpu gives the GPU replicas back (and release restores)
+  std::chrono::milliseconds drain{5000};                   // how long running jobs may keep a replica being given
+                                                           // back before they move to the CPU, [0, 1 h]
 };
 
 struct SamplingDefaults {

@@ -238,6 +238,8 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_MS(D, "idle_poll_interval_ms", device.idle_poll_interval, integer(10, 60'000)),
            TANDEM_MS(D, "probe_interval_ms", device.probe_interval, integer(100, 3'600'000)),
            TANDEM_MS(D, "probe_timeout_ms", device.probe_timeout, integer(10, 60'000)),
+           TANDEM_BOOL(D, "evict_on_hold", device.evict_on_hold),
+           TANDEM_MS(D, "drain_ms", device.drain, integer(0, 3'600'000)),
        }},
       {"model", {}},
       {"margin",

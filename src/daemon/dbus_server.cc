@@ -533,7 +533,8 @@ class DbusServer::Impl::Model final
     for (const auto& r : impl_.service->replicas(name_)) {
       std::map<std::string, sdbus::Variant> m;
       m.emplace("device", sdbus::Variant(r.device));
-      m.emplace("state", sdbus::Variant(r.state));
+      m.emplace("state", sdbus::Variant(std::string(replica_state_name(r.state))));
+      if (r.reason != EvictReason::none) m.emplace("reason", sdbus::Variant(std::string(evict_reason_name(r.reason))));
       m.emplace("mode", sdbus::Variant(r.mode));
       m.emplace("layers", sdbus::Variant(r.layers));
       m.emplace("accel_bytes", sdbus::Variant(r.accel_bytes));

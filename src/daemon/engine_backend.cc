@@ -26,6 +26,7 @@ struct EngineBackend::Entry {
   std::shared_ptr<engine::Model> gpu;  // guarded by gpu_mu
   std::string gpu_error;               // guarded by gpu_mu
   bool gpu_wanted = false;
+  bool evicted = false;                // given back on purpose (evict_gpu); guarded by gpu_mu
   std::string chat_template;
   // One step loop per replica in use (continuous batching), made when the first job of that replica runs; a
   // replaced replica (GPU reload, on-demand CPU reload) gets a new one, the old one ends with its last job.
@@ -161,7 +162,7 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
               std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(), info.fingerprint);
     if (e->gpu_wanted) {
       if (progress) progress("loading model " + mc.name + " (GPU replica)");
-      if (auto st = b->load_gpu(*e); !st)
+      if (auto st = b->load_llm_gpu(*e); !st)
         log::warn("model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
     }
     b->infos_.push_back(std::move(info));
@@ -170,10 +171,11 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
   return b;
 }
 
-Status EngineBackend::load_gpu(Entry& e) {
+Status EngineBackend::load_llm_gpu(Entry& e) {
   const auto t0 = SteadyTime::now();
   auto m = engine::Model::load(e.cfg.dir, e.gpu_opts);
   std::lock_guard lock(e.gpu_mu);
+  e.evicted = false;  // loaded, or failed (with its error): no longer given back on purpose
   if (!m) {
     e.gpu.reset();
     e.gpu_error = m.error().message;
@@ -362,18 +364,21 @@ std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const
   if (e->gpu_wanted) {
     ReplicaInfo r;
     std::lock_guard lock(e->gpu_mu);
-    const int layers = static_cast<int>(e->cpu->fingerprint().digest.empty() ? 0 : 0);
-    (void)layers;
-    if (e->gpu) {
+    if (e->evicted) {
+      r.device = "gpu";
+      for (const auto& i : infos_)
+        if (i.name == model && i.gpu_layers < i.shape.layers) r.device = "hybrid";
+      r.state = ReplicaState::evicted;
+    } else if (e->gpu) {
       const bool all = e->gpu->accel_layers() >= e->gpu->config().num_layers;
       r.device = all ? "gpu" : "hybrid";
-      r.state = e->gpu->device_lost() ? "lost" : "loaded";
+      r.state = e->gpu->device_lost() ? ReplicaState::lost : ReplicaState::loaded;
       r.layers = static_cast<std::uint32_t>(e->gpu->accel_layers());
       r.accel_bytes = e->gpu->device_lost() ? 0 : e->gpu->load_stats().accel_weight_bytes + e->gpu->load_stats().accel_kv_bytes;
       r.fingerprint = e->gpu->fingerprint().digest;
     } else {
       r.device = "gpu";
-      r.state = "failed";
+      r.state = ReplicaState::failed;
       r.error = e->gpu_error;
     }
     r.mode = "resident";
@@ -381,7 +386,7 @@ std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const
   }
   ReplicaInfo c;
   c.device = "cpu";
-  c.state = e->cpu->loaded() ? "loaded" : "unloaded";
+  c.state = e->cpu->loaded() ? ReplicaState::loaded : ReplicaState::unloaded;
   c.mode = std::string(policy::replica_mode_name(e->cpu->mode()));
   c.fingerprint = e->cpu->fingerprint().digest;
   if (e->cpu->mode() == policy::ReplicaMode::warm) c.host_bytes = e->cpu->measurements(0).model_bytes;
@@ -427,14 +432,53 @@ Status EngineBackend::reload_gpu() {
     if (!e->gpu_wanted) continue;
     {
       std::lock_guard lock(e->gpu_mu);
-      if (e->gpu && !e->gpu->device_lost()) continue;
+      if (e->evicted || (e->gpu && !e->gpu->device_lost())) continue;
       e->gpu.reset();  // frees nothing on the device (void since the loss); the tensors go with the last run
     }
-    if (auto st = load_gpu(*e); !st && first) first = st;
+    if (auto st = load_llm_gpu(*e); !st && first) first = st;
   }
   if (auto st = reload_embed_gpu(); !st && first) first = st;
   if (auto st = reload_speech_gpu(); !st && first) first = st;
   return first;
+}
+
+// Drops every reference the backend holds to the GPU replica (the model, its step loop); its accelerator bytes return
+// when the last run holding it ends (the service drained them), then the allocator's cache goes back to the driver.
+Result<std::uint64_t> EngineBackend::evict_gpu(const std::string& model) {
+  std::uint64_t bytes = 0;
+  EmbedEntry* emb = embed_entry(model);
+  SpeechEntry* sp = emb ? nullptr : speech_entry(model);
+  if (emb || sp) {
+    auto r = emb ? evict_embed_gpu(*emb) : evict_speech_gpu(*sp);
+    if (!r) return fail(std::move(r).error());
+    bytes = *r;
+  } else {
+    Entry* e = entry(model);
+    if (!e) return fail(Errc::not_found, "unknown model '" + model + "'");
+    if (!e->gpu_wanted) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
+    {
+      std::lock_guard lock(e->gpu_mu);
+      if (e->gpu && !e->gpu->device_lost())
+        bytes = e->gpu->load_stats().accel_weight_bytes + e->gpu->load_stats().accel_kv_bytes;
+      e->gpu.reset();
+      e->evicted = true;
+    }
+    std::lock_guard lock(e->runner_mu);
+    e->gpu_runner.reset();
+  }
+  if (accel_) accel_->release_cached();
+  log::info("model {}: GPU replica given back ({} MiB)", model, bytes >> 20);
+  return bytes;
+}
+
+Status EngineBackend::load_gpu(const std::string& model) {
+  if (EmbedEntry* x = embed_entry(model)) return load_embed_gpu(*x);
+  if (SpeechEntry* x = speech_entry(model)) return load_speech_gpu(*x);
+  Entry* e = entry(model);
+  if (!e) return fail(Errc::not_found, "unknown model '" + model + "'");
+  if (!e->gpu_wanted) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
+  if (!accel_ || accel_->lost()) return fail(Errc::device_lost, "the accelerator is not available");
+  return load_llm_gpu(*e);
 }
 
 }  // namespace tandem::daemon

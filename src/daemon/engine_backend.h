@@ -51,6 +51,8 @@ class EngineBackend final : public Backend {
   bool cpu_ready(const std::string& model) const override;
   bool offload_ready(const std::string& model) const override;
   Status reload_gpu() override;
+  Result<std::uint64_t> evict_gpu(const std::string& model) override;
+  Status load_gpu(const std::string& model) override;
   void set_step_observer(std::function<void(const StepReport&)> fn) override;
 
  private:
@@ -58,7 +60,7 @@ class EngineBackend final : public Backend {
   std::shared_ptr<engine::BatchRunner> runner_for(Entry& e, bool gpu, const std::shared_ptr<engine::Model>& m);
   EngineBackend() = default;
   Entry* entry(const std::string& name) const;
-  Status load_gpu(Entry& e);
+  Status load_llm_gpu(Entry& e);
 
   // Embedding models (engine_backend_embed.cc).
   struct EmbedEntry;
@@ -76,6 +78,7 @@ class EngineBackend final : public Backend {
   std::uint64_t embed_gpu_bytes(const EmbedEntry& e) const;
   bool embed_gpu_ready(const EmbedEntry& e) const;
   Status reload_embed_gpu();
+  Result<std::uint64_t> evict_embed_gpu(EmbedEntry& e);
   std::vector<std::unique_ptr<EmbedEntry, EmbedEntryDelete>> embed_entries_;
   std::uint64_t max_image_bytes_ = 32ull << 20;
   std::uint64_t max_image_pixels_ = 40'000'000;
@@ -94,6 +97,7 @@ class EngineBackend final : public Backend {
   std::uint64_t speech_gpu_bytes(const SpeechEntry& e) const;
   bool speech_gpu_ready(const SpeechEntry& e) const;
   Status reload_speech_gpu();
+  Result<std::uint64_t> evict_speech_gpu(SpeechEntry& e);
   std::vector<std::unique_ptr<SpeechEntry, SpeechEntryDelete>> speech_entries_;
   std::uint64_t max_audio_bytes_ = 512ull << 20;
   std::uint32_t max_audio_seconds_ = 4 * 3600;

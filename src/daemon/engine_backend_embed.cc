@@ -327,4 +327,6 @@ Status EngineBackend::reload_embed_gpu() {
   return first;
 }
 
+Result<std::uint64_t> EngineBackend::evict_embed_gpu(EmbedEntry& e) { return e.evict(accel_.get()); }
+
 }  // namespace tandem::daemon

@@ -78,6 +78,7 @@ struct ReplicaPair {
   std::string gpu_error;       // guarded by gpu_mu
   std::uint64_t gpu_epoch = 0; // the accelerator's epoch when `gpu` was loaded; a loss bumps it
   bool gpu_wanted = false;
+  bool evicted = false;        // given back on purpose (evict): not reloaded after a loss; guarded by gpu_mu
 
   // The GPU replica's tensors died with the device: lost now, or lost and back since it was loaded (a new epoch).
   bool gpu_lost(const device::Device* accel) const {
@@ -91,6 +92,7 @@ struct ReplicaPair {
     const auto t0 = std::chrono::steady_clock::now();
     auto m = load();
     std::lock_guard lock(gpu_mu);
+    evicted = false;  // loaded, or failed (with its error): no longer given back on purpose
     if (!m) {
       gpu.reset();
       gpu_error = m.error().message;
@@ -109,16 +111,27 @@ struct ReplicaPair {
     return {};
   }
 
-  // After a device loss and recovery: loads the GPU replica again when it is wanted and not usable.
+  // After a device loss and recovery: loads the GPU replica again when it is wanted, not usable and not evicted.
   template <class Load>
   Status reload(const device::Device* accel, const char* kind, Load&& load) {
     if (!gpu_wanted) return {};
     {
       std::lock_guard lock(gpu_mu);
-      if (gpu && !gpu_lost(accel)) return {};
+      if (evicted || (gpu && !gpu_lost(accel))) return {};
       gpu.reset();
     }
     return load_gpu(accel, kind, std::forward<Load>(load));
+  }
+
+  // Gives the GPU replica back (Backend::evict_gpu): drops it (its tensors go with the last run holding it) and
+  // returns the bytes it held on the accelerator. unsupported when no GPU replica is wanted.
+  Result<std::uint64_t> evict(const device::Device* accel) {
+    if (!gpu_wanted) return fail(Errc::unsupported, "model " + cfg.name + " has no GPU replica");
+    std::lock_guard lock(gpu_mu);
+    const std::uint64_t bytes = gpu && !gpu_lost(accel) ? resident_accel_bytes(gpu->stats()) : 0;
+    gpu.reset();
+    evicted = true;
+    return bytes;
   }
 
   // The GPU replica for a run; null when there is none or it died with the device.
@@ -142,21 +155,23 @@ struct ReplicaPair {
       std::lock_guard lock(gpu_mu);
       r.device = "gpu";
       r.mode = "resident";
-      if (gpu) {
+      if (evicted) {
+        r.state = ReplicaState::evicted;
+      } else if (gpu) {
         const bool lost = gpu_lost(accel);
-        r.state = lost ? "lost" : "loaded";
+        r.state = lost ? ReplicaState::lost : ReplicaState::loaded;
         r.layers = static_cast<std::uint32_t>(layers(*gpu));
         r.accel_bytes = lost ? 0 : resident_accel_bytes(gpu->stats());
         r.fingerprint = gpu->fingerprint();
       } else {
-        r.state = "failed";
+        r.state = ReplicaState::failed;
         r.error = gpu_error;
       }
       out.push_back(r);
     }
     ReplicaInfo c;
     c.device = "cpu";
-    c.state = "loaded";
+    c.state = ReplicaState::loaded;
     c.mode = "mmap";
     c.fingerprint = cpu->fingerprint();
     c.host_bytes = cpu->stats().resident_copy_bytes;

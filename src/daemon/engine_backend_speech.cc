@@ -283,4 +283,6 @@ Status EngineBackend::reload_speech_gpu() {
   return first;
 }
 
+Result<std::uint64_t> EngineBackend::evict_speech_gpu(SpeechEntry& e) { return e.evict(accel_.get()); }
+
 }  // namespace tandem::daemon

@@ -29,7 +29,7 @@ std::vector<Residency::Replica> Residency::list() const {
 
 bool Residency::usable(const std::string& model) const {
   const Replica* r = find(model);
-  return !r || r->state == ReplicaState::loaded;
+  return !r || r->state == ReplicaState::loaded || r->state == ReplicaState::failed;
 }
 
 bool Residency::given_back(const std::string& model) const {
@@ -41,6 +41,12 @@ bool Residency::given_back(const std::string& model) const {
 bool Residency::any_given_back() const {
   for (const auto& [name, r] : replicas_)
     if (given_back(name)) return true;
+  return false;
+}
+
+bool Residency::changing() const {
+  for (const auto& [name, r] : replicas_)
+    if (r.state == ReplicaState::draining || r.state == ReplicaState::loading) return true;
   return false;
 }
 
@@ -161,6 +167,14 @@ void Residency::loaded(const std::string& model, const Status& st, Clock::durati
     r->error = st.error().message;
     ++counters_.restore_failures;
   }
+}
+
+void Residency::mark_loaded(const std::string& model, Clock::time_point now) {
+  Replica* r = get(model);
+  if (!r || r->state != ReplicaState::failed) return;
+  enter(*r, ReplicaState::loaded, now);
+  r->reason = EvictReason::none;
+  r->error.clear();
 }
 
 }  // namespace tandem::daemon

@@ -67,12 +67,14 @@ class Residency {
   const Replica* find(const std::string& model) const;
   std::vector<Replica> list() const;  // in model-name order
 
-  // True when new work may be placed on `model`'s GPU replica (loaded, or not tracked here: a model without a GPU
-  // replica, whose answer is the backend's).
+  // True when Residency does not keep new work off `model`'s GPU replica: loaded, failed (whether a replica is there
+  // is the backend's answer), or not tracked here (a model without a GPU replica).
   bool usable(const std::string& model) const;
   // True while a model's replica is out on purpose (draining, evicted, loading): the device itself is fine.
   bool given_back(const std::string& model) const;
   bool any_given_back() const;
+  // A drain, free or load is under way (the service keeps polling until it settles).
+  bool changing() const;
 
   // Begins giving back `model`'s replica for `reason` (loaded → draining). Errors: not_found (no GPU replica),
   // illegal_transition (already draining, evicted or loading; the message names the state).
@@ -100,6 +102,8 @@ class Residency {
   Result<bool> restore(const std::string& model, Clock::time_point now);  // true: the caller loads it
   // A load finished: ok → loaded, else failed (with the error).
   void loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now);
+  // A failed replica was loaded by other means (the reload after a device recovery): failed → loaded.
+  void mark_loaded(const std::string& model, Clock::time_point now);
 
   const Counters& counters() const { return counters_; }
   const ResidencyConfig& config() const { return cfg_; }

@@ -71,10 +71,13 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
       state_(cfg_.policy.service),
       failover_(cfg_.policy.failover),
       idempotency_(cfg_.policy.idempotency),
-      readings_(cfg_.policy.ladder.pressure) {
+      readings_(cfg_.policy.ladder.pressure),
+      residency_(ResidencyConfig{std::chrono::duration_cast<Clock::duration>(cfg_.device.drain)}) {
   generate_wl_ = std::make_unique<GenerateWorkload>();
   embed_wl_ = std::make_unique<EmbedWorkload>();
   transcribe_wl_ = std::make_unique<TranscribeWorkload>();
+  for (const auto& m : backend_->models())
+    if (m.gpu_configured && backend_->accelerator()) residency_.add(m.name, clock_->now());
 }
 
 Service::Workload& Service::workload(const JobRecord& j) const {
@@ -314,10 +317,38 @@ void Service::process_events() {
       }
       continue;
     }
+    if (ev.kind == WorkerEvent::gpu_freed) {
+      const auto now = clock_->now();
+      if (!ev.status) log::error("giving back the GPU replica of {} failed: {}", ev.model, ev.status.error().message);
+      const bool reload = residency_.freed(ev.model, ev.bytes, now);
+      if (const auto* r = residency_.find(ev.model))
+        log::warn("GPU replica of {} given back ({}): {} MiB in {} ms", ev.model, evict_reason_name(r->reason),
+                  ev.bytes >> 20, std::chrono::duration_cast<std::chrono::milliseconds>(r->last_free).count());
+      refresh_readings();
+      update_service_state();
+      if (reload) start_gpu_load(ev.model);
+      continue;
+    }
+    if (ev.kind == WorkerEvent::gpu_loaded) {
+      residency_.loaded(ev.model, ev.status, ev.took, clock_->now());
+      if (ev.status)
+        log::warn("GPU replica of {} restored in {} ms", ev.model,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(ev.took).count());
+      else
+        log::error("restoring the GPU replica of {} failed: {}; it serves on the CPU", ev.model,
+                   ev.status.error().message);
+      refresh_readings();
+      update_service_state();
+      pump();
+      continue;
+    }
     if (ev.kind == WorkerEvent::reload_done) {
       reload_in_flight_ = false;
       if (ev.status) {
         readings_.mark_recovered();
+        // A replica whose restore failed while the device was away came back with the others.
+        for (const auto& r : residency_.list())
+          if (r.state == ReplicaState::failed && backend_->gpu_ready(r.model)) residency_.mark_loaded(r.model, clock_->now());
         log::warn("accelerator recovered: GPU replicas reloaded");
       } else {
         log::error("reloading the GPU replicas failed: {}", ev.status.error().message);

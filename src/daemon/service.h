@@ -30,6 +30,7 @@
 #include "daemon/config.h"
 #include "daemon/device_readings.h"
 #include "daemon/gpu_holds.h"
+#include "daemon/residency.h"
 #include "daemon/journal.h"
 #include "daemon/transcribe_request.h"
 #include "daemon/submit_options.h"
@@ -181,7 +182,9 @@ class Service {
   struct HoldRow { std::string cookie, app_id, reason; std::int64_t since_unix_ms; };
   std::vector<HoldRow> holds_view() const;
   Dict model_view(const std::string& name) const;  // for the per-model objects
-  std::vector<ReplicaInfo> replicas(const std::string& name) const { return backend_->replicas(name); }
+  // The backend's replicas with the residency's state over the GPU one (draining, loading, why it was given back).
+  std::vector<ReplicaInfo> replicas(const std::string& name) const;
+  const Residency& residency() const { return residency_; }
   const DaemonConfig& config() const { return cfg_; }
 
   // --- group commit (docs/journal.md, "Sync points and group commit") ---
@@ -287,6 +290,9 @@ class Service {
   void release_resources(JobRecord& j);
   void on_run_finished(JobRecord& j, const RunResult& r);
   void on_gpu_failure(JobRecord& j, const RunResult& r);
+  // Moves a job whose GPU run ended (a fault, or a preemption by an eviction) to the CPU by the failover rule: retry
+  // before the first token, migrate at the checkpoint, else fail resumable. `cause` names why in its events.
+  void move_off_gpu(JobRecord& j, const std::string& cause, const std::string& message);
   bool cpu_can_serve(const JobRecord& j) const;
 
   // Readings and state.
@@ -316,6 +322,12 @@ class Service {
   Status check_owner(const Caller& c, const JobRecord& j) const;
   std::int64_t unix_ms() const;
   bool gpu_usable(const std::string& model) const;
+  // GPU residency (service_control.cc, over Residency): advances the drains (frees replicas whose last GPU job ended,
+  // moves jobs off a replica whose drain time passed), brings back what the holds gave back, loads one replica.
+  void residency_step();
+  void restore_after_holds();
+  void start_gpu_load(const std::string& model);
+  bool gpu_busy(const std::string& model) const;  // a run of `model` is on the GPU (or offloaded)
   std::uint32_t active_jobs_of(const std::string& bus_name) const;
   void prune_finished();
 
@@ -350,6 +362,7 @@ class Service {
                             // request or event walk these, not the up to [journal] max_jobs finished ones
   JobId next_id_ = 1;
   GpuHolds holds_;
+  Residency residency_;
 
   bool draining_ = false;
 

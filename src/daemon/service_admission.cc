@@ -166,7 +166,7 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
 
 bool Service::gpu_usable(const std::string& model) const {
   auto acc = backend_->accelerator();
-  return acc && !readings_.device_lost() && holds_.empty() && backend_->gpu_ready(model);
+  return acc && !readings_.device_lost() && holds_.empty() && residency_.usable(model) && backend_->gpu_ready(model);
 }
 
 policy::Decision Service::decide(const Prepared& p, std::optional<JobId> self, Clock::duration waited) {

@@ -21,7 +21,7 @@ Result<std::string> Service::cancel(const Caller& c, JobId id) {
   TANDEM_TRY(check_owner(c, *j));
   if (j->terminal()) return phase_name(j->phase);
   if (j->running) {
-    if (j->stop_cause == StopCause::none) j->stop_cause = StopCause::cancelled;
+    if (j->stop_cause == StopCause::none || j->stop_cause == StopCause::evict) j->stop_cause = StopCause::cancelled;
     j->cancel->store(true);
     return std::string("cancelling");
   }
@@ -85,8 +85,13 @@ Result<std::string> Service::hold_gpu(const Caller& c, const std::string& reason
   if (!c.admin) return fail(Errc::permission_denied, "holding the GPU needs root or group '" + cfg_.auth.admin_group + "'");
   auto cookie = holds_.add(c.bus_name, reason, app_id, unix_ms());
   if (!cookie) return fail(std::move(cookie).error());
-  log::warn("GPU held by {} ({}): {}", app_id.empty() ? c.bus_name : app_id, c.bus_name, reason);
+  const std::string who = app_id.empty() ? c.bus_name : app_id;
+  log::warn("GPU held by {} ({}): {}", who, c.bus_name, reason);
+  if (cfg_.device.evict_on_hold)
+    for (const auto& m : residency_.evict_all(EvictReason::hold, clock_->now()))
+      log::warn("GPU replica of {}: giving it back (GPU held by {})", m, who);
   update_service_state();
+  residency_step();
   return std::move(cookie).value();
 }
 
@@ -94,15 +99,73 @@ Status Service::release_gpu(const Caller& c, const std::string& cookie) {
   auto gone = holds_.release(cookie, c.bus_name, c.admin && c.uid == 0);
   if (!gone) return fail(std::move(gone).error());
   log::warn("GPU hold released by {} ({})", gone->app_id, c.bus_name);
+  restore_after_holds();
   update_service_state();
   pump();
   return {};
+}
+
+// --- GPU residency (Residency decides, this carries it out) ---
+
+bool Service::gpu_busy(const std::string& model) const {
+  for (JobId id : active_)
+    if (const JobRecord* j = find(id); j && j->running && j->route.device != policy::Device::cpu && j->route.model == model)
+      return true;
+  return false;
+}
+
+void Service::residency_step() {
+  const auto now = clock_->now();
+  const auto step = residency_.drain([this](const std::string& m) { return gpu_busy(m); }, now);
+  for (const auto& m : step.preempt) {
+    std::uint32_t n = 0;
+    for (JobId id : active_)
+      if (JobRecord* j = find(id); j && j->running && j->route.device != policy::Device::cpu && j->route.model == m &&
+                                   j->stop_cause == StopCause::none) {
+        j->stop_cause = StopCause::evict;
+        j->cancel->store(true);
+        ++n;
+      }
+    log::warn("GPU replica of {}: the drain time passed; {} running job(s) move to the CPU at their next checkpoint", m, n);
+  }
+  for (const auto& m : step.free) {
+    maint_pool_->post([this, m] {
+      WorkerEvent ev;
+      ev.kind = WorkerEvent::gpu_freed;
+      ev.model = m;
+      auto r = backend_->evict_gpu(m);
+      if (r) ev.bytes = *r;
+      else ev.status = fail(std::move(r).error());
+      post(std::move(ev));
+    });
+  }
+}
+
+void Service::restore_after_holds() {
+  if (!holds_.empty()) return;
+  const auto step = residency_.restore_all(EvictReason::hold, clock_->now());
+  for (const auto& m : step.kept) log::warn("GPU replica of {}: kept (the last hold went before it was given back)", m);
+  for (const auto& m : step.load) start_gpu_load(m);
+}
+
+void Service::start_gpu_load(const std::string& model) {
+  log::info("GPU replica of {}: loading it back", model);
+  maint_pool_->post([this, model] {
+    WorkerEvent ev;
+    ev.kind = WorkerEvent::gpu_loaded;
+    ev.model = model;
+    const auto t0 = std::chrono::steady_clock::now();
+    ev.status = backend_->load_gpu(model);
+    ev.took = std::chrono::duration_cast<Clock::duration>(std::chrono::steady_clock::now() - t0);
+    post(std::move(ev));
+  });
 }
 
 void Service::client_vanished(const std::string& bus_name) {
   const auto gone = holds_.release_owner(bus_name);
   for (const auto& h : gone) log::warn("GPU hold of {} released: {} left the bus", h.app_id, bus_name);
   const bool changed = !gone.empty();
+  if (changed) restore_after_holds();
   // Its jobs keep running; updates are no longer sent (GetJob still reads them).
   for (JobId id : active_)
     if (JobRecord* j = find(id); j && j->owner == bus_name) {
@@ -266,6 +329,12 @@ std::map<std::string, std::uint64_t> Service::counters() const {
   for (const char* k : {"jobs_accepted", "jobs_completed", "jobs_failed", "jobs_cancelled", "jobs_rejected",
                         "migrations", "retries", "probes", "probes_failed"})
     c.emplace(k, 0);
+  const auto& rc = residency_.counters();
+  c["gpu_evictions"] = rc.evictions;
+  c["gpu_restores"] = rc.restores;
+  c["gpu_restore_failures"] = rc.restore_failures;
+  c["gpu_drain_preemptions"] = rc.preemptions;
+  c["gpu_bytes_given_back"] = rc.bytes_given_back;
   if (auto* sim = as_sim(backend_->accelerator())) {
     const auto sc = sim->counters();
     c["sim_allocations"] = sc.allocations;

@@ -75,7 +75,7 @@ void Service::update_service_state() {
   if (acc && any_gpu && !readings_.device_lost()) {
     bool ready = false;
     for (const auto& m : backend_->models()) ready = ready || backend_->gpu_ready(m.name);
-    in.gpu_present = ready;
+    in.gpu_present = ready || residency_.any_given_back();  // given back on purpose: the device is fine
   }
   in.gpu_held = !holds_.empty();
   for (JobId id : active_)  // a fallback model serving an unfinished job is announced
@@ -132,7 +132,7 @@ void Service::check_deadlines() {
     JobRecord& j = *jp;
     if (j.terminal() || !j.deadline || now < *j.deadline) continue;
     if (j.running) {
-      if (j.stop_cause == StopCause::none) {
+      if (j.stop_cause == StopCause::none || j.stop_cause == StopCause::evict) {
         j.stop_cause = StopCause::deadline;
         j.cancel->store(true);
       }
@@ -147,6 +147,7 @@ void Service::tick() {
   refresh_readings();
   maybe_probe();
   check_deadlines();
+  residency_step();
   update_service_state();
   pump();
   prune_finished();
@@ -162,7 +163,8 @@ bool Service::idle() const {
   return active_.empty() && gpu_queue_.depth() == 0 && cpu_queue_.depth() == 0 && gpu_queue_.running() == 0 &&
          cpu_queue_.running() == 0 && readings_.pressure() == policy::Pressure::normal &&
          breaker_.state() == policy::BreakerState::closed && !readings_.device_lost() && !probe_in_flight_ &&
-         !last_probe_failed_ && !reload_in_flight_ && !draining_ && outcome_retry_.empty();
+         !last_probe_failed_ && !reload_in_flight_ && !draining_ && outcome_retry_.empty() &&
+         !residency_.changing();
 }
 
 // Terminal jobs stay readable (GetJob) as long as the journal keeps them.

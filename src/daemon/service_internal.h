@@ -68,12 +68,13 @@ inline std::string queue_name(QueueId q) {
 }
 
 // Why a running job's cancel flag was raised; decides how its run's end is read (on_run_finished).
-enum class StopCause { none, cancelled, deadline, shutdown };
+enum class StopCause { none, cancelled, deadline, shutdown, evict };
 inline std::string_view stop_cause_name(StopCause c) {
   switch (c) {
     case StopCause::cancelled: return "cancelled";
     case StopCause::deadline: return "deadline";
     case StopCause::shutdown: return "shutdown";
+    case StopCause::evict: return "evict";
     case StopCause::none: break;
   }
   return "none";
@@ -237,7 +238,8 @@ struct Service::JobRecord {
 };
 
 struct Service::WorkerEvent {
-  enum Kind { prefilled, tokens, finished, probe_done, reload_done, step, audio_decoded, window } kind = tokens;
+  enum Kind { prefilled, tokens, finished, probe_done, reload_done, step, audio_decoded, window, gpu_freed, gpu_loaded }
+  kind = tokens;
   JobId job = 0;
   std::uint64_t attempt = 0;
   std::vector<TokenId> ids;
@@ -252,6 +254,9 @@ struct Service::WorkerEvent {
   double audio_seconds = 0;
   std::uint32_t windows_total = 0;
   std::shared_ptr<speech::WindowResult> window_result;
+  // kind gpu_freed / gpu_loaded: the model whose GPU replica was given back (the bytes it held) or loaded.
+  std::string model;
+  std::uint64_t bytes = 0;
 };
 
 // Collects a run's tokens on the worker thread and posts them in batches (at most one post per flush interval).

@@ -238,6 +238,11 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
   if (j.tokens.size() != j.journaled_tokens) journal_checkpoint(j);
   if (r.status) {
     if (on_gpu) breaker_event(BreakerEvent::job_succeeded);
+    if (r.finish_reason == "cancelled" && j.stop_cause == StopCause::evict && on_gpu) {
+      ++counters_["gpu_evict_moves"];
+      move_off_gpu(j, "evicted", "its GPU replica is being given back");
+      return;
+    }
     if (r.finish_reason == "cancelled") {
       const bool resumable = workload(j).resumable();
       if (j.stop_cause == StopCause::deadline) {
@@ -312,10 +317,16 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
     breaker_event(BreakerEvent::alloc_failure);
   }
   ++counters_[err.code == Errc::device_lost ? "gpu_device_lost" : "gpu_alloc_failures"];
+  move_off_gpu(j, std::string(errc_name(err.code)), err.message);
+}
+
+void Service::move_off_gpu(JobRecord& j, const std::string& cause, const std::string& message) {
+  // A fresh cancel flag for the next run (an eviction's preemption raised the old one).
+  j.cancel = std::make_shared<std::atomic<bool>>(false);
+  j.stop_cause = StopCause::none;
   const auto fd = workload(j).failover(*this, j);
   const auto tokens_delivered = workload(j).delivered(j);
   const auto now = clock_->now();
-  const std::string cause = std::string(errc_name(err.code));
   const JobPhase from = j.phase;
   switch (fd.action) {
     case policy::FailoverAction::retry_on_cpu: {
@@ -327,8 +338,8 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
       j.route.device = policy::Device::cpu;
       j.route.gpu_layers = 0;
       j.degraded = true;
-      log::warn("job {}: GPU run failed before any token ({}); retrying on the CPU", j.id, err.message);
-      to_cpu_queue(j, "gpu_failure:" + cause);
+      log::warn("job {}: its GPU run ended before any token ({}); retrying on the CPU", j.id, message);
+      to_cpu_queue(j, (cause == "evicted" ? "" : "gpu_failure:") + cause);
       break;
     }
     case policy::FailoverAction::migrate_at_checkpoint: {
@@ -343,14 +354,14 @@ void Service::on_gpu_failure(JobRecord& j, const RunResult& r) {
       j.route.device = policy::Device::cpu;
       j.route.gpu_layers = 0;
       j.degraded = true;
-      log::warn("job {}: GPU run failed after {} tokens ({}); migrating to the CPU at the checkpoint", j.id,
-                j.tokens.size(), err.message);
+      log::warn("job {}: its GPU run ended after {} tokens ({}); migrating to the CPU at the checkpoint", j.id,
+                j.tokens.size(), message);
       to_cpu_queue(j, "migrated:" + cause);
       break;
     }
     case policy::FailoverAction::fail_resumable:
       end_job(j, JobPhase::failed, fd.reason, Errc::resumable,
-              "the GPU run failed (" + err.message + ") after " + std::to_string(j.tokens.size()) +
+              "the GPU run ended (" + message + ") after " + std::to_string(j.tokens.size()) +
                   " tokens and the job cannot move (" + fd.reason + "); resume from the checkpoint",
               breaker_.retry_in(now) > Clock::duration::zero() ? breaker_.retry_in(now) : 5s);
       break;

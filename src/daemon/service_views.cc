@@ -80,11 +80,11 @@ Dict Service::model_view(const std::string& name) const {
     }
     std::string placement;
     std::uint64_t gpu_bytes = 0, host_bytes = 0;
-    for (const auto& r : backend_->replicas(m.name)) {
+    for (const auto& r : replicas(m.name)) {
       if (!placement.empty()) placement += "+";
       placement += r.device;
       if (r.device == "cpu") placement += "(" + r.mode + ")";
-      if (r.state != "loaded") placement += "[" + r.state + "]";
+      if (r.state != ReplicaState::loaded) placement += "[" + std::string(replica_state_name(r.state)) + "]";
       gpu_bytes += r.accel_bytes;
       host_bytes += r.host_bytes;
     }
@@ -94,6 +94,19 @@ Dict Service::model_view(const std::string& name) const {
     return d;
   }
   return {};
+}
+
+std::vector<ReplicaInfo> Service::replicas(const std::string& name) const {
+  auto out = backend_->replicas(name);
+  const Residency::Replica* r = residency_.find(name);
+  if (!r) return out;
+  for (auto& x : out) {
+    if (x.device == "cpu") continue;
+    // The backend knows loaded / evicted / lost / failed; the residency what is under way and why.
+    if (r->state == ReplicaState::draining || r->state == ReplicaState::loading) x.state = r->state;
+    if (r->state != ReplicaState::loaded && r->state != ReplicaState::failed) x.reason = r->reason;
+  }
+  return out;
 }
 
 // --- properties ---

@@ -189,6 +189,23 @@ std::uint64_t CudaDevice::probes_leaked() const {
   return probes_leaked_;
 }
 
+void CudaDevice::set_cache_release(std::function<void()> fn) {
+  std::lock_guard lock(stats_mu_);
+  cache_release_ = std::move(fn);
+}
+
+void CudaDevice::release_cached() {
+  std::function<void()> fn;
+  {
+    std::lock_guard lock(stats_mu_);
+    fn = cache_release_;
+  }
+  if (fn && !lost()) {
+    DeviceScope scope(index_);
+    if (scope.error() == cudaSuccess) fn();
+  }
+}
+
 void CudaDevice::set_allocator_stats(AllocatorStats stats) {
   std::lock_guard lock(stats_mu_);
   stats_ = std::move(stats);

@@ -53,6 +53,9 @@ class CudaDevice final : public Device {
   // Thread-safe; pass an empty function to remove the hook. memory() calls it without device locks; admission
   // calls it with the accounting lock held, so it must not call back into this device.
   void set_allocator_stats(AllocatorStats stats);
+  // The hook release_cached() calls (LibTorch's emptyCache, set by the engine where it links CUDA LibTorch).
+  void set_cache_release(std::function<void()> fn);
+  void release_cached() override;
 
   std::uint64_t total_bytes() const { return total_; }
   // Health probes that timed out: each left its small buffer allocated (freeing it would block on the hung work).
@@ -83,6 +86,7 @@ class CudaDevice final : public Device {
 
   mutable std::mutex stats_mu_;
   AllocatorStats stats_;  // guarded by stats_mu_
+  std::function<void()> cache_release_;  // guarded by stats_mu_
 };
 
 }  // namespace tandem::device

@@ -81,6 +81,10 @@ class Device : public std::enable_shared_from_this<Device> {
 
   virtual bool lost() const = 0;
 
+  // Returns to the driver what this process keeps cached for reuse (LibTorch's caching allocator on CUDA), so that
+  // the device's free bytes show what an eviction released (docs/residency.md). Default: nothing is cached.
+  virtual void release_cached() {}
+
   // Bytes currently accounted to this process's live allocations.
   std::uint64_t accounted_bytes() const;
   std::uint64_t epoch() const;  // bumped by every loss; allocations from older epochs are void

@@ -108,6 +108,7 @@ Status Model::Impl::place_on_accelerator() {
       return std::pair<std::uint64_t, std::uint64_t>(static_cast<std::uint64_t>(st.reserved_bytes[agg].current),
                                                      static_cast<std::uint64_t>(st.allocated_bytes[agg].current));
     });
+    cuda->set_cache_release([] { c10::cuda::CUDACachingAllocator::emptyCache(); });
   }
 #endif
   // Weights go at their stored size (raw blocks for quantized types; float types in their held type); norms in

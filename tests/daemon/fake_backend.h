@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "audio/audio.h"
@@ -401,13 +402,13 @@ class FakeBackend final : public Backend {
     std::vector<ReplicaInfo> out;
     ReplicaInfo cpu;
     cpu.device = "cpu";
-    cpu.state = cpu_ready(model) ? "loaded" : "unloaded";
+    cpu.state = cpu_ready(model) ? ReplicaState::loaded : ReplicaState::unloaded;
     cpu.mode = "warm";
     out.push_back(cpu);
     if (model == "tiny") {
       ReplicaInfo gpu;
       gpu.device = "gpu";
-      gpu.state = gpu_ready(model) ? "loaded" : "lost";
+      gpu.state = evicted(model) ? ReplicaState::evicted : gpu_ready(model) ? ReplicaState::loaded : ReplicaState::lost;
       gpu.mode = "resident";
       gpu.accel_bytes = gpu_resident_bytes(model);
       out.push_back(gpu);
@@ -435,7 +436,68 @@ class FakeBackend final : public Backend {
 
   bool gpu_ready(const std::string& model) const override {
     std::lock_guard lock(mu_);
-    return (model == "tiny" || model == "emb" || model == "asr") && gpu_loaded_ && gpu_enabled_;
+    return is_gpu_model(model) && gpu_loaded_ && gpu_enabled_ && !evicted_.count(model);
+  }
+
+  // --- residency: evict_gpu / load_gpu (worker threads) ---
+  Result<std::uint64_t> evict_gpu(const std::string& model) override {
+    std::lock_guard lock(mu_);
+    if (!is_gpu_model(model)) return ::tandem::fail(Errc::unsupported, "fake: " + model + " has no GPU replica");
+    ++evictions_;
+    const bool held = gpu_loaded_ && gpu_enabled_ && !evicted_.count(model);
+    evicted_.insert(model);
+    placed_.erase(model);  // the simulated device gets the bytes back
+    return held ? weight_bytes_of(model) : 0;
+  }
+  Status load_gpu(const std::string& model) override {
+    std::chrono::milliseconds delay{0};
+    {
+      std::lock_guard lock(mu_);
+      ++gpu_loads_;
+      delay = load_delay_;
+    }
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    std::lock_guard lock(mu_);
+    if (!is_gpu_model(model)) return ::tandem::fail(Errc::unsupported, "fake: " + model + " has no GPU replica");
+    if (load_fail_) return ::tandem::fail(*load_fail_, "fake: injected load failure");
+    if (sim_->lost()) return ::tandem::fail(Errc::device_lost, "fake: device lost");
+    if (place_) {
+      auto a = sim_->allocate(weight_bytes_of(model), device::Site::weights);
+      if (!a) return ::tandem::fail(std::move(a).error());
+      placed_[model] = std::move(a).value();
+    }
+    evicted_.erase(model);
+    return {};
+  }
+  // Accounts each GPU model's weights on the simulated device (before the service starts), so that the device's
+  // reading shows what an eviction gives back.
+  Status place_on_device() {
+    std::lock_guard lock(mu_);
+    place_ = true;
+    for (const auto& m : models_) {
+      if (!is_gpu_model(m.name)) continue;
+      auto a = sim_->allocate(m.weight_bytes, device::Site::weights);
+      if (!a) return ::tandem::fail(std::move(a).error());
+      placed_[m.name] = std::move(a).value();
+    }
+    return {};
+  }
+  bool evicted(const std::string& model) const {
+    std::lock_guard lock(mu_);
+    return evicted_.count(model) != 0;
+  }
+  int evictions() const {
+    std::lock_guard lock(mu_);
+    return evictions_;
+  }
+  int gpu_loads() const {
+    std::lock_guard lock(mu_);
+    return gpu_loads_;
+  }
+  void set_load(std::optional<Errc> fail, std::chrono::milliseconds delay = std::chrono::milliseconds(0)) {
+    std::lock_guard lock(mu_);
+    load_fail_ = fail;
+    load_delay_ = delay;
   }
 
   bool cpu_ready(const std::string& model) const override {
@@ -572,6 +634,19 @@ class FakeBackend final : public Backend {
   std::function<void(const StepReport&)> step_observer_;
   std::set<std::string> cpu_ready_{"tiny", "small"};
   int reloads_ = 0;
+  std::set<std::string> evicted_;
+  std::map<std::string, device::Allocation> placed_;
+  bool place_ = false;
+  int evictions_ = 0, gpu_loads_ = 0;
+  std::optional<Errc> load_fail_;
+  std::chrono::milliseconds load_delay_{0};
+
+  static bool is_gpu_model(const std::string& m) { return m == "tiny" || m == "emb" || m == "asr"; }
+  std::uint64_t weight_bytes_of(const std::string& model) const {
+    for (const auto& m : models_)
+      if (m.name == model) return m.weight_bytes;
+    return 0;
+  }
 };
 
 }  // namespace tandem::daemon::fake

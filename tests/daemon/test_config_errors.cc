@@ -259,7 +259,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
        "runtime, embedding, speech, rings)"},
       {"[device]\nfoo = 1",
        "unknown key 'device.foo' (allowed: kind, cuda_index, sim_capacity, sim_reading_lag_ms, poll_interval_ms, "
-       "idle_poll_interval_ms, probe_interval_ms, probe_timeout_ms)"},
+       "idle_poll_interval_ms, probe_interval_ms, probe_timeout_ms, evict_on_hold, drain_ms)"},
       {"[ladder.pressure]\nelevated = 0.1",
        "unknown key 'ladder.pressure.elevated' (allowed: elevated_enter_fraction, elevated_exit_fraction, "
        "critical_enter_fraction, critical_exit_fraction)"},

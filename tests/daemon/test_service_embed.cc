@@ -343,6 +343,8 @@ TEST_F(EmbedTest, TheCpuServesWhenTheGpuIsHeld) {
   ASSERT_FALSE(k->reply);
   EXPECT_THAT(k->reply.error().message, HasSubstr("retry_after_ms="));
   ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  // The hold gave the GPU replica back (evict_on_hold): it is loaded again before the GPU serves.
+  ASSERT_TRUE(pump_until([&] { return svc_->residency().find("emb")->state == ReplicaState::loaded; }));
   auto after = run(alice_, g);
   ASSERT_TRUE(after) << describe(after);
   EXPECT_EQ(str(after->result, "route"), "gpu");

@@ -66,6 +66,8 @@ TEST_F(ServiceTest, HoldGpuSendsNewJobsToTheCpuUntilTheHolderLeaves) {
 
   svc_->client_vanished(admin_.bus_name);
   EXPECT_TRUE(svc_->holds_view().empty());
+  // The hold gave the GPU replica back (evict_on_hold): it is loaded again before the GPU serves.
+  ASSERT_TRUE(pump_until([&] { return svc_->residency().find("tiny")->state == ReplicaState::loaded; }));
   Dict p2;
   const JobId back = submit_ok(alice_, request("released"), &p2);
   EXPECT_EQ(str(p2, "route"), "gpu");

@@ -1,0 +1,216 @@
+// GPU residency through the service (docs/residency.md): a hold gives the GPU replica's memory back — at once when
+// it is idle, after its running jobs when it is busy, and by moving them to the CPU at their checkpoint once the
+// drain time passed (the same tokens as an uninterrupted run) — and releasing the last hold loads it again. Over the
+// scripted FakeBackend with its weights accounted on the simulated device, so the device's reading shows the bytes.
+#include "service_fixture.h"
+
+namespace tandem::daemon {
+namespace {
+
+using namespace tandem::daemon::testing;
+
+class ResidencyTest : public ServiceTest {
+ protected:
+  ResidencyTest() {
+    cfg_.device.drain = std::chrono::milliseconds(1000);
+    EXPECT_TRUE(backend_->place_on_device());
+  }
+  ReplicaState state() { return svc_->residency().find("tiny")->state; }
+  std::optional<ReplicaInfo> gpu_replica() {
+    for (const auto& r : svc_->replicas("tiny"))
+      if (r.device != "cpu") return r;
+    return std::nullopt;
+  }
+  std::uint64_t ours_on_device() { return sim_->accounted_bytes(); }
+  std::uint64_t counter(const std::string& k) { return svc_->counters()[k]; }
+};
+
+TEST_F(ResidencyTest, AHoldGivesTheIdleReplicaBackAndTheLastReleaseRestoresIt) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(2));
+  const std::uint64_t weights = 16 * kMiB;  // tiny's, as the fake accounts them
+  ASSERT_EQ(ours_on_device(), weights);
+
+  auto cookie = svc_->hold_gpu(admin_, "playing a game", "org.game");
+  ASSERT_TRUE(cookie) << describe(cookie);
+  EXPECT_EQ(state(), ReplicaState::draining) << "no job on it: freed at once, on the maintenance thread";
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  EXPECT_EQ(ours_on_device(), 0u) << "the device's reading has the bytes back";
+  EXPECT_EQ(sim_->memory()->free_bytes, sim_->memory()->total_bytes) << "the reading: all free";
+  EXPECT_TRUE(backend_->evicted("tiny"));
+  auto r = gpu_replica();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, ReplicaState::evicted);
+  EXPECT_EQ(r->reason, EvictReason::hold);
+  EXPECT_EQ(r->accel_bytes, 0u);
+  EXPECT_EQ(svc_->residency().find("tiny")->given_back_bytes, weights);
+  EXPECT_EQ(counter("gpu_evictions"), 1u);
+  EXPECT_EQ(counter("gpu_bytes_given_back"), weights);
+  EXPECT_THAT(str(svc_->model_view("tiny"), "placement"), HasSubstr("[evicted]"));
+  // Held, not lost: the service says why it is degraded.
+  EXPECT_EQ(svc_->degraded_reason(), "gpu-held");
+
+  // A second hold, then its release: the first still holds, nothing comes back.
+  auto second = svc_->hold_gpu(admin_, "a render", "org.render");
+  ASSERT_TRUE(second);
+  ASSERT_TRUE(svc_->release_gpu(admin_, *second));
+  settle();
+  EXPECT_EQ(state(), ReplicaState::evicted);
+  EXPECT_EQ(backend_->gpu_loads(), 0);
+
+  Dict placement;
+  const JobId held = submit_ok(alice_, request("while held"), &placement);
+  EXPECT_EQ(str(placement, "route"), "cpu");
+  ASSERT_TRUE(wait_terminal(held));
+
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }));
+  EXPECT_EQ(ours_on_device(), weights);
+  EXPECT_EQ(gpu_replica()->state, ReplicaState::loaded);
+  EXPECT_EQ(gpu_replica()->reason, EvictReason::none);
+  EXPECT_EQ(counter("gpu_restores"), 1u);
+  EXPECT_EQ(backend_->gpu_loads(), 1);
+  Dict p2;
+  const JobId back = submit_ok(alice_, request("released"), &p2);
+  EXPECT_EQ(str(p2, "route"), "gpu");
+  ASSERT_TRUE(wait_terminal(back));
+}
+
+TEST_F(ResidencyTest, ARunningJobKeepsTheReplicaUntilItEndsWithinTheDrainTime) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(block_at(2, 6));
+  const JobId id = submit_ok(alice_, request("long answer", 6));
+  ASSERT_TRUE(wait_blocked(id));
+  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(cookie);
+  settle();
+  EXPECT_EQ(state(), ReplicaState::draining);
+  EXPECT_EQ(gpu_replica()->state, ReplicaState::draining);
+  EXPECT_EQ(gpu_replica()->reason, EvictReason::hold);
+  EXPECT_EQ(ours_on_device(), 16 * kMiB) << "not freed under a running job";
+  // New work goes to the CPU while it drains.
+  backend_->set_scripter(by_route(block_at(2, 6), emit(2)));
+  Dict placement;
+  const JobId other = submit_ok(alice_, request("meanwhile"), &placement);
+  EXPECT_EQ(str(placement, "route"), "cpu");
+  ASSERT_TRUE(wait_terminal(other));
+
+  backend_->release(id);
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "completed");
+  EXPECT_EQ(backend_->runs_of(id).size(), 1u) << "it finished where it ran";
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }, /*tick=*/true));
+  EXPECT_EQ(ours_on_device(), 0u);
+  EXPECT_EQ(counter("gpu_drain_preemptions"), 0u);
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+}
+
+TEST_F(ResidencyTest, PastTheDrainTimeARunningJobMovesToTheCpuWithTheSameTokens) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // The GPU run stops after 3 tokens until told; the CPU run goes on from the checkpoint.
+  backend_->set_scripter(by_route(block_at(3, 10), emit(10)));
+  const JobId id = submit_ok(alice_, request("a long story", 10));
+  ASSERT_TRUE(wait_blocked(id));
+  ASSERT_TRUE(svc_->hold_gpu(admin_, "game", "org.game"));
+  clock_->advance(500ms);
+  svc_->tick();
+  EXPECT_EQ(state(), ReplicaState::draining) << "within the drain time";
+  clock_->advance(600ms);
+  ASSERT_TRUE(wait_terminal(id, /*tick=*/true));
+  EXPECT_EQ(phase(id), "completed");
+  const auto runs = backend_->runs_of(id);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].route.device, policy::Device::gpu);
+  EXPECT_EQ(runs[1].route.device, policy::Device::cpu);
+  EXPECT_EQ(runs[1].resume_tokens.size(), 3u) << "continued at the checkpoint";
+  EXPECT_EQ(rec_.streamed_tokens(id), FakeBackend::tokens_of(kSeed, 0, 10)) << "as an uninterrupted run";
+  EXPECT_EQ(rec_.count(id, "migrated"), 1);
+  EXPECT_EQ(counter("gpu_drain_preemptions"), 1u);
+  EXPECT_EQ(counter("gpu_evict_moves"), 1u);
+  EXPECT_EQ(counter("retries") + counter("migrations"), 1u);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }, /*tick=*/true));
+  EXPECT_EQ(ours_on_device(), 0u);
+  // The breaker was not fed: the device did nothing wrong.
+  EXPECT_EQ(svc_->breaker_state(), "closed");
+}
+
+TEST_F(ResidencyTest, AUserCancelDuringTheDrainIsACancelNotAMove) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(block_at(1, 8));
+  const JobId id = submit_ok(alice_, request("x", 8));
+  ASSERT_TRUE(wait_blocked(id));
+  ASSERT_TRUE(svc_->hold_gpu(admin_, "game", "org.game"));
+  clock_->advance(2s);
+  svc_->tick();  // preempted: the cancel flag is up
+  ASSERT_TRUE(svc_->cancel(alice_, id));
+  ASSERT_TRUE(wait_terminal(id, true));
+  EXPECT_EQ(phase(id), "cancelled");
+  EXPECT_EQ(backend_->runs_of(id).size(), 1u);
+}
+
+TEST_F(ResidencyTest, ReleasedBeforeTheFreeTheReplicaStays) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(block_at(1, 4));
+  const JobId id = submit_ok(alice_, request("x", 4));
+  ASSERT_TRUE(wait_blocked(id));
+  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(cookie);
+  EXPECT_EQ(state(), ReplicaState::draining);
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  EXPECT_EQ(state(), ReplicaState::loaded);
+  backend_->release(id);
+  ASSERT_TRUE(wait_terminal(id, true));
+  settle();
+  EXPECT_EQ(backend_->evictions(), 0);
+  EXPECT_EQ(backend_->gpu_loads(), 0);
+  EXPECT_EQ(ours_on_device(), 16 * kMiB);
+}
+
+TEST_F(ResidencyTest, AFailedRestoreLeavesTheCpuServingAndSaysWhy) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(2));
+  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(cookie);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  backend_->set_load(Errc::out_of_memory);
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::failed; }));
+  EXPECT_EQ(counter("gpu_restore_failures"), 1u);
+  EXPECT_THAT(svc_->residency().find("tiny")->error, HasSubstr("injected load failure"));
+  Dict placement;
+  const JobId id = submit_ok(alice_, request("after"), &placement);
+  EXPECT_EQ(str(placement, "route"), "cpu");
+  ASSERT_TRUE(wait_terminal(id));
+  EXPECT_EQ(phase(id), "completed");
+}
+
+TEST_F(ResidencyTest, WithoutEvictOnHoldAHoldOnlyRoutesNewWork) {
+  cfg_.device.evict_on_hold = false;
+  ASSERT_NO_FATAL_FAILURE(start());
+  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(cookie);
+  settle();
+  EXPECT_EQ(state(), ReplicaState::loaded);
+  EXPECT_EQ(ours_on_device(), 16 * kMiB);
+  EXPECT_EQ(backend_->evictions(), 0);
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+}
+
+TEST_F(ResidencyTest, AnEvictedReplicaIsNotReloadedByADeviceRecovery) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(cookie);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  ASSERT_TRUE(svc_->testing_lose_device());
+  ASSERT_TRUE(svc_->testing_recover_device());
+  clock_->advance(120s);
+  ASSERT_TRUE(pump_until([&] { return svc_->breaker_state() == "closed" && backend_->reloads() > 0; }, true));
+  settle();
+  EXPECT_TRUE(backend_->evicted("tiny")) << "still given back while held";
+  EXPECT_EQ(state(), ReplicaState::evicted);
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }, true));
+}
+
+}  // namespace
+}  // namespace tandem::daemon
