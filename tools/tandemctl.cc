@@ -60,6 +60,7 @@ Commands:
                                  keep new work off the GPU until Ctrl-C (or S seconds); prints the cookie
   release COOKIE                 release a GPU hold
   models [NAME] [--details]      configured models (--details / NAME: replicas, placement, template)
+  models unload|load NAME        give a model's GPU replica back / load it again (admin; docs/residency.md)
   index DIR [--model M] [--index FILE] [--rebuild] [--batch N]
                                  add DIR's JPEG/PNG images to the image index (new and changed files only)
   search TEXT | --image FILE [-n N] [--model M] [--index FILE]
@@ -99,6 +100,11 @@ std::optional<std::string> help_for(const std::string& cmd) {
   if (cmd == "watch") return std::string("usage: tandemctl watch [--count N] [--timeout S]\n");
   if (cmd == "hold") return std::string("usage: tandemctl hold [--app-id ID] [--for S] REASON\n");
   if (cmd == "policy") return std::string("usage: tandemctl policy | tandemctl policy set KEY=VALUE...\n");
+  if (cmd == "models")
+    return std::string(
+        "usage: tandemctl models [--details] [NAME]\n"
+        "       tandemctl models unload|load NAME [--device gpu] [--no-wait] [--timeout S]\n"
+        "         (gives the model's GPU replica back / loads it again; waits until it is evicted / loaded)\n");
   if (cmd == "index")
     return std::string("usage: tandemctl index DIR [--model M] [--index FILE] [--rebuild] [--batch N] [--json]\n");
   if (cmd == "search")

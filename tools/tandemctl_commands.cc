@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -314,7 +315,79 @@ int cmd_release(Global& g, ArgList& a) {
   return kOk;
 }
 
+// tandemctl models load|unload NAME: LoadModel / UnloadModel, then (unless --no-wait) the model object's Replicas
+// until the GPU replica is loaded (or failed) / evicted.
+int cmd_models_residency(Global& g, ArgList& a, const std::string& verb) {
+  std::optional<std::string> name;
+  std::string device = "gpu";
+  bool wait = true;
+  std::uint64_t timeout_ms = 120000;
+  while (!a.done()) {
+    std::string f = a.next();
+    if (f == "--json")
+      g.json = true;
+    else if (f == "--device")
+      device = a.value(f);
+    else if (f == "--no-wait")
+      wait = false;
+    else if (f == "--timeout")
+      timeout_ms = parse_seconds_arg(f, a.value(f));
+    else if (!name && !f.empty() && f[0] != '-')
+      name = f;
+    else
+      throw ArgError{"models " + verb + ": unexpected argument " + f};
+  }
+  if (!name) throw ArgError{"models " + verb + ": NAME is missing (tandemctl models " + verb + " NAME)"};
+  int rc = kOk;
+  auto c = open_client(g, rc);
+  if (!c) return rc;
+  auto r = verb == "load" ? c->load_model(*name, device) : c->unload_model(*name, device);
+  if (!r.ok()) return bus_error(g, r.error(), c->last_error());
+  std::string state = r->state.value_or("?");
+  std::optional<tc::ReplicaInfo> last;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto settled = [&](const std::string& s) {
+    return verb == "load" ? (s == "loaded" || s == "failed") : (s == "evicted" || s == "failed" || s == "lost");
+  };
+  while (wait && !settled(state)) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(timeout_ms)) {
+      err_line("tandemctl: " + *name + "'s GPU replica is still " + state + " after " +
+               tc::format_duration_ms(timeout_ms));
+      if (g.json) out_json({{"event", "timeout"}, {"model", *name}, {"state", state}});
+      return kBusError;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto d = c->model_details(tc::model_object_path(*name));
+    if (!d.ok()) return bus_error(g, d.error(), c->last_error());
+    for (const auto& x : d->replicas.value_or(std::vector<tc::ReplicaInfo>{}))
+      if (x.device.value_or("cpu") != "cpu") {
+        last = x;
+        state = x.state.value_or("?");
+      }
+  }
+  const std::uint64_t bytes = last ? last->accel_bytes.value_or(0) : r->accel_bytes.value_or(0);
+  if (g.json) {
+    json j = {{"event", verb == "load" ? "loaded" : "unloaded"}, {"model", *name}, {"device", device},
+              {"state", state}, {"accel_bytes", bytes}, {"waited", wait}};
+    if (last && last->error) j["error"] = *last->error;
+    out_json(j);
+  } else if (state == "failed") {
+    err_line("tandemctl: " + *name + "'s GPU replica could not be loaded" +
+             (last && last->error ? ": " + *last->error : std::string("")) + "; it serves on the CPU");
+  } else {
+    out_text(*name + ": GPU replica " + state + (verb == "load" && state == "loaded" ? ", " + tc::format_bytes(bytes) +
+                                                                                          " on the accelerator"
+                                                                                    : std::string("")) +
+             "\n");
+  }
+  return state == "failed" ? kBusError : kOk;
+}
+
 int cmd_models(Global& g, ArgList& a) {
+  if (!a.done() && (a.peek() == "load" || a.peek() == "unload")) {
+    const std::string verb = a.next();
+    return cmd_models_residency(g, a, verb);
+  }
   bool details = false;
   std::optional<std::string> only;
   while (!a.done()) {

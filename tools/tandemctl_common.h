@@ -57,6 +57,7 @@ class ArgList {
   explicit ArgList(std::vector<std::string> args) : args_(std::move(args)) {}
   bool done() const { return i_ >= args_.size(); }
   std::string next() { return args_[i_++]; }
+  const std::string& peek() const { return args_[i_]; }
   std::string value(const std::string& flag) {
     if (done()) throw ArgError{flag + " needs a value"};
     return next();

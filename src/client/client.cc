@@ -364,6 +364,16 @@ Result<void> Client::release_gpu(const std::string& cookie) {
   return impl_->guarded<void>("ReleaseGpu", [&] { impl_->methods->ReleaseGpu(cookie); });
 }
 
+Result<ResidencyReply> Client::load_model(const std::string& model, const std::string& device) {
+  return impl_->guarded<ResidencyReply>("LoadModel",
+                                        [&] { return residency_from_dbus(impl_->methods->LoadModel(model, device)); });
+}
+
+Result<ResidencyReply> Client::unload_model(const std::string& model, const std::string& device) {
+  return impl_->guarded<ResidencyReply>("UnloadModel",
+                                        [&] { return residency_from_dbus(impl_->methods->UnloadModel(model, device)); });
+}
+
 SessionHandles::SessionHandles(SessionHandles&& o) noexcept
     : session_id(o.session_id),
       memfd(std::exchange(o.memfd, -1)),

@@ -71,6 +71,7 @@ VariantMap to_dbus(const std::map<std::string, PolicyValue>& policy);
 // unknown or of another type go to `unparsed`).
 
 Placement placement_from_dbus(const VariantMap& m);
+ResidencyReply residency_from_dbus(const VariantMap& m);
 PlanDecision plan_from_dbus(const VariantMap& m);
 JobInfo job_from_dbus(const VariantMap& m);
 ModelInfo model_from_dbus(const VariantMap& m);
@@ -148,6 +149,9 @@ class Client {
   Result<SubmitResult> resume(std::uint64_t job_id, const SubmitOptions& overrides);
   Result<std::string> hold_gpu(const std::string& reason, const std::string& app_id);  // the cookie
   Result<void> release_gpu(const std::string& cookie);
+  // LoadModel / UnloadModel (admin): device "gpu".
+  Result<ResidencyReply> load_model(const std::string& model, const std::string& device = "gpu");
+  Result<ResidencyReply> unload_model(const std::string& model, const std::string& device = "gpu");
   Result<std::vector<ModelInfo>> list_models();
   // Embed: blocks until the job ends (up to r.call_timeout). The reply is checked: one vector per input, all of the
   // result's dim (else Errc::internal naming the mismatch). Errors as the other calls (last_error() has the

@@ -205,6 +205,7 @@ std::optional<std::vector<ReplicaInfo>> as_replicas(const sdbus::Variant& v) {
     Reader rd(m, r.unparsed);
     rd.s("device", r.device);
     rd.s("state", r.state);
+    rd.s("reason", r.reason);
     rd.s("mode", r.mode);
     rd.u("layers", r.layers);
     rd.t("accel_bytes", r.accel_bytes);
@@ -220,6 +221,17 @@ std::optional<std::vector<ReplicaInfo>> as_replicas(const sdbus::Variant& v) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Replies
+
+ResidencyReply residency_from_dbus(const VariantMap& m) {
+  ResidencyReply out;
+  Reader r(m, out.unparsed);
+  r.s("model", out.model);
+  r.s("device", out.device);
+  r.s("state", out.state);
+  r.s("reason", out.reason);
+  r.t("accel_bytes", out.accel_bytes);
+  return out;
+}
 
 Placement placement_from_dbus(const VariantMap& m) {
   Placement p;

@@ -618,6 +618,7 @@ std::string format_model_details(const ModelDetails& m) {
     bool first = true;
     for (const auto& r : *m.replicas) {
       std::string t = r.device.value_or("?") + ": " + r.state.value_or("?");
+      if (r.reason && !r.reason->empty()) t += " (given back: " + *r.reason + ")";
       if (r.mode) t += ", mode " + *r.mode;
       if (r.layers) t += ", " + std::to_string(*r.layers) + " layers on the accelerator";
       if (r.accel_bytes && *r.accel_bytes) t += ", " + format_bytes(*r.accel_bytes) + " on the accelerator";

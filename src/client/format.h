@@ -130,6 +130,16 @@ struct DegradedChange {
 // ---------------------------------------------------------------------------------------------------------------
 // Method results
 
+// LoadModel / UnloadModel: the replica's state when the call returned (docs/residency.md).
+struct ResidencyReply {
+  std::optional<std::string> model;
+  std::optional<std::string> device;        // gpu
+  std::optional<std::string> state;         // draining | evicted | loading | loaded
+  std::optional<std::string> reason;        // request | hold | pressure | idle ("" when loaded)
+  std::optional<std::uint64_t> accel_bytes; // on the accelerator now
+  Unparsed unparsed;
+};
+
 // Submit / Resume placement.
 struct Placement {
   std::optional<std::uint64_t> job_id;  // also the first member of Submit's reply
@@ -299,7 +309,9 @@ struct EmbedInfo {
 // io.tandem.Tandem1.Model object (GetAll at the model's path).
 struct ReplicaInfo {
   std::optional<std::string> device;  // gpu | hybrid | cpu
-  std::optional<std::string> state;   // loaded | unloaded | lost | loading
+  std::optional<std::string> state;   // loaded | unloaded | draining | evicted | loading | lost | failed
+  std::optional<std::string> reason;  // draining, evicted, loading: why it was given back (hold | pressure | idle |
+                                      // request)
   std::optional<std::string> mode;    // warm | mmap | on_demand (CPU)
   std::optional<std::uint32_t> layers;
   std::optional<std::uint64_t> accel_bytes;  // weights + KV pool on the accelerator

@@ -332,6 +332,7 @@ json to_json(const ModelDetails& m) {
       json x = json::object();
       put(x, "device", r.device);
       put(x, "state", r.state);
+      put(x, "reason", r.reason);
       put(x, "mode", r.mode);
       put(x, "layers", r.layers);
       put(x, "accel_bytes", r.accel_bytes);

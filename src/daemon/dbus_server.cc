@@ -329,6 +329,12 @@ class DbusServer::Impl::Main final
     return unwrap(s().hold_gpu(who(), reason, app_id));
   }
   void ReleaseGpu(const std::string& cookie) override { unwrap(s().release_gpu(who(), cookie), "InvalidArgument"); }
+  std::map<std::string, sdbus::Variant> UnloadModel(const std::string& model, const std::string& device) override {
+    return to_variant_map(unwrap(s().unload_model(who(), model, device), "UnknownModel"));
+  }
+  std::map<std::string, sdbus::Variant> LoadModel(const std::string& model, const std::string& device) override {
+    return to_variant_map(unwrap(s().load_model(who(), model, device), "UnknownModel"));
+  }
   std::tuple<uint64_t, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, std::map<std::string, sdbus::Variant>> OpenSession(
       const std::map<std::string, sdbus::Variant>& options) override {
     if (!impl_.rings) throw_error(make_error(Errc::unavailable, "ring sessions are not available"));

@@ -162,6 +162,14 @@ class Service {
   Result<std::string> hold_gpu(const Caller& c, const std::string& reason, const std::string& app_id);
   Status release_gpu(const Caller& c, const std::string& cookie);
   std::vector<Dict> list_models() const;
+  // LoadModel / UnloadModel (admin; docs/residency.md): gives `model`'s replica on `device` back, or loads it again.
+  // Only the GPU replica moves ("gpu"; the CPU replica is the fallback and stays). Returns at once with the
+  // replica's state (unload: draining, or evicted when it already was; load: loading, or loaded when a drain was
+  // undone): the model object's Replicas and ListModels show the rest. Errors: permission_denied, not_found (no such
+  // model), invalid_argument (device not gpu | cpu), unsupported (cpu, or a model without a GPU replica),
+  // illegal_transition (already given back / loaded; a GPU hold is on), unavailable (the accelerator is lost).
+  Result<Dict> unload_model(const Caller& c, const std::string& model, const std::string& device);
+  Result<Dict> load_model(const Caller& c, const std::string& model, const std::string& device);
   // The holder's bus name vanished (NameOwnerChanged): its holds go. Its jobs keep running to a terminal state.
   void client_vanished(const std::string& bus_name);
   // A reply channel (a ring session) went away: its jobs keep running, their updates go nowhere (GetJob has them).
@@ -322,10 +330,14 @@ class Service {
   Status check_owner(const Caller& c, const JobRecord& j) const;
   std::int64_t unix_ms() const;
   bool gpu_usable(const std::string& model) const;
+  // The GPU replica of `m` is being loaded back: about how long until it is ready (nullopt: it is not loading, or
+  // the device is lost or held).
+  std::optional<Clock::duration> replica_loading_eta(const ModelInfo& m, Clock::time_point now) const;
   // GPU residency (service_control.cc, over Residency): advances the drains (frees replicas whose last GPU job ended,
   // moves jobs off a replica whose drain time passed), brings back what the holds gave back, loads one replica.
   void residency_step();
   void restore_after_holds();
+  Dict residency_reply(const std::string& model) const;
   void start_gpu_load(const std::string& model);
   bool gpu_busy(const std::string& model) const;  // a run of `model` is on the GPU (or offloaded)
   std::uint32_t active_jobs_of(const std::string& bus_name) const;

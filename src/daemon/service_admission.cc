@@ -149,6 +149,20 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
                                 backend_->offload_ready(m.name), self);
   s.gpu.present = gpu_usable(m.name);
   s.gpu.waited = waited;
+  // Its GPU replica is coming back (docs/residency.md): the job may wait for it, or start on the CPU, whichever
+  // finishes sooner by the measured rates.
+  if (auto loading = replica_loading_eta(m, now)) {
+    s.gpu.present = true;
+    s.gpu.replica_loading = *loading;
+    auto run_time = [&](const policy::JobQueue& q) {
+      const double pf = q.rates().prefill_tps(), dc = q.rates().decode_tps();
+      if (pf <= 0 || dc <= 0) return Clock::duration::zero();
+      const double s = r.prompt_tokens / pf + r.max_new_tokens / dc;
+      return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+    };
+    s.gpu.gpu_run = run_time(gpu_queue_);
+    s.gpu.cpu_run = run_time(cpu_queue_);
+  }
   std::optional<policy::ModelShape> fallback;
   if (!m.fallback.empty() && backend_->cpu_ready(m.fallback))
     for (const auto& f : backend_->models())
@@ -162,6 +176,18 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
   s.gpu.step_tokens = gpu_queue_.config().step_tokens;
   s.cpu.step_tokens = cpu_queue_.config().step_tokens;
   return s;
+}
+
+std::optional<Clock::duration> Service::replica_loading_eta(const ModelInfo& m, Clock::time_point now) const {
+  const Residency::Replica* r = residency_.find(m.name);
+  if (!r || r->state != ReplicaState::loading || readings_.device_lost() || !holds_.empty()) return std::nullopt;
+  // The last load of this replica, else its weights at 1 GiB/s (a warm page cache is faster, a cold disk slower).
+  Clock::duration expect = r->last_load;
+  if (expect <= Clock::duration::zero())
+    expect = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(m.weight_bytes) / static_cast<double>(1ull << 30)));
+  const auto elapsed = now - r->since;
+  return expect > elapsed ? expect - elapsed : Clock::duration::zero();
 }
 
 bool Service::gpu_usable(const std::string& model) const {

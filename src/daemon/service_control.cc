@@ -107,6 +107,57 @@ Status Service::release_gpu(const Caller& c, const std::string& cookie) {
 
 // --- GPU residency (Residency decides, this carries it out) ---
 
+namespace {
+Status residency_target(const Caller& c, const Backend& b, const std::string& model, const std::string& device,
+                        const std::string& admin_group) {
+  if (!c.admin) return fail(Errc::permission_denied, "loading and unloading models needs root or group '" + admin_group + "'");
+  bool known = false;
+  for (const auto& m : b.models()) known = known || m.name == model;
+  if (!known) return fail(Errc::not_found, "unknown model '" + model + "'");
+  if (device == "cpu")
+    return fail(Errc::unsupported, "the CPU replica of " + model + " stays: it is what serves when the GPU cannot "
+                                   "(its memory use is [[model]] replica_mode)");
+  if (device != "gpu") return fail(Errc::invalid_argument, "device must be gpu or cpu, not '" + device + "'");
+  return {};
+}
+}  // namespace
+
+Dict Service::residency_reply(const std::string& model) const {
+  Dict d{{"model", model}, {"device", std::string("gpu")}};
+  if (const Residency::Replica* r = residency_.find(model)) {
+    d["state"] = std::string(replica_state_name(r->state));
+    d["reason"] = std::string(evict_reason_name(r->reason));
+    d["accel_bytes"] = backend_->gpu_resident_bytes(model);
+  }
+  return d;
+}
+
+Result<Dict> Service::unload_model(const Caller& c, const std::string& model, const std::string& device) {
+  TANDEM_TRY(residency_target(c, *backend_, model, device, cfg_.auth.admin_group));
+  if (!residency_.find(model)) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
+  TANDEM_TRY(residency_.evict(model, EvictReason::request, clock_->now()));
+  log::warn("GPU replica of {}: giving it back (UnloadModel by uid {})", model, c.uid);
+  update_service_state();
+  residency_step();
+  return residency_reply(model);
+}
+
+Result<Dict> Service::load_model(const Caller& c, const std::string& model, const std::string& device) {
+  TANDEM_TRY(residency_target(c, *backend_, model, device, cfg_.auth.admin_group));
+  if (!residency_.find(model)) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
+  if (!holds_.empty() && cfg_.device.evict_on_hold)
+    return fail(Errc::illegal_transition, "the GPU is held (" + holds_.list().front().app_id +
+                                              "); it is loaded again when the last hold is released");
+  if (readings_.device_lost()) return fail(Errc::unavailable, "the accelerator is lost; retry_after_ms=5000");
+  auto load = residency_.restore(model, clock_->now());
+  if (!load) return fail(std::move(load).error());
+  log::warn("GPU replica of {}: {} (LoadModel by uid {})", model, *load ? "loading it back" : "kept", c.uid);
+  if (*load) start_gpu_load(model);
+  update_service_state();
+  pump();
+  return residency_reply(model);
+}
+
 bool Service::gpu_busy(const std::string& model) const {
   for (JobId id : active_)
     if (const JobRecord* j = find(id); j && j->running && j->route.device != policy::Device::cpu && j->route.model == model)

@@ -14,6 +14,7 @@ std::string_view reason_name(Reason r) noexcept {
     case Reason::waiting_for_slot: return "waiting_for_slot";
     case Reason::waiting_for_fresh_reading: return "waiting_for_fresh_reading";
     case Reason::queued_behind: return "queued_behind";
+    case Reason::waiting_for_replica: return "waiting_for_replica";
     case Reason::fits_reduced: return "fits_reduced";
     case Reason::fits_offloaded: return "fits_offloaded";
     case Reason::routed_cpu: return "routed_cpu";
@@ -43,6 +44,8 @@ std::string_view reason_name(Reason r) noexcept {
     case Reason::cpu_queue_full: return "cpu_queue_full";
     case Reason::host_memory: return "host_memory";
     case Reason::host_guard_missing: return "host_guard_missing";
+    case Reason::replica_loading: return "replica_loading";
+    case Reason::cpu_sooner: return "cpu_sooner";
     case Reason::no_rung: return "no_rung";
   }
   return "no_rung";
@@ -106,6 +109,7 @@ std::uint32_t step_chunk(const RequestShape& r, std::uint32_t step_tokens, std::
 std::optional<Reason> gpu_blocked(const GpuView& g, bool for_delay) {
   if (!g.present) return Reason::gpu_absent;
   if (!g.breaker_allows) return Reason::breaker_open;
+  if (!for_delay && g.replica_loading) return Reason::replica_loading;
   if (!for_delay && g.headroom.trust == ReadingTrust::expired) return Reason::reading_expired;
   return std::nullopt;
 }
@@ -214,6 +218,20 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
                    format_duration(ladder_.max_delay));
         };
         if (g.waited > ladder_.max_delay || g.queue_wait > left) { too_long(g.queue_wait, "slot wait"); break; }
+        if (g.replica_loading) {
+          // Wait for the replica, or start on the CPU now: the earlier finish (an unknown run time waits).
+          const Clock::duration gpu_finish = std::max(g.queue_wait, *g.replica_loading) + g.gpu_run;
+          const Clock::duration cpu_finish = s.cpu.queue_wait + g.cpu_run;
+          const bool cpu_possible = req.allow_cpu && s.cpu.replica_present && !s.cpu.queue_full;
+          if (cpu_possible && g.cpu_run > Clock::duration::zero() && g.gpu_run > Clock::duration::zero() &&
+              cpu_finish < gpu_finish) {
+            skip(rung, Reason::cpu_sooner,
+                 "the CPU finishes in ~" + format_duration(cpu_finish) + ", the GPU after its load in ~" +
+                     format_duration(gpu_finish));
+            break;
+          }
+          if (*g.replica_loading > left) { too_long(*g.replica_loading, "replica load"); break; }
+        }
         const bool expired = g.headroom.trust == ReadingTrust::expired;
         const bool short_of_memory = !fits(full, room) || g.pressure == Pressure::critical;
         Clock::duration eta = g.queue_wait;
@@ -236,8 +254,13 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
           gpu_wait = eta;
           if (eta > left) { too_long(eta, "memory wait"); break; }
         }
+        if (g.replica_loading) {
+          eta = std::max(eta, *g.replica_loading);
+          gpu_wait = eta;
+        }
         d.action = Rung::delay;
-        d.reason = expired               ? Reason::waiting_for_fresh_reading
+        d.reason = g.replica_loading     ? Reason::waiting_for_replica
+                   : expired             ? Reason::waiting_for_fresh_reading
                    : g.jobs_ahead > 0    ? Reason::queued_behind
                    : short_of_memory     ? Reason::waiting_for_memory
                                          : Reason::waiting_for_slot;

@@ -23,14 +23,14 @@ namespace tandem::policy {
 // Machine-readable reason of a decision or of a skipped rung (stable snake_case names via reason_name()).
 enum class Reason {
   // chosen rungs
-  fits, waiting_for_memory, waiting_for_slot, waiting_for_fresh_reading, queued_behind, fits_reduced,
-  fits_offloaded, routed_cpu, routed_fallback,
+  fits, waiting_for_memory, waiting_for_slot, waiting_for_fresh_reading, queued_behind, waiting_for_replica,
+  fits_reduced, fits_offloaded, routed_cpu, routed_fallback,
   // why a rung was skipped (the reject's reason is the first of these)
   invalid_request, gpu_absent, breaker_open, reading_expired, exceeds_gpu_limits, critical_pressure, does_not_fit,
   queued_ahead, no_free_slot, exceeds_device, gpu_queue_full, wait_too_long, wait_unknown, reduce_not_allowed,
   reduce_insufficient, offload_disabled, offload_unsupported, offload_insufficient, cpu_not_allowed,
   cpu_unavailable, cpu_incompatible, exceeds_cpu_limits, cpu_queue_full, host_memory, host_guard_missing,
-  no_rung,
+  replica_loading, cpu_sooner, no_rung,
 };
 std::string_view reason_name(Reason r) noexcept;
 
@@ -56,6 +56,12 @@ struct GpuView {
   Clock::duration queue_wait{};          // estimated wait for a concurrency slot (slots only, not memory)
   std::vector<RunningGpuJob> running;    // our running GPU jobs (for the memory wait of `delay`)
   Clock::duration waited{};              // how long this job has waited since acceptance (0 for a new one)
+  // This model's GPU replica is being loaded back (docs/residency.md): ready in about this long. Nothing starts on
+  // it before; `delay` may wait for it — unless the CPU route is allowed and would finish the job sooner:
+  // cpu_queue_wait + cpu_run < load + gpu_run (the job's estimated run time on each route; 0 = unknown: wait).
+  std::optional<Clock::duration> replica_loading;
+  Clock::duration gpu_run{};
+  Clock::duration cpu_run{};
   std::uint32_t max_context = 0;         // GPU queue limits
   std::uint32_t max_new_tokens = 0;
   // The step loop this job joins (continuous batching; docs/policy.md §4 "The real batch"). step_tokens = the

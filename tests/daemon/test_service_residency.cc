@@ -212,5 +212,115 @@ TEST_F(ResidencyTest, AnEvictedReplicaIsNotReloadedByADeviceRecovery) {
   ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }, true));
 }
 
+// Restore fast, and let the job decide (docs/residency.md): while the replica loads back, a job that the GPU would
+// finish sooner after the load waits for it in the GPU queue; a short one starts on the CPU now. Both are told.
+TEST_F(ResidencyTest, WhileTheReplicaLoadsALongJobWaitsForItAndAShortOneStartsOnTheCpu) {
+  cfg_.policy.gpu_rates.prior_prefill_tps = 2000;
+  cfg_.policy.gpu_rates.prior_decode_tps = 40;
+  cfg_.policy.cpu_rates.prior_prefill_tps = 500;
+  cfg_.policy.cpu_rates.prior_decode_tps = 5;
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(16));
+  backend_->set_load(std::nullopt, 400ms);
+  // A first give-back and restore measures the load.
+  auto c1 = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(c1);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  ASSERT_TRUE(svc_->release_gpu(admin_, *c1));
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }));
+  EXPECT_GE(svc_->residency().find("tiny")->last_load, 400ms);
+
+  auto c2 = svc_->hold_gpu(admin_, "game again", "org.game");
+  ASSERT_TRUE(c2);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  ASSERT_TRUE(svc_->release_gpu(admin_, *c2));
+  ASSERT_EQ(state(), ReplicaState::loading);
+  // The CPU run holds until the GPU job is done: its measured (fake, instant) rate must not re-plan the waiting job.
+  backend_->set_scripter(by_route(emit(16), block_at(0, 1)));
+  // 1 token: ~0.2 s on the CPU now beats ~0.4 s of load + the GPU run.
+  Dict p_short;
+  const JobId short_job = submit_ok(alice_, request("hi", 1), &p_short);
+  EXPECT_EQ(str(p_short, "route"), "cpu");
+  EXPECT_THAT(str(p_short, "detail"), HasSubstr("cpu_sooner"));
+  // 16 tokens: ~3.2 s on the CPU; the GPU after its load is sooner: it waits, and says for what.
+  Dict p_long;
+  const JobId long_job = submit_ok(alice_, request("a longer answer", 16), &p_long);
+  EXPECT_EQ(str(p_long, "action"), "delay");
+  EXPECT_EQ(str(p_long, "reason"), "waiting_for_replica");
+  EXPECT_EQ(str(p_long, "route"), "gpu");
+  ASSERT_TRUE(wait_terminal(long_job));
+  backend_->release(short_job);
+  ASSERT_TRUE(wait_terminal(short_job));
+  EXPECT_EQ(phase(long_job), "completed");
+  EXPECT_EQ(state(), ReplicaState::loaded);
+  ASSERT_EQ(backend_->runs_of(long_job).size(), 1u);
+  EXPECT_EQ(backend_->runs_of(long_job)[0].route.device, policy::Device::gpu);
+  EXPECT_EQ(backend_->runs_of(short_job)[0].route.device, policy::Device::cpu);
+}
+
+// LoadModel / UnloadModel: admin only, typed errors, a replica unloaded on request stays out across holds.
+TEST_F(ResidencyTest, UnloadAndLoadModelOnRequest) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  struct Case {
+    const char* what;
+    const Caller* who;
+    const char* model;
+    const char* device;
+    Errc code;
+  };
+  const std::vector<Case> bad = {
+      {"not an admin", &alice_, "tiny", "gpu", Errc::permission_denied},
+      {"unknown model", &admin_, "nope", "gpu", Errc::not_found},
+      {"unknown device", &admin_, "tiny", "tpu", Errc::invalid_argument},
+      {"the CPU replica stays", &admin_, "tiny", "cpu", Errc::unsupported},
+      {"a model without a GPU replica", &admin_, "small", "gpu", Errc::unsupported},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(c.what);
+    for (bool unload : {true, false}) {
+      auto r = unload ? svc_->unload_model(*c.who, c.model, c.device) : svc_->load_model(*c.who, c.model, c.device);
+      ASSERT_FALSE(r);
+      EXPECT_EQ(r.error().code, c.code) << r.error().message;
+    }
+  }
+  auto loaded_again = svc_->load_model(admin_, "tiny", "gpu");
+  ASSERT_FALSE(loaded_again);
+  EXPECT_EQ(loaded_again.error().code, Errc::illegal_transition);
+
+  auto r = svc_->unload_model(admin_, "tiny", "gpu");
+  ASSERT_TRUE(r) << describe(r);
+  EXPECT_EQ(str(*r, "state"), "draining");
+  EXPECT_EQ(str(*r, "reason"), "request");
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  EXPECT_EQ(ours_on_device(), 0u);
+  EXPECT_EQ(gpu_replica()->reason, EvictReason::request);
+  auto twice = svc_->unload_model(admin_, "tiny", "gpu");
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().code, Errc::illegal_transition);
+  EXPECT_THAT(twice.error().message, HasSubstr("evicted"));
+
+  // A hold and its release do not bring back what was unloaded on request; LoadModel under a hold is refused.
+  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(cookie);
+  auto held = svc_->load_model(admin_, "tiny", "gpu");
+  ASSERT_FALSE(held);
+  EXPECT_EQ(held.error().code, Errc::illegal_transition);
+  EXPECT_THAT(held.error().message, HasSubstr("org.game"));
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  settle();
+  EXPECT_EQ(state(), ReplicaState::evicted);
+  EXPECT_EQ(backend_->gpu_loads(), 0);
+
+  auto l = svc_->load_model(admin_, "tiny", "gpu");
+  ASSERT_TRUE(l) << describe(l);
+  EXPECT_EQ(str(*l, "state"), "loading");
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }));
+  EXPECT_EQ(ours_on_device(), 16 * kMiB);
+  Dict again;
+  const JobId id = submit_ok(alice_, request("back"), &again);
+  EXPECT_EQ(str(again, "route"), "gpu");
+  ASSERT_TRUE(wait_terminal(id));
+}
+
 }  // namespace
 }  // namespace tandem::daemon

@@ -107,6 +107,35 @@ TEST_F(AdmissionTest, LadderTable) {
        Rung::delay, R::queued_behind, {R::queued_ahead}},
       {"no free slot", [](auto&, auto& s) { s.gpu.slot_free = false; }, Rung::delay, R::waiting_for_slot,
        {R::no_free_slot}},
+      // The replica is being loaded back (docs/residency.md): wait for it, or start on the CPU, by the earlier finish.
+      {"replica loading, run times unknown -> waits for it",
+       [](auto&, auto& s) { s.gpu.replica_loading = 2s; }, Rung::delay, R::waiting_for_replica, {R::replica_loading}},
+      {"replica loading, a long job: the GPU after the load finishes first -> waits",
+       [](auto&, auto& s) {
+         s.gpu.replica_loading = 2s;
+         s.gpu.gpu_run = 3s;
+         s.gpu.cpu_run = 40s;
+       },
+       Rung::delay, R::waiting_for_replica, {R::replica_loading}},
+      {"replica loading, a short job: the CPU finishes first -> cpu now",
+       [](auto&, auto& s) {
+         s.gpu.replica_loading = 2s;
+         s.gpu.gpu_run = 100ms;
+         s.gpu.cpu_run = 800ms;
+       },
+       Rung::route_cpu, R::routed_cpu,
+       {R::replica_loading, R::cpu_sooner, R::reduce_not_allowed, R::replica_loading}},
+      {"replica loading, a short job the CPU may not take -> waits",
+       [](auto&, auto& s) {
+         s.gpu.replica_loading = 2s;
+         s.gpu.gpu_run = 100ms;
+         s.gpu.cpu_run = 800ms;
+         s.request.allow_cpu = false;
+       },
+       Rung::delay, R::waiting_for_replica, {R::replica_loading}},
+      {"replica loading longer than max_delay -> cpu",
+       [](auto&, auto& s) { s.gpu.replica_loading = 90s; }, Rung::route_cpu, R::routed_cpu,
+       {R::replica_loading, R::wait_too_long, R::reduce_not_allowed, R::replica_loading}},
       {"never fits on this device, cpu not allowed -> reject",
        [](auto& t, auto& s) {
          t.no_fit(s);
