@@ -105,6 +105,7 @@ sim_capacity = "${T_SIM_CAPACITY:-1GiB}"
 poll_interval_ms = 50
 probe_interval_ms = 300
 probe_timeout_ms = 500
+drain_ms = ${T_DRAIN_MS:-5000}
 
 [[model]]
 name = "default"
