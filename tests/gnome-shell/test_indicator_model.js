@@ -231,6 +231,9 @@ async function main() {
     eq(view.checked, false, 'another app\'s hold does not check our toggle');
     await waitView(v => v.state === 'degraded', 'degraded while held');
     has(view.headline, 'because an app asked to keep the GPU free', 'held: headline');
+    // The hold gave the GPU copy back (evict_on_hold), and the model line says to whom.
+    await waitView(v => v.models.length && v.models[0].text.includes('GPU copy given back to Steam'),
+        'model line: GPU copy given back to Steam');
     dump('held by another process');
     holder.send_signal(9);  // killed: tandemd drops the hold when its bus name vanishes
     await waitView(v => v.holds.length === 0, 'the killed holder\'s hold to go');
@@ -251,11 +254,14 @@ async function main() {
     eq(view.holdSwitch.checked, true, 'held: switch on');
     eq(view.holds.find(h => h.own).text, 'Kept off the GPU by you (this session)', 'our hold in words');
     await waitView(v => v.state === 'degraded', 'degraded by our hold');
+    await waitView(v => v.models.length && v.models[0].text.includes('GPU copy given back to you'),
+        'model line: GPU copy given back to you');
     dump('held by us');
     await client.setHold(false);
     await waitView(v => !v.checked && v.holds.length === 0, 'our hold released');
     eq((await daemonHolds()).length, 0, 'tandemd has no hold after the toggle went off');
     await waitView(v => v.state === 'normal', 'normal after our hold');
+    await waitView(v => v.models.length && v.models[0].text.includes('GPU: all'), 'model back on the GPU after our hold');
 
     // 7. a user who may not hold: the toggle explains which group to join (a second gjs process as nobody).
     const probe = GLib.getenv('PROBE_AS_NOBODY');

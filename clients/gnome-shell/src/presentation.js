@@ -110,10 +110,26 @@ export function memoryBar(memory) {
     return {segments, title, caption};
 }
 
-function replicaText(r, gpuLayers) {
+// Why a GPU copy was given back (docs/residency.md): to whom, when a hold did it.
+function givenBackText(r, holders) {
+    if (r.reason === 'hold')
+        return holders.length ? _('GPU copy given back to %s').replace('%s', holders.join(', '))
+            : _('GPU copy given back while the GPU is held');
+    if (r.reason === 'pressure')
+        return _('GPU copy given back to other apps');
+    if (r.reason === 'idle')
+        return _('GPU copy unloaded while idle');
+    return _('GPU copy unloaded on request');
+}
+
+function replicaText(r, gpuLayers, holders = []) {
     const lost = r.state === 'lost';
     const loading = r.state === 'loading';
     const unloaded = r.state === 'unloaded';
+    if ((r.device === 'gpu' || r.device === 'hybrid') && r.state === 'evicted')
+        return givenBackText(r, holders);
+    if ((r.device === 'gpu' || r.device === 'hybrid') && r.state === 'draining')
+        return _('GPU copy being given back (running jobs finish first)');
     if (r.device === 'gpu') {
         if (lost) return _('GPU copy lost');
         if (loading) return _('GPU copy loading');
@@ -136,7 +152,7 @@ function replicaText(r, gpuLayers) {
 
 // One line per configured model: its name, its kind (the default model, a fallback of another, or an extra
 // one), and where it runs.
-export function modelLines(models) {
+export function modelLines(models, holders = []) {
     if (!models || models.length === 0)
         return [];
     const fallbackOf = new Map();
@@ -155,7 +171,7 @@ export function modelLines(models) {
         const replicas = m.replicas || [];
         const gpu = replicas.find(r => r.device === 'gpu');
         const where = replicas.length
-            ? replicas.map(r => replicaText(r, gpu ? gpu.layers : 0)).join(' · ')
+            ? replicas.map(r => replicaText(r, gpu ? gpu.layers : 0, holders)).join(' · ')
             : m.placement || _('not loaded');
         return {name: m.name, text: `${m.name} (${kind}): ${where}`};
     });
@@ -272,7 +288,8 @@ export function present(snap, appName = defaultAppName) {
     v.memory = memoryBar(snap.memory);
     if (!v.memory)
         v.memoryNote = _('No GPU memory reading: the GPU is not available.');
-    v.models = modelLines(snap.models);
+    v.models = modelLines(snap.models, (snap.holds || []).filter(h => h.cookie !== snap.ownHold)
+        .map(h => appName(h.app_id)).concat(snap.ownHold ? [_('you')] : []));
     v.queues = queueLines(snap.queues);
     v.breaker = breakerLine(snap.breaker);
     v.holds = holdLines(snap.holds, snap.ownHold, appName);

@@ -205,12 +205,14 @@ export class TandemClient {
     _onPropertiesChanged(changed) {
         const names = Object.keys(changed.deepUnpack());
         // Model objects do not announce their own changes (docs/dbus.md): re-read them when the service level,
-        // the breaker, the fallback or the device's presence changes, which is when replicas move.
-        if (names.some(n => ['State', 'DegradedReason', 'GpuBreaker', 'FallbackModel'].includes(n)))
+        // the breaker, the fallback, the holds or the device's presence changes, which is when replicas move, and
+        // with each new memory reading while a GPU copy is being given back or loaded (docs/residency.md).
+        const moving = this._models.some(m => (m.replicas || []).some(r => r.state === 'draining' || r.state === 'loading'));
+        if (names.some(n => ['State', 'DegradedReason', 'GpuBreaker', 'FallbackModel', 'Holds'].includes(n)))
             this._refreshModels();
         else if (names.includes('Memory')) {
             const present = !!(unpackProp(this._proxy, 'Memory') || {}).present;
-            if (present !== this._lastPresent)
+            if (present !== this._lastPresent || moving)
                 this._refreshModels();
         }
         if (names.includes('Holds') && this._ownHold) {
