@@ -1,0 +1,121 @@
+// GPU residency's costs (docs/residency.md), measured in one process on the simulated accelerator: giving a GPU
+// replica back (dropping it; the device's accounted bytes before and after), loading it again (a restore: today an
+// engine::Model::load from the model's files, page cache warm after the first round) against a host memcpy of the
+// same bytes in the same run (the target: within 1.5x of that copy), and the first token of a job after an
+// eviction when it starts on the CPU replica now vs when it waits for the load and runs on the GPU replica.
+// The simulated accelerator computes with ATen on this CPU: the token latencies show the choice's shape, not what a
+// real GPU gains.
+//   bench_residency --model DIR [--rounds N] [--threads N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/simulated.h"
+#include "engine/generation.h"
+#include "engine/model.h"
+
+using namespace tandem;
+using Steady = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(Steady::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Steady::now() - t0).count();
+}
+
+[[noreturn]] void die(const std::string& what, const Error& e) {
+  std::fprintf(stderr, "%s: %s\n", what.c_str(), e.message.c_str());
+  std::exit(1);
+}
+
+// Time to the first generated token of one greedy job (prefill + one decode step).
+double first_token_ms(const std::shared_ptr<engine::Model>& m) {
+  engine::GenerateRequest r;
+  r.prompt = m->encode_text("Once upon a time in a small village by the sea, there lived an old fisherman");
+  r.max_new_tokens = 1;
+  r.stop_at_eos = false;
+  const auto t0 = Steady::now();
+  auto g = engine::generate(m, r);
+  if (!g) die("generate", g.error());
+  return ms_since(t0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir;
+  int rounds = 5, threads = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string f = argv[i];
+    if (f == "--model") dir = argv[i + 1];
+    else if (f == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+    else if (f == "--threads") threads = std::max(1, std::atoi(argv[i + 1]));
+  }
+  if (dir.empty()) {
+    std::fprintf(stderr, "usage: bench_residency --model DIR [--rounds N] [--threads N]\n");
+    return 2;
+  }
+  engine::LoadOptions lo;
+  lo.threads = threads;
+  lo.max_context = 512;
+  auto cpu = engine::Model::load(dir, lo);
+  if (!cpu) die("CPU replica", cpu.error());
+  device::SimulatedConfig sc;
+  sc.capacity_bytes = 64ull << 30;
+  auto sim = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+  lo.accelerator = sim;
+
+  std::vector<double> load_ms, free_ms;
+  std::uint64_t held = 0, back = 0;
+  for (int i = 0; i < rounds; ++i) {
+    auto t0 = Steady::now();
+    auto gpu = engine::Model::load(dir, lo);
+    if (!gpu) die("GPU replica", gpu.error());
+    load_ms.push_back(ms_since(t0));
+    held = sim->accounted_bytes();
+    t0 = Steady::now();
+    gpu->reset();  // what Backend::evict_gpu does once no run holds the replica
+    sim->release_cached();
+    free_ms.push_back(ms_since(t0));
+    back = held - sim->accounted_bytes();
+  }
+  // A host memcpy of the same bytes, best of `rounds` (the buffers touched once first).
+  std::vector<char> src(held), dst(held);
+  std::memset(src.data(), 1, src.size());
+  std::memset(dst.data(), 0, dst.size());
+  double copy_ms = 1e300;
+  for (int i = 0; i < rounds; ++i) {
+    const auto t0 = Steady::now();
+    std::memcpy(dst.data(), src.data(), src.size());
+    copy_ms = std::min(copy_ms, ms_since(t0));
+  }
+  std::sort(load_ms.begin(), load_ms.end());
+  std::sort(free_ms.begin(), free_ms.end());
+  const double load = load_ms[load_ms.size() / 2], freed = free_ms[free_ms.size() / 2];
+  const double gib = static_cast<double>(held) / static_cast<double>(1ull << 30);
+  std::printf("model %s, %d round(s), %d thread(s); medians\n", dir.c_str(), rounds, threads);
+  std::printf("GPU replica on the accelerator     %12.1f MiB\n", static_cast<double>(held) / (1 << 20));
+  std::printf("given back (accounted bytes)       %12.1f MiB  (%.3f of what it held)\n",
+              static_cast<double>(back) / (1 << 20), held ? static_cast<double>(back) / static_cast<double>(held) : 0.0);
+  std::printf("give back (drop + release_cached)  %12.3f ms\n", freed);
+  std::printf("restore (load from the files)      %12.1f ms  %8.1f ms/GiB\n", load, load / gib);
+  std::printf("host memcpy of the same bytes      %12.2f ms  %8.1f ms/GiB\n", copy_ms, copy_ms / gib);
+  std::printf("restore / memcpy                   %12.1f x   (target <= 1.5)\n", load / copy_ms);
+
+  // First token after an eviction: on the CPU now, or wait for the load and run on the GPU replica.
+  (void)first_token_ms(*cpu);  // warm: mapping, caches
+  const double cpu_now = first_token_ms(*cpu);
+  const auto t0 = Steady::now();
+  auto gpu = engine::Model::load(dir, lo);
+  if (!gpu) die("GPU replica", gpu.error());
+  (void)first_token_ms(*gpu);
+  const double wait_gpu = ms_since(t0);
+  std::printf("first token, CPU now               %12.1f ms\n", cpu_now);
+  std::printf("first token, wait for the load     %12.1f ms  (load + first token on the simulated GPU)\n", wait_gpu);
+  return 0;
+}
