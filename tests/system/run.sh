@@ -478,6 +478,37 @@ ct sh -c 'printf "[Service]\nExecStart=\nExecStart=/usr/sbin/tandemd --config /e
   >/etc/systemd/system/tandemd.service.d/90-systest.conf'
 ct sh -c 'printf "[device]\nkind = \"simulated\"\nsim_capacity = \"2GiB\"\n" >/etc/tandem/tandemd.d/90-systest.toml'
 S daemon-reload
+# A GPU hold gives the GPU replica back and its end loads it again (docs/residency.md): the model object says
+# evicted, then loaded; the journal has both lines.
+gpu_state() {
+  ct_t 30 tandemctl --json models default 2>/dev/null | grep -o '{[^{}]*"device":"\(gpu\|hybrid\)"[^{}]*}' |
+    head -1 | grep -o '"state":"[a-z]*"' | sed 's/"state":"//; s/"$//'
+}
+wait_state() {
+  local want=$1 i
+  for i in $(seq 1 80); do [ "$(gpu_state)" = "$want" ] && return 0; sleep 0.25; done
+  return 1
+}
+C=$(mark)
+if S restart tandemd >"$CT_WORK/res.out" 2>&1 && wait_state loaded; then
+  ct_t 60 tandemctl hold --app-id org.example.Game --for 4 "game starting" >>"$CT_WORK/res.out" 2>&1 &
+  hold_pid=$!
+  if wait_state evicted && J --since "$C" -u tandemd | grep -q "GPU replica of default given back (hold)"; then
+    wait "$hold_pid" 2>/dev/null || true
+    if wait_state loaded && J --since "$C" -u tandemd | grep -q "GPU replica of default restored"; then
+      pass "GPU hold: the replica was given back and loaded again after the hold" \
+        "$(J --since "$C" -u tandemd | grep -o 'GPU replica of default given back.*' | head -1); $(J --since "$C" -u tandemd | grep -o 'GPU replica of default restored.*' | head -1)"
+    else
+      fail "GPU hold: restore" "after the hold the GPU replica is $(gpu_state)"
+    fi
+  else
+    kill "$hold_pid" 2>/dev/null || true
+    fail "GPU hold: eviction" "under the hold the GPU replica is $(gpu_state)"
+  fi
+else
+  show <"$CT_WORK/res.out"
+  fail "GPU hold" "restart with the simulated GPU failed, or no loaded GPU replica: $(gpu_state)"
+fi
 C=$(mark)
 if S restart tandemd >"$CT_WORK/deg.out" 2>&1 && ct_t 30 tandemctl testing lose-device >>"$CT_WORK/deg.out" 2>&1; then
   deg=0
