@@ -72,6 +72,8 @@ struct ModelConfig {
   int gpu_layers = -1;               // -1 = all layers on the accelerator; else [0, layers]
   std::string fallback;              // name of another [[model]] the CPU may serve instead ("" = none)
   int cpu_threads = 1;               // [1, 256] intra-op threads of the CPU replica
+  std::int64_t keep_alive_s = -1;    // GPU replica given back after this long without a job: -1 = never (default),
+                                     // 0 = after each job, [1, 2592000] s (docs/residency.md)
   int gpu_threads = 1;               // [1, 256] (simulated accelerator computes on the CPU)
   std::uint32_t max_context = 0;     // 0 = the model's; else [16, 1048576]
   std::uint32_t max_sequences = 0;   // KV pool sized for this many sequences; 0 = the queue's concurrency

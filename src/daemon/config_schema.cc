@@ -400,6 +400,7 @@ const std::vector<Section<M>>& model_schema() {
            TANDEM_INT(M, "gpu_layers", gpu_layers, integer(-1, 65536)),
            TANDEM_TEXT(M, "fallback", fallback, text()),
            TANDEM_INT(M, "cpu_threads", cpu_threads, integer(1, 256)),
+           TANDEM_INT(M, "keep_alive_s", keep_alive_s, integer(-1, 2'592'000)),
            TANDEM_INT(M, "gpu_threads", gpu_threads, integer(1, 256)),
            TANDEM_INT(M, "max_context", max_context, integer(16, 1'048'576, /*zero_ok=*/true)),
            TANDEM_INT(M, "max_sequences", max_sequences, integer(0, 4096)),

@@ -7,7 +7,26 @@ void Residency::add(const std::string& model, Clock::time_point now) {
   Replica r;
   r.model = model;
   r.since = now;
+  r.last_used = now;
   replicas_.emplace(model, std::move(r));
+}
+
+void Residency::set_keep_alive(const std::string& model, std::optional<Clock::duration> keep) {
+  if (Replica* r = get(model)) r->keep_alive = keep;
+}
+
+void Residency::used(const std::string& model, Clock::time_point now) {
+  if (Replica* r = get(model)) r->last_used = now;
+}
+
+std::vector<std::string> Residency::evict_idle(const std::function<bool(const std::string&)>& busy,
+                                               Clock::time_point now) {
+  std::vector<std::string> out;
+  for (auto& [name, r] : replicas_) {
+    if (r.state != ReplicaState::loaded || !r.keep_alive || now - r.last_used < *r.keep_alive || busy(name)) continue;
+    if (evict(name, EvictReason::idle, now)) out.push_back(name);
+  }
+  return out;
 }
 
 const Residency::Replica* Residency::find(const std::string& model) const {
@@ -159,6 +178,7 @@ void Residency::loaded(const std::string& model, const Status& st, Clock::durati
   r->last_load = took;
   if (st) {
     enter(*r, ReplicaState::loaded, now);
+    r->last_used = now;  // its keep_alive counts from the restore
     r->reason = EvictReason::none;
     r->error.clear();
     ++counters_.restores;

@@ -43,6 +43,8 @@ class Residency {
     Clock::duration last_free{};                 // the last eviction's time from draining to freed
     Clock::duration last_load{};                 // the last restore's load time
     std::string error;                           // failed: the load error
+    std::optional<Clock::duration> keep_alive;   // idle time before it is given back (nullopt: for ever)
+    Clock::time_point last_used{};               // a GPU run of the model last started or ended
   };
 
   struct Counters {
@@ -64,6 +66,14 @@ class Residency {
 
   // A model with a GPU replica, loaded. Adding a model twice keeps its state.
   void add(const std::string& model, Clock::time_point now);
+  // keep_alive: how long a loaded replica may go without a GPU run before it is given back (reason idle); nullopt
+  // = for ever, 0 = after each job.
+  void set_keep_alive(const std::string& model, std::optional<Clock::duration> keep);
+  // A GPU run of `model` started or ended: its idle time starts again.
+  void used(const std::string& model, Clock::time_point now);
+  // Begins giving back the loaded replicas idle past their keep_alive (no GPU run: `busy(model)` false); returns
+  // them (draining, reason idle).
+  std::vector<std::string> evict_idle(const std::function<bool(const std::string&)>& busy, Clock::time_point now);
   const Replica* find(const std::string& model) const;
   std::vector<Replica> list() const;  // in model-name order
 

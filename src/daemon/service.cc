@@ -77,7 +77,12 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
   embed_wl_ = std::make_unique<EmbedWorkload>();
   transcribe_wl_ = std::make_unique<TranscribeWorkload>();
   for (const auto& m : backend_->models())
-    if (m.gpu_configured && backend_->accelerator()) residency_.add(m.name, clock_->now());
+    if (m.gpu_configured && backend_->accelerator()) {
+      residency_.add(m.name, clock_->now());
+      for (const auto& mc : cfg_.models)
+        if (mc.name == m.name && mc.keep_alive_s >= 0)
+          residency_.set_keep_alive(m.name, std::chrono::seconds(mc.keep_alive_s));
+    }
 }
 
 Service::Workload& Service::workload(const JobRecord& j) const {
@@ -399,6 +404,7 @@ void Service::process_events() {
   if (any) {
     update_service_state();
     pump();
+    residency_step();  // keep_alive 0: given back as soon as its last GPU job ended
   }
 }
 

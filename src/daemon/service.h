@@ -337,6 +337,9 @@ class Service {
   // moves jobs off a replica whose drain time passed), brings back what the holds gave back, loads one replica.
   void residency_step();
   void restore_after_holds();
+  // A job for `model` arrived: a replica given back for idleness (keep_alive) starts loading again (the job then
+  // waits for it or starts on the CPU, whichever finishes sooner).
+  void wake_replica(const std::string& model);
   Dict residency_reply(const std::string& model) const;
   void start_gpu_load(const std::string& model);
   bool gpu_busy(const std::string& model) const;  // a run of `model` is on the GPU (or offloaded)

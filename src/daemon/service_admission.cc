@@ -270,6 +270,7 @@ Result<Dict> Service::submit(const Caller& c, const SubmitRequest& req) {
   if (active_jobs_of(c.bus_name) >= cfg_.runtime.max_jobs_per_client)
     return fail(Errc::queue_full, "at most " + std::to_string(cfg_.runtime.max_jobs_per_client) +
                                       " unfinished jobs per client; retry_after_ms=1000");
+  wake_replica(p->model->name);  // keep_alive: a replica given back while idle comes back
   refresh_readings();
   update_service_state();  // a degraded-mode change is announced before this job's placement
   const Decision d = decide(*p, std::nullopt, {});

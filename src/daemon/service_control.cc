@@ -67,6 +67,7 @@ Result<Dict> Service::resume(const Caller& c, JobId id, const SubmitOptions& ove
   if (!p) return fail(std::move(p).error());
   // The digest names the original request (resume tokens are not part of it).
   p->digest = old->digest;
+  wake_replica(p->model->name);  // keep_alive: a replica given back while idle comes back
   refresh_readings();
   update_service_state();
   const Decision d = decide(*p, std::nullopt, {});
@@ -167,6 +168,11 @@ bool Service::gpu_busy(const std::string& model) const {
 
 void Service::residency_step() {
   const auto now = clock_->now();
+  for (const auto& m : residency_.evict_idle([this](const std::string& x) { return gpu_busy(x); }, now)) {
+    const auto* r = residency_.find(m);
+    log::info("GPU replica of {}: giving it back (no job for {} s, keep_alive)", m,
+              r && r->keep_alive ? std::chrono::duration_cast<std::chrono::seconds>(*r->keep_alive).count() : 0);
+  }
   const auto step = residency_.drain([this](const std::string& m) { return gpu_busy(m); }, now);
   for (const auto& m : step.preempt) {
     std::uint32_t n = 0;
@@ -190,6 +196,13 @@ void Service::residency_step() {
       post(std::move(ev));
     });
   }
+}
+
+void Service::wake_replica(const std::string& model) {
+  const Residency::Replica* r = residency_.find(model);
+  if (!r || r->state != ReplicaState::evicted || r->reason != EvictReason::idle) return;
+  if (!holds_.empty() || readings_.device_lost()) return;
+  if (auto load = residency_.restore(model, clock_->now()); load && *load) start_gpu_load(model);
 }
 
 void Service::restore_after_holds() {

@@ -155,6 +155,7 @@ void Service::embed(const Caller& c, EmbedRequest req, EmbedDone done) {
                                     " unfinished jobs per client; retry_after_ms=1000"));
     return;
   }
+  wake_replica(p->model->name);  // keep_alive: a replica given back while idle comes back
   refresh_readings();
   update_service_state();
   const Decision d = decide(*p, std::nullopt, {});

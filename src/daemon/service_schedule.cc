@@ -163,6 +163,7 @@ void Service::dispatch(JobRecord& j, const policy::Route& route) {
   ++j.attempt;
   j.run_started = now;
   j.run_new_tokens = 0;
+  if (j.route.device != policy::Device::cpu) residency_.used(serving, now);  // keep_alive counts from here
   journal_transition(j, route_name(j.route));
   Dict started{{"route", route_name(j.route)}, {"attempt", static_cast<std::uint32_t>(j.fsm->attempts())},
                {"model", serving}};
@@ -231,6 +232,7 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
   const bool on_gpu = j.route.device != policy::Device::cpu;
   auto& q = on_gpu ? gpu_queue_ : cpu_queue_;
   q.finish(j.id);
+  if (on_gpu) residency_.used(j.route.model, now);
   if (r.new_tokens > 0 && r.decode_time > Clock::duration::zero()) q.rates().observe_decode(r.new_tokens, r.decode_time);
   release_resources(j);
   j.queue = QueueId::none;

@@ -88,6 +88,7 @@ TEST(DaemonConfig, EveryRangeViolationNamesFileKeyAndRange) {
        true},
       {model_with("gpu_layers = -2"), "model[\"m\"].gpu_layers: must be in [-1,65536], got -2", true},
       {model_with("cpu_threads = 0"), "model[\"m\"].cpu_threads: must be in [1,256], got 0", true},
+      {model_with("keep_alive_s = -2"), "model[\"m\"].keep_alive_s: must be in [-1,2592000], got -2", true},
       {model_with("gpu_threads = 257"), "model[\"m\"].gpu_threads: must be in [1,256], got 257", true},
       {model_with("max_context = 8"), "model[\"m\"].max_context: must be 0 or in [16,1048576], got 8", true},
       {model_with("max_sequences = 5000"), "model[\"m\"].max_sequences: must be in [0,4096], got 5000", true},
@@ -276,7 +277,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
                                     "stale_discount_fraction)"},
       {model_with("gpu_layer = 3"),
        "unknown key 'model[\"m\"].gpu_layer' (allowed: name, dir, revision, dtype, template, replica_mode, gpu, "
-       "gpu_layers, fallback, cpu_threads, gpu_threads, max_context, max_sequences, sampling)",
+       "gpu_layers, fallback, cpu_threads, keep_alive_s, gpu_threads, max_context, max_sequences, sampling)",
        true},
       {model_with("", "temp = 1"),
        "unknown key 'model[\"m\"].sampling.temp' (allowed: temperature, top_k, top_p, repetition_penalty, "

@@ -164,5 +164,28 @@ TEST_F(Fixture, IllegalTransitionsAreTyped) {
   EXPECT_EQ(r.counters().restores, 0u);
 }
 
+// keep_alive: never by default; 0 = as soon as no GPU run is on it; N = after N without a run (from the last use).
+TEST_F(Fixture, KeepAliveGivesIdleReplicasBack) {
+  auto idle = [&](int ms) { return r.evict_idle([&](const std::string& m) { return busy.count(m) != 0; }, at(ms)); };
+  EXPECT_TRUE(idle(3'600'000).empty()) << "no keep_alive: for ever";
+  r.set_keep_alive("chat", 10s);
+  r.set_keep_alive("clip", 0s);
+  r.used("chat", at(1000));
+  busy = {"clip"};
+  EXPECT_TRUE(idle(1000).empty()) << "clip runs a job; chat was just used";
+  busy.clear();
+  EXPECT_EQ(idle(1001), (std::vector<std::string>{"clip"}));
+  EXPECT_EQ(r.find("clip")->reason, EvictReason::idle);
+  EXPECT_TRUE(idle(10'999).empty());
+  EXPECT_EQ(idle(11'000), (std::vector<std::string>{"chat"}));
+  // Back after a restore, its idle time counts from the load.
+  drain(11'000);
+  r.freed("chat", 1, at(11'001));
+  ASSERT_TRUE(r.restore("chat", at(20'000)).value());
+  r.loaded("chat", {}, 5ms, at(20'005));
+  EXPECT_TRUE(idle(30'004).empty());
+  EXPECT_EQ(idle(30'005), (std::vector<std::string>{"chat"}));
+}
+
 }  // namespace
 }  // namespace tandem::daemon

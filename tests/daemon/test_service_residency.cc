@@ -322,5 +322,57 @@ TEST_F(ResidencyTest, UnloadAndLoadModelOnRequest) {
   ASSERT_TRUE(wait_terminal(id));
 }
 
+// keep_alive_s: 0 gives the replica back after each job; the next job wakes it (and waits for it or starts on the
+// CPU); N gives it back after N seconds without a job; -1 (the default) never.
+TEST_F(ResidencyTest, KeepAliveGivesAnIdleReplicaBackAndTheNextJobBringsItBack) {
+  cfg_.models[0].keep_alive_s = 0;
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(2));
+  const JobId a = submit_ok(alice_, request("first"));
+  ASSERT_TRUE(wait_terminal(a));
+  EXPECT_EQ(backend_->runs_of(a).at(0).route.device, policy::Device::gpu);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  EXPECT_EQ(gpu_replica()->reason, EvictReason::idle);
+  EXPECT_EQ(ours_on_device(), 0u);
+  // The next job starts its load; with unknown rates it waits for it and runs on the GPU.
+  Dict placement;
+  const JobId b = submit_ok(alice_, request("second"), &placement);
+  EXPECT_NE(state(), ReplicaState::evicted);
+  ASSERT_TRUE(wait_terminal(b));
+  EXPECT_EQ(phase(b), "completed");
+  EXPECT_EQ(backend_->gpu_loads(), 1);
+  // Plan does not wake it.
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  ASSERT_TRUE(svc_->plan(alice_, request("just asking")));
+  settle();
+  EXPECT_EQ(state(), ReplicaState::evicted);
+}
+
+TEST_F(ResidencyTest, KeepAliveSecondsCountFromTheLastJob) {
+  cfg_.models[0].keep_alive_s = 60;
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(2));
+  clock_->advance(59s);
+  svc_->tick();
+  EXPECT_EQ(state(), ReplicaState::loaded);
+  const JobId a = submit_ok(alice_, request("keeps it warm"));
+  ASSERT_TRUE(wait_terminal(a));
+  clock_->advance(59s);
+  svc_->tick();
+  EXPECT_EQ(state(), ReplicaState::loaded) << "59 s after the last job";
+  clock_->advance(2s);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }, /*tick=*/true));
+  EXPECT_EQ(gpu_replica()->reason, EvictReason::idle);
+}
+
+TEST_F(ResidencyTest, WithoutKeepAliveAnIdleReplicaStays) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  clock_->advance(std::chrono::hours(24 * 30));
+  svc_->tick();
+  settle();
+  EXPECT_EQ(state(), ReplicaState::loaded);
+  EXPECT_EQ(backend_->evictions(), 0);
+}
+
 }  // namespace
 }  // namespace tandem::daemon
