@@ -2,10 +2,14 @@
 
 namespace tandem::daemon {
 
-void Residency::add(const std::string& model, Clock::time_point now) {
+void Residency::add(const std::string& model, Clock::time_point now, bool loaded) {
   if (replicas_.count(model)) return;
   Replica r;
   r.model = model;
+  if (!loaded) {
+    r.state = ReplicaState::failed;
+    r.error = "the GPU replica could not be loaded at start";
+  }
   r.since = now;
   r.last_used = now;
   replicas_.emplace(model, std::move(r));
@@ -91,8 +95,16 @@ Status Residency::evict(const std::string& model, EvictReason reason, Clock::tim
 
 std::vector<std::string> Residency::evict_all(EvictReason reason, Clock::time_point now) {
   std::vector<std::string> out;
-  for (auto& [name, r] : replicas_)
-    if (r.state == ReplicaState::loaded && evict(name, reason, now)) out.push_back(name);
+  for (auto& [name, r] : replicas_) {
+    if (r.state == ReplicaState::loaded && evict(name, reason, now)) {
+      out.push_back(name);
+    } else if (r.state == ReplicaState::loading) {
+      r.evict_pending = reason;
+    } else if (r.state == ReplicaState::draining && r.restore_pending) {
+      r.restore_pending = false;
+      r.reason = reason;
+    }
+  }
   return out;
 }
 
@@ -144,6 +156,9 @@ Residency::RestoreStep Residency::restore_all(EvictReason reason, Clock::time_po
     } else if (r.state == ReplicaState::evicted) {
       enter(r, ReplicaState::loading, now);
       step.load.push_back(name);
+    } else if (r.state == ReplicaState::loading && r.evict_pending != EvictReason::none &&
+               (reason == EvictReason::none || r.evict_pending == reason)) {
+      r.evict_pending = EvictReason::none;  // the eviction asked during the load is withdrawn
     }
   }
   return step;
@@ -172,21 +187,25 @@ Result<bool> Residency::restore(const std::string& model, Clock::time_point now)
   }
 }
 
-void Residency::loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now) {
+bool Residency::loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now) {
   Replica* r = get(model);
-  if (!r || r->state != ReplicaState::loading) return;
-  r->last_load = took;
+  if (!r || r->state != ReplicaState::loading) return false;
+  const EvictReason pending = r->evict_pending;
+  r->evict_pending = EvictReason::none;
   if (st) {
+    r->last_load = took;
     enter(*r, ReplicaState::loaded, now);
     r->last_used = now;  // its keep_alive counts from the restore
     r->reason = EvictReason::none;
     r->error.clear();
     ++counters_.restores;
+    if (pending != EvictReason::none) return static_cast<bool>(evict(model, pending, now));
   } else {
     enter(*r, ReplicaState::failed, now);
     r->error = st.error().message;
     ++counters_.restore_failures;
   }
+  return false;
 }
 
 void Residency::mark_loaded(const std::string& model, Clock::time_point now) {

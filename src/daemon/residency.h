@@ -39,6 +39,7 @@ class Residency {
     bool freeing = false;                        // draining: the free was handed out (freed() comes next)
     bool preempted = false;                      // draining: its running jobs were told to move
     bool restore_pending = false;                // freeing when a restore was asked: load right after
+    EvictReason evict_pending = EvictReason::none;  // loading when an eviction was asked: give back once loaded
     std::uint64_t given_back_bytes = 0;          // evicted: what the free returned
     Clock::duration last_free{};                 // the last eviction's time from draining to freed
     Clock::duration last_load{};                 // the last restore's load time
@@ -64,8 +65,9 @@ class Residency {
 
   explicit Residency(ResidencyConfig cfg = {}) : cfg_(cfg) {}
 
-  // A model with a GPU replica, loaded. Adding a model twice keeps its state.
-  void add(const std::string& model, Clock::time_point now);
+  // A model with a GPU replica: loaded, or failed when its load at start did not succeed (LoadModel retries it).
+  // Adding a model twice keeps its state.
+  void add(const std::string& model, Clock::time_point now, bool loaded = true);
   // keep_alive: how long a loaded replica may go without a GPU run before it is given back (reason idle); nullopt
   // = for ever, 0 = after each job.
   void set_keep_alive(const std::string& model, std::optional<Clock::duration> keep);
@@ -89,7 +91,9 @@ class Residency {
   // Begins giving back `model`'s replica for `reason` (loaded → draining). Errors: not_found (no GPU replica),
   // illegal_transition (already draining, evicted or loading; the message names the state).
   Status evict(const std::string& model, EvictReason reason, Clock::time_point now);
-  // Begins giving back every loaded replica for `reason`; returns the models that began draining.
+  // Begins giving back every loaded replica for `reason`; returns the models that began draining. A replica being
+  // loaded is given back as soon as its load ends (loaded() → draining); one being freed with a restore pending
+  // stays given back (the restore is dropped).
   std::vector<std::string> evict_all(EvictReason reason, Clock::time_point now);
 
   // Advances the drains: a draining replica that `busy(model)` says has no GPU job left is handed out to be freed
@@ -110,8 +114,9 @@ class Residency {
   // One model (an explicit load): evicted or failed → loading; draining → loaded. Errors: not_found,
   // illegal_transition (already loaded or loading).
   Result<bool> restore(const std::string& model, Clock::time_point now);  // true: the caller loads it
-  // A load finished: ok → loaded, else failed (with the error).
-  void loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now);
+  // A load finished: ok → loaded (or draining when an eviction was asked meanwhile: returns true, the caller
+  // advances the drains), else failed (with the error). `took` becomes the expected load time only when it succeeded.
+  bool loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now);
   // A failed replica was loaded by other means (the reload after a device recovery): failed → loaded.
   void mark_loaded(const std::string& model, Clock::time_point now);
 

@@ -78,7 +78,7 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
   transcribe_wl_ = std::make_unique<TranscribeWorkload>();
   for (const auto& m : backend_->models())
     if (m.gpu_configured && backend_->accelerator()) {
-      residency_.add(m.name, clock_->now());
+      residency_.add(m.name, clock_->now(), backend_->gpu_ready(m.name));
       for (const auto& mc : cfg_.models)
         if (mc.name == m.name && mc.keep_alive_s >= 0)
           residency_.set_keep_alive(m.name, std::chrono::seconds(mc.keep_alive_s));
@@ -324,9 +324,10 @@ void Service::process_events() {
     }
     if (ev.kind == WorkerEvent::gpu_freed) {
       const auto now = clock_->now();
-      if (!ev.status) log::error("giving back the GPU replica of {} failed: {}", ev.model, ev.status.error().message);
       const bool reload = residency_.freed(ev.model, ev.bytes, now);
-      if (const auto* r = residency_.find(ev.model))
+      if (!ev.status)
+        log::error("giving back the GPU replica of {} failed: {}", ev.model, ev.status.error().message);
+      else if (const auto* r = residency_.find(ev.model))
         log::warn("GPU replica of {} given back ({}): {} MiB in {} ms", ev.model, evict_reason_name(r->reason),
                   ev.bytes >> 20, std::chrono::duration_cast<std::chrono::milliseconds>(r->last_free).count());
       refresh_readings();
@@ -335,16 +336,18 @@ void Service::process_events() {
       continue;
     }
     if (ev.kind == WorkerEvent::gpu_loaded) {
-      residency_.loaded(ev.model, ev.status, ev.took, clock_->now());
+      const bool give_back = residency_.loaded(ev.model, ev.status, ev.took, clock_->now());
       if (ev.status)
         log::warn("GPU replica of {} restored in {} ms", ev.model,
                   std::chrono::duration_cast<std::chrono::milliseconds>(ev.took).count());
       else
         log::error("restoring the GPU replica of {} failed: {}; it serves on the CPU", ev.model,
                    ev.status.error().message);
+      if (give_back) log::warn("GPU replica of {}: giving it back (a GPU hold came during its load)", ev.model);
       refresh_readings();
       update_service_state();
       pump();
+      residency_step();
       continue;
     }
     if (ev.kind == WorkerEvent::reload_done) {
@@ -354,6 +357,7 @@ void Service::process_events() {
         // A replica whose restore failed while the device was away came back with the others.
         for (const auto& r : residency_.list())
           if (r.state == ReplicaState::failed && backend_->gpu_ready(r.model)) residency_.mark_loaded(r.model, clock_->now());
+        restore_after_holds();  // holds released while the device was away: their replicas come back now
         log::warn("accelerator recovered: GPU replicas reloaded");
       } else {
         log::error("reloading the GPU replicas failed: {}", ev.status.error().message);

@@ -164,8 +164,8 @@ class Service {
   std::vector<Dict> list_models() const;
   // LoadModel / UnloadModel (admin; docs/residency.md): gives `model`'s replica on `device` back, or loads it again.
   // Only the GPU replica moves ("gpu"; the CPU replica is the fallback and stays). Returns at once with the
-  // replica's state (unload: draining, or evicted when it already was; load: loading, or loaded when a drain was
-  // undone): the model object's Replicas and ListModels show the rest. Errors: permission_denied, not_found (no such
+  // replica's state (unload: draining; load: loading, or loaded when a drain was undone): the model object's Replicas
+  // and ListModels show the rest. Errors: permission_denied, not_found (no such
   // model), invalid_argument (device not gpu | cpu), unsupported (cpu, or a model without a GPU replica),
   // illegal_transition (already given back / loaded; a GPU hold is on), unavailable (the accelerator is lost).
   Result<Dict> unload_model(const Caller& c, const std::string& model, const std::string& device);
@@ -343,6 +343,7 @@ class Service {
   Dict residency_reply(const std::string& model) const;
   void start_gpu_load(const std::string& model);
   bool gpu_busy(const std::string& model) const;  // a run of `model` is on the GPU (or offloaded)
+  bool gpu_wanted(const std::string& model) const;  // gpu_busy, or a job of `model` waits in the GPU queue
   std::uint32_t active_jobs_of(const std::string& bus_name) const;
   void prune_finished();
 

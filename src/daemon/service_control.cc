@@ -166,24 +166,40 @@ bool Service::gpu_busy(const std::string& model) const {
   return false;
 }
 
+bool Service::gpu_wanted(const std::string& model) const {
+  if (gpu_busy(model)) return true;
+  for (JobId id : active_)
+    if (const JobRecord* j = find(id); j && j->queue == QueueId::gpu && (j->route.model.empty() ? j->model : j->route.model) == model)
+      return true;
+  return false;
+}
+
 void Service::residency_step() {
   const auto now = clock_->now();
-  for (const auto& m : residency_.evict_idle([this](const std::string& x) { return gpu_busy(x); }, now)) {
+  // Idle: no job runs on it or waits for it in the GPU queue.
+  for (const auto& m : residency_.evict_idle([this](const std::string& x) { return gpu_wanted(x); }, now)) {
     const auto* r = residency_.find(m);
     log::info("GPU replica of {}: giving it back (no job for {} s, keep_alive)", m,
               r && r->keep_alive ? std::chrono::duration_cast<std::chrono::seconds>(*r->keep_alive).count() : 0);
   }
   const auto step = residency_.drain([this](const std::string& m) { return gpu_busy(m); }, now);
   for (const auto& m : step.preempt) {
-    std::uint32_t n = 0;
+    std::uint32_t n = 0, kept = 0;
     for (JobId id : active_)
       if (JobRecord* j = find(id); j && j->running && j->route.device != policy::Device::cpu && j->route.model == m &&
                                    j->stop_cause == StopCause::none) {
+        // Only a job that can move is moved (retry or migrate on the CPU); one that cannot (allow_cpu = false,
+        // side effects, no room on the CPU) finishes where it is: a voluntary eviction never fails a job.
+        if (workload(*j).failover(*this, *j).action == policy::FailoverAction::fail_resumable) {
+          ++kept;
+          continue;
+        }
         j->stop_cause = StopCause::evict;
         j->cancel->store(true);
         ++n;
       }
-    log::warn("GPU replica of {}: the drain time passed; {} running job(s) move to the CPU at their next checkpoint", m, n);
+    log::warn("GPU replica of {}: the drain time passed; {} running job(s) move to the CPU at their next checkpoint{}",
+              m, n, kept ? ", " + std::to_string(kept) + " that cannot move finish on the GPU first" : std::string());
   }
   for (const auto& m : step.free) {
     maint_pool_->post([this, m] {
@@ -206,7 +222,7 @@ void Service::wake_replica(const std::string& model) {
 }
 
 void Service::restore_after_holds() {
-  if (!holds_.empty()) return;
+  if (!holds_.empty() || readings_.device_lost()) return;  // after a loss: when the device is back (reload_done)
   const auto step = residency_.restore_all(EvictReason::hold, clock_->now());
   for (const auto& m : step.kept) log::warn("GPU replica of {}: kept (the last hold went before it was given back)", m);
   for (const auto& m : step.load) start_gpu_load(m);
@@ -284,7 +300,7 @@ void Service::sync_journal() {
 
 void Service::abort_running() {
   for (auto& [id, j] : jobs_)
-    if (j->running && j->stop_cause == StopCause::none) {
+    if (j->running && (j->stop_cause == StopCause::none || j->stop_cause == StopCause::evict)) {
       j->stop_cause = StopCause::shutdown;
       j->cancel->store(true);
     }

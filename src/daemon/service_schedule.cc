@@ -238,13 +238,19 @@ void Service::on_run_finished(JobRecord& j, const RunResult& r) {
   j.queue = QueueId::none;
   // Journal what was delivered.
   if (j.tokens.size() != j.journaled_tokens) journal_checkpoint(j);
-  if (r.status) {
-    if (on_gpu) breaker_event(BreakerEvent::job_succeeded);
-    if (r.finish_reason == "cancelled" && j.stop_cause == StopCause::evict && on_gpu) {
+  if (r.status && r.finish_reason == "cancelled" && j.stop_cause == StopCause::evict && on_gpu) {
+    // Stopped by an eviction's drain (not a fault: the breaker is not fed). While tandemd stops, it ends as the
+    // other running jobs do.
+    if (draining_) {
+      j.stop_cause = StopCause::shutdown;
+    } else {
       ++counters_["gpu_evict_moves"];
       move_off_gpu(j, "evicted", "its GPU replica is being given back");
       return;
     }
+  }
+  if (r.status) {
+    if (on_gpu) breaker_event(BreakerEvent::job_succeeded);
     if (r.finish_reason == "cancelled") {
       const bool resumable = workload(j).resumable();
       if (j.stop_cause == StopCause::deadline) {

@@ -454,6 +454,7 @@ json model_tandem(const ModelEntry& m) {
         json e = json::object();
         if (r.device) e["device"] = *r.device;
         if (r.state) e["state"] = *r.state;
+        if (r.reason && !r.reason->empty()) e["reason"] = *r.reason;  // given back: hold, request, idle
         if (r.mode) e["mode"] = *r.mode;
         if (r.accel_bytes) e["accel_bytes"] = *r.accel_bytes;
         if (r.host_bytes) e["host_bytes"] = *r.host_bytes;

@@ -187,5 +187,50 @@ TEST_F(Fixture, KeepAliveGivesIdleReplicasBack) {
   EXPECT_EQ(idle(30'005), (std::vector<std::string>{"chat"}));
 }
 
+// A hold that comes while a replica loads gives it back once loaded; a release before that withdraws it; a hold
+// during a free whose restore was pending keeps it given back.
+TEST_F(Fixture, HoldsDuringLoadsAndFreesWin) {
+  ASSERT_TRUE(r.evict("chat", EvictReason::hold, at(0)));
+  drain(0);
+  r.freed("chat", 1, at(1));
+  ASSERT_EQ(r.restore_all(EvictReason::hold, at(2)).load, (std::vector<std::string>{"chat"}));
+  EXPECT_TRUE(r.evict_all(EvictReason::hold, at(3)) == (std::vector<std::string>{"clip"})) << "chat is loading";
+  EXPECT_TRUE(r.loaded("chat", {}, 100ms, at(100))) << "loaded, then given back at once";
+  EXPECT_EQ(state("chat"), ReplicaState::draining);
+  EXPECT_EQ(r.find("chat")->reason, EvictReason::hold);
+  // A release during the next load withdraws the pending eviction.
+  drain(100);
+  r.freed("chat", 1, at(101));
+  r.freed("clip", 1, at(101));
+  r.restore_all(EvictReason::hold, at(102));
+  r.evict_all(EvictReason::hold, at(103));
+  r.restore_all(EvictReason::hold, at(104));
+  EXPECT_FALSE(r.loaded("chat", {}, 100ms, at(200)));
+  EXPECT_EQ(state("chat"), ReplicaState::loaded);
+  // A release during a free, then a hold again before the free ends: it stays given back.
+  ASSERT_TRUE(r.evict("chat", EvictReason::hold, at(300)));
+  ASSERT_EQ(drain(300).free.size(), 1u);
+  r.restore_all(EvictReason::hold, at(301));
+  EXPECT_TRUE(r.find("chat")->restore_pending);
+  r.evict_all(EvictReason::hold, at(302));
+  EXPECT_FALSE(r.freed("chat", 1, at(303))) << "no load after the free";
+  EXPECT_EQ(state("chat"), ReplicaState::evicted);
+}
+
+TEST_F(Fixture, AFailedLoadAtStartIsFailedAndAFailedLoadKeepsTheLastGoodTime) {
+  Residency fresh;
+  fresh.add("chat", at(0), /*loaded=*/false);
+  EXPECT_EQ(fresh.find("chat")->state, ReplicaState::failed);
+  EXPECT_TRUE(fresh.usable("chat")) << "failed: the backend's answer decides";
+  EXPECT_TRUE(fresh.restore("chat", at(1)).value()) << "LoadModel retries it";
+  fresh.loaded("chat", {}, 300ms, at(301));
+  ASSERT_TRUE(fresh.evict("chat", EvictReason::request, at(400)));
+  fresh.drain([](const std::string&) { return false; }, at(400));
+  fresh.freed("chat", 1, at(401));
+  ASSERT_TRUE(fresh.restore("chat", at(500)).value());
+  fresh.loaded("chat", fail(Errc::out_of_memory, "no room"), 2ms, at(502));
+  EXPECT_EQ(fresh.find("chat")->last_load, 300ms) << "a fast failure is not a load time";
+}
+
 }  // namespace
 }  // namespace tandem::daemon

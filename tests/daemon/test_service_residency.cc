@@ -374,5 +374,62 @@ TEST_F(ResidencyTest, WithoutKeepAliveAnIdleReplicaStays) {
   EXPECT_EQ(backend_->evictions(), 0);
 }
 
+// A job that cannot move (allow_cpu = false) is not stopped by the drain: it finishes on the GPU, then the replica
+// is freed. A voluntary eviction never fails a job.
+TEST_F(ResidencyTest, AJobThatCannotMoveFinishesOnTheGpuPastTheDrainTime) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(block_at(2, 6));
+  SubmitRequest req = request("gpu only", 6);
+  req.options.allow_cpu = false;
+  const JobId id = submit_ok(alice_, req);
+  ASSERT_TRUE(wait_blocked(id));
+  ASSERT_TRUE(svc_->hold_gpu(admin_, "game", "org.game"));
+  clock_->advance(5s);
+  svc_->tick();
+  settle();
+  EXPECT_EQ(state(), ReplicaState::draining);
+  EXPECT_FALSE(terminal(id)) << "not stopped";
+  backend_->release(id);
+  ASSERT_TRUE(wait_terminal(id, true));
+  EXPECT_EQ(phase(id), "completed");
+  EXPECT_EQ(backend_->runs_of(id).size(), 1u);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }, true));
+}
+
+// A hold that comes while the replica loads back: it is given back as soon as the load ends.
+TEST_F(ResidencyTest, AHoldDuringALoadGivesTheReplicaBackOnceLoaded) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  auto c1 = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(c1);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  backend_->set_load(std::nullopt, 200ms);
+  ASSERT_TRUE(svc_->release_gpu(admin_, *c1));
+  ASSERT_EQ(state(), ReplicaState::loading);
+  auto c2 = svc_->hold_gpu(admin_, "game again", "org.game");
+  ASSERT_TRUE(c2);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted && backend_->gpu_loads() == 1; }));
+  EXPECT_EQ(ours_on_device(), 0u) << "nothing stays on the GPU under the hold";
+  EXPECT_EQ(gpu_replica()->reason, EvictReason::hold);
+  ASSERT_TRUE(svc_->release_gpu(admin_, *c2));
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }));
+}
+
+// A hold released while the device is lost: the replica comes back when the device does.
+TEST_F(ResidencyTest, AHoldReleasedWhileTheDeviceIsLostRestoresAfterTheRecovery) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
+  ASSERT_TRUE(cookie);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  ASSERT_TRUE(svc_->testing_lose_device());
+  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  settle();
+  EXPECT_EQ(state(), ReplicaState::evicted) << "no load onto a lost device";
+  EXPECT_EQ(backend_->gpu_loads(), 0);
+  ASSERT_TRUE(svc_->testing_recover_device());
+  clock_->advance(120s);
+  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }, true));
+  EXPECT_EQ(backend_->gpu_loads(), 1);
+}
+
 }  // namespace
 }  // namespace tandem::daemon

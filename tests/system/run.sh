@@ -491,7 +491,7 @@ wait_state() {
 }
 C=$(mark)
 if S restart tandemd >"$CT_WORK/res.out" 2>&1 && wait_state loaded; then
-  ct_t 60 tandemctl hold --app-id org.example.Game --for 4 "game starting" >>"$CT_WORK/res.out" 2>&1 &
+  ct_t 60 tandemctl hold --app-id org.example.Game --for 15 "game starting" >>"$CT_WORK/res.out" 2>&1 &
   hold_pid=$!
   if wait_state evicted && J --since "$C" -u tandemd | grep -q "GPU replica of default given back (hold)"; then
     wait "$hold_pid" 2>/dev/null || true
