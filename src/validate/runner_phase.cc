@@ -87,7 +87,11 @@ void equivalence_thread(Campaign& c, const Phase& ph, std::int32_t id) {
     req.options.temperature = 0.0;
     req.options.seed = 7 + i;
     req.options.idempotency_key = c.nonce + "-" + group + "-gpu";
+    // The GPU run of the pair must run there: after the previous pair's hold the GPU replica is loading back
+    // (docs/residency.md), and a job free to take the CPU would start there when that finishes sooner.
+    req.options.allow_cpu = false;
     const std::uint64_t g = run_one(c, cl, id, req, group, ph.drain_timeout_ms);
+    req.options.allow_cpu.reset();
     auto cookie = cl.hold_gpu("tandem-validate equivalence (CPU run)", "io.tandem.Validate");
     if (!cookie) {
       c.rec("skipped", id, 0, {{"what", "equivalence CPU run"}, {"why", "HoldGpu: " + cookie.error().message}});
