@@ -120,11 +120,16 @@ fi
 
 # --- phase B: SIGTERM with work in flight --------------------------------------------------------------------------
 # The CPU jobs first, the GPU job last, SIGTERM after its 5th token: the tiny model decodes 1,000 tokens in about a
-# second on a fast CPU (and its context is 1,024 tokens), so the long GPU job must start just before the drain.
+# second on a fast CPU (and its context is 1,024 tokens), so the long GPU job must start just before the drain. The
+# CPU queue runs one job at a time: two more long jobs between cpu1 and cq keep cq queued until the drain even when
+# the GPU job's admission waits for the pressure to clear on a loaded CI machine (seen: cpu1 and then cq finished
+# 1.2 s after cpu1 started, before the GPU job's 5th token).
 btest SetForeignLoad t 900000000
 cpu1=$(submit "$P" 2 max_tokens u 1000 seed t 8)               # long, on the CPU
 wait_for 10 "job $cpu1 running" job_state_is "$cpu1" running
-cq=$(submit "$P" 2 max_tokens u 20 seed t 9)                   # queued on the CPU
+cpu2=$(submit "$P" 2 max_tokens u 1000 seed t 10)              # queued on the CPU
+cpu3=$(submit "$P" 2 max_tokens u 1000 seed t 11)              # queued on the CPU
+cq=$(submit "$P" 2 max_tokens u 20 seed t 9)                   # queued on the CPU, behind ~3,000 tokens of work
 wait_for 20 "tokens of job $cpu1" job_tokens_ge "$cpu1" 5
 btest SetForeignLoad t 0
 x=$(submit "$P" 2 max_tokens u 1000 seed t 7)                  # long, on the GPU
@@ -158,6 +163,9 @@ for id in "$x" "$cpu1"; do
   elif [ "$st" != completed ]; then
     fail "job $id after SIGTERM and restart: $st"
   fi
+done
+for id in "$cpu2" "$cpu3"; do
+  case "$(jget "$id" state)" in failed|completed) ;; *) fail "job $id after SIGTERM and restart: $(jget "$id" state)";; esac
 done
 j=$(job "$cq")
 [ "$(echo "$j" | jq -c '[.state, .reason, .error_code, .attempts]')" = '["failed","daemon_stopping","Resumable",0]' ] ||
