@@ -65,6 +65,11 @@ policy::ModelShape shape_of(const std::string& name, const engine::Model& model,
 
 bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_lost || c == Errc::kv_exhausted; }
 
+// What a GPU replica holds on the accelerator: its weights and its KV pool.
+std::uint64_t held_accel_bytes(const engine::Model& m) {
+  return m.load_stats().accel_weight_bytes + m.load_stats().accel_kv_bytes;
+}
+
 }  // namespace
 
 EngineBackend::~EngineBackend() = default;
@@ -374,7 +379,7 @@ std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const
       r.device = all ? "gpu" : "hybrid";
       r.state = e->gpu->device_lost() ? ReplicaState::lost : ReplicaState::loaded;
       r.layers = static_cast<std::uint32_t>(e->gpu->accel_layers());
-      r.accel_bytes = e->gpu->device_lost() ? 0 : e->gpu->load_stats().accel_weight_bytes + e->gpu->load_stats().accel_kv_bytes;
+      r.accel_bytes = e->gpu->device_lost() ? 0 : held_accel_bytes(*e->gpu);
       r.fingerprint = e->gpu->fingerprint().digest;
     } else {
       r.device = "gpu";
@@ -401,7 +406,7 @@ std::uint64_t EngineBackend::gpu_resident_bytes(const std::string& model) const 
   if (!e) return 0;
   std::lock_guard lock(e->gpu_mu);
   if (!e->gpu || e->gpu->device_lost()) return 0;
-  return e->gpu->load_stats().accel_weight_bytes + e->gpu->load_stats().accel_kv_bytes;
+  return held_accel_bytes(*e->gpu);
 }
 
 bool EngineBackend::gpu_ready(const std::string& model) const {
@@ -459,7 +464,7 @@ Result<std::uint64_t> EngineBackend::evict_gpu(const std::string& model) {
     {
       std::lock_guard lock(e->gpu_mu);
       if (e->gpu && !e->gpu->device_lost())
-        bytes = e->gpu->load_stats().accel_weight_bytes + e->gpu->load_stats().accel_kv_bytes;
+        bytes = held_accel_bytes(*e->gpu);
       e->gpu.reset();
       e->evicted = true;
     }

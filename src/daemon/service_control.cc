@@ -109,8 +109,9 @@ Status Service::release_gpu(const Caller& c, const std::string& cookie) {
 // --- GPU residency (Residency decides, this carries it out) ---
 
 namespace {
-Status residency_target(const Caller& c, const Backend& b, const std::string& model, const std::string& device,
-                        const std::string& admin_group) {
+// The checks LoadModel and UnloadModel share: the caller, the model, the device, a GPU replica to move.
+Status residency_target(const Caller& c, const Backend& b, const Residency& r, const std::string& model,
+                        const std::string& device, const std::string& admin_group) {
   if (!c.admin) return fail(Errc::permission_denied, "loading and unloading models needs root or group '" + admin_group + "'");
   bool known = false;
   for (const auto& m : b.models()) known = known || m.name == model;
@@ -119,6 +120,7 @@ Status residency_target(const Caller& c, const Backend& b, const std::string& mo
     return fail(Errc::unsupported, "the CPU replica of " + model + " stays: it is what serves when the GPU cannot "
                                    "(its memory use is [[model]] replica_mode)");
   if (device != "gpu") return fail(Errc::invalid_argument, "device must be gpu or cpu, not '" + device + "'");
+  if (!r.find(model)) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
   return {};
 }
 }  // namespace
@@ -134,8 +136,7 @@ Dict Service::residency_reply(const std::string& model) const {
 }
 
 Result<Dict> Service::unload_model(const Caller& c, const std::string& model, const std::string& device) {
-  TANDEM_TRY(residency_target(c, *backend_, model, device, cfg_.auth.admin_group));
-  if (!residency_.find(model)) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
+  TANDEM_TRY(residency_target(c, *backend_, residency_, model, device, cfg_.auth.admin_group));
   TANDEM_TRY(residency_.evict(model, EvictReason::request, clock_->now()));
   log::warn("GPU replica of {}: giving it back (UnloadModel by uid {})", model, c.uid);
   update_service_state();
@@ -144,8 +145,7 @@ Result<Dict> Service::unload_model(const Caller& c, const std::string& model, co
 }
 
 Result<Dict> Service::load_model(const Caller& c, const std::string& model, const std::string& device) {
-  TANDEM_TRY(residency_target(c, *backend_, model, device, cfg_.auth.admin_group));
-  if (!residency_.find(model)) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
+  TANDEM_TRY(residency_target(c, *backend_, residency_, model, device, cfg_.auth.admin_group));
   if (!holds_.empty() && cfg_.device.evict_on_hold)
     return fail(Errc::illegal_transition, "the GPU is held (" + holds_.list().front().app_id +
                                               "); it is loaded again when the last hold is released");

@@ -23,6 +23,13 @@ class ResidencyTest : public ServiceTest {
   }
   std::uint64_t ours_on_device() { return sim_->accounted_bytes(); }
   std::uint64_t counter(const std::string& k) { return svc_->counters()[k]; }
+  // A GPU hold by org.game, then the loop until the replica is given back; `cookie` gets the hold's cookie.
+  void hold_until_evicted(std::string& cookie, const std::string& reason = "game") {
+    auto c = svc_->hold_gpu(admin_, reason, "org.game");
+    ASSERT_TRUE(c) << describe(c);
+    cookie = *c;
+    ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  }
 };
 
 TEST_F(ResidencyTest, AHoldGivesTheIdleReplicaBackAndTheLastReleaseRestoresIt) {
@@ -169,11 +176,10 @@ TEST_F(ResidencyTest, ReleasedBeforeTheFreeTheReplicaStays) {
 TEST_F(ResidencyTest, AFailedRestoreLeavesTheCpuServingAndSaysWhy) {
   ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(2));
-  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
-  ASSERT_TRUE(cookie);
-  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  std::string cookie;
+  ASSERT_NO_FATAL_FAILURE(hold_until_evicted(cookie));
   backend_->set_load(Errc::out_of_memory);
-  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  ASSERT_TRUE(svc_->release_gpu(admin_, cookie));
   ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::failed; }));
   EXPECT_EQ(counter("gpu_restore_failures"), 1u);
   EXPECT_THAT(svc_->residency().find("tiny")->error, HasSubstr("injected load failure"));
@@ -198,9 +204,8 @@ TEST_F(ResidencyTest, WithoutEvictOnHoldAHoldOnlyRoutesNewWork) {
 
 TEST_F(ResidencyTest, AnEvictedReplicaIsNotReloadedByADeviceRecovery) {
   ASSERT_NO_FATAL_FAILURE(start());
-  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
-  ASSERT_TRUE(cookie);
-  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  std::string cookie;
+  ASSERT_NO_FATAL_FAILURE(hold_until_evicted(cookie));
   ASSERT_TRUE(svc_->testing_lose_device());
   ASSERT_TRUE(svc_->testing_recover_device());
   clock_->advance(120s);
@@ -208,7 +213,7 @@ TEST_F(ResidencyTest, AnEvictedReplicaIsNotReloadedByADeviceRecovery) {
   settle();
   EXPECT_TRUE(backend_->evicted("tiny")) << "still given back while held";
   EXPECT_EQ(state(), ReplicaState::evicted);
-  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  ASSERT_TRUE(svc_->release_gpu(admin_, cookie));
   ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }, true));
 }
 
@@ -223,17 +228,15 @@ TEST_F(ResidencyTest, WhileTheReplicaLoadsALongJobWaitsForItAndAShortOneStartsOn
   backend_->set_script(emit(16));
   backend_->set_load(std::nullopt, 400ms);
   // A first give-back and restore measures the load.
-  auto c1 = svc_->hold_gpu(admin_, "game", "org.game");
-  ASSERT_TRUE(c1);
-  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
-  ASSERT_TRUE(svc_->release_gpu(admin_, *c1));
+  std::string c1;
+  ASSERT_NO_FATAL_FAILURE(hold_until_evicted(c1));
+  ASSERT_TRUE(svc_->release_gpu(admin_, c1));
   ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }));
   EXPECT_GE(svc_->residency().find("tiny")->last_load, 400ms);
 
-  auto c2 = svc_->hold_gpu(admin_, "game again", "org.game");
-  ASSERT_TRUE(c2);
-  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
-  ASSERT_TRUE(svc_->release_gpu(admin_, *c2));
+  std::string c2;
+  ASSERT_NO_FATAL_FAILURE(hold_until_evicted(c2, "game again"));
+  ASSERT_TRUE(svc_->release_gpu(admin_, c2));
   ASSERT_EQ(state(), ReplicaState::loading);
   // The CPU run holds until the GPU job is done: its measured (fake, instant) rate must not re-plan the waiting job.
   backend_->set_scripter(by_route(emit(16), block_at(0, 1)));
@@ -399,11 +402,10 @@ TEST_F(ResidencyTest, AJobThatCannotMoveFinishesOnTheGpuPastTheDrainTime) {
 // A hold that comes while the replica loads back: it is given back as soon as the load ends.
 TEST_F(ResidencyTest, AHoldDuringALoadGivesTheReplicaBackOnceLoaded) {
   ASSERT_NO_FATAL_FAILURE(start());
-  auto c1 = svc_->hold_gpu(admin_, "game", "org.game");
-  ASSERT_TRUE(c1);
-  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  std::string c1;
+  ASSERT_NO_FATAL_FAILURE(hold_until_evicted(c1));
   backend_->set_load(std::nullopt, 200ms);
-  ASSERT_TRUE(svc_->release_gpu(admin_, *c1));
+  ASSERT_TRUE(svc_->release_gpu(admin_, c1));
   ASSERT_EQ(state(), ReplicaState::loading);
   auto c2 = svc_->hold_gpu(admin_, "game again", "org.game");
   ASSERT_TRUE(c2);
@@ -417,11 +419,10 @@ TEST_F(ResidencyTest, AHoldDuringALoadGivesTheReplicaBackOnceLoaded) {
 // A hold released while the device is lost: the replica comes back when the device does.
 TEST_F(ResidencyTest, AHoldReleasedWhileTheDeviceIsLostRestoresAfterTheRecovery) {
   ASSERT_NO_FATAL_FAILURE(start());
-  auto cookie = svc_->hold_gpu(admin_, "game", "org.game");
-  ASSERT_TRUE(cookie);
-  ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::evicted; }));
+  std::string cookie;
+  ASSERT_NO_FATAL_FAILURE(hold_until_evicted(cookie));
   ASSERT_TRUE(svc_->testing_lose_device());
-  ASSERT_TRUE(svc_->release_gpu(admin_, *cookie));
+  ASSERT_TRUE(svc_->release_gpu(admin_, cookie));
   settle();
   EXPECT_EQ(state(), ReplicaState::evicted) << "no load onto a lost device";
   EXPECT_EQ(backend_->gpu_loads(), 0);
