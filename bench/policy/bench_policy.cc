@@ -69,6 +69,11 @@ struct Setup {
     switch (target) {
       case Rung::admit: break;
       case Rung::delay: s.gpu.headroom.headroom = need - 1; s.gpu.running = {{G, 5s}}; break;
+      case Rung::evict:
+        s.gpu.headroom.headroom = need - 1;
+        s.gpu.evictable = {{"clip", 2 * G, 0, {}}, {"whisper", 3 * G, 0, {}}};
+        s.gpu.evict_budget = 4;
+        break;
       case Rung::reduce: s.gpu.headroom.headroom = need * 3 / 4; s.gpu.queue_full = true; s.request.allow_reduce = true; break;
       case Rung::offload: s.gpu.headroom.headroom = need / 2; s.gpu.queue_full = true; break;
       case Rung::route_cpu: s.gpu.breaker_allows = false; break;
@@ -92,7 +97,7 @@ void BM_AdmissionDecision(benchmark::State& state) {
   }
   state.SetLabel(std::string(rung_name(target)));
 }
-BENCHMARK(BM_AdmissionDecision)->DenseRange(0, 5)->UseManualTime();
+BENCHMARK(BM_AdmissionDecision)->DenseRange(0, 6)->UseManualTime();
 
 // The full admission path a daemon runs per submission with 10,000 jobs queued on the GPU: headroom from the
 // reading and the ledger, pressure update, views from the mechanisms, decide.

@@ -128,6 +128,7 @@ std::string describe_reason(std::string_view reason) {
       {"gpu-breaker-open", "the GPU circuit breaker is open after GPU failures"},
       {"gpu-breaker-half-open", "the GPU is being probed after failures (circuit breaker half-open)"},
       {"gpu-held", "an application holds the GPU"},
+      {"gpu-given-back", "GPU replicas were given back to other programs that need the memory"},
       {"gpu-absent", "no GPU is available"},
       {"fallback-model", "a fallback model is in use"},
       {"memory-pressure", "GPU memory is under pressure"},

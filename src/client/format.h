@@ -144,7 +144,7 @@ struct ResidencyReply {
 struct Placement {
   std::optional<std::uint64_t> job_id;  // also the first member of Submit's reply
   std::optional<std::string> state;
-  std::optional<std::string> action;  // admit | delay | reduce | offload | route_cpu
+  std::optional<std::string> action;  // admit | delay | evict | reduce | offload | route_cpu
   std::optional<std::string> reason;
   std::optional<std::string> detail;
   std::optional<std::string> route;  // gpu | hybrid | cpu

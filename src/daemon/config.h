@@ -48,6 +48,10 @@ struct DeviceConfig {
   bool evict_on_hold = true;                               // HoldGpu gives the GPU replicas back (and release restores)
   std::chrono::milliseconds drain{5000};                   // how long running jobs may keep a replica being given
                                                            // back before they move to the CPU, [0, 1 h]
+  std::uint32_t max_pressure_evictions_per_minute = 4;     // replicas given back for foreign pressure in any minute,
+                                                           // [0, 600]; 0 = never for pressure
+  std::chrono::milliseconds recover_after{30000};          // one given back for pressure returns after there was room
+                                                           // for it this long without a break, [0, 1 h]
 };
 
 struct SamplingDefaults {
@@ -74,6 +78,7 @@ struct ModelConfig {
   int cpu_threads = 1;               // [1, 256] intra-op threads of the CPU replica
   std::int64_t keep_alive_s = -1;    // GPU replica given back after this long without a job: -1 = never (default),
                                      // 0 = after each job, [1, 2592000] s (docs/residency.md)
+  int priority = 0;                  // [-100, 100]: foreign pressure gives back the lower priority's replica first
   int gpu_threads = 1;               // [1, 256] (simulated accelerator computes on the CPU)
   std::uint32_t max_context = 0;     // 0 = the model's; else [16, 1048576]
   std::uint32_t max_sequences = 0;   // KV pool sized for this many sequences; 0 = the queue's concurrency

@@ -66,8 +66,7 @@ Spec text_list(std::size_t max_items, TextRule item_rule) {
 Spec rung_list() {
   Spec s;
   s.kind = Kind::rung_list;
-  for (auto r : {policy::Rung::admit, policy::Rung::delay, policy::Rung::reduce, policy::Rung::offload,
-                 policy::Rung::route_cpu, policy::Rung::reject}) {
+  for (auto r : policy::kRungs) {
     s.choices.push_back(policy::rung_name(r));
   }
   return s;
@@ -194,8 +193,7 @@ std::vector<std::string> rung_names(const std::vector<policy::Rung>& order) {
 std::vector<policy::Rung> rungs_from(const std::vector<std::string>& names) {
   std::vector<policy::Rung> out;
   for (const auto& n : names) {
-    for (auto r : {policy::Rung::admit, policy::Rung::delay, policy::Rung::reduce, policy::Rung::offload,
-                   policy::Rung::route_cpu, policy::Rung::reject}) {
+    for (auto r : policy::kRungs) {
       if (policy::rung_name(r) == n) out.push_back(r);
     }
   }
@@ -240,6 +238,9 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_MS(D, "probe_timeout_ms", device.probe_timeout, integer(10, 60'000)),
            TANDEM_BOOL(D, "evict_on_hold", device.evict_on_hold),
            TANDEM_MS(D, "drain_ms", device.drain, integer(0, 3'600'000)),
+           TANDEM_INT(D, "max_pressure_evictions_per_minute", device.max_pressure_evictions_per_minute,
+                      integer(0, 600)),
+           TANDEM_MS(D, "recover_after_ms", device.recover_after, integer(0, 3'600'000)),
        }},
       {"model", {}},
       {"margin",
@@ -401,6 +402,7 @@ const std::vector<Section<M>>& model_schema() {
            TANDEM_TEXT(M, "fallback", fallback, text()),
            TANDEM_INT(M, "cpu_threads", cpu_threads, integer(1, 256)),
            TANDEM_INT(M, "keep_alive_s", keep_alive_s, integer(-1, 2'592'000)),
+           TANDEM_INT(M, "priority", priority, integer(-100, 100)),
            TANDEM_INT(M, "gpu_threads", gpu_threads, integer(1, 256)),
            TANDEM_INT(M, "max_context", max_context, integer(16, 1'048'576, /*zero_ok=*/true)),
            TANDEM_INT(M, "max_sequences", max_sequences, integer(0, 4096)),

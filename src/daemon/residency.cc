@@ -1,5 +1,7 @@
 #include "daemon/residency.h"
 
+#include <algorithm>
+
 namespace tandem::daemon {
 
 void Residency::add(const std::string& model, Clock::time_point now, bool loaded) {
@@ -17,6 +19,10 @@ void Residency::add(const std::string& model, Clock::time_point now, bool loaded
 
 void Residency::set_keep_alive(const std::string& model, std::optional<Clock::duration> keep) {
   if (Replica* r = get(model)) r->keep_alive = keep;
+}
+
+void Residency::set_priority(const std::string& model, int priority) {
+  if (Replica* r = get(model)) r->priority = priority;
 }
 
 void Residency::used(const std::string& model, Clock::time_point now) {
@@ -85,6 +91,12 @@ Status Residency::evict(const std::string& model, EvictReason reason, Clock::tim
     return fail(Errc::illegal_transition,
                 "the GPU replica of " + model + " is " + std::string(replica_state_name(r->state)));
   enter(*r, ReplicaState::draining, now);
+  if (reason == EvictReason::pressure) {
+    while (!pressure_evictions_.empty() && now - pressure_evictions_.front() >= std::chrono::minutes(1))
+      pressure_evictions_.pop_front();
+    pressure_evictions_.push_back(now);
+    ++counters_.pressure_evictions;
+  }
   r->reason = reason;
   r->evict_began = now;
   r->freeing = r->preempted = r->restore_pending = false;
@@ -206,6 +218,40 @@ bool Residency::loaded(const std::string& model, const Status& st, Clock::durati
     ++counters_.restore_failures;
   }
   return false;
+}
+
+std::uint32_t Residency::pressure_budget(Clock::time_point now) const {
+  std::uint32_t used = 0;
+  for (auto t : pressure_evictions_) used += now - t < std::chrono::minutes(1);
+  return cfg_.max_pressure_evictions_per_minute > used ? cfg_.max_pressure_evictions_per_minute - used : 0;
+}
+
+std::vector<std::string> Residency::recover(const std::function<bool(const std::vector<std::string>&)>& room,
+                                            Clock::time_point now) {
+  std::vector<const Replica*> out_for;
+  for (const auto& [name, r] : replicas_)
+    if (r.state == ReplicaState::evicted && r.reason == EvictReason::pressure) out_for.push_back(&r);
+  std::sort(out_for.begin(), out_for.end(), [](const Replica* a, const Replica* b) {
+    if (a->priority != b->priority) return a->priority > b->priority;
+    if (a->last_used != b->last_used) return a->last_used > b->last_used;
+    return a->model < b->model;
+  });
+  bool calm = false;
+  for (const Replica* r : out_for) calm = calm || room({r->model});
+  if (!calm) {
+    calm_since_.reset();
+    return {};
+  }
+  if (!calm_since_) calm_since_ = now;
+  if (now - *calm_since_ < cfg_.recover_after) return {};
+  std::vector<std::string> load;
+  for (const Replica* r : out_for) {
+    load.push_back(r->model);
+    if (!room(load)) load.pop_back();
+  }
+  for (const auto& m : load) enter(*get(m), ReplicaState::loading, now);
+  calm_since_.reset();
+  return load;
 }
 
 void Residency::mark_loaded(const std::string& model, Clock::time_point now) {

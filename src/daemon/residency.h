@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -26,6 +27,10 @@ namespace tandem::daemon {
 
 struct ResidencyConfig {
   Clock::duration drain{std::chrono::seconds(5)};  // how long running jobs may stay on a draining replica
+  // Foreign pressure: at most this many replicas given back for it in any minute (0: never), and a replica given back
+  // for it comes back once there was room for it for `recover_after` without a break.
+  std::uint32_t max_pressure_evictions_per_minute = 4;
+  Clock::duration recover_after{std::chrono::seconds(30)};
 };
 
 class Residency {
@@ -46,6 +51,7 @@ class Residency {
     std::string error;                           // failed: the load error
     std::optional<Clock::duration> keep_alive;   // idle time before it is given back (nullopt: for ever)
     Clock::time_point last_used{};               // a GPU run of the model last started or ended
+    int priority = 0;                            // foreign pressure gives back the lower priority first
   };
 
   struct Counters {
@@ -54,6 +60,7 @@ class Residency {
     std::uint64_t restore_failures = 0;
     std::uint64_t preemptions = 0;      // drains that moved running jobs off the GPU
     std::uint64_t bytes_given_back = 0;
+    std::uint64_t pressure_evictions = 0;  // evictions begun for foreign pressure
   };
 
   // What the service carries out after drain(): free these replicas now (their last GPU job ended), and move the
@@ -71,6 +78,7 @@ class Residency {
   // keep_alive: how long a loaded replica may go without a GPU run before it is given back (reason idle); nullopt
   // = for ever, 0 = after each job.
   void set_keep_alive(const std::string& model, std::optional<Clock::duration> keep);
+  void set_priority(const std::string& model, int priority);
   // A GPU run of `model` started or ended: its idle time starts again.
   void used(const std::string& model, Clock::time_point now);
   // Begins giving back the loaded replicas idle past their keep_alive (no GPU run: `busy(model)` false); returns
@@ -117,6 +125,15 @@ class Residency {
   // A load finished: ok → loaded (or draining when an eviction was asked meanwhile: returns true, the caller
   // advances the drains), else failed (with the error). `took` becomes the expected load time only when it succeeded.
   bool loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now);
+  // Foreign pressure. How many more replicas may be given back for it now (the cap over the last minute).
+  std::uint32_t pressure_budget(Clock::time_point now) const;
+  // Brings back replicas given back for foreign pressure (evicted → loading, returned to be loaded): once `room`
+  // said yes for one of them without a break for `recover_after`, as many as `room` takes together, the highest
+  // priority first, then the most recently used. `room(models)`: the device can take those replicas' weights and
+  // stay out of pressure. The wait starts again after each restore.
+  std::vector<std::string> recover(const std::function<bool(const std::vector<std::string>&)>& room,
+                                   Clock::time_point now);
+
   // A failed replica was loaded by other means (the reload after a device recovery): failed → loaded.
   void mark_loaded(const std::string& model, Clock::time_point now);
 
@@ -130,6 +147,8 @@ class Residency {
   ResidencyConfig cfg_;
   std::map<std::string, Replica> replicas_;
   Counters counters_;
+  std::deque<Clock::time_point> pressure_evictions_;  // when, within the last minute
+  std::optional<Clock::time_point> calm_since_;       // room for a pressure-evicted replica since then
 };
 
 }  // namespace tandem::daemon

@@ -72,16 +72,20 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
       failover_(cfg_.policy.failover),
       idempotency_(cfg_.policy.idempotency),
       readings_(cfg_.policy.ladder.pressure),
-      residency_(ResidencyConfig{std::chrono::duration_cast<Clock::duration>(cfg_.device.drain)}) {
+      residency_(ResidencyConfig{std::chrono::duration_cast<Clock::duration>(cfg_.device.drain),
+                                 cfg_.device.max_pressure_evictions_per_minute,
+                                 std::chrono::duration_cast<Clock::duration>(cfg_.device.recover_after)}) {
   generate_wl_ = std::make_unique<GenerateWorkload>();
   embed_wl_ = std::make_unique<EmbedWorkload>();
   transcribe_wl_ = std::make_unique<TranscribeWorkload>();
   for (const auto& m : backend_->models())
     if (m.gpu_configured && backend_->accelerator()) {
       residency_.add(m.name, clock_->now(), backend_->gpu_ready(m.name));
-      for (const auto& mc : cfg_.models)
-        if (mc.name == m.name && mc.keep_alive_s >= 0)
-          residency_.set_keep_alive(m.name, std::chrono::seconds(mc.keep_alive_s));
+      for (const auto& mc : cfg_.models) {
+        if (mc.name != m.name) continue;
+        if (mc.keep_alive_s >= 0) residency_.set_keep_alive(m.name, std::chrono::seconds(mc.keep_alive_s));
+        residency_.set_priority(m.name, mc.priority);
+      }
     }
 }
 

@@ -344,6 +344,15 @@ class Service {
   void start_gpu_load(const std::string& model);
   bool gpu_busy(const std::string& model) const;  // a run of `model` is on the GPU (or offloaded)
   bool gpu_wanted(const std::string& model) const;  // gpu_busy, or a job of `model` waits in the GPU queue
+  // Foreign pressure (the evict rung, docs/residency.md): the idle GPU replicas of models other than `except`, the
+  // bytes of replicas being given back now, carrying out a decision's evictions, giving back idle replicas while
+  // others' usage keeps the device in critical pressure, and bringing them back once there is room again.
+  std::vector<policy::EvictCandidate> evict_candidates(const std::string& except) const;
+  std::uint64_t evicting_bytes() const;
+  void evict_for(const policy::Decision& d, const std::string& for_model);
+  void relieve_pressure(Clock::time_point now);
+  void recover_from_pressure(Clock::time_point now);
+  std::uint64_t replica_bytes(const std::string& model) const;  // what its GPU replica holds when loaded
   std::uint32_t active_jobs_of(const std::string& bus_name) const;
   void prune_finished();
 

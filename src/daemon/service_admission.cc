@@ -149,6 +149,11 @@ policy::AdmissionSnapshot Service::snapshot(const ModelInfo& m, const policy::Re
                                 backend_->offload_ready(m.name), self);
   s.gpu.present = gpu_usable(m.name);
   s.gpu.waited = waited;
+  if (s.gpu.present) {
+    s.gpu.evictable = evict_candidates(m.name);
+    s.gpu.evicting_bytes = evicting_bytes();
+    s.gpu.evict_budget = residency_.pressure_budget(now);
+  }
   // Its GPU replica is coming back (docs/residency.md): the job may wait for it, or start on the CPU, whichever
   // finishes sooner by the measured rates.
   if (auto loading = replica_loading_eta(m, now)) {
@@ -384,7 +389,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   if (d.action == Rung::route_cpu) {
     jp->queue = QueueId::cpu;
     placed = cpu_queue_.enqueue(entry);
-  } else if (d.action == Rung::delay) {
+  } else if (d.action == Rung::delay || d.action == Rung::evict) {
     jp->queue = QueueId::gpu;
     placed = gpu_queue_.enqueue(entry);
   } else {  // admit, reduce, offload: the policy checked the slot, the memory and that nothing is queued ahead
@@ -405,6 +410,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
     emit(*jp, "routed", routed);
     if (jp->degraded)
       log::info("job {} routed {}: {} ({})", jp->id, route_name(jp->route), policy::reason_name(d.reason), d.detail);
+    evict_for(d, jp->model);
     pump();
   }
   Dict out = placement(*jp);

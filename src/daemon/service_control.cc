@@ -176,6 +176,8 @@ bool Service::gpu_wanted(const std::string& model) const {
 
 void Service::residency_step() {
   const auto now = clock_->now();
+  relieve_pressure(now);
+  recover_from_pressure(now);
   // Idle: no job runs on it or waits for it in the GPU queue.
   for (const auto& m : residency_.evict_idle([this](const std::string& x) { return gpu_wanted(x); }, now)) {
     const auto* r = residency_.find(m);
@@ -212,6 +214,99 @@ void Service::residency_step() {
       post(std::move(ev));
     });
   }
+}
+
+std::uint64_t Service::replica_bytes(const std::string& model) const {
+  std::uint64_t bytes = backend_->gpu_resident_bytes(model);
+  if (const auto* r = residency_.find(model)) bytes = std::max(bytes, r->given_back_bytes);
+  for (const auto& m : backend_->models())
+    if (m.name == model) bytes = std::max(bytes, m.weight_bytes);
+  return bytes;
+}
+
+std::vector<policy::EvictCandidate> Service::evict_candidates(const std::string& except) const {
+  std::vector<policy::EvictCandidate> out;
+  for (const auto& r : residency_.list()) {
+    if (r.model == except || r.state != ReplicaState::loaded || gpu_wanted(r.model)) continue;
+    const std::uint64_t bytes = backend_->gpu_resident_bytes(r.model);
+    if (bytes > 0) out.push_back({r.model, bytes, r.priority, r.last_used});
+  }
+  return out;
+}
+
+std::uint64_t Service::evicting_bytes() const {
+  std::uint64_t sum = 0;
+  for (const auto& r : residency_.list())
+    if (r.state == ReplicaState::draining) sum += replica_bytes(r.model);  // not the live value: it drops at the free
+  return sum;
+}
+
+void Service::evict_for(const Decision& d, const std::string& for_model) {
+  if (d.action != Rung::evict || d.evict.empty()) return;
+  const auto now = clock_->now();
+  const auto& h = readings_.headroom();
+  for (const auto& m : d.evict)
+    if (residency_.evict(m, EvictReason::pressure, now))
+      log::warn("GPU replica of {}: giving it back (foreign pressure: others use {} MiB; a job for {} {})", m,
+                h.foreign_used_bytes >> 20, for_model, d.detail);
+  update_service_state();
+  residency_step();
+}
+
+// Nothing of ours asks, but others' usage with our resident weights keeps the device in critical pressure (the
+// headroom once our jobs' reservations are gone is below the critical level): give idle replicas back until it
+// would leave critical, lowest priority and least recently used first, within the cap. Without enough idle bytes
+// to lift it, every idle replica the cap allows goes: the other program needs the memory more than an idle copy.
+void Service::relieve_pressure(Clock::time_point now) {
+  if (!holds_.empty() || readings_.device_lost()) return;
+  const auto& order = cfg_.policy.ladder.order;
+  if (std::find(order.begin(), order.end(), Rung::evict) == order.end()) return;  // the ladder never evicts
+  const auto& h = readings_.headroom();
+  if (h.total_bytes == 0 || h.trust == policy::ReadingTrust::expired || h.foreign_used_bytes == 0) return;
+  const auto& p = cfg_.policy.ladder.pressure;
+  const double total = static_cast<double>(h.total_bytes);
+  if (static_cast<double>(h.drained_headroom) >= p.critical_enter_fraction * total) return;
+  const std::uint32_t budget = residency_.pressure_budget(now);
+  if (budget == 0) return;
+  auto candidates = evict_candidates("");
+  if (candidates.empty()) return;
+  const double exit = std::ceil(p.critical_exit_fraction * total);
+  std::uint64_t missing = static_cast<std::uint64_t>(std::max(0.0, exit - static_cast<double>(h.drained_headroom)));
+  const std::uint64_t coming = evicting_bytes();  // replicas already being given back (not in the reading yet)
+  if (missing <= coming) return;
+  missing -= coming;
+  std::uint64_t idle = 0;
+  for (const auto& c : candidates) idle += c.bytes;
+  // All of them, in order, when even all do not free what is missing.
+  std::vector<std::string> pick = *policy::choose_evictions(candidates, std::min(missing, idle));
+  if (pick.size() > budget) pick.resize(budget);
+  for (const auto& m : pick)
+    if (residency_.evict(m, EvictReason::pressure, now))
+      log::warn("GPU replica of {}: giving it back (foreign pressure: others use {} MiB, {} MiB left once our jobs "
+                "end)", m, h.foreign_used_bytes >> 20, h.drained_headroom / (1 << 20));
+}
+
+// Replicas given back for foreign pressure come back when the device can take their weights and stay out of
+// pressure (the headroom minus their bytes at or above the elevated exit level) for recover_after without a break.
+void Service::recover_from_pressure(Clock::time_point now) {
+  if (!holds_.empty() || readings_.device_lost()) return;
+  const auto& h = readings_.headroom();
+  const bool readable = h.total_bytes > 0 && h.trust != policy::ReadingTrust::expired;
+  const double floor = cfg_.policy.ladder.pressure.elevated_exit_fraction * static_cast<double>(h.total_bytes);
+  auto room = [&](const std::vector<std::string>& models) {
+    if (!readable) return false;
+    double need = 0;
+    for (const auto& m : models) need += static_cast<double>(replica_bytes(m));
+    return static_cast<double>(h.headroom) - need >= floor;
+  };
+  const auto load = residency_.recover(room, now);
+  for (const auto& m : load) {
+    log::warn("GPU replica of {}: loading it back (room again for {} ms: others use {} MiB)", m,
+              std::chrono::duration_cast<std::chrono::milliseconds>(residency_.config().recover_after).count(),
+              h.foreign_used_bytes >> 20);
+    start_gpu_load(m);
+  }
+  if (!load.empty()) refresh_readings();  // the loads' bytes are in the ledger before the next decision
 }
 
 void Service::wake_replica(const std::string& model) {
@@ -415,6 +510,7 @@ std::map<std::string, std::uint64_t> Service::counters() const {
   c["gpu_restore_failures"] = rc.restore_failures;
   c["gpu_drain_preemptions"] = rc.preemptions;
   c["gpu_bytes_given_back"] = rc.bytes_given_back;
+  c["gpu_pressure_evictions"] = rc.pressure_evictions;
   if (auto* sim = as_sim(backend_->accelerator())) {
     const auto sc = sim->counters();
     c["sim_allocations"] = sc.allocations;

@@ -13,7 +13,11 @@ void Service::refresh_readings() {
   const auto now = clock_->now();
   auto acc = backend_->accelerator();
   for (const auto& m : backend_->models()) {
-    const auto bytes = backend_->gpu_resident_bytes(m.name);
+    auto bytes = backend_->gpu_resident_bytes(m.name);
+    // A replica being loaded back counts in full from the start of its load: two loads, or a load and a job, cannot
+    // overcommit the device between readings.
+    if (const auto* r = residency_.find(m.name); r && r->state == ReplicaState::loading)
+      bytes = std::max(bytes, replica_bytes(m.name));
     (void)ledger_.set_resident(m.name, bytes);
   }
   if (acc) {
@@ -78,6 +82,8 @@ void Service::update_service_state() {
     in.gpu_present = ready || residency_.any_given_back();  // given back on purpose: the device is fine
   }
   in.gpu_held = !holds_.empty();
+  for (const auto& r : residency_.list())
+    in.gpu_given_back = in.gpu_given_back || (r.reason == EvictReason::pressure && residency_.given_back(r.model));
   for (JobId id : active_)  // a fallback model serving an unfinished job is announced
     if (const JobRecord* j = find(id); j && j->route.fallback_model) {
       in.fallback_model = j->route.model;

@@ -55,6 +55,10 @@ void Service::pump() {
       continue;
     }
     if (d.action == Rung::delay) break;  // FIFO: nothing overtakes the head
+    if (d.action == Rung::evict) {  // it waits at the head for the bytes of the replicas given back
+      evict_for(d, j->model);
+      break;
+    }
     if (d.action == Rung::route_cpu) {
       gpu_queue_.remove(j->id);
       j->decision = d;

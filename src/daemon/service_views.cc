@@ -159,7 +159,7 @@ Status Service::set_policy(const Caller& c, const Dict& changes) {
       std::vector<Rung> order;
       for (const auto& n : names) {
         bool found = false;
-        for (Rung r : {Rung::admit, Rung::delay, Rung::reduce, Rung::offload, Rung::route_cpu, Rung::reject})
+        for (Rung r : policy::kRungs)
           if (n == action_name(r)) {
             order.push_back(r);
             found = true;

@@ -46,9 +46,33 @@ std::string_view reason_name(Reason r) noexcept {
     case Reason::host_guard_missing: return "host_guard_missing";
     case Reason::replica_loading: return "replica_loading";
     case Reason::cpu_sooner: return "cpu_sooner";
+    case Reason::evicting_idle: return "evicting_idle";
+    case Reason::waiting_for_eviction: return "waiting_for_eviction";
+    case Reason::memory_not_short: return "memory_not_short";
+    case Reason::no_idle_replica: return "no_idle_replica";
+    case Reason::eviction_insufficient: return "eviction_insufficient";
+    case Reason::eviction_capped: return "eviction_capped";
     case Reason::no_rung: return "no_rung";
   }
   return "no_rung";
+}
+
+std::optional<std::vector<std::string>> choose_evictions(std::vector<EvictCandidate> c, std::uint64_t missing) {
+  std::stable_sort(c.begin(), c.end(), [](const EvictCandidate& a, const EvictCandidate& b) {
+    if (a.priority != b.priority) return a.priority < b.priority;
+    if (a.last_used != b.last_used) return a.last_used < b.last_used;
+    return a.model < b.model;
+  });
+  std::vector<std::string> out;
+  std::uint64_t freed = 0;
+  for (const auto& e : c) {
+    if (freed >= missing) break;
+    if (e.bytes == 0) continue;  // gives nothing back
+    out.push_back(e.model);
+    freed = sat_add(freed, e.bytes);
+  }
+  if (freed < missing) return std::nullopt;
+  return out;
 }
 
 Error Decision::to_error() const {
@@ -267,6 +291,62 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
         d.eta = eta;
         d.detail = "delay in gpu queue (" + std::string(reason_name(d.reason)) + "), eta " + format_duration(d.eta) +
                    (g.waited > Clock::duration::zero() ? ", waited " + format_duration(g.waited) : "");
+        return d;
+      }
+      case Rung::evict: {
+        // Foreign pressure (docs/residency.md): rather than degrading the job while idle weights of other models sit
+        // on the device, give those back (lowest priority, least recently used first) and wait in the GPU queue for
+        // the bytes. Only what is missing; never past the cap on evictions per minute.
+        if (auto r = gpu_blocked(g, true)) { skip(rung, *r); break; }
+        if (g.headroom.trust == ReadingTrust::expired) { skip(rung, Reason::reading_expired); break; }
+        if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits, {}, true); break; }
+        if (never_fits(full)) {
+          skip(rung, Reason::exceeds_device, need + ", device capacity " + signed_bytes(capacity), true);
+          break;
+        }
+        if (g.queue_full) { skip(rung, Reason::gpu_queue_full); break; }
+        std::int64_t target = as_signed(full.total_bytes);
+        if (g.pressure == Pressure::critical) {
+          const double exit = std::ceil(ladder_.pressure.critical_exit_fraction * static_cast<double>(g.headroom.total_bytes));
+          target = std::max(target, as_signed(static_cast<std::uint64_t>(exit)));
+        }
+        const std::int64_t missing = ssub(target, room);
+        if (missing <= 0) { skip(rung, Reason::memory_not_short); break; }
+        std::vector<std::string> chosen;
+        std::uint64_t chosen_bytes = 0;
+        if (static_cast<std::uint64_t>(missing) > g.evicting_bytes) {
+          const std::uint64_t rest = static_cast<std::uint64_t>(missing) - g.evicting_bytes;
+          if (g.evictable.empty()) { skip(rung, Reason::no_idle_replica, "missing " + format_bytes(rest)); break; }
+          auto pick = choose_evictions(g.evictable, rest);
+          if (!pick) {
+            std::uint64_t idle = 0;
+            for (const auto& e : g.evictable) idle = sat_add(idle, e.bytes);
+            skip(rung, Reason::eviction_insufficient,
+                 "idle replicas hold " + format_bytes(idle) + " of the missing " + format_bytes(rest));
+            break;
+          }
+          if (pick->size() > g.evict_budget) {
+            skip(rung, Reason::eviction_capped,
+                 std::to_string(pick->size()) + " eviction(s) needed, " + std::to_string(g.evict_budget) +
+                     " left this minute");
+            break;
+          }
+          chosen = std::move(*pick);
+          for (const auto& m : chosen)
+            for (const auto& e : g.evictable)
+              if (e.model == m) chosen_bytes = sat_add(chosen_bytes, e.bytes);
+        }
+        d.action = Rung::evict;
+        d.reason = chosen.empty() ? Reason::waiting_for_eviction : Reason::evicting_idle;
+        d.eta = g.queue_wait;
+        std::string names;
+        for (const auto& m : chosen) names += (names.empty() ? "" : ", ") + m;
+        d.detail = chosen.empty()
+                       ? "wait in the gpu queue for the replicas being given back (" + format_bytes(g.evicting_bytes) +
+                             "): " + need
+                       : "give back the idle gpu replica(s) of " + names + " (" + format_bytes(chosen_bytes) +
+                             ") and wait in the gpu queue: " + need;
+        d.evict = std::move(chosen);
         return d;
       }
       case Rung::reduce: {

@@ -30,7 +30,10 @@ enum class Reason {
   queued_ahead, no_free_slot, exceeds_device, gpu_queue_full, wait_too_long, wait_unknown, reduce_not_allowed,
   reduce_insufficient, offload_disabled, offload_unsupported, offload_insufficient, cpu_not_allowed,
   cpu_unavailable, cpu_incompatible, exceeds_cpu_limits, cpu_queue_full, host_memory, host_guard_missing,
-  replica_loading, cpu_sooner, no_rung,
+  replica_loading, cpu_sooner,
+  // the evict rung (docs/residency.md "Foreign pressure"): chosen, and why it was skipped
+  evicting_idle, waiting_for_eviction, memory_not_short, no_idle_replica, eviction_insufficient, eviction_capped,
+  no_rung,
 };
 std::string_view reason_name(Reason r) noexcept;
 
@@ -41,6 +44,20 @@ struct RunningGpuJob {
 
   friend bool operator==(const RunningGpuJob&, const RunningGpuJob&) = default;
 };
+
+// An idle GPU replica of another model that the `evict` rung may give back: no job runs on it or waits for it.
+struct EvictCandidate {
+  std::string model;
+  std::uint64_t bytes = 0;        // what giving it back returns (its weights on the device)
+  int priority = 0;               // [[model]] priority: the lower goes first
+  Clock::time_point last_used{};  // its last GPU run: within a priority, the least recently used goes first
+
+  friend bool operator==(const EvictCandidate&, const EvictCandidate&) = default;
+};
+
+// The replicas to give back, in order, so that at least `missing` bytes come back: the lowest priority first, then
+// the least recently used; only as many as needed. nullopt when all of them together free less than `missing`.
+std::optional<std::vector<std::string>> choose_evictions(std::vector<EvictCandidate> candidates, std::uint64_t missing);
 
 struct GpuView {
   bool present = true;
@@ -72,6 +89,11 @@ struct GpuView {
   // the loop must never give the job a bigger chunk (its reservation assumes it).
   std::uint32_t running_sequences = 0;
   std::uint32_t step_tokens = 0;
+  // Foreign pressure (the `evict` rung): the idle replicas of other models it may give back, the bytes of replicas
+  // already being given back (they return without another eviction), and how many evictions the cap still allows.
+  std::vector<EvictCandidate> evictable;
+  std::uint64_t evicting_bytes = 0;
+  std::uint32_t evict_budget = 0;
 };
 
 struct CpuView {
@@ -118,6 +140,7 @@ struct Decision {
   Clock::duration retry_after{};       // reject: when retrying may succeed (0 when permanent)
   bool permanent = false;              // reject: resubmitting the same request cannot succeed (see to_error)
   std::vector<RungNote> skipped;       // rungs tried before the chosen one, with why
+  std::vector<std::string> evict;      // evict: the idle replicas to give back now (empty: enough is on its way back)
 
   bool accepted() const { return action != Rung::reject; }
   // A reject as an error value for the caller to hand back: Errc::rejected (resumable, "retry after ...") or, when

@@ -52,6 +52,7 @@ std::string_view rung_name(Rung r) noexcept {
   switch (r) {
     case Rung::admit: return "admit";
     case Rung::delay: return "delay";
+    case Rung::evict: return "evict";
     case Rung::reduce: return "reduce";
     case Rung::offload: return "offload";
     case Rung::route_cpu: return "route_cpu";

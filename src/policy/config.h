@@ -55,11 +55,15 @@ struct PressureConfig {
   Status validate(const std::string& path = "ladder.pressure") const;
 };
 
-enum class Rung { admit, delay, reduce, offload, route_cpu, reject };
+// evict: give back idle GPU replicas of other models so that the job fits (docs/residency.md "Foreign pressure").
+enum class Rung { admit, delay, evict, reduce, offload, route_cpu, reject };
 std::string_view rung_name(Rung r) noexcept;
+// Every rung, in the default order (config parsers, Policy.ladder_order and the views list them from here).
+inline constexpr Rung kRungs[] = {Rung::admit,   Rung::delay,     Rung::evict, Rung::reduce,
+                                  Rung::offload, Rung::route_cpu, Rung::reject};
 
 struct LadderConfig {
-  std::vector<Rung> order{Rung::admit, Rung::delay, Rung::reduce, Rung::offload, Rung::route_cpu, Rung::reject};
+  std::vector<Rung> order{std::begin(kRungs), std::end(kRungs)};
   PressureConfig pressure;
   Clock::duration max_delay = 30s;           // delay only while time waited + estimated wait is at most this
   std::uint32_t min_reduced_new_tokens = 64; // reduce never caps max_new_tokens below this; <= both queues' max_new

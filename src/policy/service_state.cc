@@ -25,6 +25,8 @@ ServiceStatus ServiceStateTracker::derive(const ServiceInputs& in) {
     gpu_down = "gpu-breaker-half-open";
   } else if (in.gpu_held) {
     gpu_down = "gpu-held";
+  } else if (in.gpu_given_back) {
+    gpu_down = "gpu-given-back";  // their work runs on the CPU until the replicas come back
   }
   if (!gpu_down.empty()) {
     s.level = in.cpu_available ? ServiceLevel::degraded : ServiceLevel::unavailable;

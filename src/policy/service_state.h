@@ -36,6 +36,7 @@ struct ServiceInputs {
   std::string fallback_model;     // "" = none in use
   Limits limits;
   ReadingTrust reading = ReadingTrust::fresh;  // trust of the device reading `pressure` was derived from
+  bool gpu_given_back = false;    // GPU replicas are out for others' memory use (foreign pressure)
 };
 
 struct ServiceStatus {

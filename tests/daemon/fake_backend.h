@@ -141,6 +141,12 @@ class FakeBackend final : public Backend {
     cpu_ready_.insert("asr");
   }
 
+  // Sets a model's weight bytes (before place_on_device and the service's start).
+  void set_weight_bytes(const std::string& model, std::uint64_t bytes) {
+    for (auto& m : models_)
+      if (m.name == model) m.weight_bytes = bytes;
+  }
+
   // --- Backend ---
   const std::vector<ModelInfo>& models() const override { return models_; }
 

@@ -190,6 +190,12 @@ DaemonConfig base_config(const std::string& dir) {
   return cfg;
 }
 
+// The default ladder without the evict rung (tests of what the ladder does when no replica is given back).
+std::vector<policy::Rung> ladder_without_evict() {
+  using policy::Rung;
+  return {Rung::admit, Rung::delay, Rung::reduce, Rung::offload, Rung::route_cpu, Rung::reject};
+}
+
 SubmitRequest request(std::string prompt = "hello tandem", std::uint32_t max_tokens = 8) {
   SubmitRequest r;
   r.prompt = std::move(prompt);

@@ -124,7 +124,7 @@ TEST(DaemonConfig, EveryRangeViolationNamesFileKeyAndRange) {
       {"[ladder]\norder = [\"admit\", \"admit\", \"reject\"]",
        "ladder.order: must be free of duplicates, got 'admit' twice"},
       {"[ladder]\norder = [\"admit\", \"jump\", \"reject\"]",
-       "ladder.order[1]: must be one of \"admit\", \"delay\", \"reduce\", \"offload\", \"route_cpu\", \"reject\", got "
+       "ladder.order[1]: must be one of \"admit\", \"delay\", \"evict\", \"reduce\", \"offload\", \"route_cpu\", \"reject\", got "
        "\"jump\""},
       {"[ladder]\ndefault_retry_after_ms = 400000",
        "ladder.max_retry_after_ms: must be >= default_retry_after_ms (400s), got 300s"},
@@ -260,7 +260,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
        "runtime, embedding, speech, rings)"},
       {"[device]\nfoo = 1",
        "unknown key 'device.foo' (allowed: kind, cuda_index, sim_capacity, sim_reading_lag_ms, poll_interval_ms, "
-       "idle_poll_interval_ms, probe_interval_ms, probe_timeout_ms, evict_on_hold, drain_ms)"},
+       "idle_poll_interval_ms, probe_interval_ms, probe_timeout_ms, evict_on_hold, drain_ms, max_pressure_evictions_per_minute, recover_after_ms)"},
       {"[ladder.pressure]\nelevated = 0.1",
        "unknown key 'ladder.pressure.elevated' (allowed: elevated_enter_fraction, elevated_exit_fraction, "
        "critical_enter_fraction, critical_exit_fraction)"},
@@ -277,7 +277,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
                                     "stale_discount_fraction)"},
       {model_with("gpu_layer = 3"),
        "unknown key 'model[\"m\"].gpu_layer' (allowed: name, dir, revision, dtype, template, replica_mode, gpu, "
-       "gpu_layers, fallback, cpu_threads, keep_alive_s, gpu_threads, max_context, max_sequences, sampling)",
+       "gpu_layers, fallback, cpu_threads, keep_alive_s, priority, gpu_threads, max_context, max_sequences, sampling)",
        true},
       {model_with("", "temp = 1"),
        "unknown key 'model[\"m\"].sampling.temp' (allowed: temperature, top_k, top_p, repetition_penalty, "

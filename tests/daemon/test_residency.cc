@@ -232,5 +232,71 @@ TEST_F(Fixture, AFailedLoadAtStartIsFailedAndAFailedLoadKeepsTheLastGoodTime) {
   EXPECT_EQ(fresh.find("chat")->last_load, 300ms) << "a fast failure is not a load time";
 }
 
+// Foreign pressure: at most max_pressure_evictions_per_minute begin in any minute (other reasons do not count).
+TEST(ResidencyPressure, TheCapCountsPressureEvictionsOverASlidingMinute) {
+  ResidencyConfig cfg{5s};
+  cfg.max_pressure_evictions_per_minute = 2;
+  Residency r(cfg);
+  for (const char* m : {"a", "b", "c", "d"}) r.add(m, at(0));
+  EXPECT_EQ(r.pressure_budget(at(0)), 2u);
+  ASSERT_TRUE(r.evict("a", EvictReason::pressure, at(1000)));
+  ASSERT_TRUE(r.evict("b", EvictReason::idle, at(2000)));
+  EXPECT_EQ(r.pressure_budget(at(2000)), 1u) << "an idle eviction is not capped";
+  ASSERT_TRUE(r.evict("c", EvictReason::pressure, at(30000)));
+  EXPECT_EQ(r.pressure_budget(at(30000)), 0u);
+  EXPECT_EQ(r.pressure_budget(at(60999)), 0u);
+  EXPECT_EQ(r.pressure_budget(at(61000)), 1u) << "the first left the window";
+  EXPECT_EQ(r.pressure_budget(at(90000)), 2u);
+  EXPECT_EQ(r.counters().pressure_evictions, 2u);
+  cfg.max_pressure_evictions_per_minute = 0;
+  Residency never(cfg);
+  EXPECT_EQ(never.pressure_budget(at(0)), 0u);
+}
+
+// A replica given back for pressure comes back once there was room for it for recover_after without a break: the
+// highest priority first, then the most recently used, as many as fit together; hold/idle/request ones stay out.
+TEST(ResidencyPressure, RecoverWaitsForAnUnbrokenCalmThenLoadsWhatFits) {
+  ResidencyConfig cfg{0s};
+  cfg.recover_after = 10s;
+  Residency r(cfg);
+  for (const char* m : {"a", "b", "c", "held"}) r.add(m, at(0));
+  r.used("a", at(100));
+  r.used("b", at(200));
+  r.set_priority("c", 5);
+  for (const char* m : {"a", "b", "c"}) {
+    ASSERT_TRUE(r.evict(m, EvictReason::pressure, at(1000)));
+    EXPECT_FALSE(r.freed(m, 100, at(1000)));
+  }
+  ASSERT_TRUE(r.evict("held", EvictReason::hold, at(1000)));
+  EXPECT_FALSE(r.freed("held", 100, at(1000)));
+  ASSERT_EQ(r.find("a")->state, ReplicaState::evicted);
+  std::size_t room_for = 0;  // how many replicas the device takes together
+  std::vector<std::vector<std::string>> asked;
+  auto room = [&](const std::vector<std::string>& ms) {
+    asked.push_back(ms);
+    return ms.size() <= room_for;
+  };
+  EXPECT_TRUE(r.recover(room, at(2000)).empty()) << "no room";
+  room_for = 2;
+  EXPECT_TRUE(r.recover(room, at(3000)).empty()) << "the calm begins";
+  EXPECT_TRUE(r.recover(room, at(12999)).empty());
+  room_for = 0;
+  EXPECT_TRUE(r.recover(room, at(13000)).empty()) << "a break";
+  room_for = 2;
+  EXPECT_TRUE(r.recover(room, at(14000)).empty()) << "the calm begins again";
+  EXPECT_TRUE(r.recover(room, at(23999)).empty());
+  asked.clear();
+  const auto load = r.recover(room, at(24000));
+  EXPECT_EQ(load, (std::vector<std::string>{"c", "b"})) << "priority, then the most recently used; two fit";
+  EXPECT_EQ(r.find("c")->state, ReplicaState::loading);
+  EXPECT_EQ(r.find("a")->state, ReplicaState::evicted);
+  EXPECT_EQ(r.find("held")->state, ReplicaState::evicted) << "a held replica comes back with the hold's release";
+  EXPECT_TRUE(r.recover(room, at(24001)).empty()) << "the wait starts again";
+  EXPECT_TRUE(r.loaded("c", {}, 5ms, at(25000)) == false);
+  EXPECT_EQ(r.find("c")->state, ReplicaState::loaded);
+  EXPECT_EQ(r.find("c")->reason, EvictReason::none);
+  EXPECT_EQ(r.recover(room, at(34001)), (std::vector<std::string>{"a"}));
+}
+
 }  // namespace
 }  // namespace tandem::daemon

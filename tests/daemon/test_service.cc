@@ -168,6 +168,8 @@ TEST_F(ServiceTest, PlanPredictsSubmitAndChangesNothing) {
 // --- memory pressure: the CPU route, announced before the first token ----------------------------------------------
 
 TEST_F(ServiceTest, ForeignLoadRoutesNewJobsToTheCpuAnnouncedBeforeTheirTokens) {
+  // Without the evict rung: the idle replica stays (giving it back: test_service_residency.cc, PressureTest).
+  cfg_.policy.ladder.order = ladder_without_evict();
   ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(emit(4));
   sim_->set_foreign_bytes(8 * kGiB - 256 * kMiB);  // another program took almost all of the device

@@ -550,6 +550,8 @@ TEST_F(EmbedTest, ALargeEmbeddingBatchRoutesToTheCpuWhileAShortPromptKeepsTheGpu
   cfg_.policy.headroom.margin.bytes = 0;
   cfg_.policy.headroom.margin.fraction = 0;
   cfg_.policy.ladder.pressure = {1e-9, 2e-9, 0.0, 1e-9};  // a few hundred KiB free is not "critical" here
+  // Without the evict rung (else the idle LLM replica would be given back for the batch: test_service_residency.cc).
+  cfg_.policy.ladder.order = ladder_without_evict();
   start();
   SubmitRequest small = request("hi", 4);
   auto plan = svc_->plan(alice_, small);

@@ -3,6 +3,7 @@
 // drain time passed (the same tokens as an uninterrupted run) — and releasing the last hold loads it again. Over the
 // scripted FakeBackend with its weights accounted on the simulated device, so the device's reading shows the bytes.
 #include "service_fixture.h"
+#include "square_wav.h"
 
 namespace tandem::daemon {
 namespace {
@@ -430,6 +431,127 @@ TEST_F(ResidencyTest, AHoldReleasedWhileTheDeviceIsLostRestoresAfterTheRecovery)
   clock_->advance(120s);
   ASSERT_TRUE(pump_until([&] { return state() == ReplicaState::loaded; }, true));
   EXPECT_EQ(backend_->gpu_loads(), 1);
+}
+
+// Foreign pressure (docs/residency.md): an 8 GiB device with three GPU replicas — the chat model "tiny" (2 GiB), image
+// search "emb" (1 GiB) and transcription "asr" (1 GiB) — while another program's usage grows.
+class PressureTest : public ResidencyTest {
+ protected:
+  PressureTest() {
+    backend_->add_embedding_model();
+    backend_->add_speech_model();
+    for (const char* m : {"emb", "asr"}) {
+      ModelConfig mc;
+      mc.name = m;
+      mc.dir = std::string("/nonexistent/") + m;
+      cfg_.models.push_back(mc);
+    }
+    backend_->set_weight_bytes("tiny", 2 * kGiB);
+    backend_->set_weight_bytes("emb", 1 * kGiB);
+    backend_->set_weight_bytes("asr", 1 * kGiB);
+    EXPECT_TRUE(backend_->place_on_device());
+    cfg_.device.recover_after = std::chrono::milliseconds(10000);
+  }
+  ReplicaState state_of(const std::string& m) { return svc_->residency().find(m)->state; }
+  // A transcription on "asr" (its replica is then the most recently used).
+  void use_asr() {
+    TranscribeRequest r;
+    r.model = "asr";
+    r.audio = std::make_shared<const std::vector<std::uint8_t>>(square_wav(10, 1000, 1));
+    r.audio_name = "audio_fd[0]";
+    auto p = svc_->transcribe(alice_, r);
+    ASSERT_TRUE(p) << describe(p);
+    ASSERT_TRUE(wait_terminal(u64(*p, "job_id")));
+  }
+  void foreign(std::uint64_t bytes) { ASSERT_TRUE(svc_->testing_foreign_load(bytes)); }
+};
+
+TEST_F(PressureTest, GrowingForeignLoadEvictsTheLeastRecentlyUsedIdleReplicaAndTheJobStaysOnTheGpu) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(2));
+  clock_->advance(1s);
+  ASSERT_NO_FATAL_FAILURE(use_asr());  // emb is now the least recently used
+  // 7 of 8 GiB in use (ours 4, a game's 3): elevated, the job fits, nothing is given back.
+  ASSERT_NO_FATAL_FAILURE(foreign(3 * kGiB));
+  Dict p1;
+  const JobId a = submit_ok(alice_, request("fits"), &p1);
+  EXPECT_EQ(str(p1, "route"), "gpu");
+  ASSERT_TRUE(wait_terminal(a));
+  EXPECT_EQ(counter("gpu_pressure_evictions"), 0u);
+
+  // The game takes 3.4 GiB (92.5 % in use): critical. Instead of the CPU, the idle replica used least recently goes.
+  ASSERT_NO_FATAL_FAILURE(foreign(3 * kGiB + 400 * kMiB));
+  Dict p2;
+  const JobId b = submit_ok(alice_, request("under pressure"), &p2);
+  EXPECT_EQ(str(p2, "route"), "gpu") << str(p2, "detail");
+  EXPECT_EQ(str(p2, "action"), "evict");
+  EXPECT_EQ(str(p2, "reason"), "evicting_idle");
+  EXPECT_THAT(str(p2, "detail"), HasSubstr("emb"));
+  ASSERT_TRUE(wait_terminal(b));
+  EXPECT_EQ(phase(b), "completed");
+  const auto runs = backend_->runs_of(b);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].route.device, policy::Device::gpu) << "nothing went to the CPU that could stay";
+  EXPECT_EQ(state_of("emb"), ReplicaState::evicted);
+  EXPECT_EQ(svc_->residency().find("emb")->reason, EvictReason::pressure);
+  EXPECT_EQ(state_of("asr"), ReplicaState::loaded) << "one eviction was enough";
+  EXPECT_EQ(state_of("tiny"), ReplicaState::loaded);
+  EXPECT_EQ(counter("gpu_pressure_evictions"), 1u);
+  EXPECT_EQ(ours_on_device(), 3 * kGiB);
+
+  // The game leaves: after recover_after of room without a break, the replica comes back.
+  ASSERT_NO_FATAL_FAILURE(foreign(0));
+  clock_->advance(1s);
+  svc_->tick();
+  clock_->advance(5s);
+  svc_->tick();
+  EXPECT_EQ(state_of("emb"), ReplicaState::evicted) << "not before recover_after";
+  clock_->advance(6s);
+  ASSERT_TRUE(pump_until([&] { return state_of("emb") == ReplicaState::loaded; }, /*tick=*/true));
+  EXPECT_EQ(ours_on_device(), 4 * kGiB);
+  EXPECT_EQ(counter("gpu_restores"), 1u);
+}
+
+TEST_F(PressureTest, WithoutAJobCriticalForeignPressureGivesIdleReplicasBackLowestPriorityFirst) {
+  cfg_.models[2].priority = 10;  // emb: kept longer than asr, although asr was used more recently
+  ASSERT_NO_FATAL_FAILURE(start());
+  backend_->set_script(emit(2));
+  clock_->advance(1s);
+  ASSERT_NO_FATAL_FAILURE(use_asr());
+  clock_->advance(1s);
+  ASSERT_TRUE(wait_terminal(submit_ok(alice_, request("chat"))));  // tiny: used after asr
+  ASSERT_NO_FATAL_FAILURE(foreign(3 * kGiB + 400 * kMiB));
+  clock_->advance(1s);
+  ASSERT_TRUE(pump_until([&] { return state_of("asr") == ReplicaState::evicted; }, /*tick=*/true));
+  EXPECT_EQ(state_of("emb"), ReplicaState::loaded);
+  EXPECT_EQ(state_of("tiny"), ReplicaState::loaded);
+  EXPECT_EQ(counter("gpu_pressure_evictions"), 1u);
+  EXPECT_EQ(sim_->memory()->free_bytes, 8 * kGiB - 3 * kGiB - 3 * kGiB - 400 * kMiB);
+}
+
+TEST_F(PressureTest, OscillatingForeignLoadStaysUnderTheEvictionCap) {
+  cfg_.device.recover_after = std::chrono::milliseconds(1000);  // would thrash without the cap
+  cfg_.device.max_pressure_evictions_per_minute = 2;
+  ASSERT_NO_FATAL_FAILURE(start());
+  // A game that grabs and frees 3.4 GiB every 3 s, for 3 minutes; the loop ticks every 500 ms.
+  std::vector<Clock::time_point> evictions;
+  std::uint64_t seen = 0;
+  for (int step = 0; step < 360; ++step) {
+    if (step % 6 == 0) {
+      ASSERT_NO_FATAL_FAILURE(foreign((step / 6) % 2 == 0 ? 3 * kGiB + 400 * kMiB : 0));
+    }
+    clock_->advance(500ms);
+    svc_->tick();
+    settle(2ms);
+    for (; seen < counter("gpu_pressure_evictions"); ++seen) evictions.push_back(clock_->now());
+  }
+  ASSERT_GE(evictions.size(), 2u) << "it did give memory back";
+  for (std::size_t i = 2; i < evictions.size(); ++i)
+    EXPECT_GE(evictions[i] - evictions[i - 2], 60s) << "more than 2 evictions within a minute, at #" << i;
+  EXPECT_LE(evictions.size(), 6u) << "at most 2 per minute over 3 minutes";
+  EXPECT_EQ(counter("gpu_restore_failures"), 0u);
+  std::cout << "[ figure ] oscillating foreign load (3.4 GiB on/off every 3 s, 3 min): " << evictions.size()
+            << " evictions, " << counter("gpu_restores") << " restores (cap 2/min, recover_after 1 s)\n";
 }
 
 }  // namespace

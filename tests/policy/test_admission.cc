@@ -35,6 +35,7 @@ class AdmissionTest : public ::testing::Test {
     s.cpu.max_new_tokens = 1024;
     s.cpu.host = &host_;
     s.cpu.host_reading.mem_available = 64 * G;
+    s.gpu.evict_budget = 4;
     return s;
   }
   std::int64_t need(const AdmissionSnapshot& s) const {
@@ -63,24 +64,24 @@ TEST_F(AdmissionTest, LadderTable) {
        {R::does_not_fit}},
       {"does not fit and nothing of ours frees memory -> offload",
        [](auto& t, auto& s) { t.no_fit(s); }, Rung::offload, R::fits_offloaded,
-       {R::does_not_fit, R::wait_unknown, R::reduce_not_allowed}},
+       {R::does_not_fit, R::wait_unknown, R::no_idle_replica, R::reduce_not_allowed}},
       {"queue full, reduce not allowed -> offload",
        [](auto& t, auto& s) { t.no_fit(s); s.gpu.queue_full = true; }, Rung::offload, R::fits_offloaded,
-       {R::does_not_fit, R::gpu_queue_full, R::reduce_not_allowed}},
+       {R::does_not_fit, R::gpu_queue_full, R::gpu_queue_full, R::reduce_not_allowed}},
       {"queue full, reduce allowed -> reduce",
        [](auto& t, auto& s) { t.no_fit(s); s.gpu.queue_full = true; s.request.allow_reduce = true; }, Rung::reduce,
-       R::fits_reduced, {R::does_not_fit, R::gpu_queue_full}},
+       R::fits_reduced, {R::does_not_fit, R::gpu_queue_full, R::gpu_queue_full}},
       {"wait too long, offload unsupported -> cpu",
        [](auto& t, auto& s) { t.no_fit(s); s.gpu.queue_wait = 60s; s.gpu.offload_supported = false; },
        Rung::route_cpu, R::routed_cpu,
-       {R::does_not_fit, R::wait_too_long, R::reduce_not_allowed, R::offload_unsupported}},
+       {R::does_not_fit, R::wait_too_long, R::no_idle_replica, R::reduce_not_allowed, R::offload_unsupported}},
       {"breaker open -> cpu",
        [](auto&, auto& s) { s.gpu.breaker_allows = false; s.gpu.breaker_retry_in = 7s; }, Rung::route_cpu,
-       R::routed_cpu, {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open}},
+       R::routed_cpu, {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open}},
       {"breaker open, incompatible replica, fallback not allowed -> reject",
        [](auto&, auto& s) { s.gpu.breaker_allows = false; s.gpu.breaker_retry_in = 7s; s.cpu.fingerprint_compatible = false; },
        Rung::reject, R::breaker_open,
-       {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::cpu_incompatible}},
+       {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::cpu_incompatible}},
       {"breaker open, incompatible replica, fallback allowed -> fallback model",
        [](auto&, auto& s) {
          s.gpu.breaker_allows = false;
@@ -88,13 +89,13 @@ TEST_F(AdmissionTest, LadderTable) {
          s.request.allow_fallback_model = true;
        },
        Rung::route_cpu, R::routed_fallback,
-       {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open}},
+       {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open}},
       {"no cpu replica, no fallback -> reject",
        [](auto&, auto& s) { s.gpu.breaker_allows = false; s.cpu.replica_present = false; s.cpu.fallback.reset(); },
        Rung::reject, R::breaker_open,
-       {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::cpu_unavailable}},
+       {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::cpu_unavailable}},
       {"gpu absent -> cpu", [](auto&, auto& s) { s.gpu.present = false; }, Rung::route_cpu, R::routed_cpu,
-       {R::gpu_absent, R::gpu_absent, R::reduce_not_allowed, R::gpu_absent}},
+       {R::gpu_absent, R::gpu_absent, R::gpu_absent, R::reduce_not_allowed, R::gpu_absent}},
       {"critical pressure waits even if it fits",
        [](auto&, auto& s) { s.gpu.pressure = Pressure::critical; }, Rung::delay, R::waiting_for_memory,
        {R::critical_pressure}},
@@ -124,7 +125,7 @@ TEST_F(AdmissionTest, LadderTable) {
          s.gpu.cpu_run = 800ms;
        },
        Rung::route_cpu, R::routed_cpu,
-       {R::replica_loading, R::cpu_sooner, R::reduce_not_allowed, R::replica_loading}},
+       {R::replica_loading, R::cpu_sooner, R::memory_not_short, R::reduce_not_allowed, R::replica_loading}},
       {"replica loading, a short job the CPU may not take -> waits",
        [](auto&, auto& s) {
          s.gpu.replica_loading = 2s;
@@ -135,7 +136,7 @@ TEST_F(AdmissionTest, LadderTable) {
        Rung::delay, R::waiting_for_replica, {R::replica_loading}},
       {"replica loading longer than max_delay -> cpu",
        [](auto&, auto& s) { s.gpu.replica_loading = 90s; }, Rung::route_cpu, R::routed_cpu,
-       {R::replica_loading, R::wait_too_long, R::reduce_not_allowed, R::replica_loading}},
+       {R::replica_loading, R::wait_too_long, R::memory_not_short, R::reduce_not_allowed, R::replica_loading}},
       {"never fits on this device, cpu not allowed -> reject",
        [](auto& t, auto& s) {
          t.no_fit(s);
@@ -144,23 +145,23 @@ TEST_F(AdmissionTest, LadderTable) {
          s.request.allow_cpu = false;
        },
        Rung::reject, R::does_not_fit,
-       {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed, R::offload_unsupported, R::cpu_not_allowed}},
+       {R::does_not_fit, R::exceeds_device, R::no_idle_replica, R::reduce_not_allowed, R::offload_unsupported, R::cpu_not_allowed}},
       {"cpu limits exceeded without reduce",
        [](auto&, auto& s) { s.request.max_new_tokens = 2000; s.gpu.breaker_allows = false; }, Rung::reject,
        R::breaker_open,
-       {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::exceeds_cpu_limits}},
+       {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::exceeds_cpu_limits}},
       {"cpu limits exceeded with reduce -> capped on cpu",
        [](auto&, auto& s) { s.request.max_new_tokens = 2000; s.request.allow_reduce = true; s.gpu.breaker_allows = false; },
-       Rung::route_cpu, R::routed_cpu, {R::breaker_open, R::breaker_open, R::breaker_open, R::breaker_open}},
+       Rung::route_cpu, R::routed_cpu, {R::breaker_open, R::breaker_open, R::breaker_open, R::breaker_open, R::breaker_open}},
       {"cpu queue full",
        [](auto&, auto& s) { s.gpu.breaker_allows = false; s.cpu.queue_full = true; }, Rung::reject, R::breaker_open,
-       {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::cpu_queue_full}},
+       {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::cpu_queue_full}},
       {"host memory can never fit",
        [](auto&, auto& s) { s.gpu.breaker_allows = false; s.cpu.host_reading.mem_available = 2 * G; }, Rung::reject,
-       R::breaker_open, {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::host_memory}},
+       R::breaker_open, {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::host_memory}},
       {"no host guard wired", [](auto&, auto& s) { s.gpu.breaker_allows = false; s.cpu.host = nullptr; },
        Rung::reject, R::breaker_open,
-       {R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::host_guard_missing}},
+       {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open, R::host_guard_missing}},
       {"invalid request", [](auto&, auto& s) { s.request.prompt_tokens = 0; }, Rung::reject, R::invalid_request, {}},
       {"larger than the device itself, cpu not allowed",
        [](auto&, auto& s) {
@@ -169,11 +170,11 @@ TEST_F(AdmissionTest, LadderTable) {
          s.request.allow_cpu = false;
        },
        Rung::reject, R::exceeds_device,
-       {R::exceeds_device, R::exceeds_device, R::reduce_not_allowed, R::offload_insufficient, R::cpu_not_allowed}},
+       {R::exceeds_device, R::exceeds_device, R::exceeds_device, R::reduce_not_allowed, R::offload_insufficient, R::cpu_not_allowed}},
       {"invalid model", [](auto&, auto& s) { s.model.layers = 0; }, Rung::reject, R::invalid_request, {}},
       {"over gpu limits, reduce caps to the limit",
        [](auto&, auto& s) { s.request = request(8000, 1000); s.request.allow_reduce = true; }, Rung::reduce,
-       R::fits_reduced, {R::exceeds_gpu_limits, R::exceeds_gpu_limits}},
+       R::fits_reduced, {R::exceeds_gpu_limits, R::exceeds_gpu_limits, R::exceeds_gpu_limits}},
       {"offload cannot place a single layer",
        [](auto&, auto& s) {
          s.gpu.weights_resident = false;
@@ -182,7 +183,7 @@ TEST_F(AdmissionTest, LadderTable) {
          s.request.allow_cpu = false;
        },
        Rung::reject, R::does_not_fit,
-       {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed, R::offload_insufficient, R::cpu_not_allowed}},
+       {R::does_not_fit, R::exceeds_device, R::gpu_queue_full, R::reduce_not_allowed, R::offload_insufficient, R::cpu_not_allowed}},
   };
   for (const auto& row : rows) {
     AdmissionSnapshot s = base();
@@ -254,7 +255,7 @@ TEST_F(AdmissionTest, ReduceChunksThePrefillBeforeCappingTokens) {
   s.request.allow_cpu = false;
   d = policy_.decide(s);
   EXPECT_EQ(d.action, Rung::reject);
-  EXPECT_EQ(d.skipped.at(2).reason, Reason::reduce_insufficient);
+  EXPECT_EQ(d.skipped.at(3).reason, Reason::reduce_insufficient);
 }
 
 // The real batch (continuous batching): the job joins a step loop of `running_sequences` others, each taking one
@@ -364,19 +365,19 @@ TEST_F(AdmissionTest, DelayWaitIsBoundedAndHonest) {
        Rung::delay, R::waiting_for_memory, 20s, {R::does_not_fit}},
       {"memory wait beyond max_delay",
        [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 31s}}; }, Rung::offload,
-       R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::reduce_not_allowed}},
+       R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::no_idle_replica, R::reduce_not_allowed}},
       {"already waited max_delay",
        [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 1s}}; s.gpu.waited = 31s; },
-       Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::reduce_not_allowed}},
+       Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::no_idle_replica, R::reduce_not_allowed}},
       {"waited + memory wait over max_delay",
        [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 6s}}; s.gpu.waited = 25s; },
-       Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::reduce_not_allowed}},
+       Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::no_idle_replica, R::reduce_not_allowed}},
       {"waited + memory wait within max_delay",
        [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 5s}}; s.gpu.waited = 25s; },
        Rung::delay, R::waiting_for_memory, 5s, {R::does_not_fit}},
       {"nothing of ours frees enough (foreign memory)",
        [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{Q / 2, 1s}, {Q, 2s}}; }, Rung::offload,
-       R::fits_offloaded, 0s, {R::does_not_fit, R::wait_unknown, R::reduce_not_allowed}},
+       R::fits_offloaded, 0s, {R::does_not_fit, R::wait_unknown, R::no_idle_replica, R::reduce_not_allowed}},
       {"critical pressure: waits until the headroom leaves critical",
        [](auto&, auto& s) {
          s.gpu.pressure = Pressure::critical;
@@ -440,6 +441,103 @@ TEST_F(AdmissionTest, MemoryBlockedDelayMovesOnToTheCpu) {
   EXPECT_EQ(d.eta, 5s);
 }
 
+// Foreign pressure (docs/residency.md): the evict rung gives back idle replicas of other models — the lowest priority
+// first, then the least recently used, only as many as the job is missing — rather than reduce, offload or send the
+// job to the CPU; never past the cap on evictions per minute.
+TEST_F(AdmissionTest, EvictRungGivesBackIdleReplicasLruFirst) {
+  struct EvictRow {
+    const char* what;
+    std::function<void(const AdmissionTest&, AdmissionSnapshot&)> mutate;
+    Rung action;
+    Reason reason;
+    std::vector<std::string> evict;
+    std::vector<Reason> skipped;
+  };
+  using R = Reason;
+  // Short by 1 GiB, nothing of ours frees it (foreign), two idle replicas of 2 GiB: "old" used at 5 s, "new" at 10 s.
+  auto pressed = [](const AdmissionTest& t, AdmissionSnapshot& s) {
+    s.gpu.headroom.headroom = t.need(s) - static_cast<std::int64_t>(G);
+    s.gpu.evictable = {{"new", 2 * G, 0, testing::at(10s)}, {"old", 2 * G, 0, testing::at(5s)}};
+  };
+  const std::vector<EvictRow> rows = {
+      {"short by 1 GiB: the least recently used replica", pressed, Rung::evict, R::evicting_idle, {"old"},
+       {R::does_not_fit, R::wait_unknown}},
+      {"short by 3 GiB: both, least recently used first",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.headroom.headroom -= static_cast<std::int64_t>(2 * G); },
+       Rung::evict, R::evicting_idle, {"old", "new"}, {R::does_not_fit, R::wait_unknown}},
+      {"a higher priority keeps the older replica",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.evictable[1].priority = 1; }, Rung::evict, R::evicting_idle,
+       {"new"}, {R::does_not_fit, R::wait_unknown}},
+      {"enough already on its way back: wait for it, evict nothing",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.evicting_bytes = G; }, Rung::evict, R::waiting_for_eviction, {},
+       {R::does_not_fit, R::wait_unknown}},
+      {"part on its way back: only the rest",
+       [&](auto& t, auto& s) {
+         pressed(t, s);
+         s.gpu.headroom.headroom -= static_cast<std::int64_t>(2 * G);  // short by 3 GiB
+         s.gpu.evicting_bytes = G + G / 2;
+       },
+       Rung::evict, R::evicting_idle, {"old"}, {R::does_not_fit, R::wait_unknown}},
+      {"a running job of ours frees it soon: delay comes first",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.running = {{2 * G, 3s}}; }, Rung::delay, R::waiting_for_memory,
+       {}, {R::does_not_fit}},
+      {"the cap is reached: the ladder goes on (offload)",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.evict_budget = 0; }, Rung::offload, R::fits_offloaded, {},
+       {R::does_not_fit, R::wait_unknown, R::eviction_capped, R::reduce_not_allowed}},
+      {"two needed, one left under the cap",
+       [&](auto& t, auto& s) {
+         pressed(t, s);
+         s.gpu.headroom.headroom -= static_cast<std::int64_t>(2 * G);
+         s.gpu.evict_budget = 1;
+       },
+       Rung::route_cpu, R::routed_cpu, {},
+       {R::does_not_fit, R::wait_unknown, R::eviction_capped, R::reduce_not_allowed, R::offload_insufficient}},
+      {"idle replicas hold too little",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.headroom.headroom -= static_cast<std::int64_t>(4 * G); },
+       Rung::route_cpu, R::routed_cpu, {},
+       {R::does_not_fit, R::wait_unknown, R::eviction_insufficient, R::reduce_not_allowed, R::offload_insufficient}},
+      {"breaker open: nothing starts on the GPU, nothing is given back for it",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.offload_supported = false; s.gpu.breaker_allows = false; },
+       Rung::route_cpu, R::routed_cpu, {},
+       {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::offload_unsupported}},
+  };
+  for (const auto& row : rows) {
+    AdmissionSnapshot s = base();
+    row.mutate(*this, s);
+    Decision d = policy_.decide(s);
+    EXPECT_EQ(d.action, row.action) << row.what << ": " << d.detail;
+    EXPECT_EQ(d.reason, row.reason) << row.what << ": " << d.detail;
+    EXPECT_EQ(d.evict, row.evict) << row.what << ": " << d.detail;
+    std::vector<Reason> skipped;
+    for (const auto& n : d.skipped) skipped.push_back(n.reason);
+    EXPECT_EQ(skipped, row.skipped) << row.what << ": " << d.detail;
+  }
+  // A ladder without the rung never evicts.
+  LadderConfig no_evict;
+  no_evict.order = {Rung::admit, Rung::delay, Rung::offload, Rung::route_cpu, Rung::reject};
+  AdmissionPolicy p(no_evict, EstimatorConfig{}, HostGuardConfig{32 * G, 1 * G, 4});
+  AdmissionSnapshot s = base();
+  pressed(*this, s);
+  const Decision d = p.decide(s);
+  EXPECT_EQ(d.action, Rung::offload) << d.detail;
+  EXPECT_TRUE(d.evict.empty());
+}
+
+TEST(ChooseEvictions, LowestPriorityThenLeastRecentlyUsedOnlyWhatIsMissing) {
+  using testing::at;
+  const std::vector<EvictCandidate> c = {
+      {"a", 3 * G, 0, at(30s)}, {"b", 1 * G, 0, at(10s)}, {"c", 2 * G, 1, at(1s)}, {"z", 0, 0, at(0s)}};
+  EXPECT_EQ(choose_evictions(c, 1), (std::vector<std::string>{"b"})) << "a replica holding nothing frees nothing";
+  EXPECT_EQ(choose_evictions(c, 2 * G), (std::vector<std::string>{"b", "a"}));
+  EXPECT_EQ(choose_evictions(c, 5 * G), (std::vector<std::string>{"b", "a", "c"}));
+  EXPECT_EQ(choose_evictions(c, 6 * G), (std::vector<std::string>{"b", "a", "c"}));
+  EXPECT_FALSE(choose_evictions(c, 6 * G + 1));
+  EXPECT_EQ(choose_evictions(c, 0), (std::vector<std::string>{}));
+  EXPECT_FALSE(choose_evictions({}, 1));
+  // Equal priority and time: by name, so the answer does not depend on the order given.
+  EXPECT_EQ(choose_evictions({{"y", G, 0, at(1s)}, {"x", G, 0, at(1s)}}, 1), (std::vector<std::string>{"x"}));
+}
+
 // Review #4: the offload rung puts layers k..L (with lm_head, their KV and the activations) on the host, so it must
 // pass the host-memory guard like the CPU route does.
 TEST_F(AdmissionTest, OffloadRespectsTheHostGuard) {
@@ -452,13 +550,13 @@ TEST_F(AdmissionTest, OffloadRespectsTheHostGuard) {
   };
   using R = Reason;
   const OffloadRow rows[] = {
-      {"plenty of host memory", 64 * G, true, Rung::offload, {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed}},
+      {"plenty of host memory", 64 * G, true, Rung::offload, {R::does_not_fit, R::exceeds_device, R::gpu_queue_full, R::reduce_not_allowed}},
       {"MemAvailable 0", 0, true, Rung::reject,
-       {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed, R::host_memory, R::host_memory}},
+       {R::does_not_fit, R::exceeds_device, R::gpu_queue_full, R::reduce_not_allowed, R::host_memory, R::host_memory}},
       {"MemAvailable below the host part", 5 * G, true, Rung::reject,
-       {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed, R::host_memory, R::host_memory}},
+       {R::does_not_fit, R::exceeds_device, R::gpu_queue_full, R::reduce_not_allowed, R::host_memory, R::host_memory}},
       {"no host guard wired", 64 * G, false, Rung::reject,
-       {R::does_not_fit, R::exceeds_device, R::reduce_not_allowed, R::host_guard_missing, R::host_guard_missing}},
+       {R::does_not_fit, R::exceeds_device, R::gpu_queue_full, R::reduce_not_allowed, R::host_guard_missing, R::host_guard_missing}},
   };
   for (const auto& row : rows) {
     AdmissionSnapshot s = base();
@@ -597,7 +695,7 @@ TEST_F(AdmissionTest, DecideIsAPureFunctionOfTheSnapshot) {
 TEST_F(AdmissionTest, RandomSnapshotsNeverOvercommit) {
   std::mt19937_64 rng(20240601);
   auto pick = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
-  int counts[6] = {};
+  int counts[7] = {};
   for (int i = 0; i < 3000; ++i) {
     AdmissionSnapshot s = base();
     s.request = request(static_cast<std::uint32_t>(pick(1, 7000)), static_cast<std::uint32_t>(pick(1, 3000)));
@@ -613,6 +711,11 @@ TEST_F(AdmissionTest, RandomSnapshotsNeverOvercommit) {
     s.gpu.pressure = static_cast<Pressure>(pick(0, 2));
     if (pick(0, 1)) s.gpu.running = {{pick(0, 8 * G), std::chrono::seconds(pick(0, 60))}};
     s.gpu.waited = std::chrono::seconds(pick(0, 40));
+    for (std::uint64_t k = pick(0, 3); k > 0; --k)
+      s.gpu.evictable.push_back({"m" + std::to_string(k), pick(0, 6 * G), static_cast<int>(pick(0, 2)),
+                                 testing::at(std::chrono::seconds(pick(0, 100)))});
+    s.gpu.evicting_bytes = pick(0, 1) ? 0 : pick(0, 4 * G);
+    s.gpu.evict_budget = static_cast<std::uint32_t>(pick(0, 3));
     s.cpu.fingerprint_compatible = pick(0, 1);
     s.cpu.host_reading.mem_available = pick(0, 64 * G);
     Decision d = policy_.decide(s);
@@ -641,6 +744,20 @@ TEST_F(AdmissionTest, RandomSnapshotsNeverOvercommit) {
         EXPECT_LE(s.gpu.waited + d.eta, policy_.ladder().max_delay) << i << " " << d.detail;  // bounded in total
         EXPECT_GE(d.eta, s.gpu.queue_wait);
         break;
+      case Rung::evict: {
+        // What it gives back, with what is already on its way back, covers what is missing; within the cap.
+        EXPECT_FALSE(s.gpu.queue_full);
+        EXPECT_TRUE(s.gpu.breaker_allows);
+        EXPECT_LE(d.evict.size(), s.gpu.evict_budget);
+        std::uint64_t freed = s.gpu.evicting_bytes;
+        for (const auto& m : d.evict)
+          for (const auto& e : s.gpu.evictable)
+            if (e.model == m) freed += e.bytes;
+        EXPECT_GE(static_cast<std::int64_t>(freed) + room, static_cast<std::int64_t>(d.breakdown.total_bytes))
+            << i << " " << d.detail;
+        EXPECT_EQ(d.reason, d.evict.empty() ? Reason::waiting_for_eviction : Reason::evicting_idle);
+        break;
+      }
       case Rung::reject:
         if (d.permanent) {
           EXPECT_EQ(d.retry_after, Clock::duration::zero());
@@ -652,7 +769,7 @@ TEST_F(AdmissionTest, RandomSnapshotsNeverOvercommit) {
         break;
     }
   }
-  for (int a = 0; a < 6; ++a) EXPECT_GT(counts[a], 0) << "rung " << rung_name(static_cast<Rung>(a)) << " never chosen";
+  for (int a = 0; a < 7; ++a) EXPECT_GT(counts[a], 0) << "rung " << rung_name(static_cast<Rung>(a)) << " never chosen";
 }
 
 TEST(AdmissionViews, BuiltFromMechanisms) {

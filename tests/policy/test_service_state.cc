@@ -29,6 +29,10 @@ TEST(ServiceState, DeriveTable) {
   absent.gpu_present = false;
   ServiceInputs held = in();
   held.gpu_held = true;
+  ServiceInputs given_back = in(Pressure::elevated);
+  given_back.gpu_given_back = true;
+  ServiceInputs held_and_given_back = given_back;
+  held_and_given_back.gpu_held = true;
   // Review gap: a reading too old to trust yields worst-case pressure; it is announced as a stale reading, not as
   // memory-critical.
   auto reading = [](Pressure p, ReadingTrust t) {
@@ -51,6 +55,8 @@ TEST(ServiceState, DeriveTable) {
       {in(Pressure::critical, BreakerState::closed, true, "small-1b"), L::degraded, "fallback-model"},
       {absent, L::degraded, "gpu-absent"},
       {held, L::degraded, "gpu-held"},
+      {given_back, L::degraded, "gpu-given-back"},
+      {held_and_given_back, L::degraded, "gpu-held"},
   };
   for (const auto& r : rows) {
     ServiceStatus s = ServiceStateTracker::derive(r.inputs);

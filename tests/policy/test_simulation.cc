@@ -299,6 +299,9 @@ class Simulation {
           ASSERT_TRUE(s.ok()) << s.error().message;
         }
         break;
+      case Rung::evict:
+        FAIL() << "one model, no idle replica of another: nothing to evict";
+        break;
       case Rung::route_cpu: {
         if (queued_on_gpu) { ASSERT_EQ(gpu_.remove(id), Removed::queued); }
         ji.max_new = d.max_new_tokens;

@@ -65,6 +65,7 @@ export function reasonText(reason) {
     case 'gpu-breaker-open': return _('the GPU failed recently and is paused');
     case 'gpu-breaker-half-open': return _('the GPU is being tested again');
     case 'gpu-held': return _('an app asked to keep the GPU free');
+    case 'gpu-given-back': return _('another program needs the GPU memory');
     case 'memory-reading-stale': return _('GPU memory readings are late');
     case 'memory-critical': return _('GPU memory is almost full');
     case 'memory-pressure': return _('GPU memory is getting full');
