@@ -481,6 +481,7 @@ Metrics compute_metrics(const std::vector<Event>& events_in) {
     if (n > 1) m.embed_answered_twice.push_back(req);
   }
   compute_transcribe_metrics(events, m);
+  compute_residency_metrics(events, m);
   return m;
 }
 
@@ -562,6 +563,11 @@ json to_json(const Metrics& m) {
                   {"inputs", m.embed_inputs},         {"unanswered", m.embed_unanswered},
                   {"answered_twice", m.embed_answered_twice}};
   if (m.transcribe.calls > 0) j["transcribe"] = to_json(m.transcribe);
+  if (m.gpu_evictions + m.gpu_restores > 0)
+    j["residency"] = {{"evictions", m.gpu_evictions},        {"pressure_evictions", m.gpu_pressure_evictions},
+                      {"restores", m.gpu_restores},          {"restore_failures", m.gpu_restore_failures},
+                      {"time_to_free_ms", m.time_to_free_ms}, {"time_to_restore_ms", m.time_to_restore_ms},
+                      {"ours_before_bytes", m.ours_before_bytes}, {"ours_low_bytes", m.ours_low_bytes}};
   return j;
 }
 
@@ -587,6 +593,15 @@ std::vector<std::string> check_expectations(const json& x, const Metrics& m) {
   min("min_transcribe_gpu", m.transcribe.gpu, "transcription jobs completed wholly on the GPU");
   min("min_transcribe_cpu", m.transcribe.cpu, "transcription jobs completed with windows on the CPU");
   min("min_transcribe_migrated", m.transcribe.migrated, "transcription jobs migrated at a window boundary");
+  min("min_pressure_evictions", m.gpu_pressure_evictions, "GPU replicas given back for foreign pressure");
+  min("min_gpu_restores", m.gpu_restores, "GPU replicas loaded again");
+  if (x.contains("max_pressure_evictions") && m.gpu_pressure_evictions > u_of(x, "max_pressure_evictions"))
+    unmet.push_back("max_pressure_evictions: want <= " + std::to_string(u_of(x, "max_pressure_evictions")) +
+                    " GPU replicas given back for foreign pressure, got " + std::to_string(m.gpu_pressure_evictions));
+  if (x.contains("restored_by_end") && x["restored_by_end"].is_boolean() && x["restored_by_end"].get<bool>() &&
+      m.gpu_restores < m.gpu_evictions)
+    unmet.push_back("restored_by_end: " + std::to_string(m.gpu_evictions) + " GPU replica(s) given back, only " +
+                    std::to_string(m.gpu_restores) + " loaded again by the end of the phase");
   if (x.contains("breaker_cycle") && x["breaker_cycle"].is_boolean() && x["breaker_cycle"].get<bool>()) {
     bool cycle = false;
     for (const auto& r : m.recoveries) cycle = cycle || (r.breaker_opened && r.to_breaker_closed_ms);

@@ -130,6 +130,12 @@ struct Metrics {
   std::vector<std::uint64_t> embed_unanswered;           // req ids with no answer
   std::vector<std::uint64_t> embed_answered_twice;       // req ids with more than one answer
   TranscribeMetrics transcribe;
+  // GPU residency (docs/residency.md), from the samples: replicas given back and loaded again within the events,
+  // and, around the memory steps that raised and lowered the foreign load, how long until our bytes on the device
+  // dropped (time to free) and until they were back to what they were before the rise (time to restore).
+  std::uint64_t gpu_evictions = 0, gpu_pressure_evictions = 0, gpu_restores = 0, gpu_restore_failures = 0;
+  std::vector<double> time_to_free_ms, time_to_restore_ms;
+  std::uint64_t ours_before_bytes = 0, ours_low_bytes = 0;  // our device bytes before the first rise; the lowest after
   double duration_s = 0;
 };
 
@@ -168,6 +174,10 @@ std::vector<std::string> check_expectations(const nlohmann::json& expect, const 
 std::vector<PhaseResult> compute_phases(const std::vector<Event>& events);
 Verdict judge(const Metrics& overall, const std::vector<PhaseResult>& phases);
 nlohmann::json to_json(const Verdict& v);
+
+// metrics_residency.cc: fills the GPU residency figures of `m` from the samples and memory steps (sorted by time);
+// compute_metrics calls it.
+void compute_residency_metrics(const std::vector<Event>& sorted_events, Metrics& m);
 
 // metrics_transcribe.cc: fills m.transcribe from the events (sorted by time); compute_metrics calls it.
 void compute_transcribe_metrics(const std::vector<Event>& sorted_events, Metrics& m);

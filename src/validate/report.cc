@@ -126,6 +126,21 @@ std::string metrics_markdown(const Metrics& m) {
     o << "| Embed calls: with vectors (GPU / CPU) / typed errors / unanswered | " << m.embed_calls << ": " << m.embed_ok
       << " (" << m.embed_gpu << " / " << m.embed_cpu << ") / " << m.embed_errors << " / " << m.embed_unanswered.size()
       << " |\n";
+  if (m.gpu_evictions + m.gpu_restores > 0) {
+    auto list = [&](const std::vector<double>& v) {
+      if (v.empty()) return std::string("-");
+      std::string out;
+      for (double x : v) out += (out.empty() ? "" : ", ") + fmt(x) + " ms";
+      return out;
+    };
+    o << "| GPU replicas given back (for foreign pressure) / loaded again / failed loads | " << m.gpu_evictions << " ("
+      << m.gpu_pressure_evictions << ") / " << m.gpu_restores << " / " << m.gpu_restore_failures << " |\n";
+    o << "| time to free (foreign load up → our bytes down) | " << list(m.time_to_free_ms) << " |\n";
+    o << "| time to restore (foreign load down → every replica back) | " << list(m.time_to_restore_ms) << " |\n";
+    if (m.ours_before_bytes > 0)
+      o << "| our bytes on the device: before / lowest | " << fmt(static_cast<double>(m.ours_before_bytes) / (1 << 20))
+        << " MiB / " << fmt(static_cast<double>(m.ours_low_bytes) / (1 << 20)) << " MiB |\n";
+  }
   if (const TranscribeMetrics& t = m.transcribe; t.calls > 0) {
     o << "| Transcribe calls: jobs / refused | " << t.calls << ": " << t.accepted << " / " << t.rejected;
     for (const auto& [k, v] : t.rejected_by) o << " " << md_cell(k) << "=" << v;

@@ -137,7 +137,11 @@ Status write_daemon_config(Campaign& c) {
     << "[bus]\nkind = \"address\"\naddress = " << quote_toml(addr) << "\n\n"
     << "[auth]\nallow_any_local_user = true\nadmin_group = " << quote_toml(admin) << "\n\n"
     << "[device]\nkind = \"simulated\"\nsim_capacity = " << quote_toml(d.sim_capacity)
-    << "\npoll_interval_ms = 50\nprobe_interval_ms = 300\nprobe_timeout_ms = 500\n\n";
+    << "\npoll_interval_ms = 50\nprobe_interval_ms = 300\nprobe_timeout_ms = 500\n";
+  if (d.evict_recover_after_ms) o << "recover_after_ms = " << *d.evict_recover_after_ms << "\n";
+  if (d.max_pressure_evictions_per_minute)
+    o << "max_pressure_evictions_per_minute = " << *d.max_pressure_evictions_per_minute << "\n";
+  o << "\n";
   std::vector<std::string> names = {"default"};
   names.insert(names.end(), d.extra_models.begin(), d.extra_models.end());
   for (const auto& n : names)
@@ -240,6 +244,7 @@ void monitor_thread(Campaign& c) {
           d["mem_total"] = s->memory->total.value_or(0);
           d["mem_free"] = s->memory->free.value_or(0);
           d["mem_foreign"] = s->memory->foreign.value_or(0);
+          d["mem_ours"] = s->memory->observed_used.value_or(0);
           d["headroom"] = s->memory->headroom.value_or(0);
           d["pressure"] = s->memory->pressure.value_or("");
         }
@@ -252,6 +257,9 @@ void monitor_thread(Campaign& c) {
           for (const auto& q : *s->queues)
             qs.push_back({{"name", q.name}, {"depth", q.depth}, {"running", q.running}, {"oldest_age_ms", q.oldest_age_ms}});
         d["queues"] = qs;
+        if (auto cn = cl->counters())  // GPU residency: replicas given back and loaded again (docs/residency.md)
+          for (const char* k : {"gpu_evictions", "gpu_pressure_evictions", "gpu_restores", "gpu_restore_failures"})
+            if (auto it = cn->find(k); it != cn->end()) d[k] = it->second;
         const int pid = c.daemon_pid.load();
         d["pid"] = pid;
         if (const std::uint64_t rss = proc_rss(pid)) d["rss"] = rss;

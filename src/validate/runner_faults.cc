@@ -262,6 +262,12 @@ void memory_thread(Campaign& c, const Phase& ph, Clock::time_point t0) {
       d["observed_used"] = ours;
     }
     d["foreign"] = foreign;
+    if (!d.contains("observed_used"))  // our bytes on the device as the step begins (time to free)
+      if (auto st = (*cl)->status(); st && st->memory && st->memory->observed_used)
+        d["observed_used"] = *st->memory->observed_used;
+    if (auto cn = (*cl)->counters())  // the residency counters as the step begins (metrics_residency.cc)
+      for (const char* k : {"gpu_evictions", "gpu_pressure_evictions", "gpu_restores", "gpu_restore_failures"})
+        if (auto it = cn->find(k); it != cn->end()) d[k] = it->second;
     if (c.cuda) {
       d["via"] = "tandem-gpu-ballast";
       c.rec("memory_step", -1, 0, d);

@@ -198,6 +198,10 @@ json expect_json(const Expect& x) {
   if (x.min_transcribe_gpu) j["min_transcribe_gpu"] = *x.min_transcribe_gpu;
   if (x.min_transcribe_cpu) j["min_transcribe_cpu"] = *x.min_transcribe_cpu;
   if (x.min_transcribe_migrated) j["min_transcribe_migrated"] = *x.min_transcribe_migrated;
+  if (x.min_pressure_evictions) j["min_pressure_evictions"] = *x.min_pressure_evictions;
+  if (x.min_gpu_restores) j["min_gpu_restores"] = *x.min_gpu_restores;
+  if (x.max_pressure_evictions) j["max_pressure_evictions"] = *x.max_pressure_evictions;
+  if (x.restored_by_end) j["restored_by_end"] = *x.restored_by_end;
   return j;
 }
 

@@ -378,6 +378,10 @@ void read_phase(Table& t, Phase& p, std::size_t index) {
     e.integer("min_transcribe_ok", x.min_transcribe_ok, 0, 1000000);
     e.integer("min_transcribe_gpu", x.min_transcribe_gpu, 0, 1000000);
     e.integer("min_transcribe_cpu", x.min_transcribe_cpu, 0, 1000000);
+    e.integer("min_pressure_evictions", x.min_pressure_evictions, 0, 1000000);
+    e.integer("min_gpu_restores", x.min_gpu_restores, 0, 1000000);
+    e.integer("max_pressure_evictions", x.max_pressure_evictions, 0, 1000000);
+    e.boolean("restored_by_end", x.restored_by_end);
     e.integer("min_transcribe_migrated", x.min_transcribe_migrated, 0, 1000000);
   });
   for (const auto& s : p.memory)
@@ -461,6 +465,8 @@ Result<Scenario> parse_scenario(std::string_view text, std::string_view file) {
       t.integer("cpu_queue_capacity", d.cpu_queue_capacity, 1, 100000);
       t.integer("breaker_cooldown_ms", d.breaker_cooldown_ms, 1, kDay);
       t.integer("recover_after_ms", d.recover_after_ms, 0, kDay);
+      t.integer("evict_recover_after_ms", d.evict_recover_after_ms, 0, 3'600'000);
+      t.integer("max_pressure_evictions_per_minute", d.max_pressure_evictions_per_minute, 0, 600);
       t.str("config_extra", d.config_extra);
       t.str("embedding_preset", d.embedding_preset, {"", "clip-test", "clip-small"});
       t.str("embedding_name", d.embedding_name);

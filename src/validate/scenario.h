@@ -114,6 +114,12 @@ struct Expect {
   std::optional<std::uint32_t> min_transcribe_gpu;       // ... every window on the GPU
   std::optional<std::uint32_t> min_transcribe_cpu;       // ... some window on the CPU (routed, retried or migrated)
   std::optional<std::uint32_t> min_transcribe_migrated;  // transcription jobs moved gpu -> cpu at a window boundary
+  // GPU residency (docs/residency.md): replicas given back for foreign pressure, loaded again, and every one given
+  // back within the phase loaded again by its end.
+  std::optional<std::uint32_t> min_pressure_evictions;
+  std::optional<std::uint32_t> min_gpu_restores;
+  std::optional<std::uint32_t> max_pressure_evictions;  // the cap held: at most this many within the phase
+  std::optional<bool> restored_by_end;
 };
 
 struct Phase {
@@ -141,6 +147,9 @@ struct DaemonSettings {
   std::uint32_t cpu_queue_capacity = 16;
   std::uint64_t breaker_cooldown_ms = 1500;
   std::uint64_t recover_after_ms = 300;
+  // GPU residency ([device] of tandemd.toml; unset: the daemon's defaults).
+  std::optional<std::uint64_t> evict_recover_after_ms;            // [device] recover_after_ms
+  std::optional<std::uint32_t> max_pressure_evictions_per_minute;  // [device] max_pressure_evictions_per_minute
   std::string config_extra;  // appended verbatim to the generated tandemd.toml
   // An embedding model next to the LLM: modelgen::clip_preset name ("clip-test", "clip-small"), random weights and a
   // small trained tokenizer, written once into the model cache; served as [[model]] `embedding_name`. "" = none.

@@ -244,6 +244,47 @@ TEST(ValidateMetrics, RecoveryIsAttributedToTheFaultBeforeTheBreakerOpened) {
   EXPECT_FALSE(m.recoveries[1].to_cpu_completion_ms);  // no job completed on the CPU
 }
 
+// GPU residency (game.toml): replicas given back when the foreign load rises, the time until our bytes dropped,
+// the time from the foreign load's fall until every replica was back, and the expectations on them.
+TEST(ValidateMetrics, ResidencyTimesAndCountsFromSamplesAndMemorySteps) {
+  auto sample = [](std::int64_t t_ms, std::uint64_t ours, std::uint64_t ev, std::uint64_t re) {
+    return mk(t_ms, "sample", -1, 0,
+              {{"mem_ours", ours}, {"gpu_evictions", ev}, {"gpu_pressure_evictions", ev}, {"gpu_restores", re},
+               {"gpu_restore_failures", 0}});
+  };
+  std::vector<Event> ev = {
+      mk(0, "memory_step", -1, 0, {{"foreign", 900}, {"observed_used", 300}, {"gpu_evictions", 1}, {"gpu_pressure_evictions", 1}, {"gpu_restores", 1}}),
+      sample(50, 300, 3, 1),  // counted, but our bytes are still on the device (the reading lags)
+      sample(150, 0, 3, 1),   // freed: 150 ms
+      sample(250, 0, 3, 1),
+      mk(3000, "memory_step", -1, 0, {{"foreign", 0}, {"observed_used", 0}, {"gpu_evictions", 3}, {"gpu_restores", 1}}),
+      sample(4000, 100, 3, 2),
+      sample(5100, 300, 3, 3),  // every replica back: 2100 ms
+  };
+  Metrics m = compute_metrics(ev);
+  EXPECT_EQ(m.gpu_evictions, 2u) << "counted from the first step's counters";
+  EXPECT_EQ(m.gpu_pressure_evictions, 2u);
+  EXPECT_EQ(m.gpu_restores, 2u);
+  ASSERT_EQ(m.time_to_free_ms.size(), 1u);
+  EXPECT_DOUBLE_EQ(m.time_to_free_ms[0], 150.0);
+  ASSERT_EQ(m.time_to_restore_ms.size(), 1u);
+  EXPECT_DOUBLE_EQ(m.time_to_restore_ms[0], 2100.0);
+  EXPECT_EQ(m.ours_before_bytes, 300u);
+  EXPECT_EQ(m.ours_low_bytes, 0u);
+  EXPECT_TRUE(check_expectations({{"min_pressure_evictions", 2}, {"max_pressure_evictions", 2}, {"min_gpu_restores", 2},
+                                  {"restored_by_end", true}},
+                                 m)
+                  .empty());
+  EXPECT_EQ(check_expectations({{"max_pressure_evictions", 1}}, m).size(), 1u);
+  EXPECT_EQ(check_expectations({{"min_pressure_evictions", 3}}, m).size(), 1u);
+  ev.pop_back();  // one replica never came back
+  Metrics partial = compute_metrics(ev);
+  EXPECT_TRUE(partial.time_to_restore_ms.empty());
+  const auto unmet = check_expectations({{"restored_by_end", true}}, partial);
+  ASSERT_EQ(unmet.size(), 1u);
+  EXPECT_NE(unmet[0].find("restored_by_end"), std::string::npos);
+}
+
 TEST(ValidateMetrics, EquivalenceRateAndFirstDivergence) {
   std::vector<Event> ev;
   auto pair = [&](std::uint64_t g, std::uint64_t c, std::vector<int> tg, std::vector<int> tc, std::string route_c) {
@@ -429,7 +470,7 @@ breaker_cycle = true
 
 // The shipped scenarios parse, and ci.toml covers every fault kind the issue lists.
 TEST(ValidateScenario, ShippedScenariosParseAndCiCoversEveryFault) {
-  for (const char* f : {"ci.toml", "soak.toml", "pressure-ladder.toml", "home-server.toml"}) {
+  for (const char* f : {"ci.toml", "soak.toml", "pressure-ladder.toml", "home-server.toml", "game.toml"}) {
     auto r = load_scenario(std::string(TANDEM_SOURCE_ROOT) + "/config/validation/" + f);
     EXPECT_TRUE(r.ok()) << f << ": " << (r.ok() ? "" : r.error().message);
   }
