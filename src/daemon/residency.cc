@@ -75,7 +75,9 @@ bool Residency::any_given_back() const {
 
 bool Residency::changing() const {
   for (const auto& [name, r] : replicas_)
-    if (r.state == ReplicaState::draining || r.state == ReplicaState::loading) return true;
+    if (r.state == ReplicaState::draining || r.state == ReplicaState::loading ||
+        (r.state == ReplicaState::evicted && r.reason == EvictReason::pressure))
+      return true;
   return false;
 }
 

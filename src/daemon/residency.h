@@ -93,7 +93,8 @@ class Residency {
   // True while a model's replica is out on purpose (draining, evicted, loading): the device itself is fine.
   bool given_back(const std::string& model) const;
   bool any_given_back() const;
-  // A drain, free or load is under way (the service keeps polling until it settles).
+  // A drain, free or load is under way, or a replica given back for pressure waits for room to come back (the
+  // service keeps polling at its busy rate until it settles).
   bool changing() const;
 
   // Begins giving back `model`'s replica for `reason` (loaded → draining). Errors: not_found (no GPU replica),

@@ -4,10 +4,14 @@
 # (Memory.observed_used) drops by the replica's bytes, the model object's Replicas say evicted (reason hold) — and
 # releasing it loads the replica again; a job running on the GPU when the hold comes moves to the CPU at its checkpoint
 # (drain_ms = 0 here) with the same greedy tokens as an uninterrupted run, and the breaker stays closed;
-# UnloadModel / LoadModel through gdbus and tandemctl, and their typed errors.
+# UnloadModel / LoadModel through gdbus and tandemctl, and their typed errors; foreign pressure (Testing.SetForeignLoad
+# near the whole device) gives the idle replica back — reason pressure, DegradedReason gpu-given-back, the counters —
+# and it is loaded again once the load has been gone for recover_after_ms.
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3
 source "$(dirname "$0")/lib.sh"
 T_DRAIN_MS=0
+T_MAX_PRESSURE_EVICTIONS=4
+T_EVICT_RECOVER_AFTER_MS=1500
 tandem_setup
 T_FAST_STOP=1
 
@@ -23,6 +27,8 @@ gpu_state_is() { [ "$(gpu_state)" = "$1" ]; }
 used() { prop Memory | jq -r .observed_used; }
 counter() { btest GetCounters | grep -oE "\"$1\" [0-9]+" | grep -oE '[0-9]+$'; }
 ms_now() { date +%s%3N; }
+used_le() { [ "$(used)" -le "$1" ]; }
+used_ge() { [ "$(used)" -ge "$1" ]; }
 
 [ "$(gpu_state)" = loaded ] || fail "initial GPU replica: $(gpu_replica)"
 bytes=$(gpu_replica | jq -r .accel_bytes)
@@ -39,7 +45,7 @@ wait_for 10 "the replica given back" gpu_state_is evicted
 t_free=$(( $(ms_now) - t0 ))
 [ "$(gpu_replica | jq -r .reason)" = hold ] || fail "evicted replica's reason: $(gpu_replica)"
 [ "$(gpu_replica | jq -r .accel_bytes)" = 0 ] || fail "evicted replica still holds bytes: $(gpu_replica)"
-wait_for 5 "the reading to show the bytes free" test "$(used)" -le "$((used0 - bytes))"
+wait_for 5 "the reading to show the bytes free" used_le "$((used0 - bytes))"
 [ "$(prop DegradedReason)" = gpu-held ] || fail "DegradedReason '$(prop DegradedReason)' while held, want gpu-held"
 "$TANDEMCTL" models default --json | jq -e '.[0].details.replicas[] | select(.device != "cpu") | .state == "evicted"' >/dev/null ||
   fail "tandemctl models: $("$TANDEMCTL" models default --json)"
@@ -53,7 +59,7 @@ kill -INT "$h"
 wait "$h" 2>/dev/null || true
 wait_for 10 "the replica loaded again" gpu_state_is loaded
 t_back=$(( $(ms_now) - t0 ))
-wait_for 5 "the reading to show the bytes in use" test "$(used)" -ge "$used0"
+wait_for 5 "the reading to show the bytes in use" used_ge "$used0"
 [ "$(counter gpu_restores)" = 1 ] || fail "gpu_restores $(counter gpu_restores)"
 grep -q "GPU replica of default restored" "$T_LOG" || fail "no log line for the restore"
 j=$(submit "$P" 2 max_tokens u 8 seed t 1)
@@ -104,6 +110,30 @@ out=$("$TANDEMCTL" --json models unload default) || fail "tandemctl models unloa
 [ "$(echo "$out" | jq -r .state)" = evicted ] || fail "tandemctl models unload --json: $out"
 "$TANDEMCTL" models load default >/dev/null || fail "tandemctl models load (again)"
 note "UnloadModel/LoadModel: gdbus and tandemctl; NotAuthorized, UnknownModel, InvalidArgument, NotSupported, IllegalState"
+
+# --- 4. foreign pressure: another program takes nearly all of the device; the idle replica goes, then comes back --
+used0=$(used)
+t0=$(ms_now)
+btest SetForeignLoad t 1000000000 >/dev/null
+wait_for 10 "the replica given back for pressure" gpu_state_is evicted
+t_free=$(( $(ms_now) - t0 ))
+[ "$(gpu_replica | jq -r .reason)" = pressure ] || fail "reason under foreign pressure: $(gpu_replica)"
+reason_is() { [ "$(prop DegradedReason)" = "$1" ]; }
+state_is() { [ "$(prop State)" = "$1" ]; }
+wait_for 5 "DegradedReason gpu-given-back" reason_is gpu-given-back
+[ "$(counter gpu_pressure_evictions)" = 1 ] || fail "gpu_pressure_evictions $(counter gpu_pressure_evictions)"
+grep -q "GPU replica of default: giving it back (foreign pressure" "$T_LOG" || fail "no log line with the reason"
+j=$(submit "$P" 2 max_tokens u 8 seed t 1)
+[ "$(wait_job "$j")" = completed ] && [ "$(jget "$j" routes)" = '["cpu"]' ] || fail "job $j while given back: $(jget "$j" routes)"
+t0=$(ms_now)
+btest SetForeignLoad t 0 >/dev/null
+wait_for 10 "the replica loaded again after the pressure" gpu_state_is loaded
+t_back=$(( $(ms_now) - t0 ))
+[ "$t_back" -ge 1400 ] || fail "restored after ${t_back} ms, before recover_after_ms (1500)"
+wait_for 5 "State normal again" state_is normal
+j=$(submit "$P" 2 max_tokens u 8 seed t 1)
+[ "$(wait_job "$j")" = completed ] && [ "$(jget "$j" routes)" = '["gpu"]' ] || fail "job $j after the restore: $(jget "$j" routes)"
+note "foreign pressure: replica given back in ${t_free} ms (reason pressure, gpu-given-back), back ${t_back} ms after the load left"
 
 kill -0 "$T_DAEMON_PID" || fail "daemon died"
 tandem_finish it_residency

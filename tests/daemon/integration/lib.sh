@@ -106,6 +106,10 @@ poll_interval_ms = 50
 probe_interval_ms = 300
 probe_timeout_ms = 500
 drain_ms = ${T_DRAIN_MS:-5000}
+# Foreign pressure gives idle replicas back only where a test asks (it_residency.sh): the other tests' foreign loads
+# check the ladder's routing with the replica in place (T_MAX_PRESSURE_EVICTIONS=4 is the daemon's default).
+max_pressure_evictions_per_minute = ${T_MAX_PRESSURE_EVICTIONS:-0}
+recover_after_ms = ${T_EVICT_RECOVER_AFTER_MS:-30000}
 
 [[model]]
 name = "default"
