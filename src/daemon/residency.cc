@@ -98,6 +98,7 @@ Status Residency::evict(const std::string& model, EvictReason reason, Clock::tim
       pressure_evictions_.pop_front();
     pressure_evictions_.push_back(now);
     ++counters_.pressure_evictions;
+    calm_since_.reset();  // pressure again: the room must hold for recover_after from now
   }
   r->reason = reason;
   r->evict_began = now;
@@ -214,6 +215,13 @@ bool Residency::loaded(const std::string& model, const Status& st, Clock::durati
     r->error.clear();
     ++counters_.restores;
     if (pending != EvictReason::none) return static_cast<bool>(evict(model, pending, now));
+  } else if (r->reason == EvictReason::pressure && pending == EvictReason::none) {
+    // Given back for pressure and not loaded again (the other program took the memory back meanwhile, say): it stays
+    // given back and is tried again after another unbroken recover_after of room.
+    enter(*r, ReplicaState::evicted, now);
+    r->error = st.error().message;
+    ++counters_.restore_failures;
+    calm_since_.reset();
   } else {
     enter(*r, ReplicaState::failed, now);
     r->error = st.error().message;

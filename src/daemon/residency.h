@@ -124,7 +124,8 @@ class Residency {
   // illegal_transition (already loaded or loading).
   Result<bool> restore(const std::string& model, Clock::time_point now);  // true: the caller loads it
   // A load finished: ok → loaded (or draining when an eviction was asked meanwhile: returns true, the caller
-  // advances the drains), else failed (with the error). `took` becomes the expected load time only when it succeeded.
+  // advances the drains), else failed (with the error) — except a replica given back for pressure, which stays
+  // evicted (reason pressure, the error kept) and is tried again after another recover_after of room. `took` becomes the expected load time only when it succeeded.
   bool loaded(const std::string& model, const Status& st, Clock::duration took, Clock::time_point now);
   // Foreign pressure. How many more replicas may be given back for it now (the cap over the last minute).
   std::uint32_t pressure_budget(Clock::time_point now) const;

@@ -237,7 +237,9 @@ std::vector<policy::EvictCandidate> Service::evict_candidates(const std::string&
 std::uint64_t Service::evicting_bytes() const {
   std::uint64_t sum = 0;
   for (const auto& r : residency_.list())
-    if (r.state == ReplicaState::draining) sum += replica_bytes(r.model);  // not the live value: it drops at the free
+    // Only those about to go (freeing, or no GPU job left on them): one whose jobs cannot move may stay for long.
+    // Their held bytes as loaded, not the live value (it drops at the free, before the reading shows it).
+    if (r.state == ReplicaState::draining && (r.freeing || !gpu_busy(r.model))) sum += replica_bytes(r.model);
   return sum;
 }
 
@@ -290,6 +292,11 @@ void Service::relieve_pressure(Clock::time_point now) {
 // pressure (the headroom minus their bytes at or above the elevated exit level) for recover_after without a break.
 void Service::recover_from_pressure(Clock::time_point now) {
   if (!holds_.empty() || readings_.device_lost()) return;
+  // Jobs wait in the GPU queue (perhaps for the very bytes given back): they come first; the wait starts again after.
+  if (gpu_queue_.depth() > 0) {
+    (void)residency_.recover([](const std::vector<std::string>&) { return false; }, now);
+    return;
+  }
   const auto& h = readings_.headroom();
   const bool readable = h.total_bytes > 0 && h.trust != policy::ReadingTrust::expired;
   const double floor = cfg_.policy.ladder.pressure.elevated_exit_fraction * static_cast<double>(h.total_bytes);

@@ -299,7 +299,18 @@ Decision AdmissionPolicy::decide(const AdmissionSnapshot& s) const {
         // the bytes. Only what is missing; never past the cap on evictions per minute.
         if (auto r = gpu_blocked(g, true)) { skip(rung, *r); break; }
         if (g.headroom.trust == ReadingTrust::expired) { skip(rung, Reason::reading_expired); break; }
+        // Its own replica is coming back: the delay rung decided between waiting for it and the CPU.
+        if (g.replica_loading) { skip(rung, Reason::replica_loading); break; }
         if (!gpu_limits_ok) { skip(rung, Reason::exceeds_gpu_limits, {}, true); break; }
+        // Only the head evicts: what it frees goes to the head first, so a job behind would give back more than is
+        // missing and spend the cap twice for one shortfall.
+        if (g.jobs_ahead > 0) { skip(rung, Reason::queued_ahead); break; }
+        if (g.waited > ladder_.max_delay || g.queue_wait > ladder_.max_delay - g.waited) {
+          skip(rung, Reason::wait_too_long,
+               "waited " + format_duration(g.waited) + " + slot wait " + format_duration(g.queue_wait) + " > " +
+                   format_duration(ladder_.max_delay));
+          break;
+        }
         if (never_fits(full)) {
           skip(rung, Reason::exceeds_device, need + ", device capacity " + signed_bytes(capacity), true);
           break;

@@ -62,6 +62,8 @@ class ServiceStateTracker {
   static ServiceStatus derive(const ServiceInputs& in);
   const ServiceStatus& update(const ServiceInputs& in, Clock::time_point now);
   const ServiceStatus& current() const { return current_; }
+  // A better state is waiting out recover_after (it is announced at an update once that passed).
+  bool improving() const { return better_since_.has_value(); }
   std::vector<ServiceChange> drain_changes();
 
  private:

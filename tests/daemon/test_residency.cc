@@ -298,5 +298,46 @@ TEST(ResidencyPressure, RecoverWaitsForAnUnbrokenCalmThenLoadsWhatFits) {
   EXPECT_EQ(r.recover(room, at(34001)), (std::vector<std::string>{"a"}));
 }
 
+// A replica given back for pressure whose load fails (the other program took the memory back meanwhile) stays given
+// back for pressure and is tried again after another unbroken recover_after; a replica given back for another reason
+// whose load fails is failed (LoadModel retries it).
+TEST(ResidencyPressure, AFailedRestoreAfterPressureIsTriedAgainAfterTheCalm) {
+  ResidencyConfig cfg{0s};
+  cfg.recover_after = 10s;
+  Residency r(cfg);
+  r.add("a", at(0));
+  r.add("b", at(0));
+  ASSERT_TRUE(r.evict("a", EvictReason::pressure, at(0)));
+  EXPECT_FALSE(r.freed("a", 100, at(0)));
+  ASSERT_TRUE(r.evict("b", EvictReason::request, at(0)));
+  EXPECT_FALSE(r.freed("b", 100, at(0)));
+  auto room = [](const std::vector<std::string>&) { return true; };
+  EXPECT_TRUE(r.recover(room, at(1000)).empty());
+  ASSERT_EQ(r.recover(room, at(11000)), (std::vector<std::string>{"a"}));
+  EXPECT_FALSE(r.loaded("a", fail(Errc::out_of_memory, "no room"), 1s, at(12000)));
+  EXPECT_EQ(r.find("a")->state, ReplicaState::evicted);
+  EXPECT_EQ(r.find("a")->reason, EvictReason::pressure);
+  EXPECT_EQ(r.find("a")->error, "no room");
+  EXPECT_EQ(r.counters().restore_failures, 1u);
+  EXPECT_TRUE(r.recover(room, at(13000)).empty()) << "the calm starts again";
+  EXPECT_TRUE(r.recover(room, at(22999)).empty());
+  EXPECT_EQ(r.recover(room, at(23000)), (std::vector<std::string>{"a"}));
+  EXPECT_FALSE(r.loaded("a", {}, 1s, at(24000)));
+  EXPECT_EQ(r.find("a")->state, ReplicaState::loaded);
+  // A new pressure eviction restarts the calm of the others.
+  ASSERT_TRUE(r.evict("a", EvictReason::pressure, at(30000)));
+  EXPECT_FALSE(r.freed("a", 100, at(30000)));
+  EXPECT_TRUE(r.recover(room, at(31000)).empty());
+  r.add("c", at(0));
+  ASSERT_TRUE(r.evict("c", EvictReason::pressure, at(39000)));
+  EXPECT_FALSE(r.freed("c", 100, at(39000)));
+  EXPECT_TRUE(r.recover(room, at(41000)).empty()) << "c's eviction restarted the wait begun at 31 s";
+  EXPECT_EQ(r.recover(room, at(51000)), (std::vector<std::string>{"a", "c"})) << "a was used more recently (its load)";
+  // Given back on request: a failed load is failed.
+  ASSERT_TRUE(r.restore("b", at(60000)));
+  EXPECT_FALSE(r.loaded("b", fail(Errc::out_of_memory, "no room"), 1s, at(61000)));
+  EXPECT_EQ(r.find("b")->state, ReplicaState::failed);
+}
+
 }  // namespace
 }  // namespace tandem::daemon

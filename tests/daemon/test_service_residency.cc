@@ -481,6 +481,11 @@ TEST_F(PressureTest, GrowingForeignLoadEvictsTheLeastRecentlyUsedIdleReplicaAndT
 
   // The game takes 3.4 GiB (92.5 % in use): critical. Instead of the CPU, the idle replica used least recently goes.
   ASSERT_NO_FATAL_FAILURE(foreign(3 * kGiB + 400 * kMiB));
+  auto plan = svc_->plan(alice_, request("under pressure"));
+  ASSERT_TRUE(plan) << describe(plan);
+  EXPECT_EQ(str(*plan, "action"), "evict");
+  EXPECT_EQ(counter("gpu_pressure_evictions"), 0u) << "Plan is a dry run: it gives nothing back";
+  EXPECT_EQ(state_of("emb"), ReplicaState::loaded);
   Dict p2;
   const JobId b = submit_ok(alice_, request("under pressure"), &p2);
   EXPECT_EQ(str(p2, "route"), "gpu") << str(p2, "detail");

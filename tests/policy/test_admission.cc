@@ -74,7 +74,7 @@ TEST_F(AdmissionTest, LadderTable) {
       {"wait too long, offload unsupported -> cpu",
        [](auto& t, auto& s) { t.no_fit(s); s.gpu.queue_wait = 60s; s.gpu.offload_supported = false; },
        Rung::route_cpu, R::routed_cpu,
-       {R::does_not_fit, R::wait_too_long, R::no_idle_replica, R::reduce_not_allowed, R::offload_unsupported}},
+       {R::does_not_fit, R::wait_too_long, R::wait_too_long, R::reduce_not_allowed, R::offload_unsupported}},
       {"breaker open -> cpu",
        [](auto&, auto& s) { s.gpu.breaker_allows = false; s.gpu.breaker_retry_in = 7s; }, Rung::route_cpu,
        R::routed_cpu, {R::breaker_open, R::breaker_open, R::breaker_open, R::reduce_not_allowed, R::breaker_open}},
@@ -125,7 +125,7 @@ TEST_F(AdmissionTest, LadderTable) {
          s.gpu.cpu_run = 800ms;
        },
        Rung::route_cpu, R::routed_cpu,
-       {R::replica_loading, R::cpu_sooner, R::memory_not_short, R::reduce_not_allowed, R::replica_loading}},
+       {R::replica_loading, R::cpu_sooner, R::replica_loading, R::reduce_not_allowed, R::replica_loading}},
       {"replica loading, a short job the CPU may not take -> waits",
        [](auto&, auto& s) {
          s.gpu.replica_loading = 2s;
@@ -136,7 +136,7 @@ TEST_F(AdmissionTest, LadderTable) {
        Rung::delay, R::waiting_for_replica, {R::replica_loading}},
       {"replica loading longer than max_delay -> cpu",
        [](auto&, auto& s) { s.gpu.replica_loading = 90s; }, Rung::route_cpu, R::routed_cpu,
-       {R::replica_loading, R::wait_too_long, R::memory_not_short, R::reduce_not_allowed, R::replica_loading}},
+       {R::replica_loading, R::wait_too_long, R::replica_loading, R::reduce_not_allowed, R::replica_loading}},
       {"never fits on this device, cpu not allowed -> reject",
        [](auto& t, auto& s) {
          t.no_fit(s);
@@ -368,7 +368,7 @@ TEST_F(AdmissionTest, DelayWaitIsBoundedAndHonest) {
        R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::no_idle_replica, R::reduce_not_allowed}},
       {"already waited max_delay",
        [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 1s}}; s.gpu.waited = 31s; },
-       Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::no_idle_replica, R::reduce_not_allowed}},
+       Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::wait_too_long, R::reduce_not_allowed}},
       {"waited + memory wait over max_delay",
        [&](auto& t, auto& s) { short_by_half_g(t, s); s.gpu.running = {{2 * Q, 6s}}; s.gpu.waited = 25s; },
        Rung::offload, R::fits_offloaded, 0s, {R::does_not_fit, R::wait_too_long, R::no_idle_replica, R::reduce_not_allowed}},
@@ -496,6 +496,21 @@ TEST_F(AdmissionTest, EvictRungGivesBackIdleReplicasLruFirst) {
        [&](auto& t, auto& s) { pressed(t, s); s.gpu.headroom.headroom -= static_cast<std::int64_t>(4 * G); },
        Rung::route_cpu, R::routed_cpu, {},
        {R::does_not_fit, R::wait_unknown, R::eviction_insufficient, R::reduce_not_allowed, R::offload_insufficient}},
+      {"behind other queued jobs: only the head evicts",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.jobs_ahead = 2; }, Rung::route_cpu, R::routed_cpu, {},
+       {R::queued_ahead, R::wait_unknown, R::queued_ahead, R::reduce_not_allowed, R::queued_ahead}},
+      {"its own replica is loading and the CPU is sooner: no eviction for it",
+       [&](auto& t, auto& s) {
+         pressed(t, s);
+         s.gpu.replica_loading = 2s;
+         s.gpu.gpu_run = 100ms;
+         s.gpu.cpu_run = 800ms;
+       },
+       Rung::route_cpu, R::routed_cpu, {},
+       {R::replica_loading, R::cpu_sooner, R::replica_loading, R::reduce_not_allowed, R::replica_loading}},
+      {"waited past max_delay: no eviction any more",
+       [&](auto& t, auto& s) { pressed(t, s); s.gpu.waited = 31s; }, Rung::offload, R::fits_offloaded, {},
+       {R::does_not_fit, R::wait_too_long, R::wait_too_long, R::reduce_not_allowed}},
       {"breaker open: nothing starts on the GPU, nothing is given back for it",
        [&](auto& t, auto& s) { pressed(t, s); s.gpu.offload_supported = false; s.gpu.breaker_allows = false; },
        Rung::route_cpu, R::routed_cpu, {},
