@@ -85,7 +85,12 @@ pc_ms=$(awk -v a="$t_set900" -v b="$t_pc" 'BEGIN {printf "%d", (b - a) * 1000}')
 [ "$pc_ms" -le 500 ] || fail "PropertiesChanged(DegradedReason) came $pc_ms ms after the foreign load"
 pc_note="PropertiesChanged(DegradedReason) after $pc_ms ms (msg $pc_state)"
 # The announcement's details: level, limits, since, expected slowdown.
-dmc_body=$(awk '/member=DegradedModeChanged/ {p = 1; buf = ""} p {buf = buf "\n" $0} p && /^signal|^method/ && !/DegradedModeChanged/ {p = 0} /memory-critical/ && p {found = 1} END {print buf}' "$MON")
+# (The first complete DegradedModeChanged that announces memory-critical: later ones may be cut off at the end of
+# the capture.)
+dmc_body=$(awk '
+  /^(signal|method|error)/ { if (p && buf ~ /memory-critical/) { print buf; done = 1; exit } p = 0 }
+  /member=DegradedModeChanged/ { p = 1; buf = "" }
+  p { buf = buf "\n" $0 }' "$MON")
 for k in level limits since_unix_ms expected_slowdown fallback_model; do
   echo "$dmc_body" | grep -q "string \"$k\"" || fail "DegradedModeChanged details lack '$k'"
 done
