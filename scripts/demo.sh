@@ -4,8 +4,8 @@
 # Llama 2 tokenizer) and the bundled default embedding model (CLIP layout, trained here on rendered shapes with
 # captions) and the bundled default speech model (Whisper layout, trained here on sentences espeak-ng speaks), then
 # starts tandemd on a PRIVATE D-Bus bus with a simulated GPU (no CUDA needed) serving all three, and walks through
-# normal → image search → transcription → memory pressure (the embeddings and a transcription keep the GPU, the
-# long prompt is offloaded) → GPU fault (degraded; embeddings re-run on the CPU, a transcription moves to the CPU at
+# normal → image search → transcription → memory pressure (the embeddings and a transcription keep the GPU; for the
+# long prompt the ladder gives back an idle replica of another model, or offloads its last layer) → GPU fault (degraded; embeddings re-run on the CPU, a transcription moves to the CPU at
 # a window boundary) → recovered with tandemctl.
 #   bash scripts/demo.sh ["your prompt"]
 # TANDEM_DEMO_KEEP=1 leaves the daemon running at the end (its bus address is printed).
@@ -72,6 +72,8 @@ kind = "simulated"
 sim_capacity = "2GiB"
 poll_interval_ms = 100
 probe_interval_ms = 1000
+# A replica given back for another program's memory use (step 3) comes back 5 s after the memory is free again.
+recover_after_ms = 5000
 [[model]]
 name = "default"
 dir = "$MODEL"
@@ -177,7 +179,8 @@ touch "$DIR"/photos/00[01]*.png  # 20 changed mtimes: re-embedded while the GPU 
 LONG="$PROMPT $(printf 'and you can redistribute it under the terms of the license %.0s' $(seq 1 40))"
 "$CTL" --json transcribe "$DIR/speech/all.wav" > "$DIR/t3.json" &   # a transcription, started first
 T3=$!
-"$CTL" plan "$LONG"   # the long prompt does not fit whole: the ladder offloads its last layer to the CPU
+"$CTL" plan "$LONG"   # the long prompt does not fit whole: "evict" (an idle replica of another model is given back
+                      # for it, docs/residency.md) when that frees enough, else "offload" (its last layer on the CPU)
 "$CTL" run --seed 1 "$LONG"
 wait "$T3" || true
 echo "the transcription that ran meanwhile: $(jq -r '"\(.windows) windows on \(.routes | join(",")), \(.segments | length) segments, rtf \(.realtime_factor | floor)"' "$DIR/t3.json")"
