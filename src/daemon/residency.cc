@@ -145,6 +145,8 @@ bool Residency::freed(const std::string& model, std::uint64_t bytes, Clock::time
   r->freeing = false;
   r->given_back_bytes = bytes;
   r->last_free = now - r->evict_began;
+  counters_.free_ms_total += static_cast<std::uint64_t>(
+      std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(r->last_free).count()));
   ++counters_.evictions;
   counters_.bytes_given_back += bytes;
   if (r->restore_pending) {
@@ -209,6 +211,8 @@ bool Residency::loaded(const std::string& model, const Status& st, Clock::durati
   r->evict_pending = EvictReason::none;
   if (st) {
     r->last_load = took;
+    counters_.load_ms_total += static_cast<std::uint64_t>(
+        std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
     enter(*r, ReplicaState::loaded, now);
     r->last_used = now;  // its keep_alive counts from the restore
     r->reason = EvictReason::none;

@@ -61,6 +61,8 @@ class Residency {
     std::uint64_t preemptions = 0;      // drains that moved running jobs off the GPU
     std::uint64_t bytes_given_back = 0;
     std::uint64_t pressure_evictions = 0;  // evictions begun for foreign pressure
+    std::uint64_t free_ms_total = 0;       // time from draining to freed, summed over the evictions
+    std::uint64_t load_ms_total = 0;       // load time, summed over the restores (mean = load_ms_total / restores)
   };
 
   // What the service carries out after drain(): free these replicas now (their last GPU job ended), and move the

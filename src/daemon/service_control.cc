@@ -518,6 +518,8 @@ std::map<std::string, std::uint64_t> Service::counters() const {
   c["gpu_drain_preemptions"] = rc.preemptions;
   c["gpu_bytes_given_back"] = rc.bytes_given_back;
   c["gpu_pressure_evictions"] = rc.pressure_evictions;
+  c["gpu_free_ms_total"] = rc.free_ms_total;
+  c["gpu_load_ms_total"] = rc.load_ms_total;
   if (auto* sim = as_sim(backend_->accelerator())) {
     const auto sc = sim->counters();
     c["sim_allocations"] = sc.allocations;

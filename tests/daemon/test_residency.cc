@@ -324,6 +324,7 @@ TEST(ResidencyPressure, AFailedRestoreAfterPressureIsTriedAgainAfterTheCalm) {
   EXPECT_EQ(r.recover(room, at(23000)), (std::vector<std::string>{"a"}));
   EXPECT_FALSE(r.loaded("a", {}, 1s, at(24000)));
   EXPECT_EQ(r.find("a")->state, ReplicaState::loaded);
+  EXPECT_EQ(r.counters().load_ms_total, 1000u) << "only the load that succeeded counts";
   // A new pressure eviction restarts the calm of the others.
   ASSERT_TRUE(r.evict("a", EvictReason::pressure, at(30000)));
   EXPECT_FALSE(r.freed("a", 100, at(30000)));
