@@ -243,8 +243,16 @@ std::uint32_t Residency::pressure_budget(Clock::time_point now) const {
 std::vector<std::string> Residency::recover(const std::function<bool(const std::vector<std::string>&)>& room,
                                             Clock::time_point now) {
   std::vector<const Replica*> out_for;
-  for (const auto& [name, r] : replicas_)
-    if (r.state == ReplicaState::evicted && r.reason == EvictReason::pressure) out_for.push_back(&r);
+  for (auto& [name, r] : replicas_) {
+    if (r.state != ReplicaState::evicted || r.reason != EvictReason::pressure) continue;
+    // Its keep_alive ran out while it was away: it would only be given back again for idleness. It stays out as an
+    // idle one (the next job for it brings it back).
+    if (r.keep_alive && now - r.last_used >= *r.keep_alive) {
+      r.reason = EvictReason::idle;
+      continue;
+    }
+    out_for.push_back(&r);
+  }
   std::sort(out_for.begin(), out_for.end(), [](const Replica* a, const Replica* b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     if (a->last_used != b->last_used) return a->last_used > b->last_used;

@@ -134,7 +134,8 @@ class Residency {
   // Brings back replicas given back for foreign pressure (evicted → loading, returned to be loaded): once `room`
   // said yes for one of them without a break for `recover_after`, as many as `room` takes together, the highest
   // priority first, then the most recently used. `room(models)`: the device can take those replicas' weights and
-  // stay out of pressure. The wait starts again after each restore.
+  // stay out of pressure. The wait starts again after each restore. One whose keep_alive ran out meanwhile is not
+  // loaded: it stays evicted with reason idle (the next job for its model wakes it).
   std::vector<std::string> recover(const std::function<bool(const std::vector<std::string>&)>& room,
                                    Clock::time_point now);
 

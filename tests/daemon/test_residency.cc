@@ -340,5 +340,25 @@ TEST(ResidencyPressure, AFailedRestoreAfterPressureIsTriedAgainAfterTheCalm) {
   EXPECT_EQ(r.find("b")->state, ReplicaState::failed);
 }
 
+// A replica given back for pressure whose keep_alive runs out while it is away is not loaded again when the room
+// comes back: it would only be given back for idleness; it stays out as an idle one (a job wakes it).
+TEST(ResidencyPressure, KeepAliveThatRanOutWhileAwayStaysOutAsIdle) {
+  ResidencyConfig cfg{0s};
+  cfg.recover_after = 10s;
+  Residency r(cfg);
+  r.add("short", at(0));
+  r.add("forever", at(0));
+  r.set_keep_alive("short", 60s);
+  for (const char* m : {"short", "forever"}) {
+    ASSERT_TRUE(r.evict(m, EvictReason::pressure, at(1000)));
+    EXPECT_FALSE(r.freed(m, 100, at(1000)));
+  }
+  auto room = [](const std::vector<std::string>&) { return true; };
+  EXPECT_TRUE(r.recover(room, at(55000)).empty());
+  EXPECT_EQ(r.recover(room, at(65000)), (std::vector<std::string>{"forever"}));
+  EXPECT_EQ(r.find("short")->state, ReplicaState::evicted);
+  EXPECT_EQ(r.find("short")->reason, EvictReason::idle);
+}
+
 }  // namespace
 }  // namespace tandem::daemon
