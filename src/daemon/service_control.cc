@@ -2,6 +2,8 @@
 // shutdown (drain, abort, journal sync), reload, the testing hooks and the counters.
 #include "daemon/service.h"
 
+#include <set>
+
 #include "daemon/service_internal.h"
 #include "device/simulated.h"
 
@@ -226,8 +228,19 @@ std::uint64_t Service::replica_bytes(const std::string& model) const {
 
 std::vector<policy::EvictCandidate> Service::evict_candidates(const std::string& except) const {
   std::vector<policy::EvictCandidate> out;
-  for (const auto& r : residency_.list()) {
-    if (r.model == except || r.state != ReplicaState::loaded || gpu_wanted(r.model)) continue;
+  const auto list = residency_.list();
+  bool any_loaded = false;
+  for (const auto& r : list) any_loaded = any_loaded || (r.state == ReplicaState::loaded && r.model != except);
+  if (!any_loaded) return out;
+  // The models a GPU job runs on or waits for, in one pass over the jobs (this runs for every admission decision).
+  std::set<std::string> wanted;
+  for (JobId id : active_)
+    if (const JobRecord* j = find(id)) {
+      const std::string& m = j->route.model.empty() ? j->model : j->route.model;
+      if ((j->running && j->route.device != policy::Device::cpu) || j->queue == QueueId::gpu) wanted.insert(m);
+    }
+  for (const auto& r : list) {
+    if (r.model == except || r.state != ReplicaState::loaded || wanted.count(r.model)) continue;
     const std::uint64_t bytes = backend_->gpu_resident_bytes(r.model);
     if (bytes > 0) out.push_back({r.model, bytes, r.priority, r.last_used});
   }
