@@ -343,7 +343,8 @@ class Service {
   Dict residency_reply(const std::string& model) const;
   void start_gpu_load(const std::string& model);
   bool gpu_busy(const std::string& model) const;  // a run of `model` is on the GPU (or offloaded)
-  bool gpu_wanted(const std::string& model) const;  // gpu_busy, or a job of `model` waits in the GPU queue
+  // The models a GPU job runs on (also offloaded) or waits for in the GPU queue: their replicas are not idle.
+  std::set<std::string> gpu_wanted_models() const;
   // Foreign pressure (the evict rung, docs/residency.md): the idle GPU replicas of models other than `except`, the
   // bytes of replicas being given back now, carrying out a decision's evictions, giving back idle replicas while
   // others' usage keeps the device in critical pressure, and bringing them back once there is room again.

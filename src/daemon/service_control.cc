@@ -2,8 +2,6 @@
 // shutdown (drain, abort, journal sync), reload, the testing hooks and the counters.
 #include "daemon/service.h"
 
-#include <set>
-
 #include "daemon/service_internal.h"
 #include "device/simulated.h"
 
@@ -168,12 +166,14 @@ bool Service::gpu_busy(const std::string& model) const {
   return false;
 }
 
-bool Service::gpu_wanted(const std::string& model) const {
-  if (gpu_busy(model)) return true;
+std::set<std::string> Service::gpu_wanted_models() const {
+  std::set<std::string> wanted;
   for (JobId id : active_)
-    if (const JobRecord* j = find(id); j && j->queue == QueueId::gpu && (j->route.model.empty() ? j->model : j->route.model) == model)
-      return true;
-  return false;
+    if (const JobRecord* j = find(id)) {
+      const std::string& m = j->route.model.empty() ? j->model : j->route.model;
+      if ((j->running && j->route.device != policy::Device::cpu) || j->queue == QueueId::gpu) wanted.insert(m);
+    }
+  return wanted;
 }
 
 void Service::residency_step() {
@@ -181,7 +181,8 @@ void Service::residency_step() {
   relieve_pressure(now);
   recover_from_pressure(now);
   // Idle: no job runs on it or waits for it in the GPU queue.
-  for (const auto& m : residency_.evict_idle([this](const std::string& x) { return gpu_wanted(x); }, now)) {
+  const auto wanted = gpu_wanted_models();
+  for (const auto& m : residency_.evict_idle([&](const std::string& x) { return wanted.count(x) != 0; }, now)) {
     const auto* r = residency_.find(m);
     log::info("GPU replica of {}: giving it back (no job for {} s, keep_alive)", m,
               r && r->keep_alive ? std::chrono::duration_cast<std::chrono::seconds>(*r->keep_alive).count() : 0);
@@ -232,13 +233,7 @@ std::vector<policy::EvictCandidate> Service::evict_candidates(const std::string&
   bool any_loaded = false;
   for (const auto& r : list) any_loaded = any_loaded || (r.state == ReplicaState::loaded && r.model != except);
   if (!any_loaded) return out;
-  // The models a GPU job runs on or waits for, in one pass over the jobs (this runs for every admission decision).
-  std::set<std::string> wanted;
-  for (JobId id : active_)
-    if (const JobRecord* j = find(id)) {
-      const std::string& m = j->route.model.empty() ? j->model : j->route.model;
-      if ((j->running && j->route.device != policy::Device::cpu) || j->queue == QueueId::gpu) wanted.insert(m);
-    }
+  const auto wanted = gpu_wanted_models();  // one pass over the jobs (this runs for every admission decision)
   for (const auto& r : list) {
     if (r.model == except || r.state != ReplicaState::loaded || wanted.count(r.model)) continue;
     const std::uint64_t bytes = backend_->gpu_resident_bytes(r.model);

@@ -232,6 +232,12 @@ TEST_F(Fixture, AFailedLoadAtStartIsFailedAndAFailedLoadKeepsTheLastGoodTime) {
   EXPECT_EQ(fresh.find("chat")->last_load, 300ms) << "a fast failure is not a load time";
 }
 
+// Gives `m` back for `why` at `ms`: drained and freed at once (no job on it, no restore asked).
+void give_back(Residency& r, const std::string& m, EvictReason why, int ms) {
+  ASSERT_TRUE(r.evict(m, why, at(ms)));
+  EXPECT_FALSE(r.freed(m, 100, at(ms)));
+}
+
 // Foreign pressure: at most max_pressure_evictions_per_minute begin in any minute (other reasons do not count).
 TEST(ResidencyPressure, TheCapCountsPressureEvictionsOverASlidingMinute) {
   ResidencyConfig cfg{5s};
@@ -264,11 +270,9 @@ TEST(ResidencyPressure, RecoverWaitsForAnUnbrokenCalmThenLoadsWhatFits) {
   r.used("b", at(200));
   r.set_priority("c", 5);
   for (const char* m : {"a", "b", "c"}) {
-    ASSERT_TRUE(r.evict(m, EvictReason::pressure, at(1000)));
-    EXPECT_FALSE(r.freed(m, 100, at(1000)));
+    give_back(r, m, EvictReason::pressure, 1000);
   }
-  ASSERT_TRUE(r.evict("held", EvictReason::hold, at(1000)));
-  EXPECT_FALSE(r.freed("held", 100, at(1000)));
+  give_back(r, "held", EvictReason::hold, 1000);
   ASSERT_EQ(r.find("a")->state, ReplicaState::evicted);
   std::size_t room_for = 0;  // how many replicas the device takes together
   std::vector<std::vector<std::string>> asked;
@@ -307,10 +311,8 @@ TEST(ResidencyPressure, AFailedRestoreAfterPressureIsTriedAgainAfterTheCalm) {
   Residency r(cfg);
   r.add("a", at(0));
   r.add("b", at(0));
-  ASSERT_TRUE(r.evict("a", EvictReason::pressure, at(0)));
-  EXPECT_FALSE(r.freed("a", 100, at(0)));
-  ASSERT_TRUE(r.evict("b", EvictReason::request, at(0)));
-  EXPECT_FALSE(r.freed("b", 100, at(0)));
+  give_back(r, "a", EvictReason::pressure, 0);
+  give_back(r, "b", EvictReason::request, 0);
   auto room = [](const std::vector<std::string>&) { return true; };
   EXPECT_TRUE(r.recover(room, at(1000)).empty());
   ASSERT_EQ(r.recover(room, at(11000)), (std::vector<std::string>{"a"}));
@@ -326,12 +328,10 @@ TEST(ResidencyPressure, AFailedRestoreAfterPressureIsTriedAgainAfterTheCalm) {
   EXPECT_EQ(r.find("a")->state, ReplicaState::loaded);
   EXPECT_EQ(r.counters().load_ms_total, 1000u) << "only the load that succeeded counts";
   // A new pressure eviction restarts the calm of the others.
-  ASSERT_TRUE(r.evict("a", EvictReason::pressure, at(30000)));
-  EXPECT_FALSE(r.freed("a", 100, at(30000)));
+  give_back(r, "a", EvictReason::pressure, 30000);
   EXPECT_TRUE(r.recover(room, at(31000)).empty());
   r.add("c", at(0));
-  ASSERT_TRUE(r.evict("c", EvictReason::pressure, at(39000)));
-  EXPECT_FALSE(r.freed("c", 100, at(39000)));
+  give_back(r, "c", EvictReason::pressure, 39000);
   EXPECT_TRUE(r.recover(room, at(41000)).empty()) << "c's eviction restarted the wait begun at 31 s";
   EXPECT_EQ(r.recover(room, at(51000)), (std::vector<std::string>{"a", "c"})) << "a was used more recently (its load)";
   // Given back on request: a failed load is failed.
@@ -350,8 +350,7 @@ TEST(ResidencyPressure, KeepAliveThatRanOutWhileAwayStaysOutAsIdle) {
   r.add("forever", at(0));
   r.set_keep_alive("short", 60s);
   for (const char* m : {"short", "forever"}) {
-    ASSERT_TRUE(r.evict(m, EvictReason::pressure, at(1000)));
-    EXPECT_FALSE(r.freed(m, 100, at(1000)));
+    give_back(r, m, EvictReason::pressure, 1000);
   }
   auto room = [](const std::vector<std::string>&) { return true; };
   EXPECT_TRUE(r.recover(room, at(55000)).empty());
