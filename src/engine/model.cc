@@ -99,12 +99,14 @@ Status Model::Impl::place_on_accelerator() {
                                                  : at::Device(at::kCPU);
 #if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
   // Observed memory on CUDA includes LibTorch's caching allocator: reserved (held from the driver) and
-  // allocated (in live tensors). Not verified on a GPU yet (docs/cuda.md).
+  // allocated (in live tensors).
   if (auto* cuda = dynamic_cast<device::CudaDevice*>(accel.get())) {
     const int index = accel->torch_index();
     cuda->set_allocator_stats([index] {
       const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
-      const auto agg = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+      // StatType::AGGREGATE, index 0 of each StatArray (the enum moved from c10::cuda::CUDACachingAllocator to c10
+      // between LibTorch 1.13 and 2.x; the index did not).
+      constexpr std::size_t agg = 0;
       return std::pair<std::uint64_t, std::uint64_t>(static_cast<std::uint64_t>(st.reserved_bytes[agg].current),
                                                      static_cast<std::uint64_t>(st.allocated_bytes[agg].current));
     });
