@@ -4,8 +4,10 @@
 // same bytes in the same run (the target: within 1.5x of that copy), and the first token of a job after an
 // eviction when it starts on the CPU replica now vs when it waits for the load and runs on the GPU replica.
 // The simulated accelerator computes with ATen on this CPU: the token latencies show the choice's shape, not what a
-// real GPU gains.
-//   bench_residency --model DIR [--rounds N] [--threads N]
+// real GPU gains. With --device cuda (where built with the CUDA runtime and a CUDA LibTorch) the replica goes to
+// GPU 0: "given back" is then also read from cudaMemGetInfo, and the baseline is a host-to-device copy of the same
+// bytes (from pageable and from pinned memory) next to the host memcpy.
+//   bench_residency --model DIR [--rounds N] [--threads N] [--device sim|cuda]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,7 +17,12 @@
 #include <string>
 #include <vector>
 
+#include <ATen/ATen.h>
+
 #include "device/simulated.h"
+#if defined(TANDEM_HAVE_CUDA)
+#include "device/cuda.h"
+#endif
 #include "engine/generation.h"
 #include "engine/model.h"
 
@@ -48,16 +55,17 @@ double first_token_ms(const std::shared_ptr<engine::Model>& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir;
+  std::string dir, device = "sim";
   int rounds = 5, threads = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     if (f == "--model") dir = argv[i + 1];
     else if (f == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
     else if (f == "--threads") threads = std::max(1, std::atoi(argv[i + 1]));
+    else if (f == "--device") device = argv[i + 1];
   }
   if (dir.empty()) {
-    std::fprintf(stderr, "usage: bench_residency --model DIR [--rounds N] [--threads N]\n");
+    std::fprintf(stderr, "usage: bench_residency --model DIR [--rounds N] [--threads N] [--device sim|cuda]\n");
     return 2;
   }
   engine::LoadOptions lo;
@@ -65,10 +73,33 @@ int main(int argc, char** argv) {
   lo.max_context = 512;
   auto cpu = engine::Model::load(dir, lo);
   if (!cpu) die("CPU replica", cpu.error());
-  device::SimulatedConfig sc;
-  sc.capacity_bytes = 64ull << 30;
-  auto sim = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+  std::shared_ptr<device::Device> sim;
+  bool cuda = false;
+  if (device == "sim") {
+    device::SimulatedConfig sc;
+    sc.capacity_bytes = 64ull << 30;
+    sim = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
+  } else if (device == "cuda") {
+#if defined(TANDEM_HAVE_CUDA)
+    auto d = device::CudaDevice::open(0, std::make_shared<SteadyClock>());
+    if (!d) die("cuda:0", d.error());
+    sim = *d;
+    cuda = true;
+#else
+    std::fprintf(stderr, "bench_residency: this build has no CUDA runtime\n");
+    return 2;
+#endif
+  } else {
+    std::fprintf(stderr, "bench_residency: --device is sim or cuda, not %s\n", device.c_str());
+    return 2;
+  }
   lo.accelerator = sim;
+  const auto free_now = [&]() -> double {
+    auto m = sim->memory();
+    if (!m) die("reading", m.error());
+    return static_cast<double>(m->free_bytes);
+  };
+  std::vector<double> read_back;  // bytes the reading shows free again after each give-back (CUDA)
 
   std::vector<double> load_ms, free_ms, open_ms, weights_ms;
   std::uint64_t held = 0, back = 0, copied = 0;
@@ -82,11 +113,13 @@ int main(int argc, char** argv) {
     weights_ms.push_back(ls.weights_ms);
     copied = ls.resident_copy_bytes + ls.accel_weight_bytes;
     held = sim->accounted_bytes();
+    const double free_loaded = free_now();
     t0 = Steady::now();
     gpu->reset();  // what Backend::evict_gpu does once no run holds the replica
     sim->release_cached();
     free_ms.push_back(ms_since(t0));
     back = held - sim->accounted_bytes();
+    read_back.push_back(free_now() - free_loaded);
   }
   // A host memcpy of the same bytes, best of `rounds` (the buffers touched once first).
   std::vector<char> src(held), dst(held);
@@ -98,6 +131,26 @@ int main(int argc, char** argv) {
     std::memcpy(dst.data(), src.data(), src.size());
     copy_ms = std::min(copy_ms, ms_since(t0));
   }
+  // On a GPU: the same bytes copied to the device, from pageable and from pinned host memory (best of `rounds`).
+  double h2d_ms = 0, h2d_pinned_ms = 0;
+  if (cuda) {
+    const auto n = static_cast<std::int64_t>(held);
+    at::Tensor pageable = at::from_blob(src.data(), {n}, at::kByte);
+    at::Tensor pinned = at::empty({n}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    pinned.copy_(pageable);
+    const at::Device gpu0(at::kCUDA, 0);
+    h2d_ms = h2d_pinned_ms = 1e300;
+    for (int i = 0; i < rounds; ++i) {
+      auto t0 = Steady::now();
+      at::Tensor a = pageable.to(gpu0);  // synchronous: returns once the copy is done
+      h2d_ms = std::min(h2d_ms, ms_since(t0));
+      a = at::Tensor();
+      t0 = Steady::now();
+      at::Tensor b = pinned.to(gpu0);
+      h2d_pinned_ms = std::min(h2d_pinned_ms, ms_since(t0));
+    }
+    sim->release_cached();
+  }
   std::sort(load_ms.begin(), load_ms.end());
   std::sort(free_ms.begin(), free_ms.end());
   const double load = load_ms[load_ms.size() / 2], freed = free_ms[free_ms.size() / 2];
@@ -107,9 +160,19 @@ int main(int argc, char** argv) {
   std::printf("given back (accounted bytes)       %12.1f MiB  (%.3f of what it held)\n",
               static_cast<double>(back) / (1 << 20), held ? static_cast<double>(back) / static_cast<double>(held) : 0.0);
   std::printf("give back (drop + release_cached)  %12.3f ms\n", freed);
+  if (cuda) {
+    std::sort(read_back.begin(), read_back.end());
+    std::printf("free reading rose by (cudaMemGetInfo)%11.1f MiB  (%.3f of what it held)\n",
+                read_back[read_back.size() / 2] / (1 << 20), read_back[read_back.size() / 2] / static_cast<double>(held));
+  }
   std::printf("restore (load from the files)      %12.1f ms  %8.1f ms/GiB\n", load, load / gib);
   std::printf("host memcpy of the same bytes      %12.2f ms  %8.1f ms/GiB\n", copy_ms, copy_ms / gib);
   std::printf("restore / memcpy                   %12.1f x   (target <= 1.5)\n", load / copy_ms);
+  if (cuda) {
+    std::printf("host-to-device copy, pageable      %12.2f ms  %8.1f ms/GiB\n", h2d_ms, h2d_ms / gib);
+    std::printf("host-to-device copy, pinned        %12.2f ms  %8.1f ms/GiB\n", h2d_pinned_ms, h2d_pinned_ms / gib);
+    std::printf("restore / pinned copy              %12.1f x\n", load / h2d_pinned_ms);
+  }
   std::sort(open_ms.begin(), open_ms.end());
   std::sort(weights_ms.begin(), weights_ms.end());
   const double open = open_ms[open_ms.size() / 2], wts = weights_ms[weights_ms.size() / 2];
@@ -127,6 +190,7 @@ int main(int argc, char** argv) {
   (void)first_token_ms(*gpu);
   const double wait_gpu = ms_since(t0);
   std::printf("first token, CPU now               %12.1f ms\n", cpu_now);
-  std::printf("first token, wait for the load     %12.1f ms  (load + first token on the simulated GPU)\n", wait_gpu);
+  std::printf("first token, wait for the load     %12.1f ms  (load + first token on the %s)\n", wait_gpu,
+              cuda ? "GPU" : "simulated GPU");
   return 0;
 }

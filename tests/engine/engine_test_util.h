@@ -20,6 +20,9 @@
 #include "core/clock.h"
 #include "core/result.h"
 #include "device/simulated.h"
+#if defined(TANDEM_HAVE_CUDA)
+#include "device/cuda.h"
+#endif
 #include "weights/safetensors.h"
 
 namespace tandem::engine::test {
@@ -54,6 +57,34 @@ inline std::shared_ptr<device::SimulatedDevice> simulated_device(std::uint64_t c
   sc.capacity_bytes = capacity_bytes;
   return std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
 }
+
+#if defined(TANDEM_HAVE_CUDA)
+// The GPU (device 0), opened once per process; null where there is none or where LibTorch cannot use it (Debian's
+// CPU LibTorch), with the reason in *why (the tests skip with it: "no GPU: ...").
+inline std::shared_ptr<device::CudaDevice> cuda_device(std::string* why) {
+  static std::string reason;
+  static const std::shared_ptr<device::CudaDevice> dev = []() -> std::shared_ptr<device::CudaDevice> {
+    auto d = device::CudaDevice::open(0, std::make_shared<SteadyClock>());
+    if (!d) {
+      reason = "no GPU: " + d.error().message;
+      return nullptr;
+    }
+    if (!at::hasCUDA()) {
+      reason = "no GPU for LibTorch: this LibTorch is built without CUDA (" + (*d)->name() + " is there)";
+      return nullptr;
+    }
+    return *d;
+  }();
+  if (why) *why = reason;
+  return dev;
+}
+
+// `auto dev = ...` the GPU, or the test skips with the reason.
+#define TANDEM_REQUIRE_GPU(dev)                                   \
+  std::string why_##dev;                                          \
+  auto dev = ::tandem::engine::test::cuda_device(&why_##dev);     \
+  if (!dev) GTEST_SKIP() << why_##dev
+#endif
 
 // M::load(path) onto a 1000-byte device: the weights are refused, out_of_memory.
 template <class M, class Options>

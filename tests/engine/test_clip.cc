@@ -286,6 +286,33 @@ TEST(Clip, SimulatedAcceleratorMatchesTheCpu) {
   EXPECT_EQ(lost.error().code, Errc::device_lost);
 }
 
+#if defined(TANDEM_HAVE_CUDA)
+// The same on the GPU (skips without one): fp32 on cuBLAS, only the summation order differs from the CPU.
+TEST(Clip, CudaAcceleratorMatchesTheCpu) {
+  TANDEM_REQUIRE_GPU(dev);
+  const std::string dir = write_model("cuda");
+  auto cpu = load(dir);
+  ClipLoadOptions o;
+  o.accelerator = dev;
+  const std::uint64_t before = dev->accounted_bytes();
+  auto acc = load(dir, o);
+  ASSERT_TRUE(cpu && acc);
+  EXPECT_EQ(dev->accounted_bytes() - before, acc->stats().accel_weight_bytes);
+  const auto t = texts(6);
+  const auto im = images(4);
+  auto a = acc->embed_texts(t), b = cpu->embed_texts(t);
+  auto ai = acc->embed_images(im), bi = cpu->embed_images(im);
+  ASSERT_TRUE(a.ok() && b.ok() && ai.ok() && bi.ok()) << (a.ok() ? (ai.ok() ? "" : ai.error().message) : a.error().message);
+  double worst = 0;
+  for (std::size_t i = 0; i < t.size(); ++i) worst = std::max(worst, max_diff((*a)[i], (*b)[i]));
+  for (std::size_t i = 0; i < im.size(); ++i) worst = std::max(worst, max_diff((*ai)[i], (*bi)[i]));
+  EXPECT_LT(worst, 1e-4);
+  std::printf("[ report ] CLIP on %s vs CPU: max |d| of unit vectors %.2e\n", dev->name().c_str(), worst);
+  acc.reset();
+  EXPECT_EQ(dev->accounted_bytes(), before);
+}
+#endif
+
 TEST(Clip, RefusedWeightsFailTheLoad) {
   test::expect_weights_refused<ClipModel, ClipLoadOptions>(write_model("small-dev"));
 }

@@ -631,6 +631,45 @@ TEST(Whisper, SimulatedAcceleratorMatchesTheCpuAndAccounts) {
   EXPECT_EQ(ns.error().code, Errc::device_lost);
 }
 
+#if defined(TANDEM_HAVE_CUDA)
+// The encoder and the decoder (prefill, incremental, after a rewind) on the GPU against the CPU (skips without one).
+TEST(Whisper, CudaAcceleratorMatchesTheCpu) {
+  TANDEM_REQUIRE_GPU(dev);
+  const std::string dir = write_model("cuda");
+  auto cpu = load(dir);
+  WhisperLoadOptions o;
+  o.accelerator = dev;
+  o.kv_block_size = 3;
+  const std::uint64_t before = dev->accounted_bytes();
+  auto acc = load(dir, o);
+  ASSERT_TRUE(cpu && acc);
+  EXPECT_EQ(dev->accounted_bytes() - before, acc->stats().accel_weight_bytes + acc->stats().accel_kv_bytes);
+  const auto mw = mel(cpu->config(), 6);
+  double worst = 0;
+  {
+    auto a = session(*acc), c = session(*cpu);
+    ASSERT_TRUE(a && c);
+    ASSERT_TRUE(a->encode(mw, nullptr).ok());
+    ASSERT_TRUE(c->encode(mw, nullptr).ok());
+    auto la = a->decode(std::span(kTokens).subspan(0, 6), nullptr), lc = c->decode(std::span(kTokens).subspan(0, 6), nullptr);
+    ASSERT_TRUE(la.ok() && lc.ok()) << (la.ok() ? "" : la.error().message);
+    worst = std::max(worst, rel_diff(*la, *lc));
+    auto lb = a->decode(std::span(kTokens).subspan(6, 1), nullptr), ld = c->decode(std::span(kTokens).subspan(6, 1), nullptr);
+    ASSERT_TRUE(lb.ok() && ld.ok());
+    worst = std::max(worst, rel_diff(*lb, *ld));
+    a->rewind(6);
+    c->rewind(6);
+    auto le = a->decode(std::span(kTokens).subspan(6, 3), nullptr), lf = c->decode(std::span(kTokens).subspan(6, 3), nullptr);
+    ASSERT_TRUE(le.ok() && lf.ok());
+    worst = std::max(worst, rel_diff(*le, *lf));
+  }
+  EXPECT_LT(worst, 1e-4);
+  std::printf("[ report ] Whisper on %s vs CPU: max relative logit difference %.2e\n", dev->name().c_str(), worst);
+  acc.reset();
+  EXPECT_EQ(dev->accounted_bytes(), before);
+}
+#endif
+
 TEST(Whisper, RefusedWeightsFailTheLoad) {
   test::expect_weights_refused<WhisperModel, WhisperLoadOptions>(write_model("small-dev"));
 }
