@@ -16,6 +16,7 @@ namespace {
 
 const char* kUsage =
     "usage: tandem-validate --spawn SCENARIO.toml [--out DIR] [--tandemd PATH] [--mkmodel PATH] [--model-cache DIR]\n"
+    "                       [--device sim|cuda] [--ballast PATH]\n"
     "       tandem-validate [--bus system|session|address=ADDR] SCENARIO.toml [--out DIR] [--restart-cmd CMD]\n"
     "                       [--daemon-pid PID] [--ballast PATH]\n"
     "       tandem-validate --resume-from DIR [--spawn ...|--bus ...] [--pause]\n"
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
   using namespace tandem;
   validate::RunnerOptions o;
   std::string analyze, resume_dir, check;
-  bool child = false, bus_given = false;
+  bool child = false, bus_given = false, device_given = false;
   std::string child_prompt, child_key;
   std::uint32_t child_tokens = 16;
   try {
@@ -87,6 +88,11 @@ int main(int argc, char** argv) {
         bus_given = true;
       } else if (f == "--restart-cmd") {
         o.restart_cmd = a.value();
+      } else if (f == "--device") {
+        const std::string_view v = a.value();
+        if (v != "sim" && v != "cuda") throw cli::ArgError{"--device: sim or cuda, not '" + std::string(v) + "'"};
+        o.cuda = v == "cuda";
+        device_given = true;
       } else if (f == "--ballast") {
         o.ballast = a.value();
       } else if (f == "--daemon-pid") {
@@ -142,6 +148,10 @@ int main(int argc, char** argv) {
     }
     if (o.scenario_path.empty() && !o.resume) {
       std::fprintf(stderr, "tandem-validate: no scenario given\n%s", kUsage);
+      return validate::kExitUsage;
+    }
+    if (device_given && !o.spawn) {
+      std::fprintf(stderr, "tandem-validate: --device chooses the accelerator of the daemon --spawn starts\n");
       return validate::kExitUsage;
     }
     if (o.spawn && bus_given) {

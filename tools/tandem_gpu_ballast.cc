@@ -1,6 +1,8 @@
 // tandem-gpu-ballast: "the other program" for real-GPU tests. Commits N bytes of GPU memory (cudaMalloc +
 // cudaMemset, so the pages are really backed), prints one line, and holds them until SIGTERM/SIGINT, EOF on stdin
-// (when stdin is a pipe, socket or terminal), or --seconds. Exit: 0 done, 1 CUDA failure (allocation refused, ...),
+// (when stdin is a pipe, socket or terminal), or --seconds. With --leave N instead of --bytes it commits what leaves
+// N bytes free once its own CUDA context exists (hundreds of MiB on large GPUs, which a size computed beforehand
+// would not know). Exit: 0 done, 1 CUDA failure (allocation refused, ...),
 // 2 usage, 77 no GPU (the automake "skipped" code, so test harnesses can skip).
 #include <fcntl.h>
 #include <poll.h>
@@ -23,8 +25,9 @@
 namespace {
 
 const char* kUsage =
-    "usage: tandem-gpu-ballast --bytes N[K|M|G] [--device I] [--seconds S]\n"
+    "usage: tandem-gpu-ballast --bytes N[K|M|G] | --leave N[K|M|G] [--device I] [--seconds S]\n"
     "  --bytes N     GPU memory to commit; K/M/G suffixes are powers of 1024\n"
+    "  --leave N     commit what leaves N bytes free (after this program's own CUDA context)\n"
     "  --device I    CUDA device index (default 0)\n"
     "  --seconds S   release and exit after S seconds (default: hold until SIGTERM/SIGINT or stdin EOF)\n"
     "exit: 0 released, 1 CUDA error, 2 usage, 77 no GPU\n";
@@ -68,7 +71,8 @@ int cuda_fail(const char* what, cudaError_t e) {
 
 int main(int argc, char** argv) {
   using namespace tandem;
-  std::uint64_t bytes = 0;
+  std::uint64_t bytes = 0, leave = 0;
+  bool leave_given = false;
   int device = 0;
   int seconds = -1;
   try {
@@ -76,12 +80,17 @@ int main(int argc, char** argv) {
     while (a.next()) {
       const auto f = a.flag();
       if (f == "--bytes") bytes = parse_bytes(f, a.value());
+      else if (f == "--leave") {
+        leave = parse_bytes(f, a.value());
+        leave_given = true;
+      }
       else if (f == "--device") device = cli::parse_number<int>(f, a.value(), 0, 1023);
       else if (f == "--seconds") seconds = cli::parse_number<int>(f, a.value(), 0, 365 * 24 * 3600);
       else if (f == "-h" || f == "--help") { std::fputs(kUsage, stdout); return 0; }
       else throw cli::ArgError{"unknown option " + std::string(f)};
     }
-    if (bytes == 0) throw cli::ArgError{"--bytes N is required"};
+    if (bytes == 0 && !leave_given) throw cli::ArgError{"--bytes N or --leave N is required"};
+    if (bytes != 0 && leave_given) throw cli::ArgError{"--bytes and --leave exclude each other"};
   } catch (const cli::ArgError& e) {
     std::fprintf(stderr, "tandem-gpu-ballast: %s\n%s", e.message.c_str(), kUsage);
     return 2;
@@ -126,6 +135,14 @@ int main(int argc, char** argv) {
   }
   std::size_t free_before = 0, free_after = 0, total = 0;
   if ((e = cudaMemGetInfo(&free_before, &total)) != cudaSuccess) return cuda_fail("cudaMemGetInfo", e);
+  if (leave_given) {
+    if (free_before <= leave + (2u << 20)) {  // less than 2 MiB (one driver page) to take: nothing to hold
+      std::fprintf(stderr, "tandem-gpu-ballast: --leave %llu: only %zu bytes are free\n",
+                   static_cast<unsigned long long>(leave), free_before);
+      return 1;
+    }
+    bytes = (free_before - leave) & ~((std::uint64_t{2} << 20) - 1);  // whole 2 MiB pages
+  }
   void* p = nullptr;
   if ((e = cudaMalloc(&p, bytes)) != cudaSuccess) {
     std::fprintf(stderr, "tandem-gpu-ballast: cudaMalloc of %llu bytes on device %d (%zu free of %zu): %s\n",

@@ -27,6 +27,7 @@ struct RunnerOptions {
   std::string tandemd;       // --spawn: the daemon binary
   std::string mkmodel;       // --spawn: tandem-mkmodel, to write the model once
   std::string model_cache;   // --spawn: where the generated model is kept (default /tmp/tandem-validate-model-<preset>)
+  bool cuda = false;         // --spawn --device cuda: the daemon's accelerator is GPU 0 instead of a simulated one
   client::BusSpec bus;       // attach mode
   std::string restart_cmd;   // attach mode: how to start tandemd again after kill_daemon
   int daemon_pid = 0;        // attach mode: tandemd's pid (for VmRSS and kill_daemon); 0 = HostMemory.daemon_rss

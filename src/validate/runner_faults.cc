@@ -213,19 +213,21 @@ void fault_thread(Campaign& c, const Fault& f, Clock::time_point t0) {
 }
 
 // On CUDA the Testing knobs are NotSupported: the foreign load is real memory held by tandem-gpu-ballast
-// (docs/cuda.md). One ballast process at a time; a new step replaces it. Not verified on a GPU (docs/validate.md).
-void set_ballast(Campaign& c, std::uint64_t bytes) {
+// (docs/cuda.md). One ballast process at a time; a new step replaces it.
+void set_ballast(Campaign& c, std::uint64_t bytes, std::optional<std::uint64_t> leave) {
   if (c.ballast_pid > 0) {
     stop_child(c.ballast_pid, 5000ms);
     c.ballast_pid = 0;
     c.ballast_bytes = 0;
   }
-  if (bytes == 0) return;
+  if (bytes == 0 && !leave) return;
   if (c.opts.ballast.empty()) {
     c.rec("skipped", -1, 0, {{"what", "memory step"}, {"why", "CUDA accelerator and no tandem-gpu-ballast (--ballast)"}});
     return;
   }
-  auto pid = spawn({c.opts.ballast, "--bytes", std::to_string(bytes)}, c.run_dir + "/ballast.log");
+  auto pid = spawn(leave ? std::vector<std::string>{c.opts.ballast, "--leave", std::to_string(std::max<std::uint64_t>(1, *leave))}
+                         : std::vector<std::string>{c.opts.ballast, "--bytes", std::to_string(bytes)},
+                   c.run_dir + "/ballast.log");
   if (!pid) {
     c.rec("fault_error", -1, 0, {{"kind", "memory_step"}, {"call", "tandem-gpu-ballast"}, {"error", pid.error().message}});
     return;
@@ -271,7 +273,7 @@ void memory_thread(Campaign& c, const Phase& ph, Clock::time_point t0) {
     if (c.cuda) {
       d["via"] = "tandem-gpu-ballast";
       c.rec("memory_step", -1, 0, d);
-      set_ballast(c, foreign);
+      set_ballast(c, foreign, s.available_bytes);
       continue;
     }
     c.rec("memory_step", -1, 0, d);

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -157,7 +158,9 @@ std::unique_ptr<WorkloadClient> make_workload_client(Campaign& c, const Phase& p
 bool wait_generating(Campaign& c, std::uint64_t wait_ms);
 void child_client_fault(Campaign& c, client::Client& ctl, const Fault& f);
 void fault_thread(Campaign& c, const Fault& f, Clock::time_point t0);
-void set_ballast(Campaign& c, std::uint64_t bytes);
+// Replaces the ballast: holds `bytes` (0: none), or with `leave` what leaves that many bytes free once its own CUDA
+// context exists (an `available = X` step).
+void set_ballast(Campaign& c, std::uint64_t bytes, std::optional<std::uint64_t> leave = std::nullopt);
 void memory_thread(Campaign& c, const Phase& ph, Clock::time_point t0);
 
 // runner_phase.cc

@@ -165,7 +165,8 @@ TEST(GpuBallast, ExitsWith77WithoutGpu) {
 TEST(GpuBallast, RejectsBadArguments) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {}, {"--bytes"}, {"--bytes", "0"}, {"--bytes", "12X"}, {"--bytes", "1G", "--device", "-1"},
-           {"--bytes", "1G", "--seconds", "x"}, {"--bytes", "1M", "--frobnicate"}, {"--bytes", "2000000T"}, {"--bytes", "2000000G"}}) {
+           {"--bytes", "1G", "--seconds", "x"}, {"--bytes", "1M", "--frobnicate"}, {"--bytes", "2000000T"}, {"--bytes", "2000000G"},
+           {"--leave"}, {"--leave", "0"}, {"--leave", "1Q"}, {"--bytes", "1M", "--leave", "1M"}}) {
     std::string joined;
     for (const auto& a : args) joined += a + " ";
     SCOPED_TRACE(joined);
@@ -336,6 +337,28 @@ TEST_F(CudaDeviceTest, BallastReleasesOnSigterm) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   close(c.stdin_w);
   close(c.out_r);
+}
+
+// --leave N: the ballast takes what leaves N free once its own context exists (tandem-validate's `available = X`).
+TEST_F(CudaDeviceTest, BallastLeavesWhatItIsAskedToLeave) {
+  Child c = Child::spawn({TANDEM_GPU_BALLAST, "--leave", "1G"}, true);
+  ASSERT_GT(c.pid, 0);
+  const std::string line = c.read_until("\n", std::chrono::seconds(60));
+  unsigned long long held = 0, fb = 0, fa = 0;
+  int dev = -1;
+  ASSERT_EQ(std::sscanf(line.c_str(), "holding %llu bytes on device %d (free before %llu, after %llu)", &held, &dev,
+                        &fb, &fa),
+            4)
+      << line;
+  EXPECT_EQ(held % (2 * kMiB), 0u);
+  EXPECT_NEAR(static_cast<double>(fa), static_cast<double>(kGiB), 64.0 * kMiB) << line;
+  auto during = dev_->memory();
+  ASSERT_TRUE(during.ok());
+  EXPECT_NEAR(static_cast<double>(during->free_bytes), static_cast<double>(kGiB), 64.0 * kMiB);
+  EXPECT_EQ(c.wait_exit(), 0);
+  const auto r = run_ballast({"--leave", std::to_string(dev_->total_bytes() + kGiB), "--seconds", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("bytes are free"), std::string::npos) << r.output;
 }
 
 TEST_F(CudaDeviceTest, BallastRefusesMoreThanTheDeviceHas) {
