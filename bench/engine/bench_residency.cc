@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_residency --model DIR [--rounds N] [--threads N] [--device sim|cuda]\n");
     return 2;
   }
+  if (device != "sim" && device != "cuda") {
+    std::fprintf(stderr, "bench_residency: --device is sim or cuda, not %s\n", device.c_str());
+    return 2;
+  }
   engine::LoadOptions lo;
   lo.threads = threads;
   lo.max_context = 512;
@@ -75,11 +79,12 @@ int main(int argc, char** argv) {
   if (!cpu) die("CPU replica", cpu.error());
   std::shared_ptr<device::Device> sim;
   bool cuda = false;
-  if (device == "sim") {
+  const bool cuda_wanted = device == "cuda";
+  if (!cuda_wanted) {
     device::SimulatedConfig sc;
     sc.capacity_bytes = 64ull << 30;
     sim = std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
-  } else if (device == "cuda") {
+  } else {
 #if defined(TANDEM_HAVE_CUDA)
     auto d = device::CudaDevice::open(0, std::make_shared<SteadyClock>());
     if (!d) die("cuda:0", d.error());
@@ -89,9 +94,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_residency: this build has no CUDA runtime\n");
     return 2;
 #endif
-  } else {
-    std::fprintf(stderr, "bench_residency: --device is sim or cuda, not %s\n", device.c_str());
-    return 2;
   }
   lo.accelerator = sim;
   const auto free_now = [&]() -> double {

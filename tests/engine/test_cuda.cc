@@ -44,6 +44,27 @@ std::shared_ptr<device::SimulatedDevice> sim(std::uint64_t bytes = 2ull << 30) {
   return std::make_shared<device::SimulatedDevice>(sc, std::make_shared<SteadyClock>());
 }
 
+// A small random model whose matrices all have a multiple of 256 columns (the K-quants' block; the "tiny" preset's
+// 128 would make llama.cpp's recipes fall back to q5_0/q5_1), written once.
+std::string quantizable_model() {
+  static const std::string dir = [] {
+    modelgen::Options o;
+    o.shape = *modelgen::preset("tiny");
+    o.shape.hidden = 256;
+    o.shape.intermediate = 512;
+    o.shape.layers = 3;
+    o.shape.heads = 4;
+    o.shape.kv_heads = 2;
+    o.seed = 11;
+    o.tokenizer_model = testing::tokenizer_path();
+    const std::string d = testing::temp_root() + "/cuda-src";
+    auto s = modelgen::write_model(d, o);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return d;
+  }();
+  return dir;
+}
+
 float max_abs(const std::vector<float>& v) {
   float m = 0;
   for (float x : v) m = std::max(m, std::abs(x));
@@ -89,7 +110,7 @@ TEST(CudaEngine, DequantizationEqualsTheKernelsBitForBitForEveryType) {
 // CPU) and against the CPU kernels. Reports the prefill logits' differences and the greedy agreement.
 TEST(CudaEngine, EveryWeightTypeAgreesWithTheSimulatedAcceleratorAndTheCpu) {
   TANDEM_REQUIRE_GPU(dev);
-  const std::string hf = make_model("cuda-src", "tiny");
+  const std::string hf = quantizable_model();
   const std::vector<std::vector<int>> prompts = {{1, 15043, 3186, 29892, 2748, 2501, 263, 931},
                                                  {1, 9038, 2501, 263, 931, 727, 471},
                                                  {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278}};
@@ -135,7 +156,7 @@ TEST(CudaEngine, EveryWeightTypeAgreesWithTheSimulatedAcceleratorAndTheCpu) {
 // The compute dtypes (bf16, and f16, which only CUDA offers) and the hybrid split on the GPU.
 TEST(CudaEngine, ComputeDtypesAndTheHybridSplitRunOnTheGpu) {
   TANDEM_REQUIRE_GPU(dev);
-  const std::string hf = make_model("cuda-src", "tiny");
+  const std::string hf = quantizable_model();
   const std::string path = testing::temp_root() + "/cuda-dtypes-Q4_K_M.gguf";
   auto r = modelgen::parse_recipe("Q4_K_M");
   ASSERT_TRUE(r.ok());
@@ -164,7 +185,7 @@ TEST(CudaEngine, ComputeDtypesAndTheHybridSplitRunOnTheGpu) {
                 dt == engine::ComputeDType::bf16 ? "bf16" : "f16", d, scale);
   }
   lo.dtype = engine::ComputeDType::auto_;
-  for (int k : {1, 2, 3}) {
+  for (int k : {1, 2}) {
     lo.accel_layers = k;
     auto m = load(path, lo);
     ASSERT_TRUE(m) << k;
@@ -225,7 +246,7 @@ TEST(CudaEngine, ReadingsFollowTheReplicaAndShowItGivenBack) {
 // the caching allocator's peak during the forward must stay within it, or admission under-reserves.
 TEST(CudaEngine, ForwardPeakStaysWithinTheAdmittedWorkspace) {
   TANDEM_REQUIRE_GPU(dev);
-  const std::string hf = make_model("cuda-src", "tiny");
+  const std::string hf = quantizable_model();
   for (const char* name : {"F32", "Q8_0", "Q4_K_M", "Q6_K"}) {
     const std::string path = testing::temp_root() + "/cuda-ws-" + name + ".gguf";
     auto r = modelgen::parse_recipe(name);
