@@ -589,8 +589,20 @@ void Gateway::metrics_endpoint(const std::shared_ptr<Exchange>& ex) {
   backend_.status([this, ex](Outcome<client::ServiceStatus> o) {
     std::optional<client::ServiceStatus> st;
     if (o.ok()) st = *o.value;
-    metrics_.request("/metrics", "", 200);
-    ex->reply(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(st, backend_.connected()), {});
+    if (!st) {
+      metrics_.request("/metrics", "", 200);
+      ex->reply(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(st, backend_.connected()), {});
+      return;
+    }
+    // The models' replicas (where each one is, given back or not, and what it holds) from ListModels + Replicas.
+    backend_.models([this, ex, st](Outcome<std::vector<ModelEntry>> mo) {
+      std::vector<std::pair<std::string, std::vector<client::ReplicaInfo>>> reps;
+      if (mo.ok())
+        for (const auto& m : *mo.value)
+          if (m.info.name && m.details && m.details->replicas) reps.emplace_back(*m.info.name, *m.details->replicas);
+      metrics_.request("/metrics", "", 200);
+      ex->reply(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(st, backend_.connected(), reps), {});
+    });
   });
 }
 

@@ -48,7 +48,8 @@ void head(std::string& o, const char* name, const char* type, const char* help) 
 
 }  // namespace
 
-std::string Metrics::render(const std::optional<client::ServiceStatus>& st, bool link_up) const {
+std::string Metrics::render(const std::optional<client::ServiceStatus>& st, bool link_up,
+                            const std::vector<std::pair<std::string, std::vector<client::ReplicaInfo>>>& models) const {
   std::string o;
   head(o, "tandem_http_requests_total", "counter", "HTTP requests answered, by endpoint, route and status.");
   for (const auto& [k, n] : requests_) {
@@ -132,6 +133,22 @@ std::string Metrics::render(const std::optional<client::ServiceStatus>& st, bool
   if (st->holds) {
     head(o, "tandem_gpu_holds", "gauge", "Applications holding Tandem off the GPU.");
     o += "tandem_gpu_holds " + std::to_string(st->holds->size()) + "\n";
+  }
+  if (!models.empty()) {
+    // One series per replica, its current state and reason as labels (value 1): a GPU replica given back for a game
+    // reads {device="gpu",state="evicted",reason="pressure"} (docs/residency.md).
+    head(o, "tandem_replica_info", "gauge", "Each model's replicas: 1, with their device, residency state and reason.");
+    for (const auto& [name, reps] : models)
+      for (const auto& r : reps)
+        o += "tandem_replica_info{model=\"" + esc(name) + "\",device=\"" + esc(r.device.value_or("")) + "\",state=\"" +
+             esc(r.state.value_or("")) + "\",reason=\"" + esc(r.reason.value_or("")) + "\"} 1\n";
+    head(o, "tandem_replica_bytes", "gauge", "Bytes each replica holds: on the accelerator (weights + KV pool), on the host.");
+    for (const auto& [name, reps] : models)
+      for (const auto& r : reps) {
+        const std::string l = "model=\"" + esc(name) + "\",device=\"" + esc(r.device.value_or("")) + "\"";
+        if (r.accel_bytes) o += "tandem_replica_bytes{" + l + ",on=\"accelerator\"} " + std::to_string(*r.accel_bytes) + "\n";
+        if (r.host_bytes) o += "tandem_replica_bytes{" + l + ",on=\"host\"} " + std::to_string(*r.host_bytes) + "\n";
+      }
   }
   return o;
 }

@@ -1,6 +1,7 @@
 // The gateway's Prometheus metrics (GET /metrics, docs/http.md "Metrics"): its own counters (requests by endpoint,
 // route and status; streamed tokens and time by route; connections, streams, refusals) and tandemd's state at the
-// time of the scrape (queues, memory accounted and observed, breaker, degraded). Names are prefixed tandem_ and
+// time of the scrape (queues, memory accounted and observed, breaker, degraded, each model's replicas: where they
+// are, in which residency state and why, what they hold on the accelerator and the host). Names are prefixed tandem_ and
 // follow the conventions vLLM and TGI use (_total counters, _seconds, _bytes). Single-threaded (the I/O thread).
 #pragma once
 
@@ -9,6 +10,8 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "client/format.h"
 
@@ -28,8 +31,10 @@ class Metrics {
   void client_cancel() { ++client_cancels_; }
 
   std::uint64_t streams_open() const { return streams_open_; }
-  // The exposition text (format 0.0.4). `status` is tandemd's at the scrape (absent: tandemd unreachable).
-  std::string render(const std::optional<client::ServiceStatus>& status, bool link_up) const;
+  // The exposition text (format 0.0.4). `status` is tandemd's at the scrape (absent: tandemd unreachable); `models`
+  // its models with their details (Replicas), when they could be read.
+  std::string render(const std::optional<client::ServiceStatus>& status, bool link_up,
+                     const std::vector<std::pair<std::string, std::vector<client::ReplicaInfo>>>& models = {}) const;
 
  private:
   std::map<std::tuple<std::string, std::string, int>, std::uint64_t> requests_;

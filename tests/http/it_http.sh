@@ -144,7 +144,9 @@ until m=$(curl -s "$B/metrics"); grep -q '^tandem_degraded{reason="[^"]\+"} 1' <
     hfail "/metrics does not show degraded: $(grep -E '^tandem_(up|degraded|state|gpu_breaker)' <<<"$m" | tr '\n' ' ')"
   sleep 0.1
 done
-note "degraded: headers, tandem object, NDJSON event and /metrics say cpu + $(jq -r .tandem.degraded_reason <<<"$body")"
+grep -q '^tandem_replica_info{model="default",device="gpu",state="lost",reason=""} 1$' <<<"$(curl -s "$B/metrics")" ||
+  hfail "/metrics does not show the lost GPU replica: $(curl -s "$B/metrics" | grep '^tandem_replica' | tr '\n' ' ')"
+note "degraded: headers, tandem object, NDJSON event and /metrics say cpu + $(jq -r .tandem.degraded_reason <<<"$body"), the GPU replica lost"
 
 # --- queue full -> 503 with Retry-After; the clients that hang up get their jobs cancelled ------------------------------
 long='{"model":"default","messages":[{"role":"user","content":"Tell a story"}],"max_tokens":1000,"stream":true}'

@@ -499,6 +499,24 @@ TEST(MetricsTest, RendersCountersAndEscapes) {
   EXPECT_NE(t.find("tandem_gpu_memory_bytes{kind=\"foreign\"} 10"), std::string::npos);
   EXPECT_NE(t.find("tandem_up 1"), std::string::npos);
   EXPECT_NE(m.render(std::nullopt, false).find("tandem_up 0"), std::string::npos);
+  EXPECT_EQ(t.find("tandem_replica_info"), std::string::npos) << "no models given: no replica series";
+
+  // Replicas: one info series each (state and reason as labels), bytes on the accelerator and the host.
+  client::ReplicaInfo gpu, cpu;
+  gpu.device = "gpu";
+  gpu.state = "evicted";
+  gpu.reason = "pressure";
+  gpu.accel_bytes = 0;
+  cpu.device = "cpu";
+  cpu.state = "loaded";
+  cpu.host_bytes = 4096;
+  const std::string r = m.render(st, true, {{"chat\"1", {gpu, cpu}}});
+  EXPECT_NE(r.find("tandem_replica_info{model=\"chat\\\"1\",device=\"gpu\",state=\"evicted\",reason=\"pressure\"} 1"),
+            std::string::npos) << r;
+  EXPECT_NE(r.find("tandem_replica_info{model=\"chat\\\"1\",device=\"cpu\",state=\"loaded\",reason=\"\"} 1"), std::string::npos);
+  EXPECT_NE(r.find("tandem_replica_bytes{model=\"chat\\\"1\",device=\"gpu\",on=\"accelerator\"} 0"), std::string::npos);
+  EXPECT_NE(r.find("tandem_replica_bytes{model=\"chat\\\"1\",device=\"cpu\",on=\"host\"} 4096"), std::string::npos);
+  EXPECT_EQ(r.find("device=\"cpu\",on=\"accelerator\""), std::string::npos) << "absent bytes are not invented";
 }
 
 }  // namespace

@@ -434,6 +434,19 @@ TEST_F(GatewayTest, HealthAndMetricsFollowTandemd) {
   EXPECT_NE(m->body.find("tandem_degraded{reason=\"gpu-lost\"} 1"), std::string::npos);
   EXPECT_NE(m->body.find("tandem_queue_depth{queue=\"cpu\"} 3"), std::string::npos);
   EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"/health\",route=\"\",status=\"503\"} 1"), std::string::npos);
+  // The models' replicas, from ListModels and each model's Replicas.
+  client::ReplicaInfo r;
+  r.device = "gpu";
+  r.state = "draining";
+  r.reason = "hold";
+  r.accel_bytes = 400;
+  be.model_list[0].details->replicas = std::vector<client::ReplicaInfo>{r};
+  auto m2 = testing::get("/metrics");
+  gw->handle(m2);
+  EXPECT_NE(m2->body.find("tandem_replica_info{model=\"tiny\",device=\"gpu\",state=\"draining\",reason=\"hold\"} 1"),
+            std::string::npos) << m2->body;
+  EXPECT_NE(m2->body.find("tandem_replica_bytes{model=\"tiny\",device=\"gpu\",on=\"accelerator\"} 400"), std::string::npos);
+  EXPECT_EQ(m2->body.find("model=\"clip\""), std::string::npos) << "a model without Replicas has no series";
 }
 
 TEST_F(GatewayTest, UnknownPathsAndMethods) {
