@@ -36,6 +36,12 @@ void ServiceRates::observe_decode(std::uint64_t tokens, Clock::duration took) {
   decode_tps_ = cfg_.ewma_alpha * (static_cast<double>(tokens) / seconds(took)) + (1 - cfg_.ewma_alpha) * decode_tps_;
 }
 
+void ServiceRates::set_measured(double prefill_tps, double decode_tps) {
+  if (prefill_tps > 0) prefill_tps_ = prefill_tps;
+  if (decode_tps > 0) decode_tps_ = decode_tps;
+  measured_ = measured_ || prefill_tps > 0 || decode_tps > 0;
+}
+
 Clock::duration ServiceRates::service_time(std::uint64_t prompt_tokens, std::uint64_t new_tokens) const {
   return from_seconds(static_cast<double>(prompt_tokens) / prefill_tps_ + static_cast<double>(new_tokens) / decode_tps_);
 }

@@ -52,6 +52,10 @@ class ServiceRates {
   // Samples with no tokens or no time are ignored (they carry no rate).
   void observe_prefill(std::uint64_t tokens, Clock::duration took);
   void observe_decode(std::uint64_t tokens, Clock::duration took);
+  // Rates measured when a replica loaded (its warm-up run, docs/policy.md §6): they replace the configured priors
+  // outright — the EWMAs and the step model's prior continue from them. Values <= 0 leave that rate as it is.
+  void set_measured(double prefill_tps, double decode_tps);
+  bool measured() const { return measured_; }
   // One forward of `batch` sequences processing `tokens` tokens in total (decoding sequences one each, a prefill
   // chunk its length). Ignored when batch, tokens or took is 0 (or took negative). Batches above kMaxBatch count as
   // kMaxBatch.
@@ -77,6 +81,7 @@ class ServiceRates {
   RateConfig cfg_;
   double prefill_tps_;
   double decode_tps_;
+  bool measured_ = false;  // set_measured was called: the rates are no longer the configured priors
   // Exponentially weighted sums of the fit (x = tokens, b = batch, y = seconds): weight, Σx, Σb, Σy, Σx², Σxb,
   // Σb², Σxy, Σby.
   double w_ = 0, sx_ = 0, sb_ = 0, sy_ = 0, sxx_ = 0, sxb_ = 0, sbb_ = 0, sxy_ = 0, sby_ = 0;

@@ -134,6 +134,28 @@ TEST(StepCosts, PriorFromThePerStreamRates) {
   EXPECT_DOUBLE_EQ(ServiceRates(RateConfig{0.2, 10.0, 100.0}).line().fixed_s, 0.0);
 }
 
+// Rates measured at load replace the priors outright (not one EWMA sample of them): the prior line, and so every ETA
+// before the first real step, comes from the measurement.
+TEST(StepCosts, MeasuredRatesReplaceThePriors) {
+  ServiceRates r(RateConfig{0.2, 1000.0, 20.0});
+  EXPECT_FALSE(r.measured());
+  r.set_measured(4000.0, 200.0);
+  EXPECT_TRUE(r.measured());
+  EXPECT_DOUBLE_EQ(r.prefill_tps(), 4000.0);
+  EXPECT_DOUBLE_EQ(r.decode_tps(), 200.0);
+  EXPECT_EQ(r.step_time(1, 1), 5ms);  // 1 / 200 tok/s
+  EXPECT_DOUBLE_EQ(r.line().per_token_s, 1.0 / 4000.0);
+  r.set_measured(0.0, -1.0);  // nothing measured: unchanged
+  EXPECT_DOUBLE_EQ(r.prefill_tps(), 4000.0);
+  EXPECT_DOUBLE_EQ(r.decode_tps(), 200.0);
+  r.observe_decode(10, 100ms);  // the EWMA continues from the measurement: 0.2 × 100 + 0.8 × 200
+  EXPECT_DOUBLE_EQ(r.decode_tps(), 180.0);
+  ServiceRates only_decode(RateConfig{0.2, 1000.0, 20.0});
+  only_decode.set_measured(0.0, 50.0);
+  EXPECT_TRUE(only_decode.measured());
+  EXPECT_DOUBLE_EQ(only_decode.prefill_tps(), 1000.0);
+}
+
 TEST(StepCosts, IgnoredSamplesAndTheOldRatesStillWork) {
   ServiceRates r(kKnown);
   r.observe_step(0, 10, 10ms);
