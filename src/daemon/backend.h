@@ -174,6 +174,17 @@ struct StepReport {
   Clock::duration took{};
 };
 
+// A replica's warm-up when it loaded (docs/policy.md §6, "Measured at load"): one prefill of `prefill_tokens`
+// and `decode_steps.size()` single-token decode steps of one sequence, after an unmeasured first run (page faults,
+// lazy initialisation). The service starts its per-route rates from the default model's.
+struct WarmupReport {
+  std::string model;
+  policy::Device route = policy::Device::cpu;  // gpu: the GPU replica (also a hybrid one)
+  std::uint32_t prefill_tokens = 0;
+  Clock::duration prefill_took{};
+  std::vector<Clock::duration> decode_steps;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -249,6 +260,9 @@ class Backend {
   // Called after every step of a step loop, on that loop's thread (the service posts it to its loop). Default: the
   // backend has no step loop to report.
   virtual void set_step_observer(std::function<void(const StepReport&)> fn) { (void)fn; }
+  // The warm-ups of the replicas loaded at start (LLMs; an on-demand CPU replica has none until it loads). Default:
+  // none (the configured priors stay until jobs are observed).
+  virtual std::vector<WarmupReport> warmup_reports() const { return {}; }
 };
 
 }  // namespace tandem::daemon

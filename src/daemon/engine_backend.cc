@@ -1,7 +1,9 @@
 #include "daemon/engine_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include <condition_variable>
 #include <deque>
@@ -64,6 +66,57 @@ policy::ModelShape shape_of(const std::string& name, const engine::Model& model,
 }
 
 bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_lost || c == Errc::kv_exhausted; }
+
+// A replica's warm-up (WarmupReport, docs/policy.md §6): a short unmeasured run first (page faults of the mapped
+// weights, lazy initialisation, the accelerator's kernels), then one prefill of up to 64 tokens and 8 greedy decode
+// steps of one sequence, timed. No warm-up (nullopt, logged) when the context is too short or a forward fails: the
+// priors then stay.
+std::optional<WarmupReport> warm_up(const std::string& name, engine::Model& m, policy::Device route) {
+  constexpr int kSteps = 8;
+  const int ctx = m.max_context();
+  const int n = std::min(64, ctx / 2);
+  const int vocab = m.config().vocab_size;
+  if (n < 4 || n + kSteps + 1 > ctx || vocab < 4) return std::nullopt;
+  std::vector<engine::TokenId> prompt(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) prompt[static_cast<std::size_t>(i)] = static_cast<engine::TokenId>(3 + (i * 7919) % (vocab - 3));
+  const char* where = route == policy::Device::cpu ? "CPU" : "GPU";
+  auto fail_note = [&](const Error& e) {
+    log::warn("model {}: no {} warm-up ({}): the configured rates stay until jobs are measured", name, where, e.message);
+    return std::nullopt;
+  };
+  {  // unmeasured: touches every weight once
+    auto seq = m.new_sequence();
+    if (!seq) return fail_note(seq.error());
+    auto l = m.forward(**seq, std::span<const engine::TokenId>(prompt.data(), 4));
+    if (!l) return fail_note(l.error());
+    const engine::TokenId t = 3;
+    if (auto d = m.forward(**seq, std::span<const engine::TokenId>(&t, 1)); !d) return fail_note(d.error());
+  }
+  auto seq = m.new_sequence();
+  if (!seq) return fail_note(seq.error());
+  WarmupReport w;
+  w.model = name;
+  w.route = route;
+  w.prefill_tokens = static_cast<std::uint32_t>(n);
+  auto t0 = SteadyTime::now();
+  auto logits = m.forward(**seq, prompt);
+  w.prefill_took = std::chrono::duration_cast<Clock::duration>(SteadyTime::now() - t0);
+  if (!logits) return fail_note(logits.error());
+  for (int s = 0; s < kSteps; ++s) {
+    const auto& l = *logits;
+    const engine::TokenId next = static_cast<engine::TokenId>(std::max_element(l.begin(), l.end()) - l.begin());
+    t0 = SteadyTime::now();
+    logits = m.forward(**seq, std::span<const engine::TokenId>(&next, 1));
+    w.decode_steps.push_back(std::chrono::duration_cast<Clock::duration>(SteadyTime::now() - t0));
+    if (!logits) return fail_note(logits.error());
+  }
+  Clock::duration decode{};
+  for (auto d : w.decode_steps) decode += d;
+  const double ps = std::chrono::duration<double>(w.prefill_took).count(), ds = std::chrono::duration<double>(decode).count();
+  log::info("model {}: {} replica measured at load: prefill {:.0f} tok/s ({} tokens), decode {:.1f} tok/s ({} steps)",
+            name, where, ps > 0 ? n / ps : 0.0, n, ds > 0 ? kSteps / ds : 0.0, kSteps);
+  return w;
+}
 
 // What a GPU replica holds on the accelerator: its weights and its KV pool.
 std::uint64_t held_accel_bytes(const engine::Model& m) {
@@ -162,13 +215,26 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
     if (e->cpu->mode() == policy::ReplicaMode::on_demand) {
       // Created measured, then dropped: loaded at first use (a CPU job, or tokenizing without a GPU replica).
       TANDEM_TRY(e->cpu->set_mode(policy::ReplicaMode::on_demand));
+    } else if (auto w = warm_up(mc.name, *model, policy::Device::cpu)) {
+      b->warmups_.push_back(std::move(*w));
     }
     log::info("model {}: CPU replica ready in {} ms (fingerprint {})", mc.name,
               std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(), info.fingerprint);
     if (e->gpu_wanted) {
       if (progress) progress("loading model " + mc.name + " (GPU replica)");
-      if (auto st = b->load_llm_gpu(*e); !st)
+      if (auto st = b->load_llm_gpu(*e); !st) {
         log::warn("model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
+      } else {
+        std::shared_ptr<engine::Model> g;
+        {
+          std::lock_guard lock(e->gpu_mu);
+          g = e->gpu;
+        }
+        if (g)
+          if (auto w = warm_up(mc.name, *g, g->accel_layers() < model->config().num_layers ? policy::Device::hybrid
+                                                                                            : policy::Device::gpu))
+            b->warmups_.push_back(std::move(*w));
+      }
     }
     b->infos_.push_back(std::move(info));
     b->entries_.push_back(std::move(e));

@@ -54,6 +54,7 @@ class EngineBackend final : public Backend {
   Result<std::uint64_t> evict_gpu(const std::string& model) override;
   Status load_gpu(const std::string& model) override;
   void set_step_observer(std::function<void(const StepReport&)> fn) override;
+  std::vector<WarmupReport> warmup_reports() const override { return warmups_; }
 
  private:
   struct Entry;
@@ -105,6 +106,7 @@ class EngineBackend final : public Backend {
   std::shared_ptr<device::Device> accel_;
   std::vector<std::unique_ptr<Entry>> entries_;
   std::vector<ModelInfo> infos_;
+  std::vector<WarmupReport> warmups_;  // written by create() only
   std::mutex observer_mu_;
   std::function<void(const StepReport&)> step_observer_;  // guarded by observer_mu_
 };

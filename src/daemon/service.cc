@@ -87,6 +87,30 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
         residency_.set_priority(m.name, mc.priority);
       }
     }
+  seed_rates();
+}
+
+// The per-route rates start from the default model's warm-up (rates measured when its replicas loaded) instead of
+// the configured priors, so that the first ETA and the first degraded announcement are measured figures; the
+// warm-up's steps also enter the step model (docs/policy.md §6, "Measured at load").
+void Service::seed_rates() {
+  const std::string model = default_llm();
+  for (const auto& w : backend_->warmup_reports()) {
+    if (w.model != model || w.prefill_tokens == 0 || w.decode_steps.empty()) continue;
+    auto& q = w.route == policy::Device::cpu ? cpu_queue_ : gpu_queue_;
+    Clock::duration decode{};
+    for (auto d : w.decode_steps) decode += d;
+    const double ps = std::chrono::duration<double>(w.prefill_took).count();
+    const double ds = std::chrono::duration<double>(decode).count();
+    q.rates().set_measured(ps > 0 ? w.prefill_tokens / ps : 0.0,
+                           ds > 0 ? static_cast<double>(w.decode_steps.size()) / ds : 0.0);
+    q.rates().observe_step(1, w.prefill_tokens, w.prefill_took);
+    for (auto d : w.decode_steps) q.rates().observe_step(1, 1, d);
+    log::info("{} route: rates from model {}'s warm-up: prefill {:.0f} tok/s, decode {:.1f} tok/s (priors {:.0f} / {:.1f})",
+              policy::device_name(w.route), model, q.rates().prefill_tps(), q.rates().decode_tps(),
+              (w.route == policy::Device::cpu ? cfg_.policy.cpu_rates : cfg_.policy.gpu_rates).prior_prefill_tps,
+              (w.route == policy::Device::cpu ? cfg_.policy.cpu_rates : cfg_.policy.gpu_rates).prior_decode_tps);
+  }
 }
 
 Service::Workload& Service::workload(const JobRecord& j) const {

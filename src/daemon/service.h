@@ -345,6 +345,7 @@ class Service {
   bool gpu_busy(const std::string& model) const;  // a run of `model` is on the GPU (or offloaded)
   // The models a GPU job runs on (also offloaded) or waits for in the GPU queue: their replicas are not idle.
   std::set<std::string> gpu_wanted_models() const;
+  void seed_rates();  // from the backend's warm-ups (constructor)
   // Foreign pressure (the evict rung, docs/residency.md): the idle GPU replicas of models other than `except`, the
   // bytes of replicas being given back now, carrying out a decision's evictions, giving back idle replicas while
   // others' usage keeps the device in critical pressure, and bringing them back once there is room again.

@@ -513,6 +513,10 @@ class FakeBackend final : public Backend {
 
   bool offload_ready(const std::string& model) const override { return offload_ && gpu_ready(model); }
 
+  // What warmup_reports() answers (the service reads it once, when it is created).
+  std::vector<WarmupReport> warmups;
+  std::vector<WarmupReport> warmup_reports() const override { return warmups; }
+
   void set_step_observer(std::function<void(const StepReport&)> fn) override {
     std::lock_guard lock(mu_);
     step_observer_ = std::move(fn);

@@ -370,6 +370,45 @@ TEST_F(ServiceTest, CancelWhileQueuedInTheCpuQueueNeverRuns) {
   EXPECT_EQ(*again, "cancelled");
 }
 
+// The first ETA is a measured figure: the per-route rates start from the default model's warm-up, not from the
+// configured priors (1000 prefill / 20 decode tok/s in base_config's policy defaults).
+TEST_F(ServiceTest, RatesMeasuredAtLoadGiveTheFirstEta) {
+  backend_->set_gpu_enabled(false);  // the CPU queue
+  // The first job of each round blocks (ids go on across the restart: 1, 2, then 3, 4).
+  backend_->set_scripter([](const RunSpec& s) { return s.job % 2 == 1 ? block_at(0) : emit(2); });
+  auto eta_of_second = [&]() {
+    const JobId first = submit_ok(alice_, request("first", 40));
+    EXPECT_TRUE(wait_blocked(first));
+    Dict placement;
+    const JobId second = submit_ok(alice_, request("second", 40), &placement);  // behind the first: its wait counts
+    const std::uint64_t eta = u64(placement, "eta_ms");
+    backend_->release(first);
+    EXPECT_TRUE(wait_terminal(first));
+    EXPECT_TRUE(wait_terminal(second));
+    return eta;
+  };
+  ASSERT_NO_FATAL_FAILURE(start());
+  const std::uint64_t from_priors = eta_of_second();
+  // A CPU replica measured at 400 tok/s decode (8 steps of 2.5 ms) and 8000 tok/s prefill (32 tokens in 4 ms); a
+  // warm-up of another model and one of the GPU route change nothing here.
+  WarmupReport w;
+  w.model = "tiny";
+  w.route = policy::Device::cpu;
+  w.prefill_tokens = 32;
+  w.prefill_took = 4ms;
+  w.decode_steps.assign(8, std::chrono::microseconds(2500));
+  WarmupReport other = w;
+  other.model = "small";
+  other.decode_steps.assign(8, 500ms);
+  backend_->warmups = {other, w};
+  ASSERT_NO_FATAL_FAILURE(restart());
+  const std::uint64_t measured = eta_of_second();
+  // Two jobs of 40 new tokens one after the other at 400 tok/s: about 200 ms (the priors' 20 tok/s gave seconds).
+  EXPECT_GE(from_priors, 3000u);
+  EXPECT_GE(measured, 150u);
+  EXPECT_LE(measured, 300u) << "from priors: " << from_priors;
+}
+
 TEST_F(ServiceTest, CancelWhileRunningStopsTheRun) {
   ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(block_at(2, 10));
