@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -482,6 +483,7 @@ Metrics compute_metrics(const std::vector<Event>& events_in) {
   }
   compute_transcribe_metrics(events, m);
   compute_residency_metrics(events, m);
+  compute_eta_metrics(events, m);
   return m;
 }
 
@@ -568,6 +570,7 @@ json to_json(const Metrics& m) {
                       {"restores", m.gpu_restores},          {"restore_failures", m.gpu_restore_failures},
                       {"time_to_free_ms", m.time_to_free_ms}, {"time_to_restore_ms", m.time_to_restore_ms},
                       {"ours_before_bytes", m.ours_before_bytes}, {"ours_low_bytes", m.ours_low_bytes}};
+  if (!m.eta.empty()) j["eta"] = to_json_eta(m);
   return j;
 }
 
@@ -602,6 +605,24 @@ std::vector<std::string> check_expectations(const json& x, const Metrics& m) {
       m.gpu_restores < m.gpu_evictions)
     unmet.push_back("restored_by_end: " + std::to_string(m.gpu_evictions) + " GPU replica(s) given back, only " +
                     std::to_string(m.gpu_restores) + " loaded again by the end of the phase");
+  if (x.contains("min_eta_jobs") || x.contains("max_eta_p90_error")) {
+    std::size_t n = 0;
+    for (const auto& [route, a] : m.eta) n += a.n;
+    if (x.contains("min_eta_jobs") && n < u_of(x, "min_eta_jobs"))
+      unmet.push_back("min_eta_jobs: want >= " + std::to_string(u_of(x, "min_eta_jobs")) + " jobs with an ETA that ran "
+                      "their whole budget, got " + std::to_string(n));
+    if (x.contains("max_eta_p90_error") && x["max_eta_p90_error"].is_number()) {
+      const double bound = x["max_eta_p90_error"].get<double>();
+      for (const auto& [route, a] : m.eta)
+        if (a.n > 0 && a.p90_rel > bound) {
+          char b[200];
+          std::snprintf(b, sizeof b, "max_eta_p90_error: route %s: p90 |eta - actual| / actual = %.2f over %zu job(s), "
+                        "want <= %.2f (median %.2f, median signed %+.2f)", route.c_str(), a.p90_rel, a.n, bound,
+                        a.median_rel, a.median_signed_rel);
+          unmet.push_back(b);
+        }
+    }
+  }
   if (x.contains("breaker_cycle") && x["breaker_cycle"].is_boolean() && x["breaker_cycle"].get<bool>()) {
     bool cycle = false;
     for (const auto& r : m.recoveries) cycle = cycle || (r.breaker_opened && r.to_breaker_closed_ms);

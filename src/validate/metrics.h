@@ -19,6 +19,16 @@ struct Percentiles {
 };
 Percentiles percentiles(std::vector<double> ms);  // nearest-rank
 
+// ETA accuracy of one final route (metrics_eta.cc): |eta − actual| / actual over the jobs that ran their whole token
+// budget; actual = the accepted reply → the first `finished` update.
+struct EtaAccuracy {
+  std::size_t n = 0;
+  double median_rel = 0, p90_rel = 0;
+  double median_signed_rel = 0;  // (eta − actual) / actual: > 0 the estimates were too long
+  double median_abs_ms = 0;
+  std::uint64_t stopped_sooner = 0;  // completed jobs left out: EOS / stop string / context before the budget
+};
+
 struct Duplicate {
   std::string kind;  // executed_twice | delivered_twice | key_second_job | finished_twice | tokens_redelivered
   std::string key;   // idempotency key, when the duplicate is about one
@@ -136,6 +146,8 @@ struct Metrics {
   std::uint64_t gpu_evictions = 0, gpu_pressure_evictions = 0, gpu_restores = 0, gpu_restore_failures = 0;
   std::vector<double> time_to_free_ms, time_to_restore_ms;
   std::uint64_t ours_before_bytes = 0, ours_low_bytes = 0;  // our device bytes before the first rise; the lowest after
+  // ETA accuracy per final route (gpu | cpu | gpu>cpu ...), from the placements' eta_ms (metrics_eta.cc).
+  std::map<std::string, EtaAccuracy> eta;
   double duration_s = 0;
 };
 
@@ -178,6 +190,11 @@ nlohmann::json to_json(const Verdict& v);
 // metrics_residency.cc: fills the GPU residency figures of `m` from the samples and memory steps (sorted by time);
 // compute_metrics calls it.
 void compute_residency_metrics(const std::vector<Event>& sorted_events, Metrics& m);
+
+// metrics_eta.cc: fills m.eta from the placements' eta_ms, the finished updates and the jobs' final states (events
+// sorted by time); compute_metrics calls it. to_json_eta: its JSON (per route: n, median/p90 relative error, ...).
+void compute_eta_metrics(const std::vector<Event>& sorted_events, Metrics& m);
+nlohmann::json to_json_eta(const Metrics& m);
 
 // metrics_transcribe.cc: fills m.transcribe from the events (sorted by time); compute_metrics calls it.
 void compute_transcribe_metrics(const std::vector<Event>& sorted_events, Metrics& m);

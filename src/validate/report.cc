@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -140,6 +141,13 @@ std::string metrics_markdown(const Metrics& m) {
     if (m.ours_before_bytes > 0)
       o << "| our bytes on the device: before / lowest | " << fmt(static_cast<double>(m.ours_before_bytes) / (1 << 20))
         << " MiB / " << fmt(static_cast<double>(m.ours_low_bytes) / (1 << 20)) << " MiB |\n";
+  }
+  for (const auto& [route, a] : m.eta) {
+    char b[160];
+    std::snprintf(b, sizeof b, "%.0f%% / %.0f%% (median signed %+.0f%%, median |error| %s ms)", 100 * a.median_rel,
+                  100 * a.p90_rel, 100 * a.median_signed_rel, fmt(a.median_abs_ms).c_str());
+    o << "| ETA error at placement, route " << route << " (n=" << a.n << ", " << a.stopped_sooner
+      << " stopped before their budget, not counted) median / p90 | " << (a.n ? b : "-") << " |\n";
   }
   if (const TranscribeMetrics& t = m.transcribe; t.calls > 0) {
     o << "| Transcribe calls: jobs / refused | " << t.calls << ": " << t.accepted << " / " << t.rejected;

@@ -42,9 +42,10 @@ std::uint64_t run_one(Campaign& c, client::Client& cl, std::int32_t id, const cl
     return 0;
   }
   const auto& p = res->placement;
-  c.rec("submit_ok", id, res->job_id, {{"req", req}, {"key", key}, {"existing", p.existing.value_or(false)},
-                                       {"route", p.route.value_or("")}, {"queue", p.queue.value_or("")},
-                                       {"degraded", p.degraded.value_or(false)}, {"equiv", group}});
+  json ok{{"req", req}, {"key", key}, {"existing", p.existing.value_or(false)}, {"route", p.route.value_or("")},
+          {"queue", p.queue.value_or("")}, {"degraded", p.degraded.value_or(false)}, {"equiv", group}};
+  if (p.eta_ms) ok["eta_ms"] = *p.eta_ms;
+  c.rec("submit_ok", id, res->job_id, ok);
   c.track(res->job_id, id);
   const auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
   auto last = Clock::now();
@@ -202,6 +203,8 @@ json expect_json(const Expect& x) {
   if (x.min_gpu_restores) j["min_gpu_restores"] = *x.min_gpu_restores;
   if (x.max_pressure_evictions) j["max_pressure_evictions"] = *x.max_pressure_evictions;
   if (x.restored_by_end) j["restored_by_end"] = *x.restored_by_end;
+  if (x.max_eta_p90_error) j["max_eta_p90_error"] = *x.max_eta_p90_error;
+  if (x.min_eta_jobs) j["min_eta_jobs"] = *x.min_eta_jobs;
   return j;
 }
 

@@ -141,10 +141,11 @@ class Worker : public WorkloadClient {
       return 0;
     }
     const auto& p = res->placement;
-    c_.rec("submit_ok", id_, res->job_id,
-           {{"req", req}, {"key", key}, {"existing", p.existing.value_or(false)}, {"route", p.route.value_or("")},
+    json ok{{"req", req}, {"key", key}, {"existing", p.existing.value_or(false)}, {"route", p.route.value_or("")},
             {"action", p.action.value_or("")}, {"queue", p.queue.value_or("")}, {"degraded", p.degraded.value_or(false)},
-            {"reason", p.reason.value_or("")}, {"side_effects", w_.side_effects}});
+            {"reason", p.reason.value_or("")}, {"side_effects", w_.side_effects}};
+    if (p.eta_ms) ok["eta_ms"] = *p.eta_ms;  // the placement's estimate (ETA accuracy, metrics_eta.cc)
+    c_.rec("submit_ok", id_, res->job_id, ok);
     if (track_new && !p.existing.value_or(false)) {
       c_.track(res->job_id, id_);
       std::lock_guard lk(c_.reg_mu);

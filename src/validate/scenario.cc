@@ -382,6 +382,8 @@ void read_phase(Table& t, Phase& p, std::size_t index) {
     e.integer("min_gpu_restores", x.min_gpu_restores, 0, 1000000);
     e.integer("max_pressure_evictions", x.max_pressure_evictions, 0, 1000000);
     e.boolean("restored_by_end", x.restored_by_end);
+    e.number("max_eta_p90_error", x.max_eta_p90_error, 0.0, 1000.0);
+    e.integer("min_eta_jobs", x.min_eta_jobs, 0, 1000000);
     e.integer("min_transcribe_migrated", x.min_transcribe_migrated, 0, 1000000);
   });
   for (const auto& s : p.memory)

@@ -120,6 +120,10 @@ struct Expect {
   std::optional<std::uint32_t> min_gpu_restores;
   std::optional<std::uint32_t> max_pressure_evictions;  // the cap held: at most this many within the phase
   std::optional<bool> restored_by_end;
+  // ETA accuracy: the p90 of |eta − actual| / actual of every final route with a measured job stays at most this
+  // (docs/validate.md "ETA accuracy"); min_eta_jobs: at least this many measured jobs in the phase.
+  std::optional<double> max_eta_p90_error;
+  std::optional<std::uint32_t> min_eta_jobs;
 };
 
 struct Phase {

@@ -285,6 +285,49 @@ TEST(ValidateMetrics, ResidencyTimesAndCountsFromSamplesAndMemorySteps) {
   EXPECT_NE(unmet[0].find("restored_by_end"), std::string::npos);
 }
 
+// ETA accuracy: the placement's eta_ms against accepted → first finished update, per final route, over the jobs that
+// ran their whole budget; the others are counted apart; resubmissions (existing) and jobs without an ETA do not count.
+TEST(ValidateMetrics, EtaAccuracyPerRouteOverJobsThatRanTheirBudget) {
+  auto job = [](std::vector<Event>& ev, std::uint64_t id, std::int64_t at_ms, std::uint64_t eta, std::int64_t took_ms,
+                const std::string& route, const std::string& why = "max_tokens") {
+    ev.push_back(mk(at_ms, "submit_ok", 0, id, {{"req", id}, {"existing", false}, {"route", route}, {"eta_ms", eta}}));
+    ev.push_back(mk(at_ms + took_ms, "update", 0, id, {{"kind", "finished"}, {"state", "completed"}}));
+    ev.push_back(mk(at_ms + took_ms + 1, "update", 1, id, {{"kind", "finished"}, {"state", "completed"}}));  // 2nd client
+    ev.push_back(mk(at_ms + took_ms + 5, "job_final", -1, id,
+                    {{"state", "completed"}, {"finish_reason", why}, {"routes", nlohmann::json::array({route})}}));
+  };
+  std::vector<Event> ev;
+  job(ev, 1, 0, 100, 100, "gpu");     // exact
+  job(ev, 2, 10, 150, 100, "gpu");    // +50 %
+  job(ev, 3, 20, 50, 100, "gpu");     // −50 %
+  job(ev, 4, 30, 1000, 100, "gpu", "eos");  // stopped sooner: not counted
+  job(ev, 5, 40, 800, 400, "cpu");    // +100 %
+  ev.push_back(mk(50, "submit_ok", 0, 6, {{"req", 6}, {"existing", true}, {"eta_ms", 1}}));  // a resubmission
+  ev.push_back(mk(60, "submit_ok", 0, 7, {{"req", 7}, {"existing", false}}));              // no ETA
+  ev.push_back(mk(90, "job_final", -1, 7, {{"state", "completed"}, {"finish_reason", "max_tokens"}, {"routes", nlohmann::json::array({"gpu"})}}));
+  std::sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) { return a.t_us < b.t_us; });
+  Metrics m = compute_metrics(ev);
+  ASSERT_EQ(m.eta.count("gpu"), 1u);
+  const EtaAccuracy& g = m.eta["gpu"];
+  EXPECT_EQ(g.n, 3u);
+  EXPECT_EQ(g.stopped_sooner, 1u);
+  EXPECT_DOUBLE_EQ(g.median_rel, 0.5);
+  EXPECT_DOUBLE_EQ(g.p90_rel, 0.5);
+  EXPECT_DOUBLE_EQ(g.median_signed_rel, 0.0);
+  EXPECT_DOUBLE_EQ(g.median_abs_ms, 50.0);
+  ASSERT_EQ(m.eta.count("cpu"), 1u);
+  EXPECT_DOUBLE_EQ(m.eta["cpu"].p90_rel, 1.0);
+  EXPECT_DOUBLE_EQ(m.eta["cpu"].median_signed_rel, 1.0) << "the estimate was twice as long";
+  EXPECT_TRUE(check_expectations({{"max_eta_p90_error", 1.0}, {"min_eta_jobs", 4}}, m).empty());
+  const auto unmet = check_expectations({{"max_eta_p90_error", 0.6}, {"min_eta_jobs", 5}}, m);
+  ASSERT_EQ(unmet.size(), 2u);
+  EXPECT_NE(unmet[0].find("min_eta_jobs"), std::string::npos) << unmet[0];
+  EXPECT_NE(unmet[1].find("route cpu"), std::string::npos) << unmet[1];
+  const nlohmann::json j = to_json(m);
+  EXPECT_EQ(j["eta"]["gpu"]["n"], 3);
+  EXPECT_EQ(j["eta"]["cpu"]["median_signed_rel_error"], 1.0);
+}
+
 TEST(ValidateMetrics, EquivalenceRateAndFirstDivergence) {
   std::vector<Event> ev;
   auto pair = [&](std::uint64_t g, std::uint64_t c, std::vector<int> tg, std::vector<int> tc, std::string route_c) {
