@@ -218,8 +218,11 @@ TEST_P(ValidateTranscribeBrokenLogs, FailTranscribeOutcomesOnly) {
   ASSERT_NE(r, nullptr);
   EXPECT_FALSE(r->pass);
   EXPECT_NE(r->detail.find(GetParam().detail_contains), std::string::npos) << r->detail;
-  for (const auto& x : j.verdict.rules)
-    if (x.rule != "transcribe_outcomes") EXPECT_TRUE(x.pass) << x.rule << ": " << x.detail;
+  for (const auto& x : j.verdict.rules) {
+    if (x.rule != "transcribe_outcomes") {
+      EXPECT_TRUE(x.pass) << x.rule << ": " << x.detail;
+    }
+  }
   bool named = false;
   for (const auto& line : j.verdict.failure_lines()) named = named || line.rfind("FAIL transcribe_outcomes: ", 0) == 0;
   EXPECT_TRUE(named);
