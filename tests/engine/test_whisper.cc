@@ -1,6 +1,6 @@
 // The Whisper model (engine/whisper.h): encoder output and decoder logits against an independent reference in plain
-// ATen ops, incremental decoding, rewind, independent sessions, the simulated accelerator (accounting, refusal,
-// loss), cancellation, bad inputs and malformed files.
+// ATen ops, incremental decoding, rewind, independent sessions, paging, cancellation, bad inputs and malformed files.
+// On the accelerators: test_whisper_device.cc.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -12,129 +12,17 @@
 #include <thread>
 
 #include "engine_test_util.h"
-#include "device/simulated.h"
 #include "engine/whisper.h"
 #include "modelgen/whisper_writer.h"
 #include "weights/safetensors.h"
+#include "whisper_fixture.h"
 
 namespace tandem::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace whisper_test;
 
-std::string tmp_dir(const std::string& name) { return test::fresh_dir("whisper", name); }
-
-modelgen::WhisperShape test_shape() { return *modelgen::whisper_preset("whisper-test"); }
-
-std::string write_model(const std::string& name, modelgen::WhisperShape s = test_shape(), std::uint64_t seed = 7) {
-  const std::string dir = tmp_dir(name);
-  modelgen::WhisperWriteOptions o;
-  o.shape = std::move(s);
-  o.seed = seed;
-  EXPECT_TRUE(modelgen::write_whisper_model(dir, o).ok());
-  return dir;
-}
-
-std::shared_ptr<WhisperModel> load(const std::string& path, WhisperLoadOptions o = {}) {
-  return test::load_ok<WhisperModel>(path, o);
-}
-
-std::unique_ptr<WhisperSession> session(WhisperModel& m) {
-  auto s = m.new_session();
-  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
-  return s.ok() ? std::move(s).value() : nullptr;
-}
-
-// A log-mel-like window (values in about [-1, 1.5]), different per `k`.
-std::vector<float> mel(const WhisperConfig& c, int k) {
-  std::vector<float> m(static_cast<std::size_t>(c.n_mels) * c.window_frames());
-  for (int b = 0; b < c.n_mels; ++b)
-    for (int f = 0; f < c.window_frames(); ++f)
-      m[static_cast<std::size_t>(b) * c.window_frames() + f] =
-          0.25F + 1.2F * std::sin(0.013F * f * (1 + k) + 0.7F * b) * std::cos(0.002F * f + 0.3F * k);
-  return m;
-}
-
-std::string read(const std::string& path) { return test::read_file(path); }
-
-// --- Independent reference: the HF modules written with ATen ops over the safetensors (f32). ---
-struct Ref {
-  weights::SafetensorsFile f;
-  WhisperConfig c;
-  at::Tensor t(const std::string& name) const { return test::f32_tensor(f, name); }
-  at::Tensor lin(const at::Tensor& x, const std::string& p, bool bias = true) const {
-    return at::linear(x, t(p + ".weight"), bias ? t(p + ".bias") : at::Tensor());
-  }
-  at::Tensor ln(const at::Tensor& x, const std::string& p) const {
-    return at::layer_norm(x, {c.d_model}, t(p + ".weight"), t(p + ".bias"), 1e-5);
-  }
-  // WhisperAttention: q scaled after its projection, k without bias.
-  at::Tensor mha(const at::Tensor& xq, const at::Tensor& xkv, const std::string& p, int heads, bool causal) const {
-    const std::int64_t n = xq.size(0), m = xkv.size(0), hd = c.d_model / heads;
-    auto split = [&](const at::Tensor& v, std::int64_t L) { return v.view({L, heads, hd}).transpose(0, 1); };
-    at::Tensor q = split(lin(xq, p + ".q_proj") * std::pow(static_cast<double>(hd), -0.5), n);
-    at::Tensor k = split(lin(xkv, p + ".k_proj", false), m), v = split(lin(xkv, p + ".v_proj"), m);
-    at::Tensor sc = at::matmul(q, k.transpose(1, 2));
-    if (causal) sc = sc + at::full({n, m}, -std::numeric_limits<float>::infinity()).triu(1);
-    at::Tensor o = at::matmul(at::softmax(sc, -1), v).transpose(0, 1).reshape({n, c.d_model});
-    return lin(o, p + ".out_proj");
-  }
-  at::Tensor encoder(const std::vector<float>& mel) const {
-    at::Tensor x = at::from_blob(const_cast<float*>(mel.data()), {1, c.n_mels, c.window_frames()}, at::kFloat);
-    x = at::gelu(at::conv1d(x, t("model.encoder.conv1.weight"), t("model.encoder.conv1.bias"), 1, 1));
-    x = at::gelu(at::conv1d(x, t("model.encoder.conv2.weight"), t("model.encoder.conv2.bias"), 2, 1));
-    x = x[0].t() + t("model.encoder.embed_positions.weight");
-    for (int i = 0; i < c.encoder_layers; ++i) {
-      const std::string l = "model.encoder.layers." + std::to_string(i) + ".";
-      at::Tensor h = ln(x, l + "self_attn_layer_norm");
-      x = x + mha(h, h, l + "self_attn", c.encoder_heads, false);
-      x = x + lin(at::gelu(lin(ln(x, l + "final_layer_norm"), l + "fc1")), l + "fc2");
-    }
-    return ln(x, "model.encoder.layer_norm");
-  }
-  // The logits at every position for `ids` fed at once from position 0: [L, vocab].
-  at::Tensor decoder(const at::Tensor& enc, const std::vector<std::int32_t>& ids) const {
-    const auto L = static_cast<std::int64_t>(ids.size());
-    std::vector<std::int64_t> i64(ids.begin(), ids.end());
-    at::Tensor emb = t("model.decoder.embed_tokens.weight");
-    at::Tensor x = emb.index_select(0, at::tensor(i64, at::kLong));
-    if (c.scale_embedding) x = x * std::sqrt(static_cast<double>(c.d_model));
-    x = x + t("model.decoder.embed_positions.weight").narrow(0, 0, L);
-    for (int i = 0; i < c.decoder_layers; ++i) {
-      const std::string l = "model.decoder.layers." + std::to_string(i) + ".";
-      at::Tensor h = ln(x, l + "self_attn_layer_norm");
-      x = x + mha(h, h, l + "self_attn", c.decoder_heads, true);
-      x = x + mha(ln(x, l + "encoder_attn_layer_norm"), enc, l + "encoder_attn", c.decoder_heads, false);
-      x = x + lin(at::gelu(lin(ln(x, l + "final_layer_norm"), l + "fc1")), l + "fc2");
-    }
-    x = ln(x, "model.decoder.layer_norm");
-    return at::matmul(x, (f.find("proj_out.weight") ? t("proj_out.weight") : emb).t());
-  }
-};
-
-Ref reference(const std::string& dir) {
-  auto f = weights::SafetensorsFile::open(dir + "/model.safetensors");
-  EXPECT_TRUE(f.ok());
-  return Ref{std::move(f).value(), *weights::parse_whisper_config(read(dir + "/config.json"))};
-}
-
-std::vector<float> row(const at::Tensor& t, std::int64_t i) {
-  const at::Tensor r = t[i].contiguous();
-  return std::vector<float>(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
-}
-
-// max |a − b| / max |b|.
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0, m = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    d = std::max(d, std::abs(double(a[i]) - b[i]));
-    m = std::max(m, std::abs(double(b[i])));
-  }
-  return m > 0 ? d / m : d;
-}
-
-const std::vector<std::int32_t> kTokens{297, 5, 17, 42, 250, 3, 99, 296, 11, 12};
 
 // One model shared by the CPU tests (written and loaded once).
 class WhisperCpu : public ::testing::Test {
@@ -544,134 +432,6 @@ TEST(Whisper, ProjOutAndScaledEmbeddingsFollowTheReference) {
   auto bs = session(*base);
   ASSERT_TRUE(bs->encode(mw, nullptr).ok());
   EXPECT_GT(rel_diff(*bs->decode(kTokens, nullptr), *got), 1e-2);
-}
-
-TEST(Whisper, SimulatedAcceleratorMatchesTheCpuAndAccounts) {
-  const std::string dir = write_model("sim");
-  auto cpu = load(dir);
-  auto sim = test::simulated_device(1ull << 30);
-  WhisperLoadOptions o;
-  o.accelerator = sim;
-  o.kv_block_size = 3;  // the decodes below cross blocks on the device
-  auto acc = load(dir, o);
-  ASSERT_TRUE(cpu && acc);
-  EXPECT_EQ(acc->accelerator(), sim.get());
-  const std::uint64_t wbytes = acc->stats().accel_weight_bytes, pool = acc->stats().accel_kv_bytes;
-  const std::uint64_t cross = 4ull * 2 * 2 * 32 * 1500;  // one session's cross K/V, accounted by new_session
-  EXPECT_GT(wbytes, 0U);
-  // The pool (4 sessions of ceil(64 / 3) = 22 blocks) is accounted at load.
-  EXPECT_EQ(pool, 4ull * 22 * 3 * 32 * 4 * 2 * 2);
-  EXPECT_EQ(acc->kv_stats().bytes_total, pool);
-  EXPECT_EQ(sim->accounted_bytes(), wbytes + pool);
-  EXPECT_EQ(acc->fingerprint(), cpu->fingerprint());
-  EXPECT_GT(acc->session_bytes(), cpu->session_bytes());  // + the matrix expansion workspace
-  const auto mw = mel(cpu->config(), 6);
-  {
-    auto a = session(*acc), c = session(*cpu);
-    ASSERT_TRUE(a && c);
-    EXPECT_EQ(sim->accounted_bytes(), wbytes + pool + cross);
-    EXPECT_EQ(acc->session_kv_bytes(), cross + 4ull * 2 * 2 * 32 * 66);  // + 22 blocks of 3 tokens
-    ASSERT_TRUE(a->encode(mw, nullptr).ok());
-    ASSERT_TRUE(c->encode(mw, nullptr).ok());
-    EXPECT_EQ(sim->accounted_bytes(), wbytes + pool + cross);  // the encoder workspace is released
-    auto la = a->decode(std::span(kTokens).subspan(0, 6), nullptr), lc = c->decode(std::span(kTokens).subspan(0, 6), nullptr);
-    ASSERT_TRUE(la.ok() && lc.ok()) << (la.ok() ? "" : la.error().message);
-    EXPECT_LT(rel_diff(*la, *lc), 1e-4);
-    // Incremental on the device too.
-    auto lb = a->decode(std::span(kTokens).subspan(6, 1), nullptr), ld = c->decode(std::span(kTokens).subspan(6, 1), nullptr);
-    ASSERT_TRUE(lb.ok() && ld.ok());
-    EXPECT_LT(rel_diff(*lb, *ld), 1e-4);
-    // Several tokens after a prefix (the causal mask offset by fed()).
-    auto le = a->decode(std::span(kTokens).subspan(7, 3), nullptr), lf = c->decode(std::span(kTokens).subspan(7, 3), nullptr);
-    ASSERT_TRUE(le.ok() && lf.ok());
-    EXPECT_LT(rel_diff(*le, *lf), 1e-4);
-    a->rewind(7);
-    auto lg = a->decode(std::span(kTokens).subspan(7, 1), nullptr);
-    c->rewind(7);
-    auto lh = c->decode(std::span(kTokens).subspan(7, 1), nullptr);
-    ASSERT_TRUE(lg.ok() && lh.ok());
-    EXPECT_LT(rel_diff(*lg, *lh), 1e-4);
-    EXPECT_GT(rel_diff(*lg, *le), 1e-3);  // position 7's logits, not position 9's
-    // A refused encoder workspace is out_of_memory.
-    sim->fail_at_site(device::Site::prefill);
-    auto refused = a->encode(mw, nullptr);
-    ASSERT_FALSE(refused.ok());
-    EXPECT_EQ(refused.error().code, Errc::out_of_memory);
-  }
-  EXPECT_EQ(sim->accounted_bytes(), wbytes + pool);  // sessions' buffers freed with them
-  EXPECT_EQ(acc->kv_stats().used_blocks, 0);          // and their blocks back in the pool
-  sim->fail_at_site(device::Site::kv_pool);
-  auto no_kv = acc->new_session();
-  ASSERT_FALSE(no_kv.ok());
-  EXPECT_EQ(no_kv.error().code, Errc::out_of_memory);
-  sim->fail_at_site(device::Site::kv_pool);  // a refused pool fails the load
-  auto no_pool = WhisperModel::load(dir, o);
-  ASSERT_FALSE(no_pool.ok());
-  EXPECT_EQ(no_pool.error().code, Errc::out_of_memory);
-  EXPECT_NE(no_pool.error().message.find("KV pool"), std::string::npos) << no_pool.error().message;
-  EXPECT_EQ(sim->accounted_bytes(), wbytes + pool);  // the failed load's weights released
-
-  // Device loss during an encode (whenever it lands) → device_lost, and every later call too.
-  auto s = session(*acc);
-  auto early = session(*acc);
-  ASSERT_TRUE(early->encode(mw, nullptr).ok());
-  std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    sim->lose();
-  });
-  auto lost = s->encode(mw, nullptr);
-  killer.join();
-  ASSERT_FALSE(lost.ok());
-  EXPECT_EQ(lost.error().code, Errc::device_lost) << lost.error().message;
-  auto d = early->decode(kTokens, nullptr);
-  ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.error().code, Errc::device_lost);
-  auto ns = acc->new_session();
-  ASSERT_FALSE(ns.ok());
-  EXPECT_EQ(ns.error().code, Errc::device_lost);
-}
-
-#if defined(TANDEM_HAVE_CUDA)
-// The encoder and the decoder (prefill, incremental, after a rewind) on the GPU against the CPU (skips without one).
-TEST(Whisper, CudaAcceleratorMatchesTheCpu) {
-  TANDEM_REQUIRE_GPU(dev);
-  const std::string dir = write_model("cuda");
-  auto cpu = load(dir);
-  WhisperLoadOptions o;
-  o.accelerator = dev;
-  o.kv_block_size = 3;
-  const std::uint64_t before = dev->accounted_bytes();
-  auto acc = load(dir, o);
-  ASSERT_TRUE(cpu && acc);
-  EXPECT_EQ(dev->accounted_bytes() - before, acc->stats().accel_weight_bytes + acc->stats().accel_kv_bytes);
-  const auto mw = mel(cpu->config(), 6);
-  double worst = 0;
-  {
-    auto a = session(*acc), c = session(*cpu);
-    ASSERT_TRUE(a && c);
-    ASSERT_TRUE(a->encode(mw, nullptr).ok());
-    ASSERT_TRUE(c->encode(mw, nullptr).ok());
-    auto la = a->decode(std::span(kTokens).subspan(0, 6), nullptr), lc = c->decode(std::span(kTokens).subspan(0, 6), nullptr);
-    ASSERT_TRUE(la.ok() && lc.ok()) << (la.ok() ? "" : la.error().message);
-    worst = std::max(worst, rel_diff(*la, *lc));
-    auto lb = a->decode(std::span(kTokens).subspan(6, 1), nullptr), ld = c->decode(std::span(kTokens).subspan(6, 1), nullptr);
-    ASSERT_TRUE(lb.ok() && ld.ok());
-    worst = std::max(worst, rel_diff(*lb, *ld));
-    a->rewind(6);
-    c->rewind(6);
-    auto le = a->decode(std::span(kTokens).subspan(6, 3), nullptr), lf = c->decode(std::span(kTokens).subspan(6, 3), nullptr);
-    ASSERT_TRUE(le.ok() && lf.ok());
-    worst = std::max(worst, rel_diff(*le, *lf));
-  }
-  EXPECT_LT(worst, 1e-4);
-  std::printf("[ report ] Whisper on %s vs CPU: max relative logit difference %.2e\n", dev->name().c_str(), worst);
-  acc.reset();
-  EXPECT_EQ(dev->accounted_bytes(), before);
-}
-#endif
-
-TEST(Whisper, RefusedWeightsFailTheLoad) {
-  test::expect_weights_refused<WhisperModel, WhisperLoadOptions>(write_model("small-dev"));
 }
 
 TEST(Whisper, MalformedConfigsAndTensorsAreTypedErrors) {

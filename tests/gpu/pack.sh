@@ -28,7 +28,7 @@ if [ "$device_only" = 1 ]; then
 fi
 
 bins="tools/tandem-generate tools/tandem-mkmodel tools/tandem-validate tools/tandem-gpu-ballast src/daemon/tandemd
-  tests/engine/test_engine_cuda tests/engine/test_engine_clip tests/engine/test_engine_whisper
+  tests/engine/test_engine_cuda tests/engine/test_engine_clip tests/engine/test_engine_whisper_device
   bench/engine/bench_residency tests/device/test_device_cuda"
 for b in $bins; do
   [ -x "$build/$b" ] || { echo "$build/$b is not built: ninja -C $build $bins" >&2; exit 1; }

@@ -45,7 +45,7 @@ step 60 "CUDA device test" "$b/tests/device/test_device_cuda"
 step 30 "ballast --leave 1G" "$b/tools/tandem-gpu-ballast" --leave 1G --seconds 1
 step 300 "engine on the GPU" "$b/tests/engine/test_engine_cuda"
 step 60 "CLIP on the GPU" "$b/tests/engine/test_engine_clip" --gtest_filter='*Cuda*'
-step 60 "Whisper on the GPU" "$b/tests/engine/test_engine_whisper" --gtest_filter='*Cuda*'
+step 60 "Whisper on the GPU" "$b/tests/engine/test_engine_whisper_device" --gtest_filter='*Cuda*'
 step 180 "tandem-validate game on a CUDA tandemd" "$b/tools/tandem-validate" --spawn --device cuda \
   config/validation/game.toml --out /tmp/gpu-game --quiet
 cp /tmp/gpu-game/report.md "$out/game-report.md" 2>/dev/null
