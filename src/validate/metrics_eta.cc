@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "validate/event_fields.h"
 #include "validate/metrics.h"
 
 namespace tandem::validate {
@@ -15,18 +16,6 @@ namespace tandem::validate {
 namespace {
 
 using nlohmann::json;
-
-std::optional<std::uint64_t> u64(const json& d, const char* k) {
-  auto it = d.find(k);
-  if (it == d.end() || !it->is_number_integer()) return std::nullopt;
-  if (it->is_number_unsigned()) return it->get<std::uint64_t>();
-  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, it->get<std::int64_t>()));
-}
-
-std::string str(const json& d, const char* k) {
-  auto it = d.find(k);
-  return it != d.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 struct Placed {
   std::int64_t accepted_t = 0;
@@ -50,20 +39,20 @@ void compute_eta_metrics(const std::vector<Event>& events, Metrics& m) {
   for (const auto& e : events) {
     const json& d = e.data;
     if (e.type == "submit_ok") {
-      const auto eta = u64(d, "eta_ms");
+      const auto eta = field_u64(d, "eta_ms");
       if (!eta || (d.contains("existing") && d["existing"].is_boolean() && d["existing"].get<bool>())) continue;
       if (jobs.count(e.job)) continue;  // the first acceptance is the placement
       Placed p;
       p.accepted_t = e.t_us;
       p.eta_ms = *eta;
       jobs[e.job] = p;
-    } else if (e.type == "update" && str(d, "kind") == "finished") {
+    } else if (e.type == "update" && field_str(d, "kind") == "finished") {
       if (auto it = jobs.find(e.job); it != jobs.end() && !it->second.finished_t) it->second.finished_t = e.t_us;
     } else if (e.type == "job_final") {
       auto it = jobs.find(e.job);
       if (it == jobs.end()) continue;
-      it->second.state = str(d, "state");
-      it->second.finish_reason = str(d, "finish_reason");
+      it->second.state = field_str(d, "state");
+      it->second.finish_reason = field_str(d, "finish_reason");
       std::string cat, last;
       if (auto r = d.find("routes"); r != d.end() && r->is_array())
         for (const auto& x : *r) {

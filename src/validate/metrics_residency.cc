@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "validate/event_fields.h"
 #include "validate/metrics.h"
 
 namespace tandem::validate {
@@ -10,13 +11,6 @@ namespace tandem::validate {
 namespace {
 
 using nlohmann::json;
-
-std::optional<std::uint64_t> u64(const json& d, const char* k) {
-  auto it = d.find(k);
-  if (it == d.end() || !it->is_number_integer()) return std::nullopt;
-  if (it->is_number_unsigned()) return it->get<std::uint64_t>();
-  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, it->get<std::int64_t>()));
-}
 
 // A counter over the samples: the increase from its first to its last value (a restarted daemon starts again at 0:
 // each run of it counts on its own).
@@ -43,14 +37,14 @@ void compute_residency_metrics(const std::vector<Event>& events, Metrics& m) {
   for (const Event& e : events) {
     const json& d = e.data;
     if (e.type == "memory_step" || e.type == "sample") {
-      if (auto v = u64(d, "gpu_evictions")) evictions.add(*v);
-      if (auto v = u64(d, "gpu_pressure_evictions")) pressure.add(*v);
-      if (auto v = u64(d, "gpu_restores")) restores.add(*v);
-      if (auto v = u64(d, "gpu_restore_failures")) failures.add(*v);
+      if (auto v = field_u64(d, "gpu_evictions")) evictions.add(*v);
+      if (auto v = field_u64(d, "gpu_pressure_evictions")) pressure.add(*v);
+      if (auto v = field_u64(d, "gpu_restores")) restores.add(*v);
+      if (auto v = field_u64(d, "gpu_restore_failures")) failures.add(*v);
     }
     if (e.type == "memory_step") {
-      if (auto o = u64(d, "observed_used")) ours = *o;
-      const std::uint64_t f = u64(d, "foreign").value_or(0);
+      if (auto o = field_u64(d, "observed_used")) ours = *o;
+      const std::uint64_t f = field_u64(d, "foreign").value_or(0);
       if (f > foreign && ours) {
         if (!risen) m.ours_before_bytes = *ours;
         risen = true;
@@ -66,7 +60,7 @@ void compute_residency_metrics(const std::vector<Event>& events, Metrics& m) {
       continue;
     }
     if (e.type != "sample") continue;
-    const auto o = u64(d, "mem_ours");
+    const auto o = field_u64(d, "mem_ours");
     if (!o) continue;
     ours = *o;
     if (risen) {
