@@ -47,18 +47,6 @@ std::vector<std::string> strs_of(const json& d, const char* k) {
 
 bool terminal(const std::string& s) { return s == "completed" || s == "failed" || s == "cancelled"; }
 
-// "gpu", "cpu", "gpu>cpu": the distinct consecutive routes a job ran on.
-std::string route_category(const std::vector<std::string>& routes) {
-  std::string out;
-  std::string last;
-  for (const auto& r : routes) {
-    if (r == last) continue;
-    out += (out.empty() ? "" : ">") + r;
-    last = r;
-  }
-  return out.empty() ? "none" : out;
-}
-
 struct JobView {
   std::uint64_t id = 0;
   std::string key;
@@ -74,6 +62,17 @@ struct JobView {
 };
 
 }  // namespace
+
+std::string route_category(const std::vector<std::string>& routes) {
+  std::string out;
+  std::string last;
+  for (const auto& r : routes) {
+    if (r == last) continue;
+    out += (out.empty() ? "" : ">") + r;
+    last = r;
+  }
+  return out.empty() ? "none" : out;
+}
 
 Percentiles percentiles(std::vector<double> ms) {
   Percentiles p;

@@ -18,6 +18,8 @@ struct Percentiles {
   double p50_ms = 0, p95_ms = 0, p99_ms = 0, max_ms = 0;
 };
 Percentiles percentiles(std::vector<double> ms);  // nearest-rank
+// "gpu", "cpu", "gpu>cpu": the distinct consecutive routes a job ran on ("none" for none).
+std::string route_category(const std::vector<std::string>& routes);
 
 // ETA accuracy of one final route (metrics_eta.cc): |eta − actual| / actual over the jobs that ran their whole token
 // budget; actual = the accepted reply → the first `finished` update.

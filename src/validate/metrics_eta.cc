@@ -53,14 +53,11 @@ void compute_eta_metrics(const std::vector<Event>& events, Metrics& m) {
       if (it == jobs.end()) continue;
       it->second.state = field_str(d, "state");
       it->second.finish_reason = field_str(d, "finish_reason");
-      std::string cat, last;
+      std::vector<std::string> routes;
       if (auto r = d.find("routes"); r != d.end() && r->is_array())
-        for (const auto& x : *r) {
-          if (!x.is_string() || x.get<std::string>() == last) continue;
-          last = x.get<std::string>();
-          cat += (cat.empty() ? "" : ">") + last;
-        }
-      it->second.routes = cat.empty() ? "none" : cat;
+        for (const auto& x : *r)
+          if (x.is_string()) routes.push_back(x.get<std::string>());
+      it->second.routes = route_category(routes);
     }
   }
   std::map<std::string, std::vector<double>> rel, signed_rel, abs_ms;
