@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -282,6 +283,20 @@ TEST_F(CudaDeviceTest, ConcurrentReadingsAndAllocations) {
   EXPECT_EQ(dev_->accounted_bytes(), 0u);
 }
 
+// The ballast's one line: "holding N bytes on device D (free before B, after A)".
+struct Holding {
+  unsigned long long held = 0;
+  int dev = -1;
+  unsigned long long free_before = 0, free_after = 0;
+};
+std::optional<Holding> parse_holding(const std::string& line) {
+  Holding h;
+  if (std::sscanf(line.c_str(), "holding %llu bytes on device %d (free before %llu, after %llu)", &h.held, &h.dev,
+                  &h.free_before, &h.free_after) != 4)
+    return std::nullopt;
+  return h;
+}
+
 // The ballast holds 1 GiB: the device-wide free reading drops by at least that (plus the ballast's own CUDA
 // context, which is why only a loose upper bound), and comes back when it exits on stdin EOF.
 TEST_F(CudaDeviceTest, BallastLowersTheFreeReading) {
@@ -291,12 +306,9 @@ TEST_F(CudaDeviceTest, BallastLowersTheFreeReading) {
   Child c = Child::spawn({TANDEM_GPU_BALLAST, "--bytes", "1G", "--device", "0"}, true);
   ASSERT_GT(c.pid, 0);
   const std::string line = c.read_until("\n", std::chrono::seconds(60));
-  unsigned long long held = 0, fb = 0, fa = 0;
-  int dev = -1;
-  ASSERT_EQ(std::sscanf(line.c_str(), "holding %llu bytes on device %d (free before %llu, after %llu)", &held, &dev,
-                        &fb, &fa),
-            4)
-      << line;
+  const auto h = parse_holding(line);
+  ASSERT_TRUE(h) << line;
+  const auto [held, dev, fb, fa] = *h;
   EXPECT_EQ(held, kGiB);
   EXPECT_EQ(dev, 0);
   EXPECT_NEAR(static_cast<double>(fb - fa), static_cast<double>(kGiB), 64.0 * kMiB) << line;
@@ -344,12 +356,9 @@ TEST_F(CudaDeviceTest, BallastLeavesWhatItIsAskedToLeave) {
   Child c = Child::spawn({TANDEM_GPU_BALLAST, "--leave", "1G"}, true);
   ASSERT_GT(c.pid, 0);
   const std::string line = c.read_until("\n", std::chrono::seconds(60));
-  unsigned long long held = 0, fb = 0, fa = 0;
-  int dev = -1;
-  ASSERT_EQ(std::sscanf(line.c_str(), "holding %llu bytes on device %d (free before %llu, after %llu)", &held, &dev,
-                        &fb, &fa),
-            4)
-      << line;
+  const auto h = parse_holding(line);
+  ASSERT_TRUE(h) << line;
+  const auto [held, dev, fb, fa] = *h;
   EXPECT_EQ(held % (2 * kMiB), 0u);
   EXPECT_NEAR(static_cast<double>(fa), static_cast<double>(kGiB), 64.0 * kMiB) << line;
   auto during = dev_->memory();
