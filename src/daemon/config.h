@@ -61,6 +61,7 @@ struct SamplingDefaults {
   double repetition_penalty = 1.0;   // (0, 10]
   std::uint32_t max_new_tokens = 256;  // [1, 1048576]
   std::vector<std::string> stop;     // at most 16, each 1..256 bytes
+  bool operator==(const SamplingDefaults&) const = default;
 };
 
 struct ModelConfig {
@@ -82,6 +83,7 @@ struct ModelConfig {
   int gpu_threads = 1;               // [1, 256] (simulated accelerator computes on the CPU)
   std::uint32_t max_context = 0;     // 0 = the model's; else [16, 1048576]
   std::uint32_t max_sequences = 0;   // KV pool sized for this many sequences; 0 = the queue's concurrency
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct JournalConfig {
