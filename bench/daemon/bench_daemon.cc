@@ -77,6 +77,7 @@ class Client final : public sdbus::ProxyInterfaces<io::tandem::Tandem1_proxy> {
     cv_.notify_all();
   }
   void onDegradedModeChanged(const bool&, const std::string&, const std::map<std::string, sdbus::Variant>&) override {}
+  void onModelsChanged(const std::vector<std::string>&, const std::vector<std::string>&) override {}
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -33,6 +33,7 @@ class MethodProxy final : public sdbus::ProxyInterfaces<io::tandem::Tandem1_prox
  private:
   void onJobUpdate(const uint64_t&, const std::string&, const std::map<std::string, sdbus::Variant>&) override {}
   void onDegradedModeChanged(const bool&, const std::string&, const std::map<std::string, sdbus::Variant>&) override {}
+  void onModelsChanged(const std::vector<std::string>&, const std::vector<std::string>&) override {}
   void onPropertiesChanged(const std::string&, const std::map<std::string, sdbus::Variant>&,
                            const std::vector<std::string>&) override {}
 };

@@ -185,11 +185,39 @@ struct WarmupReport {
   std::vector<Clock::duration> decode_steps;
 };
 
+// A model whose replicas were loaded off the loop (Backend::prepare_model) and that does not serve yet: its info and
+// warm-ups, and the backend's own loaded state (a subclass). Dropping it unloads what it loaded.
+class PreparedModel {
+ public:
+  virtual ~PreparedModel() = default;
+  ModelInfo info;
+  std::vector<WarmupReport> warmups;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
-  // The configured models (stable after construction).
+  // The models served now: those of the configuration at start, then as add_model / remove_model change them (loop
+  // thread only; a reference or pointer into it is valid until the next of those calls).
   virtual const std::vector<ModelInfo>& models() const = 0;
+  // The runtime model set (docs/residency.md, "Adding and removing models"). Loads `mc`'s replicas as at start — the
+  // CPU replica, the GPU one when it is wanted and there is an accelerator (a GPU load that fails leaves the model on
+  // the CPU, as at start), their warm-ups — without serving it. Slow; a worker thread. Errors: the CPU load's;
+  // duplicate when a model of that name serves. Default: unsupported.
+  virtual Result<std::unique_ptr<PreparedModel>> prepare_model(const ModelConfig& mc) {
+    return fail(Errc::unsupported, "this backend cannot load model " + mc.name + " at run time");
+  }
+  // The prepared model serves from now on (models() has it). Loop thread. Errors: duplicate (a model of that name
+  // serves), invalid_argument (not this backend's). Default: unsupported.
+  virtual Status add_model(std::unique_ptr<PreparedModel> m) {
+    return fail(Errc::unsupported, "this backend cannot add model " + (m ? m->info.name : std::string()) + " at run time");
+  }
+  // `model` no longer serves (models() drops it). Runs still holding its replicas keep them until they end (the
+  // service removes a model once none of its jobs is left); the GPU replica's bytes return with the last reference,
+  // then the accelerator's cached blocks go back. Loop thread. Errors: not_found. Default: unsupported.
+  virtual Status remove_model(const std::string& model) {
+    return fail(Errc::unsupported, "this backend cannot remove model " + model + " at run time");
+  }
   // Tokenizes for `model`: messages rendered with its template, else [BOS] + prompt. Loop thread.
   virtual Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
                                               const std::vector<gen::Message>& messages) = 0;

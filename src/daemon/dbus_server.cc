@@ -520,6 +520,7 @@ class DbusServer::Impl::Model final
     registerAdaptor();
   }
   ~Model() { unregisterAdaptor(); }
+  const std::string& name() const { return name_; }
 
  private:
   Dict view() { return impl_.service->model_view(name_); }
@@ -681,6 +682,21 @@ void DbusServer::degraded_changed(bool degraded, const std::string& reason, cons
     impl_->main->emitDegradedModeChanged(degraded, reason, to_variant_map(details));
   } catch (const sdbus::Error& e) {
     log::warn("DegradedModeChanged not sent: {}", e.getMessage());
+  }
+}
+
+void DbusServer::models_changed(const std::vector<std::string>& added, const std::vector<std::string>& removed) {
+  auto& models = impl_->models;
+  for (const auto& name : removed)
+    models.erase(std::remove_if(models.begin(), models.end(), [&](const auto& m) { return m->name() == name; }),
+                 models.end());
+  try {
+    for (const auto& name : added)
+      if (std::none_of(models.begin(), models.end(), [&](const auto& m) { return m->name() == name; }))
+        models.push_back(std::make_unique<Impl::Model>(*impl_, *impl_->conn, name));
+    if (impl_->main) impl_->main->emitModelsChanged(added, removed);
+  } catch (const sdbus::Error& e) {
+    log::warn("ModelsChanged: {}", e.getMessage());
   }
 }
 

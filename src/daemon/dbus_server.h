@@ -49,6 +49,8 @@ class DbusServer final : public ServiceObserver {
   void job_update(const std::string& destination, JobId id, const std::string& kind, const Dict& data) override;
   void degraded_changed(bool degraded, const std::string& reason, const Dict& details) override;
   void properties_changed(const std::vector<std::string>& names) override;
+  // Exports the added models' objects, unexports the removed ones', broadcasts ModelsChanged.
+  void models_changed(const std::vector<std::string>& added, const std::vector<std::string>& removed) override;
 
   struct Impl;
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <shared_mutex>
 
 #include <condition_variable>
 #include <deque>
@@ -35,6 +36,13 @@ struct EngineBackend::Entry {
   engine::BatchLimits cpu_limits, gpu_limits;
   std::mutex runner_mu;
   std::shared_ptr<engine::BatchRunner> cpu_runner, gpu_runner;  // guarded by runner_mu
+};
+
+struct EngineBackend::Prepared final : PreparedModel {
+  const EngineBackend* owner = nullptr;
+  std::shared_ptr<Entry> llm;              // one of the three
+  std::shared_ptr<EmbedEntry> embedding;
+  std::shared_ptr<SpeechEntry> speech;
 };
 
 namespace {
@@ -131,115 +139,192 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
                                                              std::shared_ptr<device::Device> accelerator,
                                                              std::function<void(const std::string&)> progress) {
   std::shared_ptr<EngineBackend> b(new EngineBackend());
+  b->cfg_ = cfg;
   b->accel_ = std::move(accelerator);
   b->max_image_bytes_ = cfg.embedding.max_image_bytes;
   b->max_image_pixels_ = cfg.embedding.max_image_pixels;
   b->max_audio_bytes_ = cfg.speech.max_audio_bytes;
   b->max_audio_seconds_ = cfg.speech.max_audio_seconds;
   for (const auto& mc : cfg.models) {
-    if (auto emb = is_embedding_model(mc.dir); emb && *emb) {
-      TANDEM_TRY(b->add_embedding_model(mc, cfg, progress));
-      continue;
-    }
-    if (is_speech_model(mc.dir)) {
-      TANDEM_TRY(b->add_speech_model(mc, cfg, progress));
-      continue;
-    }
-    auto e = std::make_unique<Entry>();
-    e->cfg = mc;
-    auto dt = engine::parse_compute_dtype(mc.dtype);
-    if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
-    engine::LoadOptions o;
-    o.dtype = *dt;
-    o.kv_block_size = static_cast<int>(cfg.policy.estimator.kv_block_tokens);
-    o.max_context = static_cast<int>(mc.max_context);
-    o.revision = mc.revision;
-    o.template_name = mc.template_name;
-    e->cpu_opts = o;
-    e->cpu_opts.threads = mc.cpu_threads;
-    e->cpu_opts.max_sequences =
-        static_cast<int>(mc.max_sequences ? mc.max_sequences : cfg.policy.cpu_queue.concurrency);
-    e->gpu_opts = o;
-    e->gpu_opts.threads = mc.gpu_threads;
-    e->gpu_opts.max_sequences =
-        static_cast<int>(mc.max_sequences ? mc.max_sequences : cfg.policy.gpu_queue.concurrency);
-    e->gpu_opts.accelerator = b->accel_;
-    e->gpu_opts.accel_layers = mc.gpu_layers;
-    e->gpu_wanted = mc.gpu && b->accel_ != nullptr;
-    e->cpu_limits.max_batch = static_cast<int>(cfg.policy.cpu_queue.concurrency);
-    e->cpu_limits.step_tokens = static_cast<int>(cfg.policy.cpu_queue.step_tokens);
-    e->gpu_limits.max_batch = static_cast<int>(cfg.policy.gpu_queue.concurrency);
-    e->gpu_limits.step_tokens = static_cast<int>(cfg.policy.gpu_queue.step_tokens);
-
-    if (progress) progress("loading model " + mc.name + " (CPU replica)");
-    const auto t0 = SteadyTime::now();
-    // The CPU replica: created measured; "auto" picks the cheapest mode meeting the recovery budget.
-    policy::ReplicaMode mode = mc.replica_mode.value_or(policy::ReplicaMode::mmap);
-    auto rep = engine::Replica::create(mc.dir, e->cpu_opts, mode);
-    if (!rep) return fail(rep.error().code, "model " + mc.name + ": " + rep.error().message);
-    e->cpu = std::move(rep).value();
-    if (!mc.replica_mode) {
-      policy::ReplicaModePolicy rp(cfg.policy.replica);
-      const auto budget = cfg.policy.host_guard.budget_bytes;
-      const auto d = rp.decide(e->cpu->measurements(budget), e->cpu->mode());
-      if (d.mode != e->cpu->mode()) TANDEM_TRY(e->cpu->set_mode(d.mode));
-      log::info("model {}: CPU replica mode {} ({}; expected recovery {} ms)", mc.name,
-                policy::replica_mode_name(d.mode), d.reason,
-                std::chrono::duration_cast<std::chrono::milliseconds>(d.expected_recovery).count());
-    } else if (mode == policy::ReplicaMode::warm) {
-      TANDEM_TRY(e->cpu->set_mode(policy::ReplicaMode::warm));
-    }
-    auto m = e->cpu->get();
-    if (!m) return fail(m.error().code, "model " + mc.name + ": " + m.error().message);
-    const auto& model = *m;
-    ModelInfo info;
-    info.name = mc.name;
-    info.shape = shape_of(mc.name, *model, *dt);
-    info.revision = mc.revision;
-    info.dtype = std::string(engine::compute_dtype_name(*dt));
-    info.template_name = std::string(gen::template_name(model->prompt_template()));
-    info.fallback = mc.fallback;
-    info.max_context = static_cast<std::uint32_t>(model->max_context());
-    info.weight_bytes = model->load_stats().weight_bytes;
-    info.gpu_configured = e->gpu_wanted;
-    info.fingerprint = e->cpu->fingerprint().digest;
-    info.default_sampling.temperature = mc.sampling.temperature;
-    info.default_sampling.top_k = mc.sampling.top_k;
-    info.default_sampling.top_p = mc.sampling.top_p;
-    info.default_sampling.repetition_penalty = mc.sampling.repetition_penalty;
-    info.default_max_new_tokens = mc.sampling.max_new_tokens;
-    info.default_stop = mc.sampling.stop;
-    info.chat_stop = gen::template_stops(model->prompt_template());
-    const int layers = model->config().num_layers;
-    info.gpu_layers = static_cast<std::uint32_t>(mc.gpu_layers < 0 ? layers : std::min(mc.gpu_layers, layers));
-    if (e->cpu->mode() == policy::ReplicaMode::on_demand) {
-      // Created measured, then dropped: loaded at first use (a CPU job, or tokenizing without a GPU replica).
-      TANDEM_TRY(e->cpu->set_mode(policy::ReplicaMode::on_demand));
-    } else if (auto w = warm_up(mc.name, *model, policy::Device::cpu)) {
-      b->warmups_.push_back(std::move(*w));
-    }
-    log::info("model {}: CPU replica ready in {} ms (fingerprint {})", mc.name,
-              std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(), info.fingerprint);
-    if (e->gpu_wanted) {
-      if (progress) progress("loading model " + mc.name + " (GPU replica)");
-      if (auto st = b->load_llm_gpu(*e); !st) {
-        log::warn("model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
-      } else {
-        std::shared_ptr<engine::Model> g;
-        {
-          std::lock_guard lock(e->gpu_mu);
-          g = e->gpu;
-        }
-        if (g)
-          if (auto w = warm_up(mc.name, *g, g->accel_layers() < model->config().num_layers ? policy::Device::hybrid
-                                                                                            : policy::Device::gpu))
-            b->warmups_.push_back(std::move(*w));
-      }
-    }
-    b->infos_.push_back(std::move(info));
-    b->entries_.push_back(std::move(e));
+    auto p = b->prepare(mc, progress);
+    if (!p) return fail(std::move(p).error());
+    for (const auto& w : (*p)->warmups) b->warmups_.push_back(w);
+    TANDEM_TRY(b->add_model(std::move(p).value()));
   }
   return b;
+}
+
+Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare(const ModelConfig& mc,
+                                                              const std::function<void(const std::string&)>& progress) {
+  if (auto emb = is_embedding_model(mc.dir); emb && *emb) {
+    auto out = std::make_unique<Prepared>();
+    out->owner = this;
+    auto info = prepare_embedding(mc, progress, out->embedding);
+    if (!info) return fail(std::move(info).error());
+    out->info = std::move(info).value();
+    return std::unique_ptr<PreparedModel>(std::move(out));
+  }
+  if (is_speech_model(mc.dir)) {
+    auto out = std::make_unique<Prepared>();
+    out->owner = this;
+    auto info = prepare_speech(mc, progress, out->speech);
+    if (!info) return fail(std::move(info).error());
+    out->info = std::move(info).value();
+    return std::unique_ptr<PreparedModel>(std::move(out));
+  }
+  return prepare_llm(mc, progress);
+}
+
+// An LLM's replicas: the CPU one (its mode by config or by the ReplicaModePolicy from measured load times), its
+// warm-up, then the GPU one when wanted.
+Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare_llm(const ModelConfig& mc,
+                                                                  const std::function<void(const std::string&)>& progress) {
+  auto e = std::make_shared<Entry>();
+  auto out = std::make_unique<Prepared>();
+  out->owner = this;
+  e->cfg = mc;
+  auto dt = engine::parse_compute_dtype(mc.dtype);
+  if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
+  engine::LoadOptions o;
+  o.dtype = *dt;
+  o.kv_block_size = static_cast<int>(cfg_.policy.estimator.kv_block_tokens);
+  o.max_context = static_cast<int>(mc.max_context);
+  o.revision = mc.revision;
+  o.template_name = mc.template_name;
+  e->cpu_opts = o;
+  e->cpu_opts.threads = mc.cpu_threads;
+  e->cpu_opts.max_sequences =
+      static_cast<int>(mc.max_sequences ? mc.max_sequences : cfg_.policy.cpu_queue.concurrency);
+  e->gpu_opts = o;
+  e->gpu_opts.threads = mc.gpu_threads;
+  e->gpu_opts.max_sequences =
+      static_cast<int>(mc.max_sequences ? mc.max_sequences : cfg_.policy.gpu_queue.concurrency);
+  e->gpu_opts.accelerator = accel_;
+  e->gpu_opts.accel_layers = mc.gpu_layers;
+  e->gpu_wanted = mc.gpu && accel_ != nullptr;
+  e->cpu_limits.max_batch = static_cast<int>(cfg_.policy.cpu_queue.concurrency);
+  e->cpu_limits.step_tokens = static_cast<int>(cfg_.policy.cpu_queue.step_tokens);
+  e->gpu_limits.max_batch = static_cast<int>(cfg_.policy.gpu_queue.concurrency);
+  e->gpu_limits.step_tokens = static_cast<int>(cfg_.policy.gpu_queue.step_tokens);
+
+  if (progress) progress("loading model " + mc.name + " (CPU replica)");
+  const auto t0 = SteadyTime::now();
+  // The CPU replica: created measured; "auto" picks the cheapest mode meeting the recovery budget.
+  policy::ReplicaMode mode = mc.replica_mode.value_or(policy::ReplicaMode::mmap);
+  auto rep = engine::Replica::create(mc.dir, e->cpu_opts, mode);
+  if (!rep) return fail(rep.error().code, "model " + mc.name + ": " + rep.error().message);
+  e->cpu = std::move(rep).value();
+  if (!mc.replica_mode) {
+    policy::ReplicaModePolicy rp(cfg_.policy.replica);
+    const auto budget = cfg_.policy.host_guard.budget_bytes;
+    const auto d = rp.decide(e->cpu->measurements(budget), e->cpu->mode());
+    if (d.mode != e->cpu->mode()) TANDEM_TRY(e->cpu->set_mode(d.mode));
+    log::info("model {}: CPU replica mode {} ({}; expected recovery {} ms)", mc.name,
+              policy::replica_mode_name(d.mode), d.reason,
+              std::chrono::duration_cast<std::chrono::milliseconds>(d.expected_recovery).count());
+  } else if (mode == policy::ReplicaMode::warm) {
+    TANDEM_TRY(e->cpu->set_mode(policy::ReplicaMode::warm));
+  }
+  auto m = e->cpu->get();
+  if (!m) return fail(m.error().code, "model " + mc.name + ": " + m.error().message);
+  const auto& model = *m;
+  ModelInfo info;
+  info.name = mc.name;
+  info.shape = shape_of(mc.name, *model, *dt);
+  info.revision = mc.revision;
+  info.dtype = std::string(engine::compute_dtype_name(*dt));
+  info.template_name = std::string(gen::template_name(model->prompt_template()));
+  info.fallback = mc.fallback;
+  info.max_context = static_cast<std::uint32_t>(model->max_context());
+  info.weight_bytes = model->load_stats().weight_bytes;
+  info.gpu_configured = e->gpu_wanted;
+  info.fingerprint = e->cpu->fingerprint().digest;
+  info.default_sampling.temperature = mc.sampling.temperature;
+  info.default_sampling.top_k = mc.sampling.top_k;
+  info.default_sampling.top_p = mc.sampling.top_p;
+  info.default_sampling.repetition_penalty = mc.sampling.repetition_penalty;
+  info.default_max_new_tokens = mc.sampling.max_new_tokens;
+  info.default_stop = mc.sampling.stop;
+  info.chat_stop = gen::template_stops(model->prompt_template());
+  const int layers = model->config().num_layers;
+  info.gpu_layers = static_cast<std::uint32_t>(mc.gpu_layers < 0 ? layers : std::min(mc.gpu_layers, layers));
+  if (e->cpu->mode() == policy::ReplicaMode::on_demand) {
+    // Created measured, then dropped: loaded at first use (a CPU job, or tokenizing without a GPU replica).
+    TANDEM_TRY(e->cpu->set_mode(policy::ReplicaMode::on_demand));
+  } else if (auto w = warm_up(mc.name, *model, policy::Device::cpu)) {
+    out->warmups.push_back(std::move(*w));
+  }
+  log::info("model {}: CPU replica ready in {} ms (fingerprint {})", mc.name,
+            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(), info.fingerprint);
+  if (e->gpu_wanted) {
+    if (progress) progress("loading model " + mc.name + " (GPU replica)");
+    if (auto st = load_llm_gpu(*e); !st) {
+      log::warn("model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
+    } else {
+      std::shared_ptr<engine::Model> g;
+      {
+        std::lock_guard lock(e->gpu_mu);
+        g = e->gpu;
+      }
+      if (g)
+        if (auto w = warm_up(mc.name, *g, g->accel_layers() < model->config().num_layers ? policy::Device::hybrid
+                                                                                          : policy::Device::gpu))
+          out->warmups.push_back(std::move(*w));
+    }
+  }
+  out->info = std::move(info);
+  out->llm = std::move(e);
+  return std::unique_ptr<PreparedModel>(std::move(out));
+}
+
+Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare_model(const ModelConfig& mc) {
+  if (entry(mc.name) || embed_entry(mc.name) || speech_entry(mc.name))
+    return fail(Errc::duplicate, "model " + mc.name + " is already served (remove it first)");
+  return prepare(mc, {});
+}
+
+Status EngineBackend::add_model(std::unique_ptr<PreparedModel> m) {
+  auto* p = dynamic_cast<Prepared*>(m.get());
+  if (!p || p->owner != this) return fail(Errc::invalid_argument, "add_model: not a model this backend prepared");
+  for (const auto& i : infos_)
+    if (i.name == p->info.name) return fail(Errc::duplicate, "model " + i.name + " is already served");
+  {
+    std::unique_lock lock(set_mu_);
+    if (p->llm) entries_.push_back(p->llm);
+    if (p->embedding) embed_entries_.push_back(p->embedding);
+    if (p->speech) speech_entries_.push_back(p->speech);
+  }
+  infos_.push_back(p->info);
+  return {};
+}
+
+Status EngineBackend::remove_model(const std::string& model) {
+  auto it = std::find_if(infos_.begin(), infos_.end(), [&](const ModelInfo& i) { return i.name == model; });
+  if (it == infos_.end()) return fail(Errc::not_found, "unknown model '" + model + "'");
+  const std::uint64_t accel_bytes = gpu_resident_bytes(model);
+  // Taken out under the lock, dropped after it: the last reference (here, or a run's) unloads the replicas.
+  // (Found by name first: EmbedEntry and SpeechEntry are complete only in their own files.)
+  std::shared_ptr<Entry> llm = entry(model);
+  std::shared_ptr<EmbedEntry> emb = embed_entry(model);
+  std::shared_ptr<SpeechEntry> sp = speech_entry(model);
+  {
+    std::unique_lock lock(set_mu_);
+    auto take = [](auto& v, const auto& which) {
+      if (which) v.erase(std::remove(v.begin(), v.end(), which), v.end());
+    };
+    take(entries_, llm);
+    take(embed_entries_, emb);
+    take(speech_entries_, sp);
+  }
+  infos_.erase(it);
+  const long holders = llm ? llm.use_count() : emb ? emb.use_count() : sp ? sp.use_count() : 0;
+  llm.reset();
+  emb.reset();
+  sp.reset();
+  if (accel_) accel_->release_cached();
+  log::info("model {}: removed ({} MiB on the accelerator given back{})", model, accel_bytes >> 20,
+            holders > 1 ? "; a run still holds it: freed when it ends" : "");
+  return {};
 }
 
 Status EngineBackend::load_llm_gpu(Entry& e) {
@@ -266,15 +351,16 @@ Status EngineBackend::load_llm_gpu(Entry& e) {
   return {};
 }
 
-EngineBackend::Entry* EngineBackend::entry(const std::string& name) const {
+std::shared_ptr<EngineBackend::Entry> EngineBackend::entry(const std::string& name) const {
+  std::shared_lock lock(set_mu_);
   for (const auto& e : entries_)
-    if (e->cfg.name == name) return e.get();
+    if (e->cfg.name == name) return e;
   return nullptr;
 }
 
 Result<std::vector<TokenId>> EngineBackend::encode(const std::string& model, const std::string& prompt,
                                                    const std::vector<gen::Message>& messages) {
-  Entry* e = entry(model);
+  auto e = entry(model);
   if (!e && embed_entry(model)) return fail(Errc::unsupported, "model " + model + " is an embedding model (call Embed)");
   if (!e) return fail(Errc::not_found, "unknown model '" + model + "'");
   std::shared_ptr<engine::Model> m;
@@ -324,7 +410,7 @@ void EngineBackend::set_step_observer(std::function<void(const StepReport&)> fn)
 // until it finishes.
 RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) {
   RunResult out;
-  Entry* e = entry(spec.route.model);
+  auto e = entry(spec.route.model);
   if (!e) {
     out.status = embed_entry(spec.route.model)
                      ? fail(Errc::unsupported, "model " + spec.route.model + " is an embedding model")
@@ -428,9 +514,9 @@ RunResult EngineBackend::run(const RunSpec& spec, RunSink& sink, const std::atom
 
 std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const {
   std::vector<ReplicaInfo> out;
-  if (const EmbedEntry* x = embed_entry(model)) return embed_replicas(*x);
-  if (const SpeechEntry* x = speech_entry(model)) return speech_replicas(*x);
-  Entry* e = entry(model);
+  if (const auto x = embed_entry(model)) return embed_replicas(*x);
+  if (const auto x = speech_entry(model)) return speech_replicas(*x);
+  auto e = entry(model);
   if (!e) return out;
   if (e->gpu_wanted) {
     ReplicaInfo r;
@@ -466,9 +552,9 @@ std::vector<ReplicaInfo> EngineBackend::replicas(const std::string& model) const
 }
 
 std::uint64_t EngineBackend::gpu_resident_bytes(const std::string& model) const {
-  if (const EmbedEntry* x = embed_entry(model)) return embed_gpu_bytes(*x);
-  if (const SpeechEntry* x = speech_entry(model)) return speech_gpu_bytes(*x);
-  Entry* e = entry(model);
+  if (const auto x = embed_entry(model)) return embed_gpu_bytes(*x);
+  if (const auto x = speech_entry(model)) return speech_gpu_bytes(*x);
+  auto e = entry(model);
   if (!e) return 0;
   std::lock_guard lock(e->gpu_mu);
   if (!e->gpu || e->gpu->device_lost()) return 0;
@@ -476,9 +562,9 @@ std::uint64_t EngineBackend::gpu_resident_bytes(const std::string& model) const 
 }
 
 bool EngineBackend::gpu_ready(const std::string& model) const {
-  if (const EmbedEntry* x = embed_entry(model)) return embed_gpu_ready(*x);
-  if (const SpeechEntry* x = speech_entry(model)) return speech_gpu_ready(*x);
-  Entry* e = entry(model);
+  if (const auto x = embed_entry(model)) return embed_gpu_ready(*x);
+  if (const auto x = speech_entry(model)) return speech_gpu_ready(*x);
+  auto e = entry(model);
   if (!e) return false;
   std::lock_guard lock(e->gpu_mu);
   return e->gpu && !e->gpu->device_lost();
@@ -490,7 +576,7 @@ bool EngineBackend::cpu_ready(const std::string& model) const {
 
 // A sequence of the GPU replica can run its last layers on the CPU (engine::Model::new_sequence(gpu_layers)).
 bool EngineBackend::offload_ready(const std::string& model) const {
-  Entry* e = entry(model);
+  auto e = entry(model);
   if (!e) return false;
   std::lock_guard lock(e->gpu_mu);
   return e->gpu && !e->gpu->device_lost() && e->gpu->accel_layers() > 0;
@@ -499,7 +585,7 @@ bool EngineBackend::offload_ready(const std::string& model) const {
 Status EngineBackend::reload_gpu() {
   if (!accel_ || accel_->lost()) return fail(Errc::device_lost, "the accelerator is not back");
   Status first;
-  for (auto& e : entries_) {
+  for (auto& e : snapshot(entries_)) {
     if (!e->gpu_wanted) continue;
     {
       std::lock_guard lock(e->gpu_mu);
@@ -517,14 +603,14 @@ Status EngineBackend::reload_gpu() {
 // when the last run holding it ends (the service drained them), then the allocator's cache goes back to the driver.
 Result<std::uint64_t> EngineBackend::evict_gpu(const std::string& model) {
   std::uint64_t bytes = 0;
-  EmbedEntry* emb = embed_entry(model);
-  SpeechEntry* sp = emb ? nullptr : speech_entry(model);
+  const auto emb = embed_entry(model);
+  const auto sp = emb ? nullptr : speech_entry(model);
   if (emb || sp) {
     auto r = emb ? evict_embed_gpu(*emb) : evict_speech_gpu(*sp);
     if (!r) return fail(std::move(r).error());
     bytes = *r;
   } else {
-    Entry* e = entry(model);
+    auto e = entry(model);
     if (!e) return fail(Errc::not_found, "unknown model '" + model + "'");
     if (!e->gpu_wanted) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
     {
@@ -543,9 +629,9 @@ Result<std::uint64_t> EngineBackend::evict_gpu(const std::string& model) {
 }
 
 Status EngineBackend::load_gpu(const std::string& model) {
-  if (EmbedEntry* x = embed_entry(model)) return load_embed_gpu(*x);
-  if (SpeechEntry* x = speech_entry(model)) return load_speech_gpu(*x);
-  Entry* e = entry(model);
+  if (const auto x = embed_entry(model)) return load_embed_gpu(*x);
+  if (const auto x = speech_entry(model)) return load_speech_gpu(*x);
+  auto e = entry(model);
   if (!e) return fail(Errc::not_found, "unknown model '" + model + "'");
   if (!e->gpu_wanted) return fail(Errc::unsupported, "model " + model + " has no GPU replica");
   if (!accel_ || accel_->lost()) return fail(Errc::device_lost, "the accelerator is not available");

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 
 #include "daemon/backend.h"
 #include "daemon/config.h"
@@ -29,6 +30,9 @@ class EngineBackend final : public Backend {
   ~EngineBackend() override;
 
   const std::vector<ModelInfo>& models() const override { return infos_; }
+  Result<std::unique_ptr<PreparedModel>> prepare_model(const ModelConfig& mc) override;
+  Status add_model(std::unique_ptr<PreparedModel> m) override;
+  Status remove_model(const std::string& model) override;
   Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
                                       const std::vector<gen::Message>& messages) override;
   RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) override;
@@ -58,54 +62,61 @@ class EngineBackend final : public Backend {
 
  private:
   struct Entry;
+  struct Prepared;
   std::shared_ptr<engine::BatchRunner> runner_for(Entry& e, bool gpu, const std::shared_ptr<engine::Model>& m);
   EngineBackend() = default;
-  Entry* entry(const std::string& name) const;
+  // The entries of the model set: looked up under a shared lock from any thread; the shared_ptr keeps a removed
+  // model's entry (its replicas) alive until the last run holding it ends.
+  std::shared_ptr<Entry> entry(const std::string& name) const;
+  template <class E>
+  std::vector<std::shared_ptr<E>> snapshot(const std::vector<std::shared_ptr<E>>& v) const {
+    std::shared_lock lock(set_mu_);
+    return v;
+  }
+  Result<std::unique_ptr<PreparedModel>> prepare_llm(const ModelConfig& mc,
+                                                     const std::function<void(const std::string&)>& progress);
+  Result<std::unique_ptr<PreparedModel>> prepare(const ModelConfig& mc,
+                                                 const std::function<void(const std::string&)>& progress);
   Status load_llm_gpu(Entry& e);
 
   // Embedding models (engine_backend_embed.cc).
+  // (A shared_ptr made where EmbedEntry is complete, so engine_backend.cc, where only Entry is, can hold and drop it.)
   struct EmbedEntry;
-  // Defined where EmbedEntry is complete (engine_backend_embed.cc), so that this class's members can be built and
-  // destroyed in engine_backend.cc, where only Entry is.
-  struct EmbedEntryDelete {
-    void operator()(EmbedEntry* e) const;
-  };
-  Status add_embedding_model(const ModelConfig& mc, const DaemonConfig& cfg,
-                             const std::function<void(const std::string&)>& progress);
+  Result<ModelInfo> prepare_embedding(const ModelConfig& mc, const std::function<void(const std::string&)>& progress,
+                                      std::shared_ptr<EmbedEntry>& out);
   Status load_embed_gpu(EmbedEntry& e);
-  EmbedEntry* embed_entry(const std::string& name) const;
+  std::shared_ptr<EmbedEntry> embed_entry(const std::string& name) const;
   bool embed_gpu_lost(const EmbedEntry& e) const;
   std::vector<ReplicaInfo> embed_replicas(const EmbedEntry& e) const;
   std::uint64_t embed_gpu_bytes(const EmbedEntry& e) const;
   bool embed_gpu_ready(const EmbedEntry& e) const;
   Status reload_embed_gpu();
   Result<std::uint64_t> evict_embed_gpu(EmbedEntry& e);
-  std::vector<std::unique_ptr<EmbedEntry, EmbedEntryDelete>> embed_entries_;
+  std::vector<std::shared_ptr<EmbedEntry>> embed_entries_;  // guarded by set_mu_
   std::uint64_t max_image_bytes_ = 32ull << 20;
   std::uint64_t max_image_pixels_ = 40'000'000;
 
   // Speech models (engine_backend_speech.cc).
   struct SpeechEntry;
-  struct SpeechEntryDelete {
-    void operator()(SpeechEntry* e) const;
-  };
-  Status add_speech_model(const ModelConfig& mc, const DaemonConfig& cfg,
-                          const std::function<void(const std::string&)>& progress);
+  Result<ModelInfo> prepare_speech(const ModelConfig& mc, const std::function<void(const std::string&)>& progress,
+                                   std::shared_ptr<SpeechEntry>& out);
   Status load_speech_gpu(SpeechEntry& e);
-  SpeechEntry* speech_entry(const std::string& name) const;
+  std::shared_ptr<SpeechEntry> speech_entry(const std::string& name) const;
   bool speech_gpu_lost(const SpeechEntry& e) const;
   std::vector<ReplicaInfo> speech_replicas(const SpeechEntry& e) const;
   std::uint64_t speech_gpu_bytes(const SpeechEntry& e) const;
   bool speech_gpu_ready(const SpeechEntry& e) const;
   Status reload_speech_gpu();
   Result<std::uint64_t> evict_speech_gpu(SpeechEntry& e);
-  std::vector<std::unique_ptr<SpeechEntry, SpeechEntryDelete>> speech_entries_;
+  std::vector<std::shared_ptr<SpeechEntry>> speech_entries_;  // guarded by set_mu_
   std::uint64_t max_audio_bytes_ = 512ull << 20;
   std::uint32_t max_audio_seconds_ = 4 * 3600;
 
+  DaemonConfig cfg_;  // the start's (limits, queue and estimator settings a model's replicas are loaded with)
   std::shared_ptr<device::Device> accel_;
-  std::vector<std::unique_ptr<Entry>> entries_;
-  std::vector<ModelInfo> infos_;
+  mutable std::shared_mutex set_mu_;  // the entry vectors (written by add_model / remove_model on the loop thread)
+  std::vector<std::shared_ptr<Entry>> entries_;  // guarded by set_mu_
+  std::vector<ModelInfo> infos_;       // loop thread only (models())
   std::vector<WarmupReport> warmups_;  // written by create() only
   std::mutex observer_mu_;
   std::function<void(const StepReport&)> step_observer_;  // guarded by observer_mu_

@@ -31,8 +31,6 @@ struct EngineBackend::EmbedEntry : ReplicaPair<engine::ClipModel> {
   std::mutex cpu_run_mu, gpu_run_mu;
 };
 
-void EngineBackend::EmbedEntryDelete::operator()(EmbedEntry* e) const { delete e; }
-
 namespace {
 
 // The largest tower's shape, for the estimator: an embedding job's peak is one forward of its inputs through the
@@ -92,10 +90,9 @@ Result<bool> EngineBackend::is_embedding_model(const std::string& path) {
   return arch && arch->str == "clip";
 }
 
-Status EngineBackend::add_embedding_model(const ModelConfig& mc, const DaemonConfig& cfg,
-                                          const std::function<void(const std::string&)>& progress) {
-  (void)cfg;
-  std::unique_ptr<EmbedEntry, EmbedEntryDelete> e(new EmbedEntry());
+Result<ModelInfo> EngineBackend::prepare_embedding(const ModelConfig& mc, const std::function<void(const std::string&)>& progress,
+                                            std::shared_ptr<EmbedEntry>& out) {
+  auto e = std::make_shared<EmbedEntry>();
   e->cfg = mc;
   auto ro = replica_options<engine::ClipLoadOptions>(mc, accel_);
   if (!ro) return fail(std::move(ro).error());
@@ -159,9 +156,8 @@ Status EngineBackend::add_embedding_model(const ModelConfig& mc, const DaemonCon
     if (auto st = load_embed_gpu(*e); !st)
       log::warn("embedding model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
   }
-  infos_.push_back(std::move(info));
-  embed_entries_.push_back(std::move(e));
-  return {};
+  out = std::move(e);
+  return info;
 }
 
 Status EngineBackend::load_embed_gpu(EmbedEntry& e) {
@@ -170,14 +166,15 @@ Status EngineBackend::load_embed_gpu(EmbedEntry& e) {
 
 bool EngineBackend::embed_gpu_lost(const EmbedEntry& e) const { return e.gpu_lost(accel_.get()); }
 
-EngineBackend::EmbedEntry* EngineBackend::embed_entry(const std::string& name) const {
+std::shared_ptr<EngineBackend::EmbedEntry> EngineBackend::embed_entry(const std::string& name) const {
+  std::shared_lock lock(set_mu_);
   for (const auto& e : embed_entries_)
-    if (e->cfg.name == name) return e.get();
+    if (e->cfg.name == name) return e;
   return nullptr;
 }
 
 Result<EmbedTokens> EngineBackend::embed_tokens(const std::string& model, const std::string& text, bool truncate) {
-  EmbedEntry* e = embed_entry(model);
+  auto e = embed_entry(model);
   if (!e) return fail(entry(model) ? Errc::unsupported : Errc::not_found,
                       entry(model) ? "model " + model + " is not an embedding model" : "unknown model '" + model + "'");
   const auto positions = static_cast<std::size_t>(e->cpu->config().text.positions);
@@ -201,7 +198,7 @@ Result<EmbedTokens> EngineBackend::embed_tokens(const std::string& model, const 
 
 Result<EmbedTokens> EngineBackend::embed_token_ids(const std::string& model, const std::vector<std::int64_t>& ids,
                                                    bool truncate) {
-  EmbedEntry* e = embed_entry(model);
+  auto e = embed_entry(model);
   if (!e) return fail(entry(model) ? Errc::unsupported : Errc::not_found,
                       entry(model) ? "model " + model + " is not an embedding model" : "unknown model '" + model + "'");
   const auto& tk = *e->tokenizer;
@@ -239,7 +236,7 @@ Result<EmbedTokens> EngineBackend::embed_token_ids(const std::string& model, con
 RunResult EngineBackend::embed(const EmbedSpec& spec, const std::atomic<bool>& cancel) {
   RunResult out;
   out.finish_reason = "error";
-  EmbedEntry* e = embed_entry(spec.route.model);
+  auto e = embed_entry(spec.route.model);
   if (!e) {
     out.status = fail(Errc::not_found, "unknown embedding model '" + spec.route.model + "'");
     return out;
@@ -320,7 +317,7 @@ bool EngineBackend::embed_gpu_ready(const EmbedEntry& e) const { return e.gpu_re
 
 Status EngineBackend::reload_embed_gpu() {
   Status first;
-  for (auto& e : embed_entries_)
+  for (auto& e : snapshot(embed_entries_))
     if (auto st = e->reload(accel_.get(), "embedding", [&] { return engine::ClipModel::load(e->cfg.dir, e->gpu_opts); });
         !st && first)
       first = st;

@@ -31,8 +31,6 @@ struct EngineBackend::SpeechEntry : ReplicaPair<engine::WhisperModel> {
   speech::ModelSpeechInfo info;
 };
 
-void EngineBackend::SpeechEntryDelete::operator()(SpeechEntry* e) const { delete e; }
-
 namespace {
 
 // The decoder's shape for the estimator: a request's "prompt" is one window's encoder positions and its tokens the
@@ -76,9 +74,10 @@ bool EngineBackend::is_speech_model(const std::string& path) {
   return false;
 }
 
-Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig& cfg,
-                                       const std::function<void(const std::string&)>& progress) {
-  std::unique_ptr<SpeechEntry, SpeechEntryDelete> e(new SpeechEntry());
+Result<ModelInfo> EngineBackend::prepare_speech(const ModelConfig& mc, const std::function<void(const std::string&)>& progress,
+                                            std::shared_ptr<SpeechEntry>& out) {
+  const DaemonConfig& cfg = cfg_;
+  auto e = std::make_shared<SpeechEntry>();
   e->cfg = mc;
   auto ro = replica_options<engine::WhisperLoadOptions>(mc, accel_);
   if (!ro) return fail(std::move(ro).error());
@@ -160,9 +159,8 @@ Status EngineBackend::add_speech_model(const ModelConfig& mc, const DaemonConfig
       info.shape.fixed_job_bytes = std::max(info.shape.fixed_job_bytes, session_bytes_of(*e->gpu));
     }
   }
-  infos_.push_back(std::move(info));
-  speech_entries_.push_back(std::move(e));
-  return {};
+  out = std::move(e);
+  return info;
 }
 
 Status EngineBackend::load_speech_gpu(SpeechEntry& e) {
@@ -171,16 +169,17 @@ Status EngineBackend::load_speech_gpu(SpeechEntry& e) {
 
 bool EngineBackend::speech_gpu_lost(const SpeechEntry& e) const { return e.gpu_lost(accel_.get()); }
 
-EngineBackend::SpeechEntry* EngineBackend::speech_entry(const std::string& name) const {
+std::shared_ptr<EngineBackend::SpeechEntry> EngineBackend::speech_entry(const std::string& name) const {
+  std::shared_lock lock(set_mu_);
   for (const auto& e : speech_entries_)
-    if (e->cfg.name == name) return e.get();
+    if (e->cfg.name == name) return e;
   return nullptr;
 }
 
 RunResult EngineBackend::transcribe(const TranscribeSpec& spec, TranscribeSink& sink, const std::atomic<bool>& cancel) {
   RunResult out;
   out.finish_reason = "error";
-  SpeechEntry* e = speech_entry(spec.route.model);
+  auto e = speech_entry(spec.route.model);
   if (!e) {
     out.status = fail(Errc::not_found, "unknown speech model '" + spec.route.model + "'");
     return out;
@@ -276,7 +275,7 @@ bool EngineBackend::speech_gpu_ready(const SpeechEntry& e) const { return e.gpu_
 
 Status EngineBackend::reload_speech_gpu() {
   Status first;
-  for (auto& e : speech_entries_)
+  for (auto& e : snapshot(speech_entries_))
     if (auto st = e->reload(accel_.get(), "speech", [&] { return engine::WhisperModel::load(e->cfg.dir, e->gpu_opts); });
         !st && first)
       first = st;

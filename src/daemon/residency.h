@@ -139,6 +139,9 @@ class Residency {
   std::vector<std::string> recover(const std::function<bool(const std::vector<std::string>&)>& room,
                                    Clock::time_point now);
 
+  // `model` no longer serves (removed from the configuration): forgotten (its counters stay).
+  void remove(const std::string& model) { replicas_.erase(model); }
+
   // A failed replica was loaded by other means (the reload after a device recovery): failed → loaded.
   void mark_loaded(const std::string& model, Clock::time_point now);
 

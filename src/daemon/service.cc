@@ -78,15 +78,20 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
   generate_wl_ = std::make_unique<GenerateWorkload>();
   embed_wl_ = std::make_unique<EmbedWorkload>();
   transcribe_wl_ = std::make_unique<TranscribeWorkload>();
-  for (const auto& m : backend_->models())
+  // The catalog starts from what the backend serves, with each model's configured settings.
+  std::vector<ModelConfig> serving;
+  for (const auto& m : backend_->models()) {
+    ModelConfig mc;
+    mc.name = m.name;
+    for (const auto& c : cfg_.models)
+      if (c.name == m.name) mc = c;
+    serving.push_back(mc);
     if (m.gpu_configured && backend_->accelerator()) {
       residency_.add(m.name, clock_->now(), backend_->gpu_ready(m.name));
-      for (const auto& mc : cfg_.models) {
-        if (mc.name != m.name) continue;
-        if (mc.keep_alive_s >= 0) residency_.set_keep_alive(m.name, std::chrono::seconds(mc.keep_alive_s));
-        residency_.set_priority(m.name, mc.priority);
-      }
+      apply_residency_settings(mc);
     }
+  }
+  catalog_.start(serving, clock_->now());
   seed_rates();
 }
 
@@ -159,6 +164,7 @@ Service::~Service() {
   if (gpu_pool_) gpu_pool_->stop();
   if (cpu_pool_) cpu_pool_->stop();
   if (maint_pool_) maint_pool_->stop();
+  if (models_pool_) models_pool_->stop();  // a load under way finishes; its model is dropped with its event
   // No run is left, so no step loop steps (a loop reports a step before it ends any of its jobs).
   backend_->set_step_observer({});
   if (journal_)
@@ -169,6 +175,7 @@ void Service::start_workers() {
   gpu_pool_ = std::make_unique<TaskPool>("gpu", cfg_.policy.gpu_queue.concurrency);
   cpu_pool_ = std::make_unique<TaskPool>("cpu", cfg_.policy.cpu_queue.concurrency);
   maint_pool_ = std::make_unique<TaskPool>("maint", 1);
+  models_pool_ = std::make_unique<TaskPool>("models", 1);  // loads for the runtime model set (minutes, not probes')
   // Step costs of the step loops feed the queues' ETA model (posted: the loops run on their own threads).
   backend_->set_step_observer([this](const StepReport& r) {
     WorkerEvent ev;
@@ -376,6 +383,10 @@ void Service::process_events() {
       update_service_state();
       pump();
       residency_step();
+      continue;
+    }
+    if (ev.kind == WorkerEvent::model_prepared) {
+      on_model_prepared(ev);
       continue;
     }
     if (ev.kind == WorkerEvent::reload_done) {

@@ -32,6 +32,7 @@
 #include "daemon/gpu_holds.h"
 #include "daemon/residency.h"
 #include "daemon/journal.h"
+#include "daemon/model_catalog.h"
 #include "daemon/transcribe_request.h"
 #include "daemon/submit_options.h"
 #include "daemon/values.h"
@@ -108,6 +109,11 @@ class ServiceObserver {
   virtual void job_update(const std::string& destination, JobId id, const std::string& kind, const Dict& data) = 0;
   virtual void degraded_changed(bool degraded, const std::string& reason, const Dict& details) = 0;
   virtual void properties_changed(const std::vector<std::string>& names) = 0;
+  // The served model set changed (a configuration reload added, removed or replaced models; docs/residency.md):
+  // `added` serve from now on, `removed` no longer do (a replaced model is in both, removed first).
+  virtual void models_changed(const std::vector<std::string>& added, const std::vector<std::string>& removed) {
+    (void)added, (void)removed;
+  }
 };
 
 // Fixed worker threads running posted tasks (one pool per route).
@@ -230,7 +236,12 @@ class Service {
   bool drained() const; // no job running
   void abort_running(); // drain timeout: running jobs end failed-resumable with their checkpoint
   void sync_journal();  // before a forced exit: what was appended is on disk (in-flight jobs recover on restart)
-  Status reload(const DaemonConfig& cfg);  // SIGHUP: applies what can change at run time (policy knobs, auth)
+  // SIGHUP: applies what can change at run time — policy knobs, limits, the default models and the [[model]] list
+  // (models added are loaded on a worker and serve once loaded; removed ones refuse new jobs and go once their jobs
+  // finished; changed ones are replaced that way; keep_alive / priority apply at once). Errors: the policy knobs'
+  // (the model list is applied anyway).
+  Status reload(const DaemonConfig& cfg);
+  const ModelCatalog& catalog() const { return catalog_; }
 
   // --- testing interface ---
   Status testing_foreign_load(std::uint64_t bytes);
@@ -346,6 +357,16 @@ class Service {
   // The models a GPU job runs on (also offloaded) or waits for in the GPU queue: their replicas are not idle.
   std::set<std::string> gpu_wanted_models() const;
   void seed_rates();  // from the backend's warm-ups (constructor)
+  // The runtime model set (service_control.cc, over ModelCatalog): the new configuration's [[model]] list, loading
+  // one model's replicas on the models worker, what a finished load becomes, removing the models whose jobs ended,
+  // and the one admission check every request kind makes.
+  void reconfigure_models(const DaemonConfig& cfg);
+  void start_model_load(const ModelConfig& mc);
+  void on_model_prepared(WorkerEvent& ev);
+  void remove_finished_models();
+  bool model_busy(const std::string& model) const;  // an active job names it, or its GPU replica is moving
+  void apply_residency_settings(const ModelConfig& mc);
+  Result<const ModelInfo*> serving_model(const std::string& name) const;
   // Foreign pressure (the evict rung, docs/residency.md): the idle GPU replicas of models other than `except`, the
   // bytes of replicas being given back now, carrying out a decision's evictions, giving back idle replicas while
   // others' usage keeps the device in critical pressure, and bringing them back once there is room again.
@@ -390,6 +411,7 @@ class Service {
   JobId next_id_ = 1;
   GpuHolds holds_;
   Residency residency_;
+  ModelCatalog catalog_;
 
   bool draining_ = false;
 
@@ -419,7 +441,7 @@ class Service {
   // Worker side.
   std::mutex events_mu_;
   std::deque<WorkerEvent> events_;
-  std::unique_ptr<TaskPool> gpu_pool_, cpu_pool_, maint_pool_;
+  std::unique_ptr<TaskPool> gpu_pool_, cpu_pool_, maint_pool_, models_pool_;
 };
 
 }  // namespace tandem::daemon

@@ -18,9 +18,9 @@ Result<Service::Prepared> Service::prepare(const Caller& c, const SubmitRequest&
   Prepared p;
   p.req = req;
   const std::string name = req.model.empty() ? default_llm() : req.model;
-  for (const auto& m : backend_->models())
-    if (m.name == name) p.model = &m;
-  if (!p.model) return fail(Errc::not_found, "unknown model '" + name.substr(0, 128) + "'");
+  auto model = serving_model(name);
+  if (!model) return fail(std::move(model).error());
+  p.model = *model;
   if (p.model->kind != ModelKind::llm)
     return fail(Errc::unsupported, "model " + name + (p.model->kind == ModelKind::speech
                                                          ? " is a speech model: call Transcribe"

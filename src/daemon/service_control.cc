@@ -438,11 +438,129 @@ Status Service::reload(const DaemonConfig& cfg) {
   std::vector<std::string> order;
   for (auto r : cfg.policy.ladder.order) order.push_back(action_name(r));
   changes["ladder_order"] = order;
+  reconfigure_models(cfg);
   if (auto st = set_policy(root, changes); !st) {
     log::error("reload: policy knobs not applied: {}", st.error().message);
     return st;
   }
   return {};
+}
+
+// --- the runtime model set (ModelCatalog; docs/residency.md, "Adding and removing models") ---
+
+Result<const ModelInfo*> Service::serving_model(const std::string& name) const {
+  TANDEM_TRY(catalog_.admits(name));
+  for (const auto& m : backend_->models())
+    if (m.name == name) return &m;
+  return fail(Errc::not_found, "unknown model '" + name.substr(0, 128) + "'");
+}
+
+void Service::apply_residency_settings(const ModelConfig& mc) {
+  if (!residency_.find(mc.name)) return;
+  residency_.set_keep_alive(mc.name, mc.keep_alive_s >= 0 ? std::optional<Clock::duration>(std::chrono::seconds(mc.keep_alive_s))
+                                                          : std::nullopt);
+  residency_.set_priority(mc.name, mc.priority);
+}
+
+void Service::reconfigure_models(const DaemonConfig& cfg) {
+  cfg_.default_model = cfg.default_model;
+  cfg_.embedding.default_model = cfg.embedding.default_model;
+  cfg_.speech.default_model = cfg.speech.default_model;
+  cfg_.models = cfg.models;
+  const auto plan = catalog_.reconfigure(cfg.models, clock_->now());
+  for (const auto& name : plan.remove) {
+    std::uint32_t jobs = 0;
+    for (JobId id : active_)
+      if (const JobRecord* j = find(id); j && (j->model == name || j->route.model == name)) ++jobs;
+    const auto* e = catalog_.find(name);
+    log::warn("model {}: {} by the configuration reload: new jobs are refused, its {} unfinished job(s) finish first",
+              name, e && e->replace_with ? "replaced (settings changed)" : "removed", jobs);
+  }
+  for (const auto& name : plan.kept) log::info("model {}: in the configuration again: it keeps serving", name);
+  for (const auto& name : plan.retune)
+    if (const auto* e = catalog_.find(name)) {
+      apply_residency_settings(e->config);
+      log::info("model {}: keep_alive {} s, priority {} (applied at once)", name, e->config.keep_alive_s, e->config.priority);
+    }
+  for (const auto& mc : plan.load) start_model_load(mc);
+  remove_finished_models();
+}
+
+void Service::start_model_load(const ModelConfig& mc) {
+  log::info("model {}: loading (added by the configuration reload; {})", mc.name, mc.dir);
+  ++counters_["model_loads"];
+  models_pool_->post([this, mc] {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = backend_->prepare_model(mc);
+    WorkerEvent ev;
+    ev.kind = WorkerEvent::model_prepared;
+    ev.model = mc.name;
+    ev.took = std::chrono::duration_cast<Clock::duration>(std::chrono::steady_clock::now() - t0);
+    if (r) ev.prepared = std::make_shared<std::unique_ptr<PreparedModel>>(std::move(r).value());
+    else ev.status = fail(std::move(r).error());
+    post(std::move(ev));
+  });
+}
+
+void Service::on_model_prepared(WorkerEvent& ev) {
+  const auto now = clock_->now();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(ev.took).count();
+  std::unique_ptr<PreparedModel> prepared = ev.prepared ? std::move(*ev.prepared) : nullptr;
+  switch (catalog_.loaded(ev.model, ev.status, now)) {
+    case ModelCatalog::LoadOutcome::discard:
+      if (!ev.status) log::error("model {}: not added: {}", ev.model, ev.status.error().message);
+      else log::info("model {}: loaded in {} ms but no longer in the configuration: dropped", ev.model, ms);
+      return;  // `prepared` unloads here
+    case ModelCatalog::LoadOutcome::reload:
+      log::info("model {}: its settings changed while it loaded: loading it again", ev.model);
+      prepared.reset();
+      if (const auto* e = catalog_.find(ev.model)) start_model_load(e->config);
+      return;
+    case ModelCatalog::LoadOutcome::serve: break;
+  }
+  const ModelInfo info = prepared->info;
+  if (auto st = backend_->add_model(std::move(prepared)); !st) {
+    log::error("model {}: loaded but not added: {}", ev.model, st.error().message);
+    return;
+  }
+  if (info.gpu_configured && backend_->accelerator()) {
+    residency_.add(info.name, now, backend_->gpu_ready(info.name));
+    if (const auto* e = catalog_.find(info.name)) apply_residency_settings(e->config);
+    // A GPU hold or a lost device: the new replica is given back like the others.
+    if (!holds_.empty() && backend_->gpu_ready(info.name) && residency_.evict(info.name, EvictReason::hold, now))
+      log::warn("model {}: GPU replica given back at once (a GPU hold is on)", info.name);
+  }
+  log::info("model {}: added in {} ms ({} model, {}): serving", info.name, ms, model_kind_name(info.kind),
+            backend_->gpu_ready(info.name) ? "GPU and CPU replicas" : "CPU replica");
+  if (observer_) observer_->models_changed({info.name}, {});
+  refresh_readings();
+  update_service_state();
+  residency_step();
+  pump();
+}
+
+bool Service::model_busy(const std::string& model) const {
+  for (JobId id : active_)
+    if (const JobRecord* j = find(id); j && (j->model == model || j->route.model == model)) return true;
+  if (const auto* r = residency_.find(model))
+    if (r->state == ReplicaState::draining || r->state == ReplicaState::loading) return true;
+  return false;
+}
+
+void Service::remove_finished_models() {
+  for (const auto& name : catalog_.removable([this](const std::string& m) { return model_busy(m); })) {
+    if (auto st = backend_->remove_model(name); !st && st.error().code != Errc::not_found) {
+      log::error("model {}: not removed: {}", name, st.error().message);
+      continue;
+    }
+    residency_.remove(name);
+    const auto again = catalog_.removed(name, clock_->now());
+    log::warn("model {}: {}", name, again ? "out; loading it with its new settings" : "removed: it no longer serves");
+    if (observer_) observer_->models_changed({}, {name});
+    if (again) start_model_load(*again);
+    refresh_readings();
+    update_service_state();
+  }
 }
 
 // --- testing ---
@@ -528,6 +646,11 @@ std::map<std::string, std::uint64_t> Service::counters() const {
   c["gpu_pressure_evictions"] = rc.pressure_evictions;
   c["gpu_free_ms_total"] = rc.free_ms_total;
   c["gpu_load_ms_total"] = rc.load_ms_total;
+  const auto& mc = catalog_.counters();
+  c["models_added"] = mc.added;
+  c["models_removed"] = mc.removed;
+  c["models_replaced"] = mc.replaced;
+  c["model_add_failures"] = mc.add_failures;
   if (auto* sim = as_sim(backend_->accelerator())) {
     const auto sc = sim->counters();
     c["sim_allocations"] = sc.allocations;

@@ -24,9 +24,9 @@ Result<Service::Prepared> Service::prepare_embed(const Caller& c, const EmbedReq
   p.kind = WorkloadKind::embed;
   const std::string name = req.model.empty() ? default_embedding_model() : req.model;
   if (name.empty()) return fail(Errc::not_found, "no embedding model is configured");
-  for (const auto& m : backend_->models())
-    if (m.name == name) p.model = &m;
-  if (!p.model) return fail(Errc::not_found, "unknown model '" + name.substr(0, 128) + "'");
+  auto model = serving_model(name);
+  if (!model) return fail(std::move(model).error());
+  p.model = *model;
   if (p.model->kind != ModelKind::embedding)
     return fail(Errc::unsupported, "model " + name + " is not an embedding model (kind " +
                                        model_kind_name(p.model->kind) + "): call Submit");

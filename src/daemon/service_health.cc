@@ -154,6 +154,7 @@ void Service::tick() {
   maybe_probe();
   check_deadlines();
   residency_step();
+  remove_finished_models();
   update_service_state();
   pump();
   prune_finished();
@@ -170,7 +171,8 @@ bool Service::idle() const {
          cpu_queue_.running() == 0 && readings_.pressure() == policy::Pressure::normal &&
          breaker_.state() == policy::BreakerState::closed && !readings_.device_lost() && !probe_in_flight_ &&
          !last_probe_failed_ && !reload_in_flight_ && !draining_ && outcome_retry_.empty() &&
-         !residency_.changing() && !state_.improving();
+         !residency_.changing() && !catalog_.changing() &&
+         !state_.improving();
 }
 
 // Terminal jobs stay readable (GetJob) as long as the journal keeps them.

@@ -238,7 +238,8 @@ struct Service::JobRecord {
 };
 
 struct Service::WorkerEvent {
-  enum Kind { prefilled, tokens, finished, probe_done, reload_done, step, audio_decoded, window, gpu_freed, gpu_loaded }
+  enum Kind { prefilled, tokens, finished, probe_done, reload_done, step, audio_decoded, window, gpu_freed, gpu_loaded,
+              model_prepared }
   kind = tokens;
   JobId job = 0;
   std::uint64_t attempt = 0;
@@ -257,6 +258,8 @@ struct Service::WorkerEvent {
   // kind gpu_freed / gpu_loaded: the model whose GPU replica was given back (the bytes it held) or loaded.
   std::string model;
   std::uint64_t bytes = 0;
+  // kind model_prepared: a model's replicas loaded for the runtime model set (status: the load's), not serving yet.
+  std::shared_ptr<std::unique_ptr<PreparedModel>> prepared;
 };
 
 // Collects a run's tokens on the worker thread and posts them in batches (at most one post per flush interval).

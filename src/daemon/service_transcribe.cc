@@ -88,9 +88,9 @@ Result<Service::Prepared> Service::prepare_transcribe(const Caller& c, const Tra
   p.kind = WorkloadKind::transcribe;
   const std::string name = req.model.empty() ? default_speech_model() : req.model;
   if (name.empty()) return fail(Errc::not_found, "no speech model is configured");
-  for (const auto& m : backend_->models())
-    if (m.name == name) p.model = &m;
-  if (!p.model) return fail(Errc::not_found, "unknown model '" + name.substr(0, 128) + "'");
+  auto model = serving_model(name);
+  if (!model) return fail(std::move(model).error());
+  p.model = *model;
   if (p.model->kind != ModelKind::speech)
     return fail(Errc::unsupported, "model " + name + " is not a speech model (kind " + model_kind_name(p.model->kind) +
                                        (p.model->kind == ModelKind::llm ? "): call Submit" : "): call Embed"));

@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
           const auto st = svc.reload(*re);
           bus.reload_auth(re->auth, re->rings);
           if (st)
-            log::info("SIGHUP: configuration reloaded (policy knobs and authorization; models and bus need a restart)");
+            log::info("SIGHUP: configuration reloaded (policy knobs, limits, authorization, the [[model]] list; [bus] and [device] need a restart)");
           else
             log::warn("SIGHUP: authorization and request limits reloaded; policy knobs kept: {}", st.error().message);
         } else if (!draining) {

@@ -141,6 +141,81 @@ class FakeBackend final : public Backend {
     cpu_ready_.insert("asr");
   }
 
+  // --- the runtime model set: prepare_model (worker) builds a "tiny"-like LLM named after the config; a dir with
+  // "broken" in it fails to load; block_prepares(true) holds loads until it is called with false. ---
+  Result<std::unique_ptr<PreparedModel>> prepare_model(const ModelConfig& mc) override {
+    {
+      std::unique_lock lock(mu_);
+      ++prepares_;
+      while (prepare_blocked_) gate_cv_.wait_for(lock, std::chrono::milliseconds(1));
+    }
+    if (mc.dir.find("broken") != std::string::npos)
+      return ::tandem::fail(Errc::format_error, "fake: " + mc.dir + ": no config.json");
+    auto p = std::make_unique<PreparedModel>();
+    ModelInfo& i = p->info;
+    i.name = mc.name;
+    i.shape = llama_shape(mc.name, 2, 128);
+    i.revision = mc.revision;
+    i.dtype = "f32";
+    i.template_name = "raw";
+    i.fallback = mc.fallback;
+    i.max_context = 512;
+    i.weight_bytes = 4ull << 20;
+    i.gpu_configured = mc.gpu;
+    i.gpu_layers = mc.gpu ? 2 : 0;
+    i.fingerprint = "fp-" + mc.name + "-" + mc.dir;
+    i.default_max_new_tokens = 16;
+    return std::unique_ptr<PreparedModel>(std::move(p));
+  }
+  Status add_model(std::unique_ptr<PreparedModel> m) override {
+    for (const auto& x : models_)
+      if (x.name == m->info.name) return ::tandem::fail(Errc::duplicate, "fake: " + x.name + " is served");
+    models_.push_back(m->info);
+    std::lock_guard lock(mu_);
+    cpu_ready_.insert(m->info.name);
+    if (m->info.gpu_configured) {
+      gpu_models_.insert(m->info.name);
+      if (place_) {
+        auto a = sim_->allocate(m->info.weight_bytes, device::Site::weights);
+        if (!a) return ::tandem::fail(std::move(a).error());
+        placed_[m->info.name] = std::move(a).value();
+      }
+    }
+    return {};
+  }
+  Status remove_model(const std::string& model) override {
+    auto it = std::find_if(models_.begin(), models_.end(), [&](const ModelInfo& m) { return m.name == model; });
+    if (it == models_.end()) return ::tandem::fail(Errc::not_found, "fake: unknown model " + model);
+    models_.erase(it);
+    std::lock_guard lock(mu_);
+    cpu_ready_.erase(model);
+    gpu_models_.erase(model);
+    evicted_.erase(model);
+    placed_.erase(model);  // the simulated device gets the bytes back
+    removed_.push_back(model);
+    return {};
+  }
+  void block_prepares(bool on) {
+    {
+      std::lock_guard lock(mu_);
+      prepare_blocked_ = on;
+    }
+    gate_cv_.notify_all();
+  }
+  int prepares() const {
+    std::lock_guard lock(mu_);
+    return prepares_;
+  }
+  std::vector<std::string> removed_models() const {
+    std::lock_guard lock(mu_);
+    return removed_;
+  }
+  std::string fingerprint_of(const std::string& model) const {
+    for (const auto& m : models_)
+      if (m.name == model) return m.fingerprint;
+    return {};
+  }
+
   // Sets a model's weight bytes (before place_on_device and the service's start).
   void set_weight_bytes(const std::string& model, std::uint64_t bytes) {
     for (auto& m : models_)
@@ -651,7 +726,11 @@ class FakeBackend final : public Backend {
   std::optional<Errc> load_fail_;
   std::chrono::milliseconds load_delay_{0};
 
-  static bool is_gpu_model(const std::string& m) { return m == "tiny" || m == "emb" || m == "asr"; }
+  std::set<std::string> gpu_models_{"tiny", "emb", "asr"};  // guarded by mu_
+  bool prepare_blocked_ = false;
+  int prepares_ = 0;
+  std::vector<std::string> removed_;
+  bool is_gpu_model(const std::string& m) const { return gpu_models_.count(m) != 0; }
   std::uint64_t weight_bytes_of(const std::string& model) const {
     for (const auto& m : models_)
       if (m.name == model) return m.weight_bytes;

@@ -103,6 +103,10 @@ class Recorder final : public ServiceObserver {
     ++seq;
     properties.push_back(names);
   }
+  void models_changed(const std::vector<std::string>& added, const std::vector<std::string>& removed) override {
+    ++seq;
+    model_changes.push_back({added, removed});
+  }
 
   std::vector<Update> of(JobId id) const {
     std::vector<Update> out;
@@ -146,6 +150,7 @@ class Recorder final : public ServiceObserver {
   std::vector<Update> updates;
   std::vector<Degraded> degraded_events;
   std::vector<std::vector<std::string>> properties;
+  std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> model_changes;  // (added, removed)
 };
 
 // The daemon's eventfd: workers call wake(); the loop waits for it.
