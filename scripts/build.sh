@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Configure (once) and build Tandem into $TANDEM_BUILD (default: build/). Used by test.sh and demo.sh.
+# TANDEM_BUILD_TARGETS="a b ...": only those ninja targets (and what they need) — demo.sh builds the five programs it
+# runs and leaves the tests and benchmarks to the test command; empty: everything.
 #
 # TANDEM_DEB_FLAGS=1 (set by .ci/run) configures a new build directory the way the Debian package build does
 # (debian/rules: buildtype plain, prefix /usr, the compiler flags of `dpkg-buildflags` with hardening=+all) instead
@@ -29,4 +31,5 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     meson setup "$BUILD" --buildtype=debugoptimized "$@"
   fi
 fi
-ninja -C "$BUILD" -j "$JOBS"
+# shellcheck disable=SC2086  # a list of target names
+ninja -C "$BUILD" -j "$JOBS" ${TANDEM_BUILD_TARGETS:-}
