@@ -245,6 +245,7 @@ Placement placement_from_dbus(const VariantMap& m) {
   r.s("queue", p.queue);
   r.u("queue_position", p.queue_position);
   r.t("eta_ms", p.eta_ms);
+  r.b("eta_known", p.eta_known);
   r.s("model", p.model);
   r.b("fallback_model", p.fallback_model);
   r.s("fingerprint", p.fingerprint);
@@ -271,6 +272,7 @@ PlanDecision plan_from_dbus(const VariantMap& m) {
   r.u("prefill_chunk", d.prefill_chunk);
   r.u("gpu_layers", d.gpu_layers);
   r.t("eta_ms", d.eta_ms);
+  r.b("eta_known", d.eta_known);
   r.t("retry_after_ms", d.retry_after_ms);
   r.b("permanent", d.permanent);
   r.s("pressure", d.pressure);
@@ -331,6 +333,7 @@ JobInfo job_from_dbus(const VariantMap& m) {
   r.s("queue", j.queue);
   r.u("queue_position", j.queue_position);
   r.t("eta_ms", j.eta_ms);
+  r.b("eta_known", j.eta_known);
   r.read("history", j.history, as_history, "a(sssx)");
   r.as("routes", j.routes);
   r.s("error_code", j.error_code);
@@ -408,6 +411,7 @@ JobUpdate job_update_from_dbus(std::uint64_t job_id, const std::string& kind, co
   r.s("queue", u.queue);
   r.u("queue_position", u.queue_position);
   r.t("eta_ms", u.eta_ms);
+  r.b("eta_known", u.eta_known);
   r.u("attempt", u.attempt);
   r.s("text", u.text);
   r.ai("tokens", u.tokens);

@@ -391,6 +391,15 @@ std::string route_phrase(std::string_view route) {
 
 }  // namespace
 
+// "ETA 1.2 s", or — while the route's rates are still the configured priors (no copy of it has run yet) — what the
+// daemon cannot know yet instead of a made-up number.
+static std::string eta_text(std::uint64_t eta_ms, std::optional<bool> known, const std::optional<std::string>& route) {
+  if (known && !*known)
+    return "ETA unavailable until the " + std::string(route && *route == "cpu" ? "CPU" : "GPU") +
+           " copy has run (not measured yet)";
+  return "ETA " + format_duration_ms(eta_ms);
+}
+
 std::string degraded_banner(const Placement& p, std::optional<double> expected_slowdown,
                             std::string_view degraded_reason) {
   const bool degraded = p.degraded.value_or(false);
@@ -423,7 +432,7 @@ std::string format_placement(std::uint64_t job_id, const Placement& p, std::opti
     if (p.queue_position) q += " #" + std::to_string(*p.queue_position);
     parts.push_back(q);
   }
-  if (p.eta_ms) parts.push_back("ETA " + format_duration_ms(*p.eta_ms));
+  if (p.eta_ms) parts.push_back(eta_text(*p.eta_ms, p.eta_known, p.route));
   if (p.gpu_layers && p.route && *p.route == "hybrid")
     parts.push_back(std::to_string(*p.gpu_layers) + " layers on the GPU");
   if (p.max_new_tokens) parts.push_back("max new tokens " + std::to_string(*p.max_new_tokens));
@@ -452,7 +461,8 @@ std::string format_plan(const PlanDecision& d) {
   if (d.prefill_chunk) lim.push_back("prefill chunk " + std::to_string(*d.prefill_chunk));
   if (d.prompt_tokens) lim.push_back("prompt " + std::to_string(*d.prompt_tokens) + " tokens");
   if (!lim.empty()) line(out, "Request", join(lim, ", "));
-  if (d.eta_ms) line(out, "ETA", format_duration_ms(*d.eta_ms));
+  if (d.eta_ms)
+    line(out, "ETA", d.eta_known.value_or(true) ? format_duration_ms(*d.eta_ms) : eta_text(*d.eta_ms, d.eta_known, d.route).substr(4));
   if (d.retry_after_ms && *d.retry_after_ms > 0) line(out, "Retry after", format_duration_ms(*d.retry_after_ms));
   if (d.permanent && *d.permanent) line(out, "Permanent", "yes: retrying the same request will not help");
   if (d.pressure) line(out, "Pressure", *d.pressure);
@@ -525,7 +535,7 @@ std::string format_job(const JobInfo& j, std::int64_t now_unix_ms) {
   if (j.state && !is_terminal_state(*j.state) && (j.queue || j.eta_ms)) {
     std::string q = j.queue.value_or("?");
     if (j.queue_position) q += " #" + std::to_string(*j.queue_position);
-    if (j.eta_ms) q += ", ETA " + format_duration_ms(*j.eta_ms);
+    if (j.eta_ms) q += ", " + eta_text(*j.eta_ms, j.eta_known, j.route);
     line(out, "Queue", q);
   }
   if (j.idempotency_key && !j.idempotency_key->empty()) line(out, "Idempotency", "key '" + *j.idempotency_key + "'");
@@ -662,7 +672,7 @@ std::string format_job_update(const JobUpdate& u) {
       t += ", queue " + *u.queue;
       if (u.queue_position) t += " #" + std::to_string(*u.queue_position);
     }
-    if (u.eta_ms) t += ", ETA " + format_duration_ms(*u.eta_ms);
+    if (u.eta_ms) t += ", " + eta_text(*u.eta_ms, u.eta_known, u.route);
     if (u.degraded.value_or(false)) t += ", DEGRADED";
   } else if (u.kind == "started") {
     t = "started on " + u.route.value_or("?");

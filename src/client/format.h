@@ -151,6 +151,7 @@ struct Placement {
   std::optional<std::string> queue;  // gpu | cpu
   std::optional<std::uint32_t> queue_position;
   std::optional<std::uint64_t> eta_ms;
+  std::optional<bool> eta_known;  // false: eta_ms is the configured priors' guess (nothing measured yet)
   std::optional<std::string> model;
   std::optional<bool> fallback_model;
   std::optional<std::string> fingerprint;
@@ -186,6 +187,7 @@ struct PlanDecision {
   std::optional<std::uint32_t> prefill_chunk;
   std::optional<std::uint32_t> gpu_layers;
   std::optional<std::uint64_t> eta_ms;
+  std::optional<bool> eta_known;  // false: eta_ms is the configured priors' guess (nothing measured yet)
   std::optional<std::uint64_t> retry_after_ms;
   std::optional<bool> permanent;
   std::optional<std::string> pressure;
@@ -227,6 +229,7 @@ struct JobInfo {
   std::optional<std::string> queue;
   std::optional<std::uint32_t> queue_position;
   std::optional<std::uint64_t> eta_ms;
+  std::optional<bool> eta_known;  // false: eta_ms is the configured priors' guess (nothing measured yet)
   std::optional<std::vector<HistoryEntry>> history;
   std::optional<std::vector<std::string>> routes;
   std::optional<std::string> error_code;
@@ -348,6 +351,7 @@ struct JobUpdate {
   std::optional<std::string> queue;
   std::optional<std::uint32_t> queue_position;
   std::optional<std::uint64_t> eta_ms;
+  std::optional<bool> eta_known;  // routed: false while the route's rates are the configured priors
   std::optional<std::uint32_t> attempt;
   // tokens
   std::optional<std::string> text;

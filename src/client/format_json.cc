@@ -157,6 +157,7 @@ json to_json(const Placement& p) {
   put(j, "queue", p.queue);
   put(j, "queue_position", p.queue_position);
   put(j, "eta_ms", p.eta_ms);
+  put(j, "eta_known", p.eta_known);
   put(j, "model", p.model);
   put(j, "fallback_model", p.fallback_model);
   put(j, "fingerprint", p.fingerprint);
@@ -183,6 +184,7 @@ json to_json(const PlanDecision& d) {
   put(j, "prefill_chunk", d.prefill_chunk);
   put(j, "gpu_layers", d.gpu_layers);
   put(j, "eta_ms", d.eta_ms);
+  put(j, "eta_known", d.eta_known);
   put(j, "retry_after_ms", d.retry_after_ms);
   put(j, "permanent", d.permanent);
   put(j, "pressure", d.pressure);
@@ -214,6 +216,7 @@ json to_json(const JobInfo& i) {
   put(j, "queue", i.queue);
   put(j, "queue_position", i.queue_position);
   put(j, "eta_ms", i.eta_ms);
+  put(j, "eta_known", i.eta_known);
   if (i.history) {
     json h = json::array();
     for (const auto& x : *i.history)
@@ -363,6 +366,7 @@ json to_json(const JobUpdate& u) {
   put(j, "queue", u.queue);
   put(j, "queue_position", u.queue_position);
   put(j, "eta_ms", u.eta_ms);
+  put(j, "eta_known", u.eta_known);
   put(j, "attempt", u.attempt);
   put(j, "text", u.text);
   put(j, "tokens", u.tokens);

@@ -357,6 +357,10 @@ class Service {
   // The models a GPU job runs on (also offloaded) or waits for in the GPU queue: their replicas are not idle.
   std::set<std::string> gpu_wanted_models() const;
   void seed_rates();  // from the backend's warm-ups (constructor)
+  // Whether `route`'s estimates are measured (a warm-up or an observed run), not the configured priors' guess; and
+  // the CPU route's expected slowdown (GPU decode rate / CPU decode rate; 0 = unknown: either is still a prior).
+  bool eta_known(policy::Device route) const;
+  double expected_slowdown() const;
   // The runtime model set (service_control.cc, over ModelCatalog): the new configuration's [[model]] list, loading
   // one model's replicas on the models worker, what a finished load becomes, removing the models whose jobs ended,
   // and the one admission check every request kind makes.

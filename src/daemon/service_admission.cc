@@ -220,6 +220,7 @@ Result<Dict> Service::plan(const Caller& c, const SubmitRequest& req) {
   out["prefill_chunk"] = d.prefill_chunk;
   out["gpu_layers"] = d.route.gpu_layers;
   out["eta_ms"] = to_ms(d.eta);
+  out["eta_known"] = eta_known(d.route.device);
   out["retry_after_ms"] = to_ms(d.retry_after);
   out["permanent"] = d.permanent;
   out["pressure"] = std::string(policy::pressure_name(d.pressure));
@@ -406,7 +407,8 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
                 {"fallback_model", jp->route.fallback_model},
                 {"degraded", jp->degraded},
                 {"queue", queue_name(jp->queue)},
-                {"eta_ms", to_ms(d.eta)}};
+                {"eta_ms", to_ms(d.eta)},
+                {"eta_known", eta_known(jp->route.device)}};
     emit(*jp, "routed", routed);
     if (jp->degraded)
       log::info("job {} routed {}: {} ({})", jp->id, route_name(jp->route), policy::reason_name(d.reason), d.detail);
@@ -437,6 +439,7 @@ Dict Service::placement(const JobRecord& j) const {
   }
   out["queue_position"] = pos;  // 1 = next; 0 = running or not queued
   out["eta_ms"] = std::max(eta, to_ms(j.decision.eta));
+  out["eta_known"] = eta_known(j.route.device);
   out["model"] = j.route.model.empty() ? j.model : j.route.model;
   out["fallback_model"] = j.route.fallback_model;
   std::string fp;
@@ -448,12 +451,20 @@ Dict Service::placement(const JobRecord& j) const {
   out["gpu_layers"] = j.route.gpu_layers;
   out["degraded"] = j.degraded;
   if (j.kind == WorkloadKind::generate) out["prompt_tokens"] = j.shape.prompt_tokens;
-  // How much slower than the GPU this route is expected to be (smoothed decode rates; 1 on the GPU).
-  const double cpu_tps = cpu_queue_.rates().decode_tps();
-  out["expected_slowdown"] = j.route.device == policy::Device::cpu && cpu_tps > 0
-                                 ? gpu_queue_.rates().decode_tps() / cpu_tps
-                                 : 1.0;
+  // How much slower than the GPU this route is expected to be (smoothed decode rates; 1 on the GPU; 0 = unknown).
+  out["expected_slowdown"] = j.route.device == policy::Device::cpu ? expected_slowdown() : 1.0;
   return out;
+}
+
+bool Service::eta_known(policy::Device route) const {
+  return !(route == policy::Device::cpu ? cpu_queue_ : gpu_queue_).rates().from_priors();
+}
+
+double Service::expected_slowdown() const {
+  const auto& cpu = cpu_queue_.rates();
+  const auto& gpu = gpu_queue_.rates();
+  if (cpu.from_priors() || gpu.from_priors() || cpu.decode_tps() <= 0) return 0.0;
+  return gpu.decode_tps() / cpu.decode_tps();
 }
 
 }  // namespace tandem::daemon

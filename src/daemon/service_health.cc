@@ -115,14 +115,18 @@ void Service::update_service_state() {
     Dict details{{"level", std::string(policy::service_level_name(ch.to.level))},
                  {"fallback_model", ch.to.fallback_model},
                  {"limits", limits_view()},
-                 {"expected_slowdown", cpu_tps > 0 ? gpu_tps / cpu_tps : 0.0},
+                 {"expected_slowdown", expected_slowdown()},
                  {"since_unix_ms", degraded_since_unix_ms_},
                  {"previous", std::string(policy::service_level_name(ch.from.level))},
                  {"offloaded_jobs", offloaded}};
     const bool level_changed = ch.from.level != ch.to.level || ch.from.reason != ch.to.reason;
+    auto rate = [](const policy::ServiceRates& r, double tps) {
+      return r.from_priors() ? std::string("not measured yet") : fmt::format("~{:.0f} tok/s", tps);
+    };
     if (degraded && level_changed)
-      log::warn("degraded mode: {} ({}); the CPU route decodes at ~{:.0f} tok/s, the GPU at ~{:.0f} tok/s (smoothed)",
-                policy::service_level_name(ch.to.level), ch.to.reason, cpu_tps, gpu_tps);
+      log::warn("degraded mode: {} ({}); the CPU route decodes at {}, the GPU at {} (smoothed)",
+                policy::service_level_name(ch.to.level), ch.to.reason, rate(cpu_queue_.rates(), cpu_tps),
+                rate(gpu_queue_.rates(), gpu_tps));
     else if (!degraded && level_changed)
       log::warn("degraded mode ended: back to normal (was {})", ch.from.reason);
     if (observer_) observer_->degraded_changed(degraded, ch.to.reason, details);

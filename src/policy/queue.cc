@@ -28,11 +28,13 @@ Clock::duration from_seconds(double s) {
 
 void ServiceRates::observe_prefill(std::uint64_t tokens, Clock::duration took) {
   if (tokens == 0 || took <= Clock::duration::zero()) return;
+  observed_ = true;
   prefill_tps_ = cfg_.ewma_alpha * (static_cast<double>(tokens) / seconds(took)) + (1 - cfg_.ewma_alpha) * prefill_tps_;
 }
 
 void ServiceRates::observe_decode(std::uint64_t tokens, Clock::duration took) {
   if (tokens == 0 || took <= Clock::duration::zero()) return;
+  observed_ = true;
   decode_tps_ = cfg_.ewma_alpha * (static_cast<double>(tokens) / seconds(took)) + (1 - cfg_.ewma_alpha) * decode_tps_;
 }
 
@@ -48,6 +50,7 @@ Clock::duration ServiceRates::service_time(std::uint64_t prompt_tokens, std::uin
 
 void ServiceRates::observe_step(std::uint32_t batch, std::uint32_t tokens, Clock::duration took) {
   if (batch == 0 || tokens == 0 || took <= Clock::duration::zero()) return;
+  observed_ = true;
   batch = std::min(batch, kMaxBatch);
   const double x = tokens, b = batch, y = seconds(took);
   const double f = cfg_.ewma_alpha / kFitSlowdown;

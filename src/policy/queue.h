@@ -56,6 +56,9 @@ class ServiceRates {
   // outright — the EWMAs and the step model's prior continue from them. Values <= 0 leave that rate as it is.
   void set_measured(double prefill_tps, double decode_tps);
   bool measured() const { return measured_; }
+  // Nothing measured yet — no warm-up (set_measured) and no run observed — so every estimate of this route is the
+  // configured priors' guess: shown as "estimate unavailable" rather than as a number (docs/policy.md §6).
+  bool from_priors() const { return !measured_ && !observed_; }
   // One forward of `batch` sequences processing `tokens` tokens in total (decoding sequences one each, a prefill
   // chunk its length). Ignored when batch, tokens or took is 0 (or took negative). Batches above kMaxBatch count as
   // kMaxBatch.
@@ -82,6 +85,7 @@ class ServiceRates {
   double prefill_tps_;
   double decode_tps_;
   bool measured_ = false;  // set_measured was called: the rates are no longer the configured priors
+  bool observed_ = false;  // a prefill, decode or step was observed
   // Exponentially weighted sums of the fit (x = tokens, b = batch, y = seconds): weight, Σx, Σb, Σy, Σx², Σxb,
   // Σb², Σxy, Σby.
   double w_ = 0, sx_ = 0, sb_ = 0, sy_ = 0, sxx_ = 0, sxb_ = 0, sbb_ = 0, sxy_ = 0, sby_ = 0;

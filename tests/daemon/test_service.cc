@@ -409,6 +409,44 @@ TEST_F(ServiceTest, RatesMeasuredAtLoadGiveTheFirstEta) {
   EXPECT_LE(measured, 300u) << "from priors: " << from_priors;
 }
 
+// Priors are shown as such (docs/policy.md §6): until a route has a warm-up or an observed run, its placements say
+// eta_known = false and the CPU route's expected slowdown is 0 (unknown), not a number made of the priors.
+TEST_F(ServiceTest, EtaIsUnavailableUntilTheRouteIsMeasured) {
+  backend_->set_gpu_enabled(false);  // the CPU queue
+  backend_->set_script(emit(3));
+  ASSERT_NO_FATAL_FAILURE(start());
+  Dict first;
+  const JobId a = submit_ok(alice_, request("first", 8), &first);
+  EXPECT_EQ(str(first, "route"), "cpu");
+  EXPECT_FALSE(flag(first, "eta_known")) << "nothing of the CPU route has run: the ETA is the priors' guess";
+  EXPECT_EQ(at<double>(first, "expected_slowdown"), 0.0);
+  for (const auto& u : rec_.of(a))
+    if (u.kind == "routed") EXPECT_FALSE(flag(u.data, "eta_known"));
+  ASSERT_TRUE(wait_terminal(a));
+  Dict second;
+  const JobId b = submit_ok(alice_, request("second", 8), &second);
+  EXPECT_TRUE(flag(second, "eta_known")) << "the first job's run was observed";
+  EXPECT_EQ(at<double>(second, "expected_slowdown"), 0.0) << "the GPU route has not run: no factor";
+  ASSERT_TRUE(wait_terminal(b));
+  // With warm-ups of both routes the factor is a measured one.
+  WarmupReport cpu;
+  cpu.model = "tiny";
+  cpu.route = policy::Device::cpu;
+  cpu.prefill_tokens = 32;
+  cpu.prefill_took = 4ms;
+  cpu.decode_steps.assign(8, 10ms);  // 100 tok/s
+  WarmupReport gpu = cpu;
+  gpu.route = policy::Device::gpu;
+  gpu.decode_steps.assign(8, 2ms);  // 500 tok/s
+  backend_->warmups = {cpu, gpu};
+  ASSERT_NO_FATAL_FAILURE(restart());
+  Dict third;
+  const JobId c = submit_ok(alice_, request("third", 8), &third);
+  EXPECT_TRUE(flag(third, "eta_known"));
+  EXPECT_NEAR(at<double>(third, "expected_slowdown"), 5.0, 0.01);
+  ASSERT_TRUE(wait_terminal(c));
+}
+
 TEST_F(ServiceTest, CancelWhileRunningStopsTheRun) {
   ASSERT_NO_FATAL_FAILURE(start());
   backend_->set_script(block_at(2, 10));

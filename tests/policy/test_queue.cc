@@ -156,6 +156,30 @@ TEST(StepCosts, MeasuredRatesReplaceThePriors) {
   EXPECT_DOUBLE_EQ(only_decode.prefill_tps(), 1000.0);
 }
 
+// A route's estimates are the priors' guess until something is measured: a warm-up, or any observed prefill, decode
+// or step (an ignored sample does not count).
+TEST(StepCosts, FromPriorsUntilSomethingIsMeasured) {
+  struct Row {
+    const char* what;
+    std::function<void(ServiceRates&)> act;
+    bool from_priors;
+  } rows[] = {
+      {"nothing", [](ServiceRates&) {}, true},
+      {"an ignored prefill (0 tokens)", [](ServiceRates& r) { r.observe_prefill(0, 10ms); }, true},
+      {"an ignored step (no time)", [](ServiceRates& r) { r.observe_step(1, 1, 0ms); }, true},
+      {"set_measured with nothing", [](ServiceRates& r) { r.set_measured(0.0, 0.0); }, true},
+      {"a warm-up", [](ServiceRates& r) { r.set_measured(500.0, 50.0); }, false},
+      {"an observed prefill", [](ServiceRates& r) { r.observe_prefill(64, 10ms); }, false},
+      {"an observed decode", [](ServiceRates& r) { r.observe_decode(4, 10ms); }, false},
+      {"an observed step", [](ServiceRates& r) { r.observe_step(2, 2, 10ms); }, false},
+  };
+  for (const auto& row : rows) {
+    ServiceRates r(RateConfig{0.2, 1000.0, 20.0});
+    row.act(r);
+    EXPECT_EQ(r.from_priors(), row.from_priors) << row.what;
+  }
+}
+
 TEST(StepCosts, IgnoredSamplesAndTheOldRatesStillWork) {
   ServiceRates r(kKnown);
   r.observe_step(0, 10, 10ms);
