@@ -304,6 +304,24 @@ async function main() {
     eq(view.subtitle, 'On the GPU', 'restarted: subtitle');
     eq((await daemonHolds()).length, 0, 'restarted: no hold');
 
+    // 8b. a model added to the configuration and reloaded (SIGHUP): the indicator lists it on ModelsChanged, with no
+    // restart; taken out again, it goes from the list.
+    const cfgPath = env('TANDEM_CONFIG');
+    const cfgText = new TextDecoder().decode(GLib.file_get_contents(cfgPath)[1]);
+    const modelDir = (cfgText.match(/^dir = "(.*)"$/m) || [])[1];
+    check(!!modelDir, 'the test config names the model dir');
+    GLib.file_set_contents(cfgPath, `${cfgText}\n[[model]]\nname = "second"\ndir = "${modelDir}"\ngpu = false\n`);
+    since = GLib.get_monotonic_time();
+    daemon.send_signal(1);
+    ms = await waitView(v => v.models.length === 2, 'the added model listed', 30000, since);
+    figures.push(`SIGHUP adding a model → listed in the indicator: ${ms.toFixed(0)} ms (its load included)`);
+    has(view.models.map(m => m.text).join(' | '), 'second', 'the added model in words');
+    has(view.models.map(m => m.text).join(' | '), 'CPU', 'the added model: its CPU copy');
+    GLib.file_set_contents(cfgPath, cfgText);
+    daemon.send_signal(1);
+    await waitView(v => v.models.length === 1, 'the removed model gone from the list', 30000);
+    eq(view.state, 'normal', 'adding and removing a model leaves the service normal');
+
     // 9. notifications: device lost, back, Steam's hold, back. None for pressure, for this session's own hold (the
     // user did it), for the daemon leaving while degraded or for its return.
     eq(notifications.map(x => x.title).join(' | '), 'Tandem is running on the CPU | Tandem is back on the GPU | ' +

@@ -357,6 +357,33 @@ else
   show <"$CT_WORK/reload2.out"
   fail "reload with a good config" "exit $rc, applied=$ok"
 fi
+# A model added by a drop-in serves after a reload, without a restart (docs/residency.md, "Adding and removing
+# models"); the drop-in removed and reloaded again, it goes.
+ct sh -c 'printf "[[model]]\nname = \"second\"\ndir = \"/var/lib/tandem/models/default\"\ngpu = false\n" >/etc/tandem/tandemd.d/90-systest.toml'
+C=$(mark)
+pid_before=$(prop tandemd MainPID)
+S reload tandemd >"$CT_WORK/reload3.out" 2>&1
+rc=$?
+added=0
+for _ in $(seq 1 100); do
+  ct_t 10 tandemctl --json models 2>/dev/null | grep -q '"name":"second"' && { added=1; break; }
+  sleep 0.2
+done
+ct rm -f /etc/tandem/tandemd.d/90-systest.toml
+S reload tandemd >>"$CT_WORK/reload3.out" 2>&1
+gone=0
+for _ in $(seq 1 100); do
+  ct_t 10 tandemctl --json models 2>/dev/null | grep -q '"name":"second"' || { gone=1; break; }
+  sleep 0.2
+done
+if [ "$rc" = 0 ] && [ "$added" = 1 ] && [ "$gone" = 1 ] && [ "$(prop tandemd MainPID)" = "$pid_before" ] &&
+   J --since "$C" -u tandemd | grep -q "model second: added"; then
+  pass "systemctl reload adds a model from a drop-in and removes it again, same process" \
+    "$(J --since "$C" -u tandemd | grep -o 'model second: added.*' | head -1)"
+else
+  show <"$CT_WORK/reload3.out"
+  fail "reload adding a model" "exit $rc, added=$added, gone=$gone, pid $pid_before -> $(prop tandemd MainPID)"
+fi
 ct rm -f /etc/tandem/tandemd.d/90-systest.toml
 
 # --- 6. journal fields -----------------------------------------------------------------------------------------------

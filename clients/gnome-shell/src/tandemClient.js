@@ -1,5 +1,5 @@
 // The Tandem indicator's model: tandemd's state as seen on the system bus, kept live by D-Bus signals only
-// (PropertiesChanged, DegradedModeChanged, and the bus name's owner), never by polling. No Shell code here, so plain
+// (PropertiesChanged, DegradedModeChanged, ModelsChanged, and the bus name's owner), never by polling. No Shell code here, so plain
 // gjs runs it against a real tandemd (tests/gnome-shell/).
 //
 // Shared by both GNOME generations: this is the ES-module form (Shell 45+); build.sh rewrites the gi imports and
@@ -226,6 +226,11 @@ export class TandemClient {
     }
 
     _onSignal(name, params) {
+        // A configuration reload added or removed models (docs/residency.md): the list and its objects changed.
+        if (name === 'ModelsChanged') {
+            this._refreshModels();
+            return;
+        }
         if (name !== 'DegradedModeChanged')
             return;
         const [degraded, reason, details] = params.recursiveUnpack();
