@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine/dequant.h"
+#include "engine/upload.h"
 
 namespace tandem::engine {
 
@@ -47,8 +48,8 @@ Result<std::uint64_t> EncoderModelBase::place_on_accelerator(const std::vector<W
     return fail(std::move(e));
   }
   accel_allocs.push_back(std::move(a).value());
-  for (Weight* w : matrices) w->dev = accel_dev.is_cuda() ? w->cpu_tensor().to(accel_dev) : w->cpu_tensor().clone();
-  for (at::Tensor* v : vectors) *v = accel_dev.is_cuda() ? v->to(accel_dev) : v->clone();
+  for (Weight* w : matrices) w->dev = to_accelerator(w->cpu_tensor(), accel_dev);
+  for (at::Tensor* v : vectors) *v = to_accelerator(*v, accel_dev);
   return bytes;
 }
 

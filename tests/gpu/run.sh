@@ -3,8 +3,8 @@
 # here (.gpu/bundle.tar.xz, built against that machine's own CUDA LibTorch headers and symbol tables) — the CUDA
 # device test, the engine on the GPU (LLM per weight type and dtype, CLIP, Whisper, readings and give-back, the
 # forward's peak against admission), tandem-validate's game scenario against a CUDA tandemd with the ballast as the
-# game, the residency bench and decode speed GPU vs CPU. One call, under 8 minutes; every step has its own timeout
-# and the log says which failed.
+# game, the residency bench (restores through the pinned staging buffer, and without it) and decode speed GPU vs
+# CPU. One call, under 8 minutes; every step has its own timeout and the log says which failed.
 #
 #   device run, carry [".gpu"]:  bash tests/gpu/run.sh
 #
@@ -51,7 +51,10 @@ step 180 "tandem-validate game on a CUDA tandemd" "$b/tools/tandem-validate" --s
 cp /tmp/gpu-game/report.md "$out/game-report.md" 2>/dev/null
 tar -C /tmp -czf "$out/game.tgz" --exclude='*.safetensors' --exclude='*.gguf' gpu-game 2>/dev/null
 step 60 "a 134m model" "$b/tools/tandem-mkmodel" --out /tmp/gpu-134m --preset 134m
-step 120 "residency bench" "$b/bench/engine/bench_residency" --model /tmp/gpu-134m --device cuda --rounds 3 --threads 8
+step 120 "residency bench (restore through the pinned staging buffer)" "$b/bench/engine/bench_residency" \
+  --model /tmp/gpu-134m --device cuda --rounds 3 --threads 8
+step 120 "residency bench, staging off (the driver's pageable copy)" env TANDEM_PINNED_STAGING=0 \
+  "$b/bench/engine/bench_residency" --model /tmp/gpu-134m --device cuda --rounds 3 --threads 8
 for d in cpu cuda; do
   step 60 "decode, 134m, $d" "$b/tools/tandem-generate" --model /tmp/gpu-134m --device "$d" --threads 8 \
     --max-tokens 128 --no-eos --prompt "Once upon a time"
