@@ -327,9 +327,15 @@ Status EngineBackend::remove_model(const std::string& model) {
   return {};
 }
 
+// Beside a loaded CPU replica, the GPU replica shares its opened files (engine::Model::load_beside: the mapped pages
+// are read once more from memory, not faulted in from a new mapping); an on-demand CPU replica that is not loaded is
+// not loaded for it: the GPU replica then opens the files itself.
 Status EngineBackend::load_llm_gpu(Entry& e) {
   const auto t0 = SteadyTime::now();
-  auto m = engine::Model::load(e.cfg.dir, e.gpu_opts);
+  std::shared_ptr<const engine::Model> beside;
+  if (e.cpu->loaded())
+    if (auto c = e.cpu->get()) beside = *c;
+  auto m = beside ? engine::Model::load_beside(beside, e.gpu_opts) : engine::Model::load(e.cfg.dir, e.gpu_opts);
   std::lock_guard lock(e.gpu_mu);
   e.evicted = false;  // loaded, or failed (with its error): no longer given back on purpose
   if (!m) {

@@ -21,6 +21,7 @@
 #include "core/sha256.h"
 #include "engine/dequant.h"
 #include "engine/model_impl.h"
+#include "engine/upload.h"
 #include "engine/weight.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
@@ -116,7 +117,7 @@ Status Model::Impl::place_on_accelerator() {
   // Weights go at their stored size (raw blocks for quantized types; float types in their held type); norms in
   // the activation dtype.
   auto place = [&](Weight& w) {
-    w.dev = accel_dev.is_cuda() ? w.cpu_tensor().to(accel_dev) : w.cpu_tensor().clone();
+    w.dev = to_accelerator(w.cpu_tensor(), accel_dev);
     dequant_ws = std::max(dequant_ws, dequantize_aten_workspace(w.type, w.rows, w.cols, at::elementSize(dtype)));
   };
   auto place_norm = [&](const at::Tensor& t) { return t.to(accel_dev, dtype); };
@@ -170,6 +171,20 @@ Model::~Model() = default;
 
 Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOptions& opts) {
   const auto t0 = Clock::now();
+  TANDEM_TRY(check_options(opts));
+  auto dir = weights::ModelDir::open(path);
+  if (!dir) return fail(std::move(dir).error());
+  return build(std::make_shared<const weights::ModelDir>(std::move(dir).value()), opts, t0);
+}
+
+Result<std::shared_ptr<Model>> Model::load_beside(const std::shared_ptr<const Model>& source, const LoadOptions& opts) {
+  const auto t0 = Clock::now();
+  if (!source) return fail(Errc::invalid_argument, "load_beside: no source model");
+  TANDEM_TRY(check_options(opts));
+  return build(source->impl_->dir_owner, opts, t0);
+}
+
+Status Model::check_options(const LoadOptions& opts) {
   if (opts.threads < 1 || opts.threads > 256)
     return fail(Errc::invalid_argument, "threads must be in [1, 256], got " + std::to_string(opts.threads));
   if (opts.kv_block_size < 1 || opts.kv_block_size > 4096)
@@ -181,9 +196,12 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
   if (opts.accel_layers < -1) return fail(Errc::invalid_argument, "accel_layers must be >= -1");
   if (opts.accelerator && opts.accelerator->lost())
     return fail(Errc::device_lost, opts.accelerator->name() + ": device lost; cannot load onto it");
+  return {};
+}
 
-  auto dir = weights::ModelDir::open(path);
-  if (!dir) return fail(std::move(dir).error());
+Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::ModelDir> dir, const LoadOptions& opts,
+                                            std::chrono::steady_clock::time_point t0) {
+  const std::string path = dir->dir();
   auto tokenizer = load_tokenizer(*dir);
   if (!tokenizer) return fail(std::move(tokenizer).error());
   const std::string& tok_origin = tokenizer->origin;
@@ -202,8 +220,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
   auto m = std::shared_ptr<Model>(new Model());
   const double open_ms = ms_since(t0);
-  m->impl_ = std::make_unique<Impl>(std::move(dir).value(), std::move(tokenizer->tokenizer), opts,
-                                    static_cast<int>(blocks));
+  m->impl_ = std::make_unique<Impl>(std::move(dir), std::move(tokenizer->tokenizer), opts, static_cast<int>(blocks));
   Impl& im = *m->impl_;
   im.max_context = max_context;
   im.stats.open_ms = open_ms;

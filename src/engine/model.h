@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -102,6 +103,13 @@ class Model : public std::enable_shared_from_this<Model> {
   // the compute dtype and the data is aligned) and allocates the KV pool. Errors are those of ModelDir::open and
   // Tokenizer::load_file, invalid_argument for bad options, out_of_memory if the pool cannot be allocated.
   static Result<std::shared_ptr<Model>> load(const std::string& dir, const LoadOptions& opts);
+  // Another replica of `source`'s model with other options (the GPU replica next to the CPU one, at start and at
+  // every restore: docs/residency.md, "Restoring fast"): it shares `source`'s opened files — the mappings (their
+  // pages already in memory when `source` is warm), headers and config — instead of opening them again; tokenizer,
+  // weights, placement, KV pool and fingerprint are built as load() builds them, from the same bytes, so the
+  // fingerprint equals load()'s for the same options. The files stay mapped while either replica lives. Errors as
+  // load()'s after its directory checks.
+  static Result<std::shared_ptr<Model>> load_beside(const std::shared_ptr<const Model>& source, const LoadOptions& opts);
   ~Model();
   // Call once on a thread that will run forwards other than the one that loaded the model (a step loop): keeps
   // ATen's and OpenBLAS's own threading to one thread there, as on the model's workers (their thread counts are
@@ -180,6 +188,10 @@ class Model : public std::enable_shared_from_this<Model> {
   friend class Sequence;
   struct Impl;
   Model();
+  static Status check_options(const LoadOptions& opts);
+  // load() and load_beside() after the files are open: tokenizer, weights, placement, KV pool, fingerprint.
+  static Result<std::shared_ptr<Model>> build(std::shared_ptr<const weights::ModelDir> dir, const LoadOptions& opts,
+                                              std::chrono::steady_clock::time_point t0);
   void release_sequence(Sequence& s);
   std::unique_ptr<Impl> impl_;
 };

@@ -46,7 +46,10 @@ struct LoadedTokenizer {
 Result<LoadedTokenizer> load_tokenizer(const weights::ModelDir& dir);
 
 struct Model::Impl {
-  weights::ModelDir dir;
+  // The opened files (mappings, headers, config): shared by the replicas of one model that load_beside made, so a
+  // GPU replica restored next to a warm CPU one reads the pages already mapped instead of opening the files again.
+  std::shared_ptr<const weights::ModelDir> dir_owner;
+  const weights::ModelDir& dir;  // *dir_owner
   tok::Tokenizer tokenizer;
   LoadOptions opts;
   LoadStats stats;
@@ -94,8 +97,9 @@ struct Model::Impl {
   std::vector<device::Allocation> accel_allocs;  // weights and KV pool; void after a device loss
   device::Site current_site = device::Site::prefill;
 
-  Impl(weights::ModelDir d, tok::Tokenizer t, LoadOptions o, int blocks)
-      : dir(std::move(d)), tokenizer(std::move(t)), opts(std::move(o)), kv(blocks, opts.kv_block_size) {}
+  Impl(std::shared_ptr<const weights::ModelDir> d, tok::Tokenizer t, LoadOptions o, int blocks)
+      : dir_owner(std::move(d)), dir(*dir_owner), tokenizer(std::move(t)), opts(std::move(o)),
+        kv(blocks, opts.kv_block_size) {}
 
   const weights::ModelConfig& cfg() const { return dir.config(); }
 

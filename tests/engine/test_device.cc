@@ -287,6 +287,42 @@ TEST(SimulatedEngine, ReplicaModesMeasureAndShareTheFingerprint) {
   EXPECT_FALSE(decision.reason.empty());
 }
 
+// A GPU replica restored beside the CPU one (docs/residency.md, "Restoring fast"): it shares the CPU replica's
+// opened files (the same ModelDir, no second mapping), has load()'s fingerprint and placement, gives the same greedy
+// tokens as a replica loaded from the files, and keeps the mapping alive when the CPU replica goes first.
+TEST(SimulatedEngine, ReplicaBesideTheCpuOneSharesItsFilesAndMatchesALoadFromThem) {
+  const std::string dir = make_model("f32");
+  engine::LoadOptions cpu_opts;
+  cpu_opts.max_context = 256;
+  auto loaded = engine::Model::load(dir, cpu_opts);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  std::shared_ptr<engine::Model> cpu = std::move(loaded).value();
+  auto d = sim(256ull << 20);
+  auto from_files = load(dir, on(d, 2));
+  const std::uint64_t one_replica = d->accounted_bytes();
+  from_files.reset();
+  ASSERT_EQ(d->accounted_bytes(), 0u);
+  auto beside = engine::Model::load_beside(cpu, on(d, 2));
+  ASSERT_TRUE(beside.ok()) << beside.error().message;
+  EXPECT_EQ(&(*beside)->files(), &cpu->files()) << "the files are shared, not opened again";
+  EXPECT_EQ((*beside)->fingerprint().digest, cpu->fingerprint().digest);
+  EXPECT_EQ((*beside)->accel_layers(), 2);
+  EXPECT_EQ(d->accounted_bytes(), one_replica) << "the same bytes on the device as a load from the files";
+  auto again = load(dir, on(d, 2));
+  EXPECT_EQ(tokens_of(*beside, greedy(**beside)), tokens_of(again, greedy(*again)));
+  again.reset();
+  // The CPU replica goes first: the mapping stays with the GPU replica.
+  const auto want = tokens_of(*beside, greedy(**beside));
+  cpu.reset();
+  EXPECT_EQ(tokens_of(*beside, greedy(**beside)), want);
+  EXPECT_FALSE(engine::Model::load_beside(nullptr, on(d)).ok());
+  engine::LoadOptions bad = on(d);
+  bad.threads = 0;
+  auto refused = engine::Model::load_beside(*beside, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::invalid_argument);
+}
+
 TEST(SimulatedEngine, ProbesFailAsScriptedAndDeviceLossFailsThem) {
   auto d = sim();
   d->fail_probes(2);
