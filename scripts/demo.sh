@@ -170,7 +170,8 @@ step "6. transcription: the speech model joins the running daemon (a [[model]] m
 if [ -n "$ASR_PID" ]; then
   echo "demo: the speech model is still training in the background ($(elapsed) so far); waiting for it:"
   while kill -0 "$ASR_PID" 2>/dev/null; do
-    echo "  $(grep -E '^step ' "$DIR/train-whisper.log" | tail -1 | cut -c1-60)"
+    last=$(grep -E '^step ' "$DIR/train-whisper.log" | tail -1 | cut -c1-40)
+    [ -z "$last" ] || echo "  $last"
     sleep 30
   done
   wait "$ASR_PID" || { tail -5 "$DIR/train-whisper.log"; echo "demo: training the speech model failed" >&2; exit 1; }
