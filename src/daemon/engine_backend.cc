@@ -156,22 +156,18 @@ Result<std::shared_ptr<EngineBackend>> EngineBackend::create(const DaemonConfig&
 
 Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare(const ModelConfig& mc,
                                                               const std::function<void(const std::string&)>& progress) {
-  if (auto emb = is_embedding_model(mc.dir); emb && *emb) {
+  // An embedding or speech model: its kind's prepare fills `slot` (an entry of out) and returns the info.
+  auto of_kind = [&](auto slot, auto prepare_kind) -> Result<std::unique_ptr<PreparedModel>> {
     auto out = std::make_unique<Prepared>();
     out->owner = this;
-    auto info = prepare_embedding(mc, progress, out->embedding);
+    auto info = (this->*prepare_kind)(mc, progress, (*out).*slot);
     if (!info) return fail(std::move(info).error());
     out->info = std::move(info).value();
     return std::unique_ptr<PreparedModel>(std::move(out));
-  }
-  if (is_speech_model(mc.dir)) {
-    auto out = std::make_unique<Prepared>();
-    out->owner = this;
-    auto info = prepare_speech(mc, progress, out->speech);
-    if (!info) return fail(std::move(info).error());
-    out->info = std::move(info).value();
-    return std::unique_ptr<PreparedModel>(std::move(out));
-  }
+  };
+  if (auto emb = is_embedding_model(mc.dir); emb && *emb)
+    return of_kind(&Prepared::embedding, &EngineBackend::prepare_embedding);
+  if (is_speech_model(mc.dir)) return of_kind(&Prepared::speech, &EngineBackend::prepare_speech);
   return prepare_llm(mc, progress);
 }
 

@@ -23,7 +23,8 @@ bool ModelCatalog::same_load(const ModelConfig& a, const ModelConfig& b) {
 
 void ModelCatalog::start(const std::vector<ModelConfig>& models, Clock::time_point now) {
   entries_.clear();
-  for (const auto& m : models) entries_[m.name] = Entry{m.name, m, ModelPresence::serving, now, std::nullopt, false, {}};
+  for (const auto& m : models)
+    entries_[m.name] = Entry{m.name, m, ModelPresence::serving, now, std::nullopt, false, {}};
 }
 
 ModelCatalog::Plan ModelCatalog::reconfigure(const std::vector<ModelConfig>& wanted, Clock::time_point now) {
@@ -164,15 +165,17 @@ Status ModelCatalog::admits(const std::string& name) const {
   switch (e.presence) {
     case ModelPresence::serving: return {};
     case ModelPresence::adding:
-      return fail(Errc::unavailable, "model " + name + " is being loaded (added by a configuration reload); retry_after_ms=2000");
+      return fail(Errc::unavailable,
+                  "model " + name + " is being loaded (added by a configuration reload); retry_after_ms=2000");
     case ModelPresence::failed:
       return fail(Errc::unavailable, "model " + name + " could not be loaded: " + e.error +
                                          " (fix it and reload the configuration)");
     case ModelPresence::removing:
       if (e.replace_with)
-        return fail(Errc::unavailable, "model " + name +
-                                           " is being replaced (its settings changed; its jobs finish first); retry_after_ms=2000");
-      return fail(Errc::not_found, "model " + name + " is being removed (no longer in the configuration; its jobs finish)");
+        return fail(Errc::unavailable, "model " + name + " is being replaced (its settings changed; its jobs finish "
+                                                         "first); retry_after_ms=2000");
+      return fail(Errc::not_found,
+                  "model " + name + " is being removed (no longer in the configuration; its jobs finish)");
   }
   return {};
 }
