@@ -368,6 +368,7 @@ class Service {
   void start_model_load(const ModelConfig& mc);
   void on_model_prepared(WorkerEvent& ev);
   void remove_finished_models();
+  std::uint32_t jobs_naming(const std::string& model) const;  // unfinished jobs requesting it or routed to it
   bool model_busy(const std::string& model) const;  // an active job names it, or its GPU replica is moving
   void apply_residency_settings(const ModelConfig& mc);
   Result<const ModelInfo*> serving_model(const std::string& name) const;

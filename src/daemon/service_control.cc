@@ -469,9 +469,7 @@ void Service::reconfigure_models(const DaemonConfig& cfg) {
   cfg_.models = cfg.models;
   const auto plan = catalog_.reconfigure(cfg.models, clock_->now());
   for (const auto& name : plan.remove) {
-    std::uint32_t jobs = 0;
-    for (JobId id : active_)
-      if (const JobRecord* j = find(id); j && (j->model == name || j->route.model == name)) ++jobs;
+    const std::uint32_t jobs = jobs_naming(name);
     const auto* e = catalog_.find(name);
     log::warn("model {}: {} by the configuration reload: new jobs are refused, its {} unfinished job(s) finish first",
               name, e && e->replace_with ? "replaced (settings changed)" : "removed", jobs);
@@ -539,9 +537,15 @@ void Service::on_model_prepared(WorkerEvent& ev) {
   pump();
 }
 
-bool Service::model_busy(const std::string& model) const {
+std::uint32_t Service::jobs_naming(const std::string& model) const {
+  std::uint32_t n = 0;
   for (JobId id : active_)
-    if (const JobRecord* j = find(id); j && (j->model == model || j->route.model == model)) return true;
+    if (const JobRecord* j = find(id); j && (j->model == model || j->route.model == model)) ++n;
+  return n;
+}
+
+bool Service::model_busy(const std::string& model) const {
+  if (jobs_naming(model) > 0) return true;
   if (const auto* r = residency_.find(model))
     if (r->state == ReplicaState::draining || r->state == ReplicaState::loading) return true;
   return false;
