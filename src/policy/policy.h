@@ -17,3 +17,4 @@
 #include "policy/replica_mode.h"
 #include "policy/service_state.h"
 #include "policy/types.h"
+#include "policy/unit_times.h"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <functional>
 #include <iterator>
@@ -13,6 +14,9 @@ namespace tandem::policy {
 namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// LoopJob::fixed_s of a queue entry's fixed duration: 0 for a step-loop job, else at least a nanosecond.
+double fixed_seconds(Clock::duration d) { return d > Clock::duration::zero() ? std::max(seconds(d), 1e-9) : 0.0; }
 
 constexpr double kFitSlowdown = 8;         // the line's sums decay at ewma_alpha / 8 per step
 constexpr double kShrink = 0.01;           // pseudo-variance (token², sequence²) pulling the fit toward the prior
@@ -141,10 +145,15 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
   std::size_t running_left = plan.running.size();
   std::size_t next_queued = 0;
 
-  auto finished = [&](std::uint64_t ref) {
+  // Fixed-duration jobs: (finish time, ref), soonest first; when each lane is free.
+  using Timed = std::pair<double, std::uint64_t>;
+  std::priority_queue<Timed, std::vector<Timed>, std::greater<>> timed;
+  std::vector<std::pair<std::uint32_t, double>> lane_free;
+
+  auto finished_at = [&](std::uint64_t ref, double when) {
     const std::size_t i = ref >> 1;
     const bool queued = (ref & 1) != 0;
-    (queued ? out.queued_finish : out.running_finish)[i] = from_seconds(t);
+    (queued ? out.queued_finish : out.running_finish)[i] = from_seconds(when);
     if (!queued) --running_left;
     if ((queued && plan.stop.kind == Kind::queued_finished && i == plan.stop.index) ||
         (!queued && plan.stop.kind == Kind::running_finished && i == plan.stop.index) ||
@@ -152,8 +161,14 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
       stopped = true;
     }
   };
+  auto finished = [&](std::uint64_t ref) { finished_at(ref, t); };
   auto enter = [&](std::uint64_t ref, const LoopJob& j) {
-    if (j.prompt_left > 0) {
+    if (j.fixed_s > 0) {
+      auto lane = std::find_if(lane_free.begin(), lane_free.end(), [&](const auto& l) { return l.first == j.lane; });
+      if (lane == lane_free.end()) lane = lane_free.insert(lane_free.end(), {j.lane, t});
+      lane->second = std::max(lane->second, t) + j.fixed_s;
+      timed.emplace(lane->second, ref);
+    } else if (j.prompt_left > 0) {
       prefilling.push_back(Prefilling{ref, j.prompt_left, j.new_left,
                                       j.chunk_cap == 0 ? std::numeric_limits<std::uint64_t>::max() : j.chunk_cap});
     } else if (j.new_left > 0) {
@@ -163,7 +178,8 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
     }
   };
   auto fill = [&] {
-    while (!stopped && next_queued < plan.queued.size() && prefilling.size() + decoding.size() < max_batch) {
+    while (!stopped && next_queued < plan.queued.size() &&
+           prefilling.size() + decoding.size() + timed.size() < max_batch) {
       const std::size_t i = next_queued++;
       out.queued_start[i] = from_seconds(t);
       if (plan.stop.kind == Kind::queued_started && i == plan.stop.index) stopped = true;
@@ -175,7 +191,21 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
   fill();
   std::vector<std::uint64_t> chunks;
   std::vector<Prefilling> kept;
-  while (!stopped && !(prefilling.empty() && decoding.empty())) {
+  // Fixed-duration jobs whose time is up leave (at their own finish time) and free their slots.
+  auto timed_done = [&] {
+    while (!stopped && !timed.empty() && timed.top().first <= t) {
+      finished_at(timed.top().second, timed.top().first);
+      timed.pop();
+    }
+  };
+  while (!stopped && !(prefilling.empty() && decoding.empty() && timed.empty())) {
+    if (prefilling.empty() && decoding.empty()) {  // only fixed-duration jobs: on to the next one's end
+      t = std::max(t, timed.top().first);
+      ++out.phases;
+      timed_done();
+      fill();
+      continue;
+    }
     // One run of identical steps: the decoding sequences one token each, the budget left to the prefilling ones,
     // oldest first.
     const std::uint64_t decoders = decoding.size();
@@ -197,6 +227,12 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
     const std::uint64_t batch = decoders + chunks.size();
     const double each = rates.step_seconds(static_cast<std::uint32_t>(std::min<std::uint64_t>(batch, UINT32_MAX)),
                                            static_cast<std::uint32_t>(std::min<std::uint64_t>(tokens, UINT32_MAX)));
+    // A fixed-duration job ending sooner is an event too: its slot frees at the step boundary after its end.
+    if (!timed.empty() && each > 0) {
+      const double until = timed.top().first - t;
+      if (until < static_cast<double>(k) * each)
+        k = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(std::max(0.0, until) / each)));
+    }
     t += static_cast<double>(k) * each;
     step += k;
     out.steps += k;
@@ -224,6 +260,7 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
       finished(decoding.top().second);
       decoding.pop();
     }
+    timed_done();
     fill();
   }
   return out;
@@ -258,7 +295,7 @@ Status JobQueue::enqueue(const QueueEntry& e) {
 }
 
 void JobQueue::add_running(const QueueEntry& e) {
-  running_.emplace(e.id, Running{e.prompt_tokens, e.max_new_tokens, 0, 0, 0, next_order_++});
+  running_.emplace(e.id, Running{e.prompt_tokens, e.max_new_tokens, 0, 0, 0, next_order_++, e.fixed, e.lane});
 }
 
 std::optional<QueueEntry> JobQueue::start_next() {
@@ -304,6 +341,18 @@ void JobQueue::set_prefill_chunk(JobId id, std::uint32_t chunk) {
   if (it != running_.end()) it->second.chunk_cap = chunk;
 }
 
+void JobQueue::set_fixed_left(JobId id, Clock::duration left) {
+  left = std::max(left, Clock::duration{1});  // stays a fixed-duration job
+  if (auto it = running_.find(id); it != running_.end()) {
+    if (it->second.fixed > Clock::duration::zero()) it->second.fixed = left;
+    return;
+  }
+  if (auto it = index_.find(id); it != index_.end()) {
+    QueueEntry& e = queued_.at(it->second);
+    if (e.fixed > Clock::duration::zero()) e.fixed = left;
+  }
+}
+
 Removed JobQueue::finish(JobId id) { return running_.erase(id) != 0 ? Removed::running : Removed::none; }
 
 Removed JobQueue::cancel(JobId id) { return remove(id); }
@@ -339,11 +388,13 @@ LoopPlan JobQueue::plan(std::size_t queued_limit) const {
   p.running.reserve(order.size());
   for (const auto& [o, id] : order) {
     const Running& r = running_.at(id);
-    p.running.push_back(LoopJob{id, r.prompt_tokens - r.prefilled, r.max_new_tokens - r.generated, r.chunk_cap});
+    p.running.push_back(LoopJob{id, r.prompt_tokens - r.prefilled, r.max_new_tokens - r.generated, r.chunk_cap,
+                                fixed_seconds(r.fixed), r.lane});
   }
   p.queued.reserve(std::min(queued_limit, queued_.size()) + 1);
   for (auto q = queued_.begin(); q != queued_.end() && p.queued.size() < queued_limit; ++q) {
-    p.queued.push_back(LoopJob{q->second.id, q->second.prompt_tokens, q->second.max_new_tokens});
+    const QueueEntry& e = q->second;
+    p.queued.push_back(LoopJob{e.id, e.prompt_tokens, e.max_new_tokens, 0, fixed_seconds(e.fixed), e.lane});
   }
   return p;
 }

@@ -95,11 +95,17 @@ class ServiceRates {
 
 // One sequence of a simulated step loop: what it still has to do. new_left is max_new − generated: at the latest
 // (EOS ends a job sooner).
+// A job with a fixed duration (fixed_s > 0: an embedding job's inputs, a transcription's windows, at their measured
+// times — docs/policy.md §6) is not part of the step loop: it holds a slot for that long and runs on its own thread,
+// after the fixed jobs of the same lane that joined before it (a replica runs one such job at a time); its token
+// counts are then ignored.
 struct LoopJob {
   JobId id = 0;
   std::uint32_t prompt_left = 0;  // prompt tokens not yet prefilled
   std::uint32_t new_left = 0;     // new tokens not yet generated
   std::uint32_t chunk_cap = 0;    // most prompt tokens per step (Decision::prefill_chunk); 0 = the budget decides
+  double fixed_s = 0;             // > 0: a fixed-duration job of that many seconds (left)
+  std::uint32_t lane = 0;         // fixed jobs of one lane run one after another
 };
 
 // Where a simulation may stop early (the rest of the timeline is then not computed).
@@ -132,7 +138,9 @@ struct LoopTimeline {
 // step that completes a prompt also yields its first new token; a sequence leaves after its last token and a queued
 // job joins (FIFO) at the next step. Each step costs rates.step_seconds(batch, tokens), batch = the sequences that
 // processed a token. Runs of identical steps between events are advanced at once, so the cost is O(jobs · (log jobs
-// + prefilling sequences served per step)), whatever the token counts.
+// + prefilling sequences served per step)), whatever the token counts. A fixed-duration job (LoopJob::fixed_s)
+// joins like the others, finishes fixed_s after its lane is free and frees its slot at the next step boundary (at
+// once when no sequence is stepping).
 LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates);
 
 struct QueueEntry {
@@ -140,6 +148,9 @@ struct QueueEntry {
   std::uint32_t prompt_tokens = 0;
   std::uint32_t max_new_tokens = 0;
   Clock::time_point accepted_at{};  // orders the queue; keep it when moving a job between queues
+  // > 0: not a step-loop job but one of this duration (LoopJob::fixed_s), in `lane` (e.g. per model).
+  Clock::duration fixed{};
+  std::uint32_t lane = 0;
 };
 
 enum class Removed { none, queued, running };
@@ -174,6 +185,9 @@ class JobQueue {
   void update_prefill(JobId id, std::uint32_t prefilled);
   // The most prompt tokens the loop gives a running job per step (Decision::prefill_chunk; 0 = the budget decides).
   void set_prefill_chunk(JobId id, std::uint32_t chunk);
+  // A fixed-duration job's time left (e.g. its windows left × the time per window), queued or running; no effect on
+  // a step-loop job (fixed 0) or an unknown one.
+  void set_fixed_left(JobId id, Clock::duration left);
   Removed finish(JobId id);  // a running job ended
   Removed cancel(JobId id);  // removes the job in any state (same as remove; named for the caller's intent)
   Removed remove(JobId id);  // e.g. moving a queued job to the other queue
@@ -219,6 +233,8 @@ class JobQueue {
     std::uint32_t generated = 0;
     std::uint32_t chunk_cap = 0;
     std::uint64_t order = 0;  // start order: the prefill budget goes to the oldest first
+    Clock::duration fixed{};  // > 0: a fixed-duration job, this much left
+    std::uint32_t lane = 0;
   };
   // The plan of the current state: running jobs in start order, the first `queued_limit` queued jobs.
   LoopPlan plan(std::size_t queued_limit) const;

@@ -338,6 +338,64 @@ TEST(Queue, PrefillChunkCap) {
   q.set_prefill_chunk(42, 10);  // not running: nothing
 }
 
+// Fixed-duration jobs (embedding, transcription: LoopJob::fixed_s) hold a slot for their time beside the step loop,
+// one after another per lane; their slot frees at the step boundary after their end.
+TEST(Queue, FixedDurationJobs) {
+  JobQueue q("cpu_queue", QueueConfig{10, 2, 10000, 5000, 100}, kKnown);
+  ASSERT_TRUE(q.start_direct(entry(1, 10, 11, 0s)).ok());
+  q.update_progress(1, true, 1);  // 10 decode steps left, 20 ms each
+  QueueEntry f2 = entry(2, 7, 1, 1s);
+  f2.fixed = 50ms;
+  f2.lane = 1;
+  ASSERT_TRUE(q.start_direct(f2).ok());
+  QueueEntry f3 = entry(3, 7, 1, 2s);
+  f3.fixed = 100ms;
+  f3.lane = 1;
+  ASSERT_TRUE(q.enqueue(f3).ok());
+  ASSERT_TRUE(q.enqueue(entry(4, 10, 1, 3s)).ok());
+  // Job 2 ends at 50 ms; its slot frees after the third step (60 ms); job 3 runs 60–160 ms; job 4 joins at the step
+  // boundary at 160 ms and prefills its 10 tokens beside job 1's decode (30 ms), which then has one step left.
+  EXPECT_EQ(q.eta_done(2), 50ms);
+  EXPECT_EQ(q.eta_start(3), 60ms);
+  EXPECT_EQ(q.eta_done(3), 160ms);
+  EXPECT_EQ(q.eta_start(4), 160ms);
+  EXPECT_EQ(q.eta_done(4), 190ms);
+  EXPECT_EQ(q.eta_done(1), 210ms);
+  // Progress of a fixed job: its time left.
+  q.set_fixed_left(2, 10ms);
+  EXPECT_EQ(q.eta_done(2), 10ms);
+  EXPECT_EQ(q.eta_start(3), 20ms);
+  q.set_fixed_left(1, 1ms);  // a step-loop job: no effect
+  EXPECT_EQ(q.eta_done(1), 210ms);
+}
+
+// Only fixed-duration jobs: no steps, each lane serial, lanes side by side.
+TEST(Queue, FixedDurationLanes) {
+  JobQueue q("cpu_queue", QueueConfig{10, 3, 10000, 5000, 100}, kKnown);
+  auto fixed = [](JobId id, Clock::duration d, std::uint32_t lane, Clock::duration accepted) {
+    QueueEntry e = entry(id, 1, 1, accepted);
+    e.fixed = d;
+    e.lane = lane;
+    return e;
+  };
+  ASSERT_TRUE(q.start_direct(fixed(1, 100ms, 1, 0s)).ok());
+  ASSERT_TRUE(q.start_direct(fixed(2, 100ms, 1, 1s)).ok());  // same lane: after job 1
+  ASSERT_TRUE(q.start_direct(fixed(3, 100ms, 2, 2s)).ok());  // another lane: beside it
+  ASSERT_TRUE(q.enqueue(fixed(4, 30ms, 2, 3s)).ok());        // the first free slot: job 1's or job 3's, at 100 ms
+  EXPECT_EQ(q.eta_done(1), 100ms);
+  EXPECT_EQ(q.eta_done(2), 200ms);
+  EXPECT_EQ(q.eta_done(3), 100ms);
+  EXPECT_EQ(q.eta_start(4), 100ms);
+  EXPECT_EQ(q.eta_done(4), 130ms);
+  const std::vector<RunningWork> expect = {{1, 100ms}, {3, 100ms}, {2, 200ms}};
+  const auto got = q.running_work();
+  ASSERT_EQ(got.size(), expect.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].id, expect[i].id);
+    EXPECT_EQ(got[i].remaining, expect[i].remaining);
+  }
+}
+
 // Observed steps replace the prior: slower steps, later ETAs.
 TEST(Queue, ObservedStepsDriveTheEta) {
   JobQueue q("gpu_queue", QueueConfig{10, 1, 10000, 5000, 100}, kKnown);
