@@ -82,6 +82,11 @@ class Follower {
     if (u.kind == "audio") {
       if (u.windows_total) windows_total_ = *u.windows_total;
       if (u.seconds) audio_ms_ = static_cast<std::uint64_t>(std::llround(*u.seconds * 1000));
+      // Before the first window: the windows at the replica's measured time per window, when it has one.
+      if (u.eta_known.value_or(false) && u.eta_ms) {
+        eta_ms_ = *u.eta_ms;
+        eta_before_first_ = true;
+      }
       show_progress();
     } else if (u.kind == "segment") {
       if (!polling_ && out_ == Output::text && !g_.json) {
@@ -129,7 +134,7 @@ class Follower {
               : "transcribing: window " + std::to_string(std::min(windows_done_ + 1, std::max(windows_total_, 1u))) +
                     "/" + std::to_string(std::max(windows_total_, 1u)) + ", " + stamp(audio_done_ms_) + " of " +
                     stamp(audio_ms_);
-    if (windows_done_ > 0 && !live_) line += ", ETA " + tc::format_duration_ms(eta_ms_);
+    if ((windows_done_ > 0 || eta_before_first_) && !live_) line += ", ETA " + tc::format_duration_ms(eta_ms_);
     if (!route_.empty()) line += " (" + route_ + ")";
     std::fprintf(stderr, "\r\033[K%s", line.c_str());
     std::fflush(stderr);
@@ -202,6 +207,7 @@ class Follower {
   bool polling_ = false, done_ = false, progress_shown_ = false, live_ = false;
   std::string route_;
   std::uint32_t windows_done_ = 0, windows_total_ = 0, segments_ = 0;
+  bool eta_before_first_ = false;  // the audio update carried a measured ETA
   std::uint64_t audio_done_ms_ = 0, audio_ms_ = 0, eta_ms_ = 0;
 };
 

@@ -19,6 +19,7 @@
 #include "generation/prompt_template.h"
 #include "generation/sampler.h"
 #include "policy/types.h"
+#include "policy/unit_times.h"
 #include "audio/stream.h"
 #include "speech/transcriber.h"
 
@@ -160,8 +161,11 @@ struct RunResult {
   bool accelerator_fault = false;     // the error came from the accelerator (allocation refused, device lost)
   std::uint32_t new_tokens = 0;
   Clock::duration decode_time{};
-  // Embed: one L2-normalised vector per input (texts first, then images), when the status is ok.
+  // Embed: one L2-normalised vector per input (texts first, then images), when the status is ok; the time the
+  // texts and the images took (the measured per-unit times, policy::UnitTimes).
   std::vector<std::vector<float>> vectors;
+  Clock::duration text_time{};
+  Clock::duration image_time{};
   std::uint32_t failed_input = 0;     // invalid_argument: the index of the input that could not be used
 };
 
@@ -177,12 +181,21 @@ struct StepReport {
 // A replica's warm-up when it loaded (docs/policy.md §6, "Measured at load"): one prefill of `prefill_tokens`
 // and `decode_steps.size()` single-token decode steps of one sequence, after an unmeasured first run (page faults,
 // lazy initialisation). The service starts its per-route rates from the default model's.
+// An embedding or speech model's warm-up measures the time of its own units instead (UnitWarmup: per text, per
+// image, per window; policy::UnitTimes), and leaves the token fields empty.
+struct UnitWarmup {
+  policy::WorkUnit unit = policy::WorkUnit::text;
+  std::uint32_t units = 0;
+  Clock::duration took{};  // all `units` together
+};
+
 struct WarmupReport {
   std::string model;
   policy::Device route = policy::Device::cpu;  // gpu: the GPU replica (also a hybrid one)
   std::uint32_t prefill_tokens = 0;
   Clock::duration prefill_took{};
   std::vector<Clock::duration> decode_steps;
+  std::vector<UnitWarmup> units;  // embedding and speech models
 };
 
 // A model whose replicas were loaded off the loop (Backend::prepare_model) and that does not serve yet: its info and

@@ -160,7 +160,7 @@ Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare(const ModelConfig&
   auto of_kind = [&](auto slot, auto prepare_kind) -> Result<std::unique_ptr<PreparedModel>> {
     auto out = std::make_unique<Prepared>();
     out->owner = this;
-    auto info = (this->*prepare_kind)(mc, progress, (*out).*slot);
+    auto info = (this->*prepare_kind)(mc, progress, (*out).*slot, out->warmups);
     if (!info) return fail(std::move(info).error());
     out->info = std::move(info).value();
     return std::unique_ptr<PreparedModel>(std::move(out));

@@ -82,8 +82,9 @@ class EngineBackend final : public Backend {
   // Embedding models (engine_backend_embed.cc).
   // (A shared_ptr made where EmbedEntry is complete, so engine_backend.cc, where only Entry is, can hold and drop it.)
   struct EmbedEntry;
+  // The replicas, then their warm-ups (per text and per image: WarmupReport::units) into `warmups`.
   Result<ModelInfo> prepare_embedding(const ModelConfig& mc, const std::function<void(const std::string&)>& progress,
-                                      std::shared_ptr<EmbedEntry>& out);
+                                      std::shared_ptr<EmbedEntry>& out, std::vector<WarmupReport>& warmups);
   Status load_embed_gpu(EmbedEntry& e);
   std::shared_ptr<EmbedEntry> embed_entry(const std::string& name) const;
   bool embed_gpu_lost(const EmbedEntry& e) const;
@@ -98,8 +99,9 @@ class EngineBackend final : public Backend {
 
   // Speech models (engine_backend_speech.cc).
   struct SpeechEntry;
+  // The replicas, then their warm-ups (per window: WarmupReport::units) into `warmups`.
   Result<ModelInfo> prepare_speech(const ModelConfig& mc, const std::function<void(const std::string&)>& progress,
-                                   std::shared_ptr<SpeechEntry>& out);
+                                   std::shared_ptr<SpeechEntry>& out, std::vector<WarmupReport>& warmups);
   Status load_speech_gpu(SpeechEntry& e);
   std::shared_ptr<SpeechEntry> speech_entry(const std::string& name) const;
   bool speech_gpu_lost(const SpeechEntry& e) const;

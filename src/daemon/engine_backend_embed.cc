@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -56,6 +57,57 @@ policy::ModelShape embed_shape(const std::string& name, const engine::ClipModel&
   return s;
 }
 
+// An embedding replica's warm-up (WarmupReport::units, docs/policy.md §6 "Fixed-duration jobs"): one text and one
+// image unmeasured (page faults of the mapped weights, lazy initialisation, the accelerator's kernels), then a batch
+// of 4 texts of 16 tokens (a search query's length) and one of 2 images, timed. nullopt (logged) when a forward fails:
+// the jobs' ETAs then come from the first runs.
+std::optional<WarmupReport> warm_up_clip(const std::string& name, engine::ClipModel& m, policy::Device route) {
+  const auto& c = m.config();
+  const char* where = route == policy::Device::cpu ? "CPU" : "GPU";
+  const int len = std::min(16, c.text.positions);
+  if (len < 2 || c.vocab < 4 || c.image_size <= 0) return std::nullopt;
+  auto text = [&](int k) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(len));
+    for (int i = 0; i < len; ++i) ids[static_cast<std::size_t>(i)] = 1 + (i * 7919 + k * 31) % (c.vocab - 2);
+    if (c.bos_id >= 0 && c.bos_id < c.vocab) ids.front() = c.bos_id;
+    if (c.eos_id >= 0 && c.eos_id < c.vocab) ids.back() = c.eos_id;
+    return ids;
+  };
+  const std::size_t px = static_cast<std::size_t>(c.channels) * static_cast<std::size_t>(c.image_size) *
+                         static_cast<std::size_t>(c.image_size);
+  auto image = [&](int k) {
+    std::vector<float> p(px);
+    for (std::size_t i = 0; i < px; ++i) p[i] = static_cast<float>(static_cast<int>((i * 37 + k * 11) % 41) - 20) / 20.0F;
+    return p;
+  };
+  auto fail_note = [&](const Error& e) {
+    log::warn("embedding model {}: no {} warm-up ({}): its ETAs come from its first jobs", name, where, e.message);
+    return std::nullopt;
+  };
+  {  // unmeasured
+    const std::vector<std::vector<std::int32_t>> t1{text(0)};
+    if (auto v = m.embed_texts(t1); !v) return fail_note(v.error());
+    const std::vector<std::vector<float>> i1{image(0)};
+    if (auto v = m.embed_images(i1); !v) return fail_note(v.error());
+  }
+  WarmupReport w;
+  w.model = name;
+  w.route = route;
+  std::vector<std::vector<std::int32_t>> texts;
+  for (int k = 1; k <= 4; ++k) texts.push_back(text(k));
+  auto t0 = SteadyTime::now();
+  if (auto v = m.embed_texts(texts); !v) return fail_note(v.error());
+  w.units.push_back({policy::WorkUnit::text, 4, std::chrono::duration_cast<Clock::duration>(SteadyTime::now() - t0)});
+  const std::vector<std::vector<float>> images{image(1), image(2)};
+  t0 = SteadyTime::now();
+  if (auto v = m.embed_images(images); !v) return fail_note(v.error());
+  w.units.push_back({policy::WorkUnit::image, 2, std::chrono::duration_cast<Clock::duration>(SteadyTime::now() - t0)});
+  log::info("embedding model {}: {} replica measured at load: {:.1f} ms per text, {:.1f} ms per image", name, where,
+            std::chrono::duration<double, std::milli>(w.units[0].took).count() / 4,
+            std::chrono::duration<double, std::milli>(w.units[1].took).count() / 2);
+  return w;
+}
+
 }  // namespace
 
 Result<bool> EngineBackend::is_embedding_model(const std::string& path) {
@@ -91,7 +143,7 @@ Result<bool> EngineBackend::is_embedding_model(const std::string& path) {
 }
 
 Result<ModelInfo> EngineBackend::prepare_embedding(const ModelConfig& mc, const std::function<void(const std::string&)>& progress,
-                                            std::shared_ptr<EmbedEntry>& out) {
+                                            std::shared_ptr<EmbedEntry>& out, std::vector<WarmupReport>& warmups) {
   auto e = std::make_shared<EmbedEntry>();
   e->cfg = mc;
   auto ro = replica_options<engine::ClipLoadOptions>(mc, accel_);
@@ -151,10 +203,14 @@ Result<ModelInfo> EngineBackend::prepare_embedding(const ModelConfig& mc, const 
   log::info("embedding model {}: CPU replica ready in {} ms (dim {}, image {} px, fingerprint {})", mc.name,
             std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
             info.embedding.dim, info.embedding.image_size, info.fingerprint);
+  if (auto w = warm_up_clip(mc.name, *e->cpu, policy::Device::cpu)) warmups.push_back(std::move(*w));
   if (e->gpu_wanted) {
     if (progress) progress("loading embedding model " + mc.name + " (GPU replica)");
-    if (auto st = load_embed_gpu(*e); !st)
+    if (auto st = load_embed_gpu(*e); !st) {
       log::warn("embedding model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
+    } else if (auto g = e->gpu_for_run(accel_.get())) {
+      if (auto w = warm_up_clip(mc.name, *g, policy::Device::gpu)) warmups.push_back(std::move(*w));
+    }
   }
   out = std::move(e);
   return info;
@@ -288,14 +344,18 @@ RunResult EngineBackend::embed(const EmbedSpec& spec, const std::atomic<bool>& c
   const auto t0 = SteadyTime::now();
   std::lock_guard run_lock(on_gpu ? e->gpu_run_mu : e->cpu_run_mu);
   if (!spec.texts.empty()) {
+    const auto t1 = SteadyTime::now();
     auto v = m->embed_texts(spec.texts, &cancel);
     if (!v) return fail_with(std::move(v).error());
     for (auto& x : *v) out.vectors.push_back(std::move(x));
+    out.text_time = SteadyTime::now() - t1;
   }
   if (!pixels.empty() && !cancel.load(std::memory_order_relaxed)) {
+    const auto t1 = SteadyTime::now();
     auto v = m->embed_images(pixels, &cancel);
     if (!v) return fail_with(std::move(v).error());
     for (auto& x : *v) out.vectors.push_back(std::move(x));
+    out.image_time = SteadyTime::now() - t1;
   }
   out.decode_time = SteadyTime::now() - t0;
   if (cancel.load(std::memory_order_relaxed) && out.vectors.size() < spec.texts.size() + spec.images.size()) {

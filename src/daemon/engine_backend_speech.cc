@@ -3,9 +3,12 @@
 // when there is an accelerator and the model wants it — a GPU replica. A job's run decodes the audio (here, on the
 // worker), then runs the window loop (speech::Transcriber) from the job's checkpoint with one engine session,
 // reporting every finished window.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +61,66 @@ policy::ModelShape speech_shape(const std::string& name, const engine::WhisperCo
 // fixed_job_bytes): the estimator would count logits for every encoder position, which a Whisper encoder never has.
 std::uint64_t session_bytes_of(const engine::WhisperModel& m) { return m.session_bytes(); }
 
+// A speech replica's warm-up (WarmupReport::units, docs/policy.md §6 "Fixed-duration jobs"): one window's encoder
+// and a few decoder steps unmeasured (page faults, lazy initialisation, the accelerator's kernels), then one window
+// timed: the encoder, the decoder's prompt (start of transcript, language, task) and 16 single-token steps. The
+// window's figure is the encoder and prompt plus the tokens a window of speech holds: about 3.3 per second of audio
+// (150 words a minute at ~1.3 tokens a word: ~100 for a 30-s window), at most the decoder's positions. A window's
+// real time depends on what it holds (silence is skipped, a hard one is decoded again at a higher temperature): the
+// windows jobs run move the figure from there (policy::UnitTimes).
+std::optional<WarmupReport> warm_up_whisper(const std::string& name, engine::WhisperModel& m,
+                                            const tok::WhisperSpecials& sp, policy::Device route) {
+  constexpr int kSteps = 16;
+  const auto& c = m.config();
+  const char* where = route == policy::Device::cpu ? "CPU" : "GPU";
+  std::vector<speech::TokenId> prompt{sp.sot};
+  if (!sp.languages.empty()) prompt.push_back(sp.languages.front());
+  if (sp.transcribe >= 0) prompt.push_back(sp.transcribe);
+  if (sp.notimestamps >= 0) prompt.push_back(sp.notimestamps);
+  if (sp.sot < 0 || c.vocab < 4 || static_cast<int>(prompt.size()) + kSteps + 1 > c.target_positions) return std::nullopt;
+  const std::size_t frames = static_cast<std::size_t>(m.window_frames());
+  std::vector<float> mel(static_cast<std::size_t>(c.n_mels) * frames);
+  for (std::size_t i = 0; i < mel.size(); ++i) mel[i] = static_cast<float>(static_cast<int>((i * 37) % 41) - 20) / 40.0F;
+  auto fail_note = [&](const Error& e) {
+    log::warn("speech model {}: no {} warm-up ({}): its ETAs come from its first windows", name, where, e.message);
+    return std::nullopt;
+  };
+  auto session = m.new_session();
+  if (!session) return fail_note(session.error());
+  auto& s = **session;
+  {  // unmeasured
+    if (auto st = s.encode(mel, nullptr); !st) return fail_note(st.error());
+    if (auto l = s.decode(prompt, nullptr); !l) return fail_note(l.error());
+  }
+  auto t0 = SteadyTime::now();
+  if (auto st = s.encode(mel, nullptr); !st) return fail_note(st.error());
+  auto logits = s.decode(prompt, nullptr);
+  if (!logits) return fail_note(logits.error());
+  const auto head = SteadyTime::now() - t0;
+  t0 = SteadyTime::now();
+  for (int k = 0; k < kSteps; ++k) {
+    // A text token, not the end: the steps must run whatever the logits say.
+    const speech::TokenId next = static_cast<speech::TokenId>(1 + (k * 7919) % std::max(1, std::min(sp.eot, c.vocab) - 1));
+    logits = s.decode(std::span<const speech::TokenId>(&next, 1), nullptr);
+    if (!logits) return fail_note(logits.error());
+  }
+  const auto per_token = (SteadyTime::now() - t0) / kSteps;
+  const double window_s = static_cast<double>(frames) / 100.0;  // 10-ms mel frames
+  const int tokens = std::clamp(static_cast<int>(std::ceil(3.3 * window_s)), 1,
+                                c.target_positions - static_cast<int>(prompt.size()));
+  WarmupReport w;
+  w.model = name;
+  w.route = route;
+  w.units.push_back({policy::WorkUnit::window, 1,
+                     std::chrono::duration_cast<Clock::duration>(head + per_token * tokens)});
+  log::info("speech model {}: {} replica measured at load: encoder + prompt {:.1f} ms, {:.2f} ms per token: "
+            "~{:.0f} ms per {:.0f}-s window of speech ({} tokens)",
+            name, where, std::chrono::duration<double, std::milli>(head).count(),
+            std::chrono::duration<double, std::milli>(per_token).count(),
+            std::chrono::duration<double, std::milli>(w.units[0].took).count(), window_s, tokens);
+  return w;
+}
+
 }  // namespace
 
 bool EngineBackend::is_speech_model(const std::string& path) {
@@ -75,7 +138,7 @@ bool EngineBackend::is_speech_model(const std::string& path) {
 }
 
 Result<ModelInfo> EngineBackend::prepare_speech(const ModelConfig& mc, const std::function<void(const std::string&)>& progress,
-                                            std::shared_ptr<SpeechEntry>& out) {
+                                            std::shared_ptr<SpeechEntry>& out, std::vector<WarmupReport>& warmups) {
   const DaemonConfig& cfg = cfg_;
   auto e = std::make_shared<SpeechEntry>();
   e->cfg = mc;
@@ -150,13 +213,20 @@ Result<ModelInfo> EngineBackend::prepare_speech(const ModelConfig& mc, const std
   log::info("speech model {}: CPU replica ready in {} ms ({} languages, {}-s windows, fingerprint {})", mc.name,
             std::chrono::duration_cast<std::chrono::milliseconds>(SteadyTime::now() - t0).count(),
             info.speech.languages.size(), info.speech.window_samples / 16000, info.fingerprint);
+  if (auto w = warm_up_whisper(mc.name, *e->cpu, e->specials, policy::Device::cpu)) warmups.push_back(std::move(*w));
   if (e->gpu_wanted) {
     if (progress) progress("loading speech model " + mc.name + " (GPU replica)");
     if (auto st = load_speech_gpu(*e); !st) {
       log::warn("speech model {}: no GPU replica ({}); it serves on the CPU", mc.name, st.error().message);
     } else {
-      std::lock_guard lock(e->gpu_mu);  // on a device a session also holds the weights' expansion workspace
-      info.shape.fixed_job_bytes = std::max(info.shape.fixed_job_bytes, session_bytes_of(*e->gpu));
+      std::shared_ptr<engine::WhisperModel> g;
+      {
+        std::lock_guard lock(e->gpu_mu);  // on a device a session also holds the weights' expansion workspace
+        info.shape.fixed_job_bytes = std::max(info.shape.fixed_job_bytes, session_bytes_of(*e->gpu));
+        g = e->gpu;
+      }
+      if (g)
+        if (auto w = warm_up_whisper(mc.name, *g, e->specials, policy::Device::gpu)) warmups.push_back(std::move(*w));
     }
   }
   out = std::move(e);

@@ -92,17 +92,26 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
     }
   }
   catalog_.start(serving, clock_->now());
-  seed_rates();
+  apply_warmups(backend_->warmup_reports());
 }
 
 // The per-route rates start from the default model's warm-up (rates measured when its replicas loaded) instead of
 // the configured priors, so that the first ETA and the first degraded announcement are measured figures; the
-// warm-up's steps also enter the step model (docs/policy.md §6, "Measured at load").
-void Service::seed_rates() {
+// warm-up's steps also enter the step model. Another LLM's warm-up seeds a route that has only its priors (the
+// default model has none there: its CPU copy loads on demand, say). Embedding and speech models' warm-ups give
+// their per-unit times (docs/policy.md §6, "Measured at load", "Fixed-duration jobs").
+void Service::apply_warmups(const std::vector<WarmupReport>& warmups) {
   const std::string model = default_llm();
-  for (const auto& w : backend_->warmup_reports()) {
-    if (w.model != model || w.prefill_tokens == 0 || w.decode_steps.empty()) continue;
+  for (const auto& w : warmups) {
+    for (const auto& u : w.units) {
+      if (u.units == 0) continue;
+      unit_times_.set_measured(w.model, w.route, u.unit, u.took / u.units);
+      log::info("model {}: {} route: {:.1f} ms per {} (measured at load)", w.model, policy::device_name(w.route),
+                std::chrono::duration<double, std::milli>(u.took / u.units).count(), policy::work_unit_name(u.unit));
+    }
+    if (w.prefill_tokens == 0 || w.decode_steps.empty()) continue;
     auto& q = w.route == policy::Device::cpu ? cpu_queue_ : gpu_queue_;
+    if (w.model != model && !q.rates().from_priors()) continue;
     Clock::duration decode{};
     for (auto d : w.decode_steps) decode += d;
     const double ps = std::chrono::duration<double>(w.prefill_took).count();
@@ -111,11 +120,27 @@ void Service::seed_rates() {
                            ds > 0 ? static_cast<double>(w.decode_steps.size()) / ds : 0.0);
     q.rates().observe_step(1, w.prefill_tokens, w.prefill_took);
     for (auto d : w.decode_steps) q.rates().observe_step(1, 1, d);
+    const auto& priors = w.route == policy::Device::cpu ? cfg_.policy.cpu_rates : cfg_.policy.gpu_rates;
     log::info("{} route: rates from model {}'s warm-up: prefill {:.0f} tok/s, decode {:.1f} tok/s (priors {:.0f} / {:.1f})",
-              policy::device_name(w.route), model, q.rates().prefill_tps(), q.rates().decode_tps(),
-              (w.route == policy::Device::cpu ? cfg_.policy.cpu_rates : cfg_.policy.gpu_rates).prior_prefill_tps,
-              (w.route == policy::Device::cpu ? cfg_.policy.cpu_rates : cfg_.policy.gpu_rates).prior_decode_tps);
+              policy::device_name(w.route), w.model, q.rates().prefill_tps(), q.rates().decode_tps(),
+              priors.prior_prefill_tps, priors.prior_decode_tps);
   }
+}
+
+policy::QueueEntry Service::queue_entry(const JobRecord& j, policy::Device route, Clock::time_point accepted) const {
+  policy::QueueEntry e{j.id, j.shape.prompt_tokens, j.shape.max_new_tokens, accepted};
+  if (auto f = workload(j).fixed_time(*this, j, route)) {
+    e.fixed = std::max(*f, Clock::duration{1});
+    // One lane per model and route: a replica runs one embedding or speech forward at a time.
+    e.lane = static_cast<std::uint32_t>(std::hash<std::string>{}(j.serving_model_name()));
+  }
+  return e;
+}
+
+void Service::update_fixed_time(const JobRecord& j) {
+  const policy::Device route = j.queue == QueueId::cpu ? policy::Device::cpu : policy::Device::gpu;
+  if (auto f = workload(j).fixed_time(*this, j, route))
+    if (policy::JobQueue* q = queue_of(j.queue)) q->set_fixed_left(j.id, *f);
 }
 
 Service::Workload& Service::workload(const JobRecord& j) const {

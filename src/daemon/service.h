@@ -356,10 +356,20 @@ class Service {
   bool gpu_busy(const std::string& model) const;  // a run of `model` is on the GPU (or offloaded)
   // The models a GPU job runs on (also offloaded) or waits for in the GPU queue: their replicas are not idle.
   std::set<std::string> gpu_wanted_models() const;
-  void seed_rates();  // from the backend's warm-ups (constructor)
+  // The warm-ups of replicas just loaded (the backend's at start, a model's added at run time): an embedding or
+  // speech model's per-unit times, and the per-route step rates from the default LLM's — or from any LLM's while a
+  // route has only its priors (docs/policy.md §6, "Measured at load").
+  void apply_warmups(const std::vector<WarmupReport>& warmups);
+  // A queue entry for `j` on the queue of `route` (accepted at `accepted`): a fixed-duration one when its workload
+  // knows its time there (Workload::fixed_time), else by its token shape.
+  policy::QueueEntry queue_entry(const JobRecord& j, policy::Device route, Clock::time_point accepted) const;
+  // The unfinished part of a fixed-duration job changed (a window done): its queue's simulation follows.
+  void update_fixed_time(const JobRecord& j);
   // Whether `route`'s estimates are measured (a warm-up or an observed run), not the configured priors' guess; and
   // the CPU route's expected slowdown (GPU decode rate / CPU decode rate; 0 = unknown: either is still a prior).
   bool eta_known(policy::Device route) const;
+  // A job's: its route's rates (generate), or its units' measured times (embed, transcribe).
+  bool eta_known(const JobRecord& j) const;
   double expected_slowdown() const;
   // The runtime model set (service_control.cc, over ModelCatalog): the new configuration's [[model]] list, loading
   // one model's replicas on the models worker, what a finished load becomes, removing the models whose jobs ended,
@@ -396,6 +406,7 @@ class Service {
   policy::CircuitBreaker breaker_;
   policy::JobQueue gpu_queue_;
   policy::JobQueue cpu_queue_;
+  policy::UnitTimes unit_times_;  // embedding and speech models' measured times per text, image and window
   policy::ReservationLedger ledger_;
   policy::HostMemoryGuard host_guard_;
   policy::ServiceStateTracker state_;

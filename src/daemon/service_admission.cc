@@ -385,7 +385,8 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
   active_.insert(jp->id);
 
   // Place it.
-  const policy::QueueEntry entry{jp->id, jp->shape.prompt_tokens, jp->shape.max_new_tokens, now};
+  const policy::QueueEntry entry =
+      queue_entry(*jp, d.action == Rung::route_cpu ? policy::Device::cpu : policy::Device::gpu, now);
   Status placed;
   if (d.action == Rung::route_cpu) {
     jp->queue = QueueId::cpu;
@@ -408,7 +409,7 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
                 {"degraded", jp->degraded},
                 {"queue", queue_name(jp->queue)},
                 {"eta_ms", to_ms(d.eta)},
-                {"eta_known", eta_known(jp->route.device)}};
+                {"eta_known", eta_known(*jp)}};
     emit(*jp, "routed", routed);
     if (jp->degraded)
       log::info("job {} routed {}: {} ({})", jp->id, route_name(jp->route), policy::reason_name(d.reason), d.detail);
@@ -439,7 +440,7 @@ Dict Service::placement(const JobRecord& j) const {
   }
   out["queue_position"] = pos;  // 1 = next; 0 = running or not queued
   out["eta_ms"] = std::max(eta, to_ms(j.decision.eta));
-  out["eta_known"] = eta_known(j.route.device);
+  out["eta_known"] = eta_known(j);
   out["model"] = j.route.model.empty() ? j.model : j.route.model;
   out["fallback_model"] = j.route.fallback_model;
   std::string fp;
@@ -458,6 +459,11 @@ Dict Service::placement(const JobRecord& j) const {
 
 bool Service::eta_known(policy::Device route) const {
   return !(route == policy::Device::cpu ? cpu_queue_ : gpu_queue_).rates().from_priors();
+}
+
+bool Service::eta_known(const JobRecord& j) const {
+  if (j.kind == WorkloadKind::generate) return eta_known(j.route.device);
+  return workload(j).fixed_time(*this, j, j.route.device).has_value();  // its units' measured times
 }
 
 double Service::expected_slowdown() const {

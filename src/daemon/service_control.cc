@@ -517,10 +517,13 @@ void Service::on_model_prepared(WorkerEvent& ev) {
     case ModelCatalog::LoadOutcome::serve: break;
   }
   const ModelInfo info = prepared->info;
+  const std::vector<WarmupReport> warmups = prepared->warmups;
   if (auto st = backend_->add_model(std::move(prepared)); !st) {
     log::error("model {}: loaded but not added: {}", ev.model, st.error().message);
     return;
   }
+  unit_times_.forget(info.name);  // a replaced model's figures were its old replicas'
+  apply_warmups(warmups);
   if (info.gpu_configured && backend_->accelerator()) {
     residency_.add(info.name, now, backend_->gpu_ready(info.name));
     if (const auto* e = catalog_.find(info.name)) apply_residency_settings(e->config);
@@ -558,6 +561,7 @@ void Service::remove_finished_models() {
       continue;
     }
     residency_.remove(name);
+    unit_times_.forget(name);
     const auto again = catalog_.removed(name, clock_->now());
     log::warn("model {}: {}", name, again ? "out; loading it with its new settings" : "removed: it no longer serves");
     if (observer_) observer_->models_changed({}, {name});

@@ -233,8 +233,27 @@ bool Service::EmbedWorkload::start(Service& s, JobRecord& j) {
   return true;
 }
 
+std::optional<Clock::duration> Service::EmbedWorkload::fixed_time(const Service& s, const JobRecord& j,
+                                                                  policy::Device route) const {
+  if (!j.embed) return std::nullopt;
+  const auto d = route == policy::Device::cpu ? policy::Device::cpu : policy::Device::gpu;
+  Clock::duration total{};
+  const std::pair<policy::WorkUnit, std::uint32_t> parts[] = {{policy::WorkUnit::text, j.embed->n_texts},
+                                                              {policy::WorkUnit::image, j.embed->n_images}};
+  for (const auto& [unit, n] : parts) {
+    if (n == 0) continue;
+    const auto t = s.unit_times_.estimate(j.serving_model_name(), d, unit, n);
+    if (!t) return std::nullopt;
+    total += *t;
+  }
+  return total;
+}
+
 Status Service::EmbedWorkload::completed(Service& s, JobRecord& j, const RunResult& r) {
-  (void)s;
+  // The run's times move the model's per-text and per-image figures (policy::UnitTimes).
+  const auto d = j.route.device == policy::Device::cpu ? policy::Device::cpu : policy::Device::gpu;
+  s.unit_times_.observe(j.serving_model_name(), d, policy::WorkUnit::text, j.embed->n_texts, r.text_time);
+  s.unit_times_.observe(j.serving_model_name(), d, policy::WorkUnit::image, j.embed->n_images, r.image_time);
   const std::size_t want = j.embed->n_texts + j.embed->n_images;
   if (r.vectors.size() != want)
     return fail(Errc::internal, "the backend returned " + std::to_string(r.vectors.size()) + " vectors for " +

@@ -235,6 +235,8 @@ struct Service::JobRecord {
   bool outcome_unwritten = false;
 
   bool terminal() const { return policy::is_terminal(phase); }
+  // The model that runs it: the route's (a fallback model) once routed, else the one requested.
+  const std::string& serving_model_name() const { return route.model.empty() ? model : route.model; }
 };
 
 struct Service::WorkerEvent {
@@ -332,6 +334,13 @@ class Service::Workload {
   virtual std::uint32_t delivered(const JobRecord& j) const {
     return static_cast<std::uint32_t>(j.tokens.size() - j.resume.size());
   }
+  // The time the job still needs on `route` when it is not a step-loop job (QueueEntry::fixed: its units left at
+  // their measured times, policy::UnitTimes); nullopt for a step-loop job, or when a time is not known yet (the job
+  // is then queued by its token shape, and its ETA is shown as unknown).
+  virtual std::optional<Clock::duration> fixed_time(const Service& s, const JobRecord& j, policy::Device route) const {
+    (void)s, (void)j, (void)route;
+    return std::nullopt;
+  }
   // The job reached a terminal state (its outcome is journaled, its resources released).
   virtual void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) = 0;
   // The kind's fields of the "finished" update and of GetJob.
@@ -362,6 +371,7 @@ class Service::EmbedWorkload final : public Workload {
   Status completed(Service& s, JobRecord& j, const RunResult& r) override;
   bool resumable() const override { return false; }
   policy::FailoverDecision failover(const Service& s, const JobRecord& j) const override;
+  std::optional<Clock::duration> fixed_time(const Service& s, const JobRecord& j, policy::Device route) const override;
   void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) override;
   void outcome(const JobRecord& j, Dict& finished) const override;
   void view(const JobRecord& j, Dict& d) const override;
@@ -378,6 +388,7 @@ class Service::TranscribeWorkload final : public Workload {
   bool resumable() const override { return false; }
   policy::FailoverDecision failover(const Service& s, const JobRecord& j) const override;
   std::uint32_t delivered(const JobRecord& j) const override;
+  std::optional<Clock::duration> fixed_time(const Service& s, const JobRecord& j, policy::Device route) const override;
   void ended(Service& s, JobRecord& j, JobPhase phase, Errc code, const std::string& message) override;
   void outcome(const JobRecord& j, Dict& finished) const override;
   void view(const JobRecord& j, Dict& d) const override;

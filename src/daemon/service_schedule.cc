@@ -124,7 +124,7 @@ void Service::pump() {
 
 void Service::to_cpu_queue(JobRecord& j, const std::string& why) {
   j.queue = QueueId::cpu;
-  const policy::QueueEntry entry{j.id, j.shape.prompt_tokens, j.shape.max_new_tokens, j.accepted_at};
+  const policy::QueueEntry entry = queue_entry(j, policy::Device::cpu, j.accepted_at);
   if (auto st = cpu_queue_.enqueue(entry); !st) {
     j.queue = QueueId::none;
     end_job(j, JobPhase::failed, "cpu_queue_full", Errc::resumable, "the CPU queue is full: " + st.error().message, 5s);

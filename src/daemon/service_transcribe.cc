@@ -257,9 +257,15 @@ void Service::on_transcribe_event(JobRecord& j, WorkerEvent& ev) {
     const bool first = w.checkpoint.windows_done == 0 && j.attempt <= 1;
     w.audio_seconds = ev.audio_seconds;
     w.windows_total = std::max(ev.windows_total, w.checkpoint.windows_done);
-    if (first)
+    update_fixed_time(j);
+    if (first) {
+      // Before its first window: the windows at the replica's measured time per window (policy::UnitTimes).
+      const auto eta = workload(j).fixed_time(*this, j, j.route.device);
       emit(j, "audio", {{"seconds", w.audio_seconds}, {"windows_total", w.windows_total},
-                        {"format", w.format}, {"route", route_name(j.route)}, {"stream", w.stream != nullptr}});
+                        {"format", w.format}, {"route", route_name(j.route)}, {"stream", w.stream != nullptr},
+                        {"eta_ms", eta && !w.stream ? to_ms(*eta) : std::uint64_t{0}},
+                        {"eta_known", eta.has_value() && !w.stream}});
+    }
     return;
   }
   if (!ev.window_result) return;
@@ -297,12 +303,15 @@ void Service::on_transcribe_event(JobRecord& j, WorkerEvent& ev) {
     w.audio_seconds = std::max(w.audio_seconds, w.stream->seconds());
   }
   w.run_time += ev.took;
+  unit_times_.observe(j.serving_model_name(), j.route.device == policy::Device::cpu ? policy::Device::cpu : policy::Device::gpu,
+                      policy::WorkUnit::window, 1, ev.took);
   if (j.route.device == policy::Device::cpu) ++w.windows_on_cpu;
   if (wr.skipped_silence) ++w.windows_skipped;
   if (!w.options.temperatures.empty() && wr.temperature > w.options.temperatures.front() + 1e-9) ++w.fallbacks;
   w.windows_total = std::max(w.windows_total, w.checkpoint.windows_done + (w.checkpoint.finished ? 0u : 1u));
   if (j.fsm && j.phase == JobPhase::running) (void)j.fsm->record_tokens(w.checkpoint.windows_done);
   journal_checkpoint(j);  // the transcript so far rides with the next commit
+  update_fixed_time(j);
   const auto done = w.checkpoint.windows_done;
   const auto remaining = w.windows_total > done ? w.windows_total - done : 0u;
   const auto per_window = done ? w.run_time / done : Clock::duration::zero();
@@ -365,15 +374,17 @@ bool Service::TranscribeWorkload::start(Service& s, JobRecord& j) {
   spec.options = w.options;
   spec.from = w.checkpoint;
   if (w.queued == Clock::duration::zero()) w.queued = s.clock_->now() - j.accepted_at;
-  if (w.checkpoint.windows_done > 0)  // a migrated job: where it continues
+  if (w.checkpoint.windows_done > 0) {  // a migrated job: where it continues, and its windows left on this route
+    const auto eta = w.stream && !w.stream->complete() ? std::nullopt : fixed_time(s, j, j.route.device);
     s.emit(j, "progress", {{"windows_done", w.checkpoint.windows_done},
                            {"windows_total", w.windows_total},
                            {"audio_done_ms", seconds_ms(static_cast<double>(w.checkpoint.seek) / audio::kSampleRate)},
                            {"audio_ms", seconds_ms(w.audio_seconds)},
-                           {"eta_ms", std::uint64_t{0}},
+                           {"eta_ms", eta ? to_ms(*eta) : std::uint64_t{0}},
                            {"route", route_name(j.route)},
                            {"language", w.checkpoint.language},
                            {"realtime_factor", 0.0}});
+  }
   auto sink = std::make_shared<TranscribeSinkImpl>(&s, j.id, j.attempt);
   auto cancel = j.cancel;
   const auto attempt = j.attempt;
@@ -388,6 +399,16 @@ bool Service::TranscribeWorkload::start(Service& s, JobRecord& j) {
   };
   (j.route.device == policy::Device::cpu ? s.cpu_pool_ : s.gpu_pool_)->post(std::move(task));
   return true;
+}
+
+std::optional<Clock::duration> Service::TranscribeWorkload::fixed_time(const Service& s, const JobRecord& j,
+                                                                       policy::Device route) const {
+  if (!j.transcribe) return std::nullopt;
+  const TranscribeWork& w = *j.transcribe;
+  const std::uint32_t done = w.checkpoint.windows_done;
+  const std::uint32_t left = std::max<std::uint32_t>(1, w.windows_total > done ? w.windows_total - done : 0);
+  return s.unit_times_.estimate(j.serving_model_name(), route == policy::Device::cpu ? policy::Device::cpu : policy::Device::gpu,
+                                policy::WorkUnit::window, left);
 }
 
 Status Service::TranscribeWorkload::completed(Service& s, JobRecord& j, const RunResult& r) {

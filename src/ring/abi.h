@@ -193,7 +193,8 @@ enum class Kind : std::uint8_t {
                       // avg_logprob, no_speech_prob (the JobUpdate "segment")
   progress = 13,      // ABI 1.2: windows_done, windows_total, audio_done_ms, audio_ms, eta_ms, route, language,
                       // realtime_factor, stream (the JobUpdate "progress")
-  audio_info = 14,    // ABI 1.2, once before the first segment: seconds, windows_total, format, route, stream
+  audio_info = 14,    // ABI 1.2, once before the first segment: seconds, windows_total, format, route, stream,
+                      // eta_ms, eta_known (added keys of the same record: no ABI change)
 };
 
 // CompletionEntry::flags

@@ -369,6 +369,48 @@ class EmbedQueueTest : public EmbedTest {
   std::shared_ptr<Call> first_;
 };
 
+// The job queued behind the running one (an Embed call has no job id until it is answered): the first job after the
+// running one's id that GetJob shows queued.
+JobId queued_job(const Service& svc, const Caller& c, JobId running) {
+  for (JobId id = running + 1; id < running + 8; ++id)
+    if (auto v = svc.get_job(c, id); v && str(*v, "state") == "queued") return id;
+  return 0;
+}
+
+// Measured at load: the embedding replica's warm-up times per text and per image give an embedding job an ETA of its
+// own kind — its inputs at those times, after the job ahead of it on the replica — not an LLM's token estimate
+// (docs/policy.md §6, "Fixed-duration jobs"); a run then moves the figures.
+TEST_F(EmbedQueueTest, TheEtaIsTheInputsAtTheirMeasuredTimes) {
+  WarmupReport w;
+  w.model = "emb";
+  w.route = policy::Device::gpu;
+  w.units = {{policy::WorkUnit::text, 4, 160ms}, {policy::WorkUnit::image, 2, 200ms}};
+  backend_->warmups = {w};
+  start();
+  auto k = queue_behind_a_running_job(embed_request({"a", "b"}, {"one"}));
+  auto view = svc_->get_job(alice_, queued_job(*svc_, alice_, backend_->embeds().front().job));
+  ASSERT_TRUE(view) << describe(view);
+  // The first job (one text, 40 ms) runs; this one waits for the slot, then 2 texts (80 ms) and an image (100 ms).
+  EXPECT_EQ(u64(*view, "eta_ms"), 220u);
+  EXPECT_TRUE(flag(*view, "eta_known"));
+  backend_->set_embed_script({});
+  backend_->release_all();
+  ASSERT_TRUE(pump_until([&] { return first_->done && k->done; }, true));
+  ASSERT_TRUE(k->reply) << describe(k->reply);
+}
+
+// Without a warm-up (it failed, or the replica has not loaded) the ETA is not a number pretending to be measured.
+TEST_F(EmbedQueueTest, NoWarmUpNoKnownEta) {
+  start();
+  auto k = queue_behind_a_running_job(embed_request({"a"}));
+  auto view = svc_->get_job(alice_, queued_job(*svc_, alice_, backend_->embeds().front().job));
+  ASSERT_TRUE(view) << describe(view);
+  EXPECT_FALSE(flag(*view, "eta_known"));
+  backend_->set_embed_script({});
+  backend_->release_all();
+  ASSERT_TRUE(pump_until([&] { return first_->done && k->done; }, true));
+}
+
 TEST_F(EmbedQueueTest, ADeadlineWhileQueuedIsATimeout) {
   start();
   EmbedRequest g = embed_request({"late"});

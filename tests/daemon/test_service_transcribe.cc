@@ -138,6 +138,55 @@ TEST_F(TranscribeTest, GpuFaultMidFileContinuesOnTheCpuAtTheWindowBoundary) {
   EXPECT_TRUE(migrated);
 }
 
+// Measured at load: the speech replicas' warm-ups (time per window) give a transcription its ETA before its first
+// window — at placement and in its "audio" update — and after a failover, its windows left at the CPU's time
+// (docs/policy.md §6, "Fixed-duration jobs").
+TEST_F(TranscribeTest, TheEtaIsTheWindowsAtTheMeasuredTimePerWindow) {
+  WarmupReport gpu, cpu;
+  gpu.model = cpu.model = "asr";
+  gpu.route = policy::Device::gpu;
+  gpu.units = {{policy::WorkUnit::window, 1, 2s}};
+  cpu.route = policy::Device::cpu;
+  cpu.units = {{policy::WorkUnit::window, 1, 6s}};
+  backend_->warmups = {gpu, cpu};
+  TranscribeScript s;
+  s.gpu_fail_at = 2;
+  backend_->set_transcribe_script(s);
+  start();
+  Dict placement;
+  const JobId id = transcribe_ok(alice_, transcribe_request(110), &placement);  // 4 windows
+  EXPECT_EQ(u64(placement, "eta_ms"), 8000u);
+  EXPECT_TRUE(flag(placement, "eta_known"));
+  ASSERT_TRUE(wait_terminal(id, /*tick=*/true));
+  EXPECT_EQ(phase(id), "completed");
+  std::vector<std::uint64_t> audio_eta, resumed_eta;
+  for (const auto& u : rec_.of(id)) {
+    if (u.kind == "audio" && str(u.data, "route") == "gpu") {
+      audio_eta.push_back(u64(u.data, "eta_ms"));
+      EXPECT_TRUE(flag(u.data, "eta_known"));
+    }
+    if (u.kind == "progress" && str(u.data, "route") == "cpu" && u32(u.data, "windows_done") == 2)
+      resumed_eta.push_back(u64(u.data, "eta_ms"));
+  }
+  EXPECT_EQ(audio_eta, (std::vector<std::uint64_t>{8000}));
+  // Resumed on the CPU at window 2: two windows left at 6 s (the CPU figure; the GPU windows moved only the GPU's).
+  ASSERT_FALSE(resumed_eta.empty());
+  EXPECT_EQ(resumed_eta.front(), 12000u);
+}
+
+// No warm-up: the placement says the ETA is not known rather than pass an LLM's token estimate off as one.
+TEST_F(TranscribeTest, NoWarmUpNoKnownEta) {
+  start();
+  Dict placement;
+  const JobId id = transcribe_ok(alice_, transcribe_request(40), &placement);
+  EXPECT_FALSE(flag(placement, "eta_known"));
+  ASSERT_TRUE(wait_terminal(id));
+  for (const auto& u : rec_.of(id))
+    if (u.kind == "audio") {
+      EXPECT_FALSE(flag(u.data, "eta_known"));
+    }
+}
+
 TEST_F(TranscribeTest, GpuFaultBeforeTheFirstWindowRetriesOnTheCpu) {
   TranscribeScript s;
   s.gpu_fail_at = 0;
@@ -394,7 +443,9 @@ TEST_F(StreamTest, WindowsAreTranscribedAsTheirAudioArrivesAndTheEndFinishesTheJ
   EXPECT_TRUE(live[0]);
   EXPECT_FALSE(live[2]);
   for (const auto& u : rec_.of(id))
-    if (u.kind == "audio") EXPECT_TRUE(flag(u.data, "stream"));
+    if (u.kind == "audio") {
+      EXPECT_TRUE(flag(u.data, "stream"));
+    }
   ASSERT_EQ(backend_->transcribes().size(), 1u);
   EXPECT_EQ(backend_->transcribes()[0].audio, nullptr);
 }
