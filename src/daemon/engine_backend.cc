@@ -77,9 +77,62 @@ bool accel_fault(Errc c) { return c == Errc::out_of_memory || c == Errc::device_
 
 // A replica's warm-up (WarmupReport, docs/policy.md §6): a short unmeasured run first (page faults of the mapped
 // weights, lazy initialisation, the accelerator's kernels), then one prefill of up to 64 tokens and 8 greedy decode
-// steps of one sequence, timed. No warm-up (nullopt, logged) when the context is too short or a forward fails: the
-// priors then stay.
-std::optional<WarmupReport> warm_up(const std::string& name, engine::Model& m, policy::Device route) {
+// steps of one sequence, timed; then, when its step loop batches (max_batch > 1), min(max_batch, 8) sequences of 4
+// prompt tokens prefilled together and 2 batched decode steps, timed (WarmupReport::batch_steps: the step model's
+// cost per sequence from the start, not extrapolated from one sequence). No warm-up (nullopt, logged) when the
+// context is too short or a forward fails: the priors then stay; a batched part that fails is left out.
+// The batched part of warm_up: `batch` sequences, their 4-token prompts in one forward, then 2 decode steps of all
+// of them (the first prompt forward and step unmeasured: the batch's scratch is sized then).
+void warm_up_batch(const std::string& name, engine::Model& m, policy::Device route, int batch, WarmupReport& w) {
+  constexpr int kPrompt = 4;
+  constexpr int kSteps = 3;  // the first unmeasured
+  const int vocab = m.config().vocab_size;
+  if (batch < 2 || kPrompt + kSteps + 1 > m.max_context() || vocab < 4) return;
+  std::vector<std::unique_ptr<engine::Sequence>> seqs;
+  std::vector<std::vector<engine::TokenId>> inputs(static_cast<std::size_t>(batch));
+  for (int b = 0; b < batch; ++b) {
+    auto s = m.new_sequence();
+    if (!s) {
+      log::warn("model {}: no batched warm-up ({})", name, s.error().message);
+      return;
+    }
+    seqs.push_back(std::move(s).value());
+    for (int i = 0; i < kPrompt; ++i)
+      inputs[static_cast<std::size_t>(b)].push_back(static_cast<engine::TokenId>(3 + (b * 131 + i * 7919) % (vocab - 3)));
+  }
+  auto forward = [&]() -> Status {
+    std::vector<engine::Model::BatchItem> items;
+    for (int b = 0; b < batch; ++b)
+      items.push_back({seqs[static_cast<std::size_t>(b)].get(), inputs[static_cast<std::size_t>(b)], false});
+    auto out = m.forward_batch(items);
+    if (!out) return fail(std::move(out).error());
+    for (std::size_t b = 0; b < out->size(); ++b) {
+      auto& r = (*out)[b];
+      if (!r) return fail(std::move(r).error());
+      inputs[b] = {static_cast<engine::TokenId>(std::max_element(r->begin(), r->end()) - r->begin())};
+    }
+    return {};
+  };
+  for (int s = 0; s <= kSteps; ++s) {  // s = 0: the prompts
+    const auto t0 = SteadyTime::now();
+    const std::uint32_t tokens = static_cast<std::uint32_t>(s == 0 ? batch * kPrompt : batch);
+    if (auto st = forward(); !st) {
+      log::warn("model {}: no batched warm-up ({})", name, st.error().message);
+      w.batch_steps.clear();
+      return;
+    }
+    if (s >= 2)
+      w.batch_steps.push_back(StepReport{route, static_cast<std::uint32_t>(batch), tokens, 0,
+                                         std::chrono::duration_cast<Clock::duration>(SteadyTime::now() - t0)});
+  }
+  if (!w.batch_steps.empty())
+    log::info("model {}: {} replica: a decode step of {} sequences takes {:.1f} ms (one: {:.1f} ms)", name,
+              route == policy::Device::cpu ? "CPU" : "GPU", batch,
+              std::chrono::duration<double, std::milli>(w.batch_steps.back().took).count(),
+              w.decode_steps.empty() ? 0.0 : std::chrono::duration<double, std::milli>(w.decode_steps.back()).count());
+}
+
+std::optional<WarmupReport> warm_up(const std::string& name, engine::Model& m, policy::Device route, int max_batch) {
   constexpr int kSteps = 8;
   const int ctx = m.max_context();
   const int n = std::min(64, ctx / 2);
@@ -123,6 +176,7 @@ std::optional<WarmupReport> warm_up(const std::string& name, engine::Model& m, p
   const double ps = std::chrono::duration<double>(w.prefill_took).count(), ds = std::chrono::duration<double>(decode).count();
   log::info("model {}: {} replica measured at load: prefill {:.0f} tok/s ({} tokens), decode {:.1f} tok/s ({} steps)",
             name, where, ps > 0 ? n / ps : 0.0, n, ds > 0 ? kSteps / ds : 0.0, kSteps);
+  warm_up_batch(name, m, route, std::min(max_batch, 8), w);
   return w;
 }
 
@@ -247,7 +301,7 @@ Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare_llm(const ModelCon
   if (e->cpu->mode() == policy::ReplicaMode::on_demand) {
     // Created measured, then dropped: loaded at first use (a CPU job, or tokenizing without a GPU replica).
     TANDEM_TRY(e->cpu->set_mode(policy::ReplicaMode::on_demand));
-  } else if (auto w = warm_up(mc.name, *model, policy::Device::cpu)) {
+  } else if (auto w = warm_up(mc.name, *model, policy::Device::cpu, e->cpu_limits.max_batch)) {
     out->warmups.push_back(std::move(*w));
   }
   log::info("model {}: CPU replica ready in {} ms (fingerprint {})", mc.name,
@@ -263,8 +317,9 @@ Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare_llm(const ModelCon
         g = e->gpu;
       }
       if (g)
-        if (auto w = warm_up(mc.name, *g, g->accel_layers() < model->config().num_layers ? policy::Device::hybrid
-                                                                                          : policy::Device::gpu))
+        if (auto w = warm_up(mc.name, *g,
+                             g->accel_layers() < model->config().num_layers ? policy::Device::hybrid : policy::Device::gpu,
+                             e->gpu_limits.max_batch))
           out->warmups.push_back(std::move(*w));
     }
   }
@@ -397,7 +452,8 @@ std::shared_ptr<engine::BatchRunner> EngineBackend::runner_for(Entry& e, bool gp
                                                                     static_cast<std::uint32_t>(st.tokens),
                                                                     static_cast<std::uint32_t>(st.prefill_tokens),
                                                                     std::chrono::duration_cast<Clock::duration>(
-                                                                        std::chrono::duration<double, std::milli>(st.ms))});
+                                                                        std::chrono::duration<double, std::milli>(
+                                                                            st.ms + st.after_ms))});
                                                  });
   }
   return slot;

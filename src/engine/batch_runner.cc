@@ -151,7 +151,10 @@ void BatchRunner::step(std::vector<Member>& running) {
     auto out = model_->forward_batch(items);
     // Reported before any member hears of its end, so that once every caller has its last event no report of
     // this runner is still to come.
-    st.ms = ms_between(t0, SteadyClock::now());
+    const auto forward_end = SteadyClock::now();
+    st.ms = ms_between(t0, forward_end);
+    st.after_ms = last_after_ms_;
+    last_after_ms_ = 0;
     steps_.fetch_add(1);
     if (on_step_) on_step_(st);
     if (!out) {
@@ -183,6 +186,7 @@ void BatchRunner::step(std::vector<Member>& running) {
         if (m.gen->finished()) end(m, {});
       }
     }
+    last_after_ms_ = ms_between(forward_end, SteadyClock::now());
   }
   // Members that finished without running in this step (cancelled, complete checkpoint) also end.
   for (auto& m : running) {

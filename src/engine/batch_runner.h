@@ -38,6 +38,9 @@ struct StepStats {
   int tokens = 0;          // tokens in the forward
   int prefill_tokens = 0;  // of which prompt / checkpoint tokens
   double ms = 0;           // wall time of the forward
+  // What the previous step took after its forward (sampling, delivering its tokens and ends) before this step
+  // could start: the rest of what a step costs the loop, measured one step late (0 for the runner's first step).
+  double after_ms = 0;
 };
 
 class BatchRunner {
@@ -86,6 +89,7 @@ class BatchRunner {
   std::size_t running_count_ = 0;
   bool stopping_ = false;
   std::atomic<std::uint64_t> steps_{0};
+  double last_after_ms_ = 0;  // the runner thread's: StepStats::after_ms of the next step
   std::thread thread_;
 };
 
