@@ -308,12 +308,14 @@ const std::vector<Section<D>>& daemon_schema() {
            TANDEM_REAL(D, "ewma_alpha", policy.gpu_rates.ewma_alpha, policy_real()),
            TANDEM_REAL(D, "prior_prefill_tps", policy.gpu_rates.prior_prefill_tps, policy_real()),
            TANDEM_REAL(D, "prior_decode_tps", policy.gpu_rates.prior_decode_tps, policy_real()),
+           TANDEM_REAL(D, "occupancy_seconds", policy.gpu_rates.occupancy_seconds, policy_real()),
        }},
       {"cpu_rates",
        {
            TANDEM_REAL(D, "ewma_alpha", policy.cpu_rates.ewma_alpha, policy_real()),
            TANDEM_REAL(D, "prior_prefill_tps", policy.cpu_rates.prior_prefill_tps, policy_real()),
            TANDEM_REAL(D, "prior_decode_tps", policy.cpu_rates.prior_decode_tps, policy_real()),
+           TANDEM_REAL(D, "occupancy_seconds", policy.cpu_rates.occupancy_seconds, policy_real()),
        }},
       {"host",
        {

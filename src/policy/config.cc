@@ -176,7 +176,8 @@ Status QueueConfig::validate(const std::string& path) const {
 Status RateConfig::validate(const std::string& path) const {
   TANDEM_TRY(check_range(path + ".ewma_alpha", ewma_alpha, 0.0, true, 1.0, false));
   TANDEM_TRY(check_range(path + ".prior_prefill_tps", prior_prefill_tps, 0.0, true, 1e9, false));
-  return check_range(path + ".prior_decode_tps", prior_decode_tps, 0.0, true, 1e9, false);
+  TANDEM_TRY(check_range(path + ".prior_decode_tps", prior_decode_tps, 0.0, true, 1e9, false));
+  return check_range(path + ".occupancy_seconds", occupancy_seconds, 0.0, false, 3600.0, false);
 }
 
 Status HostGuardConfig::validate(const std::string& path) const {

@@ -107,6 +107,9 @@ struct RateConfig {
   double ewma_alpha = 0.2;            // (0, 1]
   double prior_prefill_tps = 1000.0;  // used until the first observation, > 0
   double prior_decode_tps = 20.0;
+  // LoopOccupancy's time constant (s): the ETAs count the step loop's recent occupancy as load that keeps arriving
+  // while a job runs (docs/policy.md §6, "Jobs that join later"). [0, 3600]; 0 = off.
+  double occupancy_seconds = 10.0;
 
   Status validate(const std::string& path) const;
 };
