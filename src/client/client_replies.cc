@@ -412,6 +412,7 @@ JobUpdate job_update_from_dbus(std::uint64_t job_id, const std::string& kind, co
   r.u("queue_position", u.queue_position);
   r.t("eta_ms", u.eta_ms);
   r.b("eta_known", u.eta_known);
+  r.t("previous_eta_ms", u.previous_eta_ms);
   r.u("attempt", u.attempt);
   r.s("text", u.text);
   r.ai("tokens", u.tokens);

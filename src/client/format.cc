@@ -674,6 +674,9 @@ std::string format_job_update(const JobUpdate& u) {
     }
     if (u.eta_ms) t += ", " + eta_text(*u.eta_ms, u.eta_known, u.route);
     if (u.degraded.value_or(false)) t += ", DEGRADED";
+  } else if (u.kind == "eta") {
+    t = "now " + (u.eta_ms ? eta_text(*u.eta_ms, u.eta_known, u.route) : std::string("ETA ?"));
+    if (u.previous_eta_ms) t += " (was " + format_duration_ms(*u.previous_eta_ms) + ": the load changed)";
   } else if (u.kind == "started") {
     t = "started on " + u.route.value_or("?");
     if (u.attempt) t += " (attempt " + std::to_string(*u.attempt) + ")";

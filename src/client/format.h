@@ -352,6 +352,7 @@ struct JobUpdate {
   std::optional<std::uint32_t> queue_position;
   std::optional<std::uint64_t> eta_ms;
   std::optional<bool> eta_known;  // routed: false while the route's rates are the configured priors
+  std::optional<std::uint64_t> previous_eta_ms;  // eta: what was announced before, as time left now
   std::optional<std::uint32_t> attempt;
   // tokens
   std::optional<std::string> text;

@@ -367,6 +367,7 @@ json to_json(const JobUpdate& u) {
   put(j, "queue_position", u.queue_position);
   put(j, "eta_ms", u.eta_ms);
   put(j, "eta_known", u.eta_known);
+  put(j, "previous_eta_ms", u.previous_eta_ms);
   put(j, "attempt", u.attempt);
   put(j, "text", u.text);
   put(j, "tokens", u.tokens);

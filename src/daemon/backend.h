@@ -175,6 +175,8 @@ struct StepReport {
   std::uint32_t batch = 0;
   std::uint32_t tokens = 0;
   std::uint32_t prefill_tokens = 0;
+  // What the step costs the loop: its forward, plus what a step takes after it (sampling, delivering tokens) —
+  // measured on the step before (engine::StepStats::after_ms).
   Clock::duration took{};
 };
 
@@ -195,6 +197,7 @@ struct WarmupReport {
   std::uint32_t prefill_tokens = 0;
   Clock::duration prefill_took{};
   std::vector<Clock::duration> decode_steps;
+  std::vector<StepReport> batch_steps;  // batched decode steps (an LLM whose step loop batches)
   std::vector<UnitWarmup> units;  // embedding and speech models
 };
 

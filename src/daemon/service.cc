@@ -56,6 +56,12 @@ void TaskPool::loop() {
 // ---------------------------------------------------------------------------------------------------------------
 // Construction
 
+namespace {
+Clock::duration occupancy_tau(const policy::RateConfig& r) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(r.occupancy_seconds));
+}
+}  // namespace
+
 Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const Clock> clock,
                  ServiceObserver* observer, std::function<void()> wake)
     : cfg_(std::move(cfg)),
@@ -67,6 +73,8 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
       breaker_(cfg_.policy.breaker),
       gpu_queue_("gpu", cfg_.policy.gpu_queue, cfg_.policy.gpu_rates),
       cpu_queue_("cpu", cfg_.policy.cpu_queue, cfg_.policy.cpu_rates),
+      gpu_occupancy_(occupancy_tau(cfg_.policy.gpu_rates)),
+      cpu_occupancy_(occupancy_tau(cfg_.policy.cpu_rates)),
       host_guard_(cfg_.policy.host_guard),
       state_(cfg_.policy.service),
       failover_(cfg_.policy.failover),
@@ -102,7 +110,14 @@ Service::Service(DaemonConfig cfg, std::shared_ptr<Backend> backend, std::shared
 // their per-unit times (docs/policy.md §6, "Measured at load", "Fixed-duration jobs").
 void Service::apply_warmups(const std::vector<WarmupReport>& warmups) {
   const std::string model = default_llm();
-  for (const auto& w : warmups) {
+  // The default model's first: another's seeds only a route the default model left with its priors.
+  std::vector<const WarmupReport*> order;
+  for (const auto& w : warmups)
+    if (w.model == model) order.push_back(&w);
+  for (const auto& w : warmups)
+    if (w.model != model) order.push_back(&w);
+  for (const WarmupReport* wp : order) {
+    const WarmupReport& w = *wp;
     for (const auto& u : w.units) {
       if (u.units == 0) continue;
       unit_times_.set_measured(w.model, w.route, u.unit, u.took / u.units);
@@ -120,6 +135,7 @@ void Service::apply_warmups(const std::vector<WarmupReport>& warmups) {
                            ds > 0 ? static_cast<double>(w.decode_steps.size()) / ds : 0.0);
     q.rates().observe_step(1, w.prefill_tokens, w.prefill_took);
     for (auto d : w.decode_steps) q.rates().observe_step(1, 1, d);
+    for (const auto& b : w.batch_steps) q.rates().observe_step(b.batch, b.tokens, b.took);
     const auto& priors = w.route == policy::Device::cpu ? cfg_.policy.cpu_rates : cfg_.policy.gpu_rates;
     log::info("{} route: rates from model {}'s warm-up: prefill {:.0f} tok/s, decode {:.1f} tok/s (priors {:.0f} / {:.1f})",
               policy::device_name(w.route), w.model, q.rates().prefill_tps(), q.rates().decode_tps(),
@@ -135,6 +151,12 @@ policy::QueueEntry Service::queue_entry(const JobRecord& j, policy::Device route
     e.lane = static_cast<std::uint32_t>(std::hash<std::string>{}(j.serving_model_name()));
   }
   return e;
+}
+
+void Service::refresh_backgrounds() {
+  const auto now = clock_->now();
+  gpu_queue_.set_background(gpu_occupancy_.at(now));
+  cpu_queue_.set_background(cpu_occupancy_.at(now));
 }
 
 void Service::update_fixed_time(const JobRecord& j) {
@@ -361,6 +383,7 @@ void Service::process_events() {
     if (ev.kind == WorkerEvent::step) {  // bookkeeping only: no job or property changes
       const StepReport& r = ev.step_report;
       (r.route == policy::Device::cpu ? cpu_queue_ : gpu_queue_).rates().observe_step(r.batch, r.tokens, r.took);
+      (r.route == policy::Device::cpu ? cpu_occupancy_ : gpu_occupancy_).observe_step(r.batch, r.took, clock_->now());
       ++counters_[r.route == policy::Device::cpu ? "cpu_steps" : "gpu_steps"];
       continue;
     }

@@ -363,6 +363,14 @@ class Service {
   // A queue entry for `j` on the queue of `route` (accepted at `accepted`): a fixed-duration one when its workload
   // knows its time there (Workload::fixed_time), else by its token shape.
   policy::QueueEntry queue_entry(const JobRecord& j, policy::Device route, Clock::time_point accepted) const;
+  // Jobs whose finish, simulated again now, moved from the one last announced by at least max(250 ms, 20 % of the
+  // longer of the two remaining times) get an "eta" update (docs/dbus.md): a job placed at the start of a burst
+  // hears when the jobs placed after it slow it down. After each admission, move and end (etas_dirty_).
+  void reannounce_etas();
+  bool etas_dirty_ = false;
+  // Each queue's expected background load (JobQueue::set_background) from its route's occupancy now; called by
+  // refresh_readings, before every admission.
+  void refresh_backgrounds();
   // The unfinished part of a fixed-duration job changed (a window done): its queue's simulation follows.
   void update_fixed_time(const JobRecord& j);
   // Whether `route`'s estimates are measured (a warm-up or an observed run), not the configured priors' guess; and
@@ -407,6 +415,8 @@ class Service {
   policy::JobQueue gpu_queue_;
   policy::JobQueue cpu_queue_;
   policy::UnitTimes unit_times_;  // embedding and speech models' measured times per text, image and window
+  // Each route's step-loop occupancy: the load its ETAs expect to keep arriving (refresh_backgrounds).
+  policy::LoopOccupancy gpu_occupancy_, cpu_occupancy_;
   policy::ReservationLedger ledger_;
   policy::HostMemoryGuard host_guard_;
   policy::ServiceStateTracker state_;

@@ -414,10 +414,12 @@ Result<Dict> Service::accept(const Caller& c, Prepared p, const Decision& d, std
     if (jp->degraded)
       log::info("job {} routed {}: {} ({})", jp->id, route_name(jp->route), policy::reason_name(d.reason), d.detail);
     evict_for(d, jp->model);
+    etas_dirty_ = true;  // the jobs ahead of it now share their steps with it
     pump();
   }
   Dict out = placement(*jp);
   out["existing"] = false;
+  if (!jp->terminal()) jp->announced_finish = now + std::chrono::milliseconds(std::get<std::uint64_t>(out["eta_ms"]));
   return out;
 }
 

@@ -11,6 +11,7 @@ namespace tandem::daemon {
 
 void Service::refresh_readings() {
   const auto now = clock_->now();
+  refresh_backgrounds();
   auto acc = backend_->accelerator();
   for (const auto& m : backend_->models()) {
     auto bytes = backend_->gpu_resident_bytes(m.name);

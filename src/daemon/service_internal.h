@@ -213,6 +213,9 @@ struct Service::JobRecord {
   bool host_admitted = false;
   std::optional<policy::HostJobEstimate> host;
   Clock::time_point run_started{};
+  // When the job was last announced to finish (its placement's eta_ms, then each "eta" update): re-announced when
+  // the load moves it (Service::reannounce_etas).
+  std::optional<Clock::time_point> announced_finish;
   std::uint32_t run_new_tokens = 0;
   std::uint32_t attempts_restored = 0;  // restored jobs: attempts the journal recorded
   bool host_materialized = false;

@@ -9,6 +9,32 @@ namespace tandem::daemon {
 // ---------------------------------------------------------------------------------------------------------------
 // Scheduling
 
+void Service::reannounce_etas() {
+  if (!etas_dirty_) return;
+  etas_dirty_ = false;
+  const auto now = clock_->now();
+  for (const QueueId qid : {QueueId::gpu, QueueId::cpu}) {
+    const policy::JobQueue* q = queue_of(qid);
+    for (const auto& w : q->finish_etas()) {
+      JobRecord* j = find(w.id);
+      if (!j || j->terminal() || !j->announced_finish || w.remaining == Clock::duration::max()) continue;
+      const Clock::time_point was = *j->announced_finish;
+      const Clock::time_point finish = now + w.remaining;
+      const Clock::duration left_was = was > now ? was - now : Clock::duration::zero();
+      const Clock::duration moved = finish > was ? finish - was : was - finish;
+      if (moved < std::max<Clock::duration>(250ms, std::max(left_was, w.remaining) / 5)) continue;
+      const auto pos = q->position(j->id);
+      emit(*j, "eta", {{"eta_ms", to_ms(w.remaining)},
+                       {"eta_known", eta_known(*j)},
+                       {"previous_eta_ms", to_ms(left_was)},
+                       {"queue", queue_name(qid)},
+                       {"queue_position", static_cast<std::uint32_t>(pos ? *pos + 1 : 0)}});
+      j->announced_finish = finish;
+      ++counters_["eta_reannounced"];
+    }
+  }
+}
+
 void Service::pump() {
   const auto now = clock_->now();
   // GPU queue head: decided again (memory, breaker, holds may have changed since it was queued).
@@ -120,6 +146,7 @@ void Service::pump() {
     route.gpu_layers = 0;
     dispatch(*j, route);
   }
+  reannounce_etas();
 }
 
 void Service::to_cpu_queue(JobRecord& j, const std::string& why) {
@@ -130,6 +157,8 @@ void Service::to_cpu_queue(JobRecord& j, const std::string& why) {
     end_job(j, JobPhase::failed, "cpu_queue_full", Errc::resumable, "the CPU queue is full: " + st.error().message, 5s);
     return;
   }
+  etas_dirty_ = true;
+  if (auto e = cpu_queue_.eta_done(j.id)) j.announced_finish = clock_->now() + *e;
   emit(j, "routed", {{"route", std::string("cpu")}, {"reason", why}, {"model", j.route.model},
                      {"fallback_model", j.route.fallback_model}, {"degraded", true}, {"queue", queue_name(QueueId::cpu)},
                      {"queue_position", static_cast<std::uint32_t>(cpu_queue_.position(j.id).value_or(0) + 1)},
@@ -203,6 +232,7 @@ void Service::end_job(JobRecord& j, JobPhase phase, const std::string& reason, E
   }
   j.phase = phase;
   active_.erase(j.id);
+  etas_dirty_ = true;  // the jobs it shared steps with may finish sooner
   j.reason = reason;
   j.running = false;
   j.queue = QueueId::none;

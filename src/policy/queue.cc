@@ -118,6 +118,30 @@ Clock::duration ServiceRates::step_time(std::uint32_t batch, std::uint32_t token
   return from_seconds(step_seconds(batch, tokens));
 }
 
+void LoopOccupancy::observe_step(std::uint32_t batch, Clock::duration took, Clock::time_point end) {
+  if (tau_ <= Clock::duration::zero()) return;
+  if (took < Clock::duration::zero()) took = Clock::duration::zero();
+  if (!any_) {
+    value_ = batch;
+    last_ = end;
+    any_ = true;
+    return;
+  }
+  if (end < last_) end = last_;
+  const double tau = seconds(tau_);
+  const double idle = std::max(0.0, seconds((end - took) - last_));
+  const double busy = std::min(seconds(took), seconds(end - last_));
+  value_ *= std::exp(-idle / tau);
+  value_ = batch + (value_ - batch) * std::exp(-busy / tau);
+  last_ = end;
+}
+
+double LoopOccupancy::at(Clock::time_point now) const {
+  if (!any_ || tau_ <= Clock::duration::zero()) return 0.0;
+  const double idle = now > last_ ? seconds(now - last_) : 0.0;
+  return value_ * std::exp(-idle / seconds(tau_));
+}
+
 LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates) {
   constexpr Clock::duration kNever = Clock::duration::max();
   LoopTimeline out;
@@ -129,6 +153,8 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
 
   const std::uint64_t max_batch = std::max<std::uint32_t>(plan.max_batch, 1);
   const std::uint64_t budget = std::max<std::uint32_t>(plan.step_tokens, 1);
+  const std::uint64_t background =
+      plan.background > 0 ? static_cast<std::uint64_t>(std::llround(std::min(plan.background, 1e9))) : 0;
   // A sequence is named by ref = index << 1 | queued.
   struct Prefilling {
     std::uint64_t ref;
@@ -224,7 +250,13 @@ LoopTimeline simulate_step_loop(const LoopPlan& plan, const ServiceRates& rates)
     std::uint64_t k = std::numeric_limits<std::uint64_t>::max();
     if (decoders > 0) k = decoding.top().first - step;
     for (std::size_t i = 0; i < chunks.size(); ++i) k = std::min(k, prefilling[i].prompt_left / chunks[i]);
-    const std::uint64_t batch = decoders + chunks.size();
+    std::uint64_t batch = decoders + chunks.size();
+    // The load expected to join meanwhile: decoders of jobs not placed yet, up to the background and the batch.
+    if (background > batch && max_batch > batch) {
+      const std::uint64_t extra = std::min(background - batch, max_batch - batch);
+      batch += extra;
+      tokens += extra;
+    }
     const double each = rates.step_seconds(static_cast<std::uint32_t>(std::min<std::uint64_t>(batch, UINT32_MAX)),
                                            static_cast<std::uint32_t>(std::min<std::uint64_t>(tokens, UINT32_MAX)));
     // A fixed-duration job ending sooner is an event too: its slot frees at the step boundary after its end.
@@ -381,6 +413,7 @@ LoopPlan JobQueue::plan(std::size_t queued_limit) const {
   LoopPlan p;
   p.max_batch = cfg_.concurrency;
   p.step_tokens = cfg_.step_tokens;
+  p.background = background_;
   std::vector<std::pair<std::uint64_t, JobId>> order;
   order.reserve(running_.size());
   for (const auto& [id, r] : running_) order.emplace_back(r.order, id);
@@ -456,6 +489,16 @@ std::vector<RunningWork> JobQueue::running_work() const {
   std::sort(out.begin(), out.end(), [](const RunningWork& a, const RunningWork& b) {
     return a.remaining != b.remaining ? a.remaining < b.remaining : a.id < b.id;
   });
+  return out;
+}
+
+std::vector<RunningWork> JobQueue::finish_etas() const {
+  const LoopPlan p = plan(queued_.size());
+  const LoopTimeline tl = simulate_step_loop(p, rates_);
+  std::vector<RunningWork> out;
+  out.reserve(p.running.size() + p.queued.size());
+  for (std::size_t i = 0; i < p.running.size(); ++i) out.push_back(RunningWork{p.running[i].id, tl.running_finish[i]});
+  for (std::size_t i = 0; i < p.queued.size(); ++i) out.push_back(RunningWork{p.queued[i].id, tl.queued_finish[i]});
   return out;
 }
 

@@ -93,6 +93,28 @@ class ServiceRates {
   std::uint64_t steps_ = 0;
 };
 
+// The step loop's recent occupancy: a time-weighted average of the number of sequences it steps, with time
+// constant tau over busy and idle time alike (idle counts as 0, applied lazily: at() decays to the moment asked).
+// The ETA simulation takes it as the load that will keep arriving while a job runs (LoopPlan::background): a job
+// placed at the start of a burst shares its steps with the jobs placed after it, which its placement cannot see
+// (docs/policy.md §6, "Jobs that join later").
+class LoopOccupancy {
+ public:
+  // tau ≤ 0: off (at() is always 0).
+  explicit LoopOccupancy(Clock::duration tau = std::chrono::seconds(10)) : tau_(tau) {}
+  // `batch` sequences were stepped for `took`, ending at `end`. Steps out of order (an end before the last one's)
+  // count as ending at the last one.
+  void observe_step(std::uint32_t batch, Clock::duration took, Clock::time_point end);
+  double at(Clock::time_point now) const;
+  void set_tau(Clock::duration tau) { tau_ = tau; }
+
+ private:
+  Clock::duration tau_;
+  double value_ = 0;
+  Clock::time_point last_{};
+  bool any_ = false;
+};
+
 // One sequence of a simulated step loop: what it still has to do. new_left is max_new − generated: at the latest
 // (EOS ends a job sooner).
 // A job with a fixed duration (fixed_s > 0: an embedding job's inputs, a transcription's windows, at their measured
@@ -120,6 +142,10 @@ struct LoopPlan {
   std::vector<LoopJob> queued;   // FIFO; each joins when a slot is free
   std::uint32_t max_batch = 1;   // QueueConfig::concurrency (values < 1 count as 1)
   std::uint32_t step_tokens = 1; // QueueConfig::step_tokens (values < 1 count as 1)
+  // Sequences expected in the loop meanwhile (LoopOccupancy): every step is costed as if it had at least
+  // round(background) sequences — the ones simulated, plus decoding sequences of jobs not placed yet, one token
+  // each — up to max_batch. They take no slot: queued jobs join as before.
+  double background = 0;
   LoopStop stop;
 };
 
@@ -188,6 +214,10 @@ class JobQueue {
   // A fixed-duration job's time left (e.g. its windows left × the time per window), queued or running; no effect on
   // a step-loop job (fixed 0) or an unknown one.
   void set_fixed_left(JobId id, Clock::duration left);
+  // The load expected to join while jobs run (LoopPlan::background; 0 = none): the service sets the route's
+  // LoopOccupancy before it asks for ETAs.
+  void set_background(double sequences) { background_ = sequences > 0 ? sequences : 0; }
+  double background() const { return background_; }
   Removed finish(JobId id);  // a running job ended
   Removed cancel(JobId id);  // removes the job in any state (same as remove; named for the caller's intent)
   Removed remove(JobId id);  // e.g. moving a queued job to the other queue
@@ -216,6 +246,9 @@ class JobQueue {
   // Every running job with the time until it finishes, soonest first (queued jobs joining as slots free are
   // simulated too: they share the steps). O(jobs · log jobs).
   std::vector<RunningWork> running_work() const;
+  // Every running and queued job with the time until it finishes (at the latest), from one simulation: for
+  // re-announcing ETAs when the load changes. O(jobs · log jobs).
+  std::vector<RunningWork> finish_etas() const;
   // Acceptance time of a queued job; nullopt if it is not queued.
   std::optional<Clock::time_point> accepted_at(JobId id) const;
 
@@ -247,6 +280,7 @@ class JobQueue {
   std::unordered_map<JobId, Key> index_;
   std::unordered_map<JobId, Running> running_;
   std::uint64_t next_order_ = 0;
+  double background_ = 0;
 };
 
 }  // namespace tandem::policy

@@ -2,7 +2,8 @@
 // estimate of the time until the job is done) that then ran its whole token budget, the estimate against the time
 // from the accepted reply to the first `finished` update any client saw. Jobs that stopped sooner (EOS, a stop
 // string, the context) are counted apart: the estimate assumes the whole budget, so they would only show that.
-// Pure.
+// Transcriptions the same way, under "transcribe <route>": those placed with a measured ETA (eta_known) that ran to
+// the end of their audio (every window they have; a silent window is skipped, and counts in the figure). Pure.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -22,6 +23,7 @@ struct Placed {
   std::uint64_t eta_ms = 0;
   std::optional<std::int64_t> finished_t;
   std::string state, finish_reason, routes;
+  bool transcribe = false;
 };
 
 // Nearest rank, q in (0, 1].
@@ -46,6 +48,27 @@ void compute_eta_metrics(const std::vector<Event>& events, Metrics& m) {
       p.accepted_t = e.t_us;
       p.eta_ms = *eta;
       jobs[e.job] = p;
+    } else if (e.type == "transcribe_accepted") {
+      const auto eta = field_u64(d, "eta_ms");
+      const bool known = d.contains("eta_known") && d["eta_known"].is_boolean() && d["eta_known"].get<bool>();
+      if (!eta || !known || (d.contains("existing") && d["existing"].is_boolean() && d["existing"].get<bool>()))
+        continue;
+      if (jobs.count(e.job)) continue;
+      Placed p;
+      p.accepted_t = e.t_us;
+      p.eta_ms = *eta;
+      p.transcribe = true;
+      jobs[e.job] = p;
+    } else if (e.type == "transcribe_final") {
+      auto it = jobs.find(e.job);
+      if (it == jobs.end() || !it->second.transcribe) continue;
+      it->second.state = field_str(d, "state");
+      it->second.finish_reason = field_str(d, "finish_reason");
+      std::vector<std::string> routes;
+      if (auto r = d.find("routes"); r != d.end() && r->is_array())
+        for (const auto& x : *r)
+          if (x.is_string()) routes.push_back(x.get<std::string>());
+      it->second.routes = "transcribe " + route_category(routes);
     } else if (e.type == "update" && field_str(d, "kind") == "finished") {
       if (auto it = jobs.find(e.job); it != jobs.end() && !it->second.finished_t) it->second.finished_t = e.t_us;
     } else if (e.type == "job_final") {
@@ -64,7 +87,7 @@ void compute_eta_metrics(const std::vector<Event>& events, Metrics& m) {
   std::map<std::string, std::uint64_t> stopped_sooner;
   for (const auto& [id, p] : jobs) {
     if (p.state != "completed" || !p.finished_t) continue;
-    if (p.finish_reason != "max_tokens") {
+    if (p.finish_reason != (p.transcribe ? "end_of_audio" : "max_tokens")) {
       ++stopped_sooner[p.routes];
       continue;
     }

@@ -105,6 +105,7 @@ json final_json(const client::JobInfo& j) {
   if (j.error_code) d["error_code"] = *j.error_code;
   if (j.error_message) d["error_message"] = *j.error_message;
   if (j.reason) d["reason"] = *j.reason;
+  if (j.finish_reason) d["finish_reason"] = *j.finish_reason;
   d["kind"] = j.kind.value_or("");
   d["routes"] = j.routes.value_or(std::vector<std::string>{});
   std::vector<std::string> hist;
@@ -222,7 +223,8 @@ class TranscribeWorker : public WorkloadClient {
     const auto& p = res->placement;
     c_.rec("transcribe_accepted", id_, job_,
            {{"req", req}, {"key", key}, {"route", p.route.value_or("")}, {"queue", p.queue.value_or("")},
-            {"existing", p.existing.value_or(false)}, {"degraded", p.degraded.value_or(false)}});
+            {"existing", p.existing.value_or(false)}, {"degraded", p.degraded.value_or(false)},
+            {"eta_ms", p.eta_ms.value_or(0)}, {"eta_known", p.eta_known.value_or(false)}});
     c_.track(job_, id_);
     follow(req, key);
   }

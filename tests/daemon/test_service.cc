@@ -409,6 +409,48 @@ TEST_F(ServiceTest, RatesMeasuredAtLoadGiveTheFirstEta) {
   EXPECT_LE(measured, 300u) << "from priors: " << from_priors;
 }
 
+// A job placed alone hears when a job placed after it moves its finish: an "eta" update with the new time left (a
+// burst's first jobs cannot see the jobs placed after them; docs/policy.md §6, "Jobs that join later"). A job that
+// only queues behind it changes nothing: no update.
+TEST_F(ServiceTest, AJobHearsWhenAJobPlacedAfterItMovesItsFinish) {
+  backend_->set_gpu_enabled(false);  // the CPU queue
+  cfg_.policy.cpu_queue.concurrency = 2;
+  WarmupReport w;
+  w.model = "tiny";
+  w.route = policy::Device::cpu;
+  w.prefill_tokens = 32;
+  w.prefill_took = 32ms;  // ~1 ms per prompt token
+  w.decode_steps.assign(8, std::chrono::microseconds(2500));
+  backend_->warmups = {w};
+  backend_->set_scripter([](const RunSpec&) { return block_at(0); });
+  ASSERT_NO_FATAL_FAILURE(start());
+  Dict placed;
+  const JobId a = submit_ok(alice_, request("first", 400), &placed);
+  EXPECT_TRUE(wait_blocked(a));
+  EXPECT_EQ(rec_.count(a, "eta"), 0);
+  // A second sequence decoding beside a for all of a's 400 steps: ~3.4 ms a step instead of 2.5 (1.0 → 1.4 s).
+  const JobId b = submit_ok(alice_, request("second", 400));
+  settle();
+  ASSERT_EQ(rec_.count(a, "eta"), 1);
+  Dict eta;
+  for (const auto& u : rec_.of(a))
+    if (u.kind == "eta") eta = u.data;
+  EXPECT_GT(u64(eta, "eta_ms"), u64(placed, "eta_ms") + 250) << "placed with " << u64(placed, "eta_ms");
+  EXPECT_EQ(u64(eta, "previous_eta_ms"), u64(placed, "eta_ms"));
+  EXPECT_TRUE(flag(eta, "eta_known"));
+  EXPECT_EQ(str(eta, "queue"), "cpu");
+  EXPECT_EQ(u32(eta, "queue_position"), 0u);
+  EXPECT_EQ(rec_.count(b, "eta"), 0) << "b was placed knowing a";
+  // Both slots are taken: c queues and joins only when one frees, after a and b: it moves neither.
+  const JobId c = submit_ok(alice_, request("third", 2));
+  settle();
+  EXPECT_EQ(rec_.count(a, "eta"), 1);
+  EXPECT_EQ(rec_.count(b, "eta"), 0);
+  for (JobId id : {a, b, c}) backend_->release(id);
+  for (JobId id : {a, b, c}) EXPECT_TRUE(wait_terminal(id));
+  EXPECT_GE(svc_->counters()["eta_reannounced"], 1u);
+}
+
 // Priors are shown as such (docs/policy.md §6): until a route has a warm-up or an observed run, its placements say
 // eta_known = false and the CPU route's expected slowdown is 0 (unknown), not a number made of the priors.
 TEST_F(ServiceTest, EtaIsUnavailableUntilTheRouteIsMeasured) {
@@ -420,8 +462,11 @@ TEST_F(ServiceTest, EtaIsUnavailableUntilTheRouteIsMeasured) {
   EXPECT_EQ(str(first, "route"), "cpu");
   EXPECT_FALSE(flag(first, "eta_known")) << "nothing of the CPU route has run: the ETA is the priors' guess";
   EXPECT_EQ(at<double>(first, "expected_slowdown"), 0.0);
-  for (const auto& u : rec_.of(a))
-    if (u.kind == "routed") EXPECT_FALSE(flag(u.data, "eta_known"));
+  for (const auto& u : rec_.of(a)) {
+    if (u.kind == "routed") {
+      EXPECT_FALSE(flag(u.data, "eta_known"));
+    }
+  }
   ASSERT_TRUE(wait_terminal(a));
   Dict second;
   const JobId b = submit_ok(alice_, request("second", 8), &second);

@@ -250,7 +250,9 @@ TEST(Errors, TandemdErrorsMapToHonestStatuses) {
     auto e = error_from_remote(client::parse_remote_error(r.name, "why"));
     EXPECT_EQ(e.status, r.status) << r.name;
     EXPECT_EQ(e.code, r.code) << r.name;
-    if (e.status == 503) EXPECT_TRUE(e.retry_after_ms) << r.name;
+    if (e.status == 503) {
+      EXPECT_TRUE(e.retry_after_ms) << r.name;
+    }
   }
   auto res = error_from_remote(client::parse_remote_error("io.tandem.Tandem1.Error.Resumable", "failed; job=12; tokens=3; retry_after_ms=100"));
   EXPECT_EQ(res.job, 12u);

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -367,6 +368,9 @@ TEST(Queue, FixedDurationJobs) {
   EXPECT_EQ(q.eta_start(3), 20ms);
   q.set_fixed_left(1, 1ms);  // a step-loop job: no effect
   EXPECT_EQ(q.eta_done(1), 210ms);
+  // Every job's finish from one simulation, as eta_done gives each.
+  for (const auto& w : q.finish_etas()) EXPECT_EQ(w.remaining, q.eta_done(w.id)) << "job " << w.id;
+  EXPECT_EQ(q.finish_etas().size(), 4u);
 }
 
 // Only fixed-duration jobs: no steps, each lane serial, lanes side by side.
@@ -394,6 +398,42 @@ TEST(Queue, FixedDurationLanes) {
     EXPECT_EQ(got[i].id, expect[i].id);
     EXPECT_EQ(got[i].remaining, expect[i].remaining);
   }
+}
+
+// The load expected to join (LoopPlan::background): each step is costed with decoders of jobs not placed yet up to
+// the background, at most the loop's batch; they take no slot.
+TEST(Queue, BackgroundLoadSlowsTheSteps) {
+  JobQueue q("cpu_queue", QueueConfig{10, 4, 10000, 5000, 100}, kKnown);
+  ASSERT_TRUE(q.start_direct(entry(1, 10, 11, 0s)).ok());
+  q.update_progress(1, true, 1);  // 10 decode steps left: 20 ms each alone (19 ms + 1 token)
+  EXPECT_EQ(q.eta_done(1), 200ms);
+  q.set_background(3.2);          // 3 sequences a step: 22 ms
+  EXPECT_EQ(q.eta_done(1), 220ms);
+  EXPECT_EQ(q.eta_start_for_new(), 0ms) << "no slot taken";
+  q.set_background(50);           // at most the batch of 4: 23 ms
+  EXPECT_EQ(q.eta_done(1), 230ms);
+  ASSERT_TRUE(q.start_direct(entry(2, 10, 11, 1s)).ok());
+  q.update_progress(2, true, 1);
+  q.set_background(2);            // two sequences already: nothing to add
+  EXPECT_EQ(q.eta_done(1), 210ms);
+  q.set_background(-1);           // counts as 0
+  EXPECT_EQ(q.background(), 0.0);
+}
+
+// The occupancy: time-weighted, idle time decays it, the first step sets it.
+TEST(Queue, LoopOccupancyIsATimeWeightedAverage) {
+  LoopOccupancy o(10s);
+  EXPECT_EQ(o.at(at(0s)), 0.0);
+  o.observe_step(8, 1s, at(1s));
+  EXPECT_DOUBLE_EQ(o.at(at(1s)), 8.0);
+  EXPECT_NEAR(o.at(at(11s)), 8.0 * std::exp(-1.0), 1e-9);  // 10 s idle
+  o.observe_step(2, 10s, at(21s));                          // busy from 11 s to 21 s at 2
+  EXPECT_NEAR(o.at(at(21s)), 2.0 + (8.0 * std::exp(-1.0) - 2.0) * std::exp(-1.0), 1e-9);
+  o.observe_step(5, 1s, at(20s));  // out of order: as ending at 21 s, busy for none of it
+  EXPECT_NEAR(o.at(at(21s)), 2.0 + (8.0 * std::exp(-1.0) - 2.0) * std::exp(-1.0), 1e-9);
+  LoopOccupancy off(0s);
+  off.observe_step(8, 1s, at(1s));
+  EXPECT_EQ(off.at(at(1s)), 0.0);
 }
 
 // Observed steps replace the prior: slower steps, later ETAs.

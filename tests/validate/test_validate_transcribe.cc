@@ -327,6 +327,54 @@ TEST(ValidateTranscribeMetrics, SyntheticEdgeCases) {
   EXPECT_EQ(rule(judge(Metrics{}, {}), "transcribe_outcomes"), nullptr);
 }
 
+// ETA accuracy of transcriptions (docs/validate.md "ETA accuracy"): only those placed with a measured ETA
+// (eta_known) that ran to the end of their audio, under "transcribe <route>"; the others are left out or counted
+// apart.
+TEST(ValidateTranscribeMetrics, EtaAccuracyPerRouteOfTranscriptions) {
+  using nlohmann::json;
+  auto ev = [](std::int64_t t, const char* type, std::uint64_t job, json d) {
+    Event e;
+    e.t_us = t;
+    e.type = type;
+    e.phase = 0;
+    e.client = 0;
+    e.job = job;
+    e.data = std::move(d);
+    return e;
+  };
+  auto accepted = [&](std::int64_t t, std::uint64_t job, std::uint64_t eta, bool known) {
+    return ev(t, "transcribe_accepted", job, {{"req", job}, {"existing", false}, {"eta_ms", eta}, {"eta_known", known}});
+  };
+  auto final_ev = [&](std::int64_t t, std::uint64_t job, const char* reason, json routes) {
+    return ev(t, "transcribe_final", job, {{"req", job}, {"state", "completed"}, {"finish_reason", reason}, {"routes", routes}});
+  };
+  const std::vector<Event> log = {
+      accepted(0, 1, 1500, true),                          // done after 1 s: +50 %
+      ev(1'000'000, "update", 1, {{"kind", "finished"}, {"state", "completed"}}),
+      final_ev(1'000'100, 1, "end_of_audio", {"gpu"}),
+      accepted(0, 2, 3000, true),                          // moved to the CPU, done after 4 s: −25 %
+      ev(4'000'000, "update", 2, {{"kind", "finished"}, {"state", "completed"}}),
+      final_ev(4'000'100, 2, "end_of_audio", {"gpu", "cpu"}),
+      accepted(0, 3, 100, false),                          // no measured ETA: left out
+      ev(1'000'000, "update", 3, {{"kind", "finished"}, {"state", "completed"}}),
+      final_ev(1'000'100, 3, "end_of_audio", {"gpu"}),
+      accepted(0, 4, 5000, true),                          // a stream the producer closed: counted apart
+      ev(1'000'000, "update", 4, {{"kind", "finished"}, {"state", "completed"}}),
+      final_ev(1'000'100, 4, "stream_closed", {"cpu"}),
+  };
+  Metrics m;
+  compute_eta_metrics(log, m);
+  ASSERT_EQ(m.eta.count("transcribe gpu"), 1u);
+  EXPECT_EQ(m.eta["transcribe gpu"].n, 1u);
+  EXPECT_DOUBLE_EQ(m.eta["transcribe gpu"].median_signed_rel, 0.5);
+  ASSERT_EQ(m.eta.count("transcribe gpu>cpu"), 1u);
+  EXPECT_DOUBLE_EQ(m.eta["transcribe gpu>cpu"].median_signed_rel, -0.25);
+  ASSERT_EQ(m.eta.count("transcribe cpu"), 1u);
+  EXPECT_EQ(m.eta["transcribe cpu"].n, 0u);
+  EXPECT_EQ(m.eta["transcribe cpu"].stopped_sooner, 1u);
+  EXPECT_EQ(m.eta.size(), 3u);
+}
+
 TEST(ValidateTranscribeReport, MarkdownHasTheTranscriptionLines) {
   Judged j = judge_file("transcribe_segment_repeated.jsonl");
   ASSERT_EQ(j.phases.size(), 1u);
