@@ -73,7 +73,7 @@ void compute_eta_metrics(const std::vector<Event>& events, Metrics& m) {
       if (auto it = jobs.find(e.job); it != jobs.end() && !it->second.finished_t) it->second.finished_t = e.t_us;
     } else if (e.type == "job_final") {
       auto it = jobs.find(e.job);
-      if (it == jobs.end()) continue;
+      if (it == jobs.end() || it->second.transcribe) continue;  // a transcription's is its transcribe_final
       it->second.state = field_str(d, "state");
       it->second.finish_reason = field_str(d, "finish_reason");
       std::vector<std::string> routes;

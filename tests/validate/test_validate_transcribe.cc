@@ -361,6 +361,8 @@ TEST(ValidateTranscribeMetrics, EtaAccuracyPerRouteOfTranscriptions) {
       accepted(0, 4, 5000, true),                          // a stream the producer closed: counted apart
       ev(1'000'000, "update", 4, {{"kind", "finished"}, {"state", "completed"}}),
       final_ev(1'000'100, 4, "stream_closed", {"cpu"}),
+      // The runner's job_final of a tracked job says nothing more about a transcription.
+      ev(5'000'000, "job_final", 1, {{"state", "completed"}, {"finish_reason", "end_of_audio"}, {"routes", {"cpu"}}}),
   };
   Metrics m;
   compute_eta_metrics(log, m);
