@@ -169,12 +169,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "tandem-mkmodel: --type: %s\n", recipe.error().message.c_str());
       return 2;
     }
-    const std::string tmp = out + ".hf." + std::to_string(::getpid());
+    // The directory's name becomes the file's general.name: the preset's, so that the file is a function of the
+    // options alone (not of the temporary directory's).
+    const std::string tmp_root = out + ".hf." + std::to_string(::getpid());
+    const std::string tmp = tmp_root + "/" + preset;
     Status s = modelgen::write_model(tmp, o);
     Result<modelgen::ConvertStats> st = s ? modelgen::convert_to_gguf(tmp, out, *recipe, 1, o.bpe.get())
                                           : Result<modelgen::ConvertStats>(fail(s.error()));
     std::error_code ec;
-    std::filesystem::remove_all(tmp, ec);
+    std::filesystem::remove_all(tmp_root, ec);
     if (!st) {
       std::fprintf(stderr, "tandem-mkmodel: %s: %s\n", std::string(errc_name(st.error().code)).c_str(),
                    st.error().message.c_str());

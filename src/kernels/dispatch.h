@@ -35,7 +35,7 @@ struct TypeKernels {
 
 struct KernelTable {
   Isa isa = Isa::scalar;
-  TypeKernels types[8];  // indexed by WType's value
+  TypeKernels types[kWTypeCount];  // indexed by WType's value
 
   const TypeKernels& operator[](WType t) const { return types[static_cast<int>(t)]; }
 };

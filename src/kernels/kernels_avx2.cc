@@ -234,6 +234,41 @@ struct Q4_0Levels {
   }
 };
 
+// q5_0 levels u in [0, 31]: q4_0's nibbles with the fifth bit of element k from bit k of qh (byte k of the vector is
+// element k), value u - 16: sum (u - 16) a = maddubs(u, a) - maddubs(16, a) (|.| <= 7936 and 4096 in int16).
+struct Q5_0Levels {
+  using Block = BlockQ5_0;
+  struct Row {
+    __m256i u;
+  };
+  struct Act {
+    __m256i a;
+    __m256i a16;  // 16 * (a[2i] + a[2i+1]) as int16
+  };
+  static Row row(const BlockQ5_0& b) {
+    const __m256i both = _mm256_broadcastsi128_si256(load128(b.qs));
+    const __m256i shifted = _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    const __m256i low = _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
+    std::uint32_t qh;
+    std::memcpy(&qh, b.qh, sizeof qh);
+    // Byte k takes qh's byte k / 8 (each 128-bit lane holds all four), then its bit k % 8.
+    const __m256i sel = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(sel, bit), bit);
+    return {_mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))};
+  }
+  static Act act(const BlockQ8_0& b) {
+    const __m256i a = load256(b.qs);
+    return {a, _mm256_maddubs_epi16(_mm256_set1_epi8(16), a)};
+  }
+  static __m256i dot(const Row& w, const Act& a) {
+    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(w.u, a.a), a.a16);
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+  }
+};
+
 template <class L, int R, int C>
 struct Q8ActTile {
   using Block = typename L::Block;
@@ -286,6 +321,8 @@ template <int R, int C>
 using Q8_0Tile = Q8ActTile<Q8_0Levels, R, C>;
 template <int R, int C>
 using Q4_0Tile = Q8ActTile<Q4_0Levels, R, C>;
+template <int R, int C>
+using Q5_0Tile = Q8ActTile<Q5_0Levels, R, C>;
 
 // ---- k-quants x q8_K -----------------------------------------------------------------------------------------
 
@@ -651,6 +688,7 @@ constexpr KernelTable make_avx2_table() {
   t.types[static_cast<int>(WType::q4_K)] = entry<Q4KTile, kK>(quantize_q8_K);
   t.types[static_cast<int>(WType::q5_K)] = entry<Q5KTile, kK>(quantize_q8_K);
   t.types[static_cast<int>(WType::q6_K)] = entry<Q6KTile, kK>(quantize_q8_K);
+  t.types[static_cast<int>(WType::q5_0)] = entry<Q5_0Tile, kQ4_0>(quantize_q8_0);
   return t;
 }
 

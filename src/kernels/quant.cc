@@ -215,6 +215,33 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, std::int64_t nb) {
   }
 }
 
+// q5_0 (quantize_row_q5_0_ref): as q4_0 with 32 levels, d = max / -16, the fifth bits gathered in qh.
+void quantize_q5_0(const float* x, BlockQ5_0* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, x += QK5_0) {
+    float amax = 0.0f;
+    float max = 0.0f;
+    for (int j = 0; j < QK5_0; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -16;
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    std::uint32_t qh = 0;
+    for (int j = 0; j < QK5_0 / 2; ++j) {
+      // Truncation toward zero of x/d + 16.5 (ggml's (int8_t) cast), capped at 31.
+      const int q0 = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+      const int q1 = std::min(31, static_cast<int>(x[j + QK5_0 / 2] * id + 16.5f));
+      y[i].qs[j] = static_cast<std::uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+      qh |= static_cast<std::uint32_t>((q0 & 0x10) >> 4) << j;
+      qh |= static_cast<std::uint32_t>((q1 & 0x10) >> 4) << (j + QK5_0 / 2);
+    }
+    std::memcpy(y[i].qh, &qh, sizeof qh);
+  }
+}
+
 // q4_K and q5_K share the scale search: per 32-element sub-block make_qkx2_quants, then 6-bit scales and mins
 // relative to the block maxima, then a requantization against the f16-rounded block scales.
 template <int kNmax>
@@ -477,6 +504,21 @@ void dequantize_q6_K(const BlockQ6_K* x, float* y, std::int64_t nb) {
   }
 }
 
+// q5_0 level (0..31) of element j of a block.
+inline int q5_0_level(const BlockQ5_0& b, int j) {
+  std::uint32_t qh;
+  std::memcpy(&qh, b.qh, sizeof qh);
+  const int low = j < QK5_0 / 2 ? (b.qs[j] & 0x0F) : (b.qs[j - QK5_0 / 2] >> 4);
+  return low | static_cast<int>(((qh >> j) & 1u) << 4);
+}
+
+void dequantize_q5_0(const BlockQ5_0* x, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += QK5_0) {
+    const float d = f16_to_f32(x[i].d);
+    for (int j = 0; j < QK5_0; ++j) y[j] = static_cast<float>(q5_0_level(x[i], j) - 16) * d;
+  }
+}
+
 // ---- dot products --------------------------------------------------------------------------------------------
 
 float vec_dot_q8_0(std::int64_t nb, const BlockQ8_0* w, const BlockQ8_0* a) {
@@ -497,6 +539,16 @@ float vec_dot_q4_0(std::int64_t nb, const BlockQ4_0* w, const BlockQ8_0* a) {
       sumi += ((w[i].qs[j] & 0x0F) - 8) * a[i].qs[j];
       sumi += ((w[i].qs[j] >> 4) - 8) * a[i].qs[j + QK4_0 / 2];
     }
+    sumf += static_cast<float>(sumi) * (f16_to_f32(w[i].d) * f16_to_f32(a[i].d));
+  }
+  return sumf;
+}
+
+float vec_dot_q5_0(std::int64_t nb, const BlockQ5_0* w, const BlockQ8_0* a) {
+  float sumf = 0;
+  for (std::int64_t i = 0; i < nb; ++i) {
+    std::int32_t sumi = 0;
+    for (int j = 0; j < QK5_0; ++j) sumi += (q5_0_level(w[i], j) - 16) * a[i].qs[j];
     sumf += static_cast<float>(sumi) * (f16_to_f32(w[i].d) * f16_to_f32(a[i].d));
   }
   return sumf;
@@ -585,6 +637,7 @@ void quantize_row(WType t, const float* x, void* out, std::int64_t n) {
     case WType::q4_K: quantize_q4_K(x, static_cast<BlockQ4_K*>(out), nb); return;
     case WType::q5_K: quantize_q5_K(x, static_cast<BlockQ5_K*>(out), nb); return;
     case WType::q6_K: quantize_q6_K(x, static_cast<BlockQ6_K*>(out), nb); return;
+    case WType::q5_0: quantize_q5_0(x, static_cast<BlockQ5_0*>(out), nb); return;
   }
 }
 
@@ -607,6 +660,7 @@ void dequantize_row(WType t, const void* in, float* y, std::int64_t n) {
     case WType::q4_K: dequantize_q4_K(static_cast<const BlockQ4_K*>(in), y, nb); return;
     case WType::q5_K: dequantize_q5_K(static_cast<const BlockQ5_K*>(in), y, nb); return;
     case WType::q6_K: dequantize_q6_K(static_cast<const BlockQ6_K*>(in), y, nb); return;
+    case WType::q5_0: dequantize_q5_0(static_cast<const BlockQ5_0*>(in), y, nb); return;
   }
 }
 
@@ -643,6 +697,8 @@ float vec_dot_ref(WType t, std::int64_t n, const void* w_row, const void* act_ro
                                                      static_cast<const BlockQ8_K*>(act_row));
     case WType::q6_K:
       return vec_dot_q6_K(n / QK_K, static_cast<const BlockQ6_K*>(w_row), static_cast<const BlockQ8_K*>(act_row));
+    case WType::q5_0:
+      return vec_dot_q5_0(n / QK5_0, static_cast<const BlockQ5_0*>(w_row), static_cast<const BlockQ8_0*>(act_row));
   }
   return 0.f;
 }

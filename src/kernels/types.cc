@@ -8,7 +8,7 @@
 namespace tandem::kernels {
 namespace {
 
-constexpr std::array<TypeTraits, 8> kTraits = {{
+constexpr std::array<TypeTraits, kWTypeCount> kTraits = {{
     {"f32", 0, 1, 4, AType::f32},
     {"f16", 1, 1, 2, AType::f16},
     {"bf16", 30, 1, 2, AType::bf16},
@@ -17,13 +17,15 @@ constexpr std::array<TypeTraits, 8> kTraits = {{
     {"q4_K", 12, QK_K, sizeof(BlockQ4_K), AType::q8_K},
     {"q5_K", 13, QK_K, sizeof(BlockQ5_K), AType::q8_K},
     {"q6_K", 14, QK_K, sizeof(BlockQ6_K), AType::q8_K},
+    {"q5_0", 6, QK5_0, sizeof(BlockQ5_0), AType::q8_0},
 }};
 
 // kTraits is indexed by the enum's value; keep them in step.
 static_assert(static_cast<int>(WType::f32) == 0 && static_cast<int>(WType::f16) == 1 &&
               static_cast<int>(WType::bf16) == 2 && static_cast<int>(WType::q8_0) == 3 &&
               static_cast<int>(WType::q4_0) == 4 && static_cast<int>(WType::q4_K) == 5 &&
-              static_cast<int>(WType::q5_K) == 6 && static_cast<int>(WType::q6_K) == 7);
+              static_cast<int>(WType::q5_K) == 6 && static_cast<int>(WType::q6_K) == 7 &&
+              static_cast<int>(WType::q5_0) == 8);
 
 struct ActFormat {
   int block_elems;

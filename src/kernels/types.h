@@ -12,14 +12,16 @@
 namespace tandem::kernels {
 
 // Weight (tensor) types Tandem computes with. Values are our own; ggml's type ids are in ggml_type_id().
-enum class WType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K };
-inline constexpr WType kAllWTypes[] = {WType::f32,  WType::f16,  WType::bf16, WType::q8_0,
-                                       WType::q4_0, WType::q4_K, WType::q5_K, WType::q6_K};
+enum class WType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, q5_0 };
+inline constexpr WType kAllWTypes[] = {WType::f32,  WType::f16,  WType::bf16, WType::q8_0, WType::q4_0,
+                                       WType::q4_K, WType::q5_K, WType::q6_K, WType::q5_0};
+inline constexpr int kWTypeCount = static_cast<int>(sizeof(kAllWTypes) / sizeof(kAllWTypes[0]));
 
 // Formats of a prepared activation row (what the weights' dot product consumes): llama.cpp's "vec_dot_type".
 enum class AType : std::uint8_t { f32, f16, bf16, q8_0, q8_K };
 
 inline constexpr int QK4_0 = 32;
+inline constexpr int QK5_0 = 32;
 inline constexpr int QK8_0 = 32;
 inline constexpr int QK_K = 256;
 inline constexpr int K_SCALE_SIZE = 12;
@@ -32,6 +34,13 @@ using bf16_bits = std::uint16_t;  // bfloat16 (upper half of an f32)
 struct BlockQ4_0 {
   f16_bits d;
   std::uint8_t qs[QK4_0 / 2];
+};
+// ggml block_q5_0: x[i] = d * (q - 16) with q in [0, 31]: the low 4 bits of element j (< 16) are the low nibble of
+// qs[j], of element j + 16 the high nibble; the fifth bit of element j (0..31) is bit j of qh (little-endian u32).
+struct BlockQ5_0 {
+  f16_bits d;
+  std::uint8_t qh[4];
+  std::uint8_t qs[QK5_0 / 2];
 };
 // ggml block_q8_0: x[i] = d * qs[i].
 struct BlockQ8_0 {
@@ -70,6 +79,7 @@ struct BlockQ8_K {
 };
 
 static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
@@ -77,7 +87,7 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
 struct TypeTraits {
-  std::string_view name;    // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K" (ggml's spelling)
+  std::string_view name;    // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "q5_0" (ggml's spelling)
   int ggml_id;              // ggml_type value in GGUF files
   int block_elems;          // elements per block (1 for the float types)
   std::size_t block_bytes;  // bytes per block

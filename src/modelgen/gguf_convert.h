@@ -24,6 +24,7 @@ enum class Recipe : std::uint32_t {
   f16 = 1,
   q4_0 = 2,
   q8_0 = 7,
+  q5_0 = 8,
   q4_K_S = 14,
   q4_K_M = 15,
   q5_K_S = 16,

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/sha256.h"
 #include "device/simulated.h"
 #include "engine/dequant.h"
 #include "kernels/quant.h"
@@ -235,6 +236,21 @@ TEST_P(QuantizeBytes, TandemQuantizeWritesLlamaQuantizesFile) {
   EXPECT_EQ(first, a.size()) << name << ": first differing byte at offset " << first;
 }
 
+// Q5_0: llama-quantize (llama.cpp c392e509) wrote this file from shared256-f16.gguf with SHA-256 89b3a79a...; the
+// shared directory has no Q5_0 file, so the digest stands for it.
+TEST(GgufModel, Q5_0IsLlamaQuantizesFile) {
+  SKIP_WITHOUT_SHARED();
+  const std::string out = testing::temp_root() + "/requant-Q5_0.gguf";
+  auto st = modelgen::convert_to_gguf(gguf_tiny("f16"), out, modelgen::Recipe::q5_0, 2);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  std::map<std::string, WType> types(st->types.begin(), st->types.end());
+  EXPECT_EQ(types["blk.0.ffn_down.weight"], WType::q5_0);
+  EXPECT_EQ(types["output.weight"], WType::q6_K);
+  std::ifstream f(out, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(Sha256::hex(Sha256::of(bytes)), "89b3a79ae3e40142fc6dd628e4b78e34188c40fbe8ef33f22d08085dcf3c4d39");
+}
+
 INSTANTIATE_TEST_SUITE_P(Recipes, QuantizeBytes,
                          ::testing::Values(std::pair{std::string("Q8_0"), modelgen::Recipe::q8_0},
                                            std::pair{std::string("Q4_0"), modelgen::Recipe::q4_0},
@@ -254,7 +270,7 @@ TEST(GgufModel, AcceleratorAndCpuAgreePerWeightType) {
   SKIP_WITHOUT_SHARED();
   const auto refs = read_refs(shared_dir() + "/models/gguf-tiny/shared256-f16.ref.jsonl");
   ASSERT_FALSE(refs.empty());
-  for (const char* name : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K"}) {
+  for (const char* name : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K_M", "Q5_K_M", "Q6_K"}) {
     const std::string path = testing::temp_root() + "/per-type-" + name + ".gguf";
     auto r = modelgen::parse_recipe(name);
     ASSERT_TRUE(r.ok());

@@ -301,6 +301,9 @@ Bytes unit_scale_weights(std::mt19937& rng, WType t, std::int64_t rows, std::int
     case WType::q4_0:
       for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockQ4_0*>(w.data())[i].d = one;
       break;
+    case WType::q5_0:  // levels 0..31, every fifth-bit pattern
+      for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockQ5_0*>(w.data())[i].d = one;
+      break;
     case WType::q4_K:
       for (std::int64_t i = 0; i < nblocks; ++i) {
         auto& b = reinterpret_cast<BlockQ4_K*>(w.data())[i];

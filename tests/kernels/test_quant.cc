@@ -25,7 +25,7 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-const std::vector<WType> kQuantTypes = {WType::q8_0, WType::q4_0, WType::q4_K, WType::q5_K, WType::q6_K};
+const std::vector<WType> kQuantTypes = {WType::q8_0, WType::q4_0, WType::q5_0, WType::q4_K, WType::q5_K, WType::q6_K};
 
 std::string tname(WType t) { return std::string(wtype_name(t)); }
 
@@ -110,6 +110,7 @@ TEST(KernelsTypes, TraitsTable) {
       {WType::bf16, "bf16", 30, 1, 2, AType::bf16},    {WType::q8_0, "q8_0", 8, 32, 34, AType::q8_0},
       {WType::q4_0, "q4_0", 2, 32, 18, AType::q8_0},   {WType::q4_K, "q4_K", 12, 256, 144, AType::q8_K},
       {WType::q5_K, "q5_K", 13, 256, 176, AType::q8_K}, {WType::q6_K, "q6_K", 14, 256, 210, AType::q8_K},
+      {WType::q5_0, "q5_0", 6, 32, 22, AType::q8_0},
   };
   ASSERT_EQ(std::size(rows), std::size(kAllWTypes));
   for (const Row& r : rows) {
@@ -133,7 +134,7 @@ TEST(KernelsTypes, NameLookups) {
   EXPECT_EQ(wtype_from_name("q4_k_m"), std::nullopt);  // a file type, not a tensor type
   EXPECT_EQ(wtype_from_name(""), std::nullopt);
   EXPECT_EQ(wtype_from_name("q4_"), std::nullopt);
-  for (int id : {3, 6, 7, 9, 10, 11, 15, 16, 29, 31, -1, 1000}) EXPECT_EQ(wtype_from_ggml(id), std::nullopt) << id;
+  for (int id : {3, 7, 9, 10, 11, 15, 16, 29, 31, -1, 1000}) EXPECT_EQ(wtype_from_ggml(id), std::nullopt) << id;
 }
 
 TEST(KernelsTypes, RowBytes) {
@@ -307,13 +308,13 @@ struct ErrorBound {
 };
 
 // q8_0: step amax/127, error <= step/2 plus the f16 rounding of d (127 * 2^-11 steps); q4_0: step amax/8, error
-// <= one step (the -max side clamps at 7). The k-quant bounds are about 1.25x the largest errors measured over
+// <= one step (the -max side clamps at 7); q5_0 likewise with step amax/16 (clamped at 15). The k-quant bounds are about 1.25x the largest errors measured over
 // 65536-element rows of Gaussian, uniform and one-signed data (max / rmse: q4_K 0.106 / 0.072, q5_K 0.061 / 0.036,
 // q6_K 0.0195 / 0.0178). All of them assume block scales in f16's normal range (|scale| >= 2^-14); below that, f16
 // subnormal scales add an absolute error (see HugeTinyAndOutlierRows).
 const ErrorBound kBounds[] = {
     {WType::q8_0, 0.57 / 127, 0.0065}, {WType::q4_0, 1.01 / 8, 0.10},  {WType::q4_K, 0.13, 0.09},
-    {WType::q5_K, 0.075, 0.045},       {WType::q6_K, 0.025, 0.023},
+    {WType::q5_K, 0.075, 0.045},       {WType::q6_K, 0.025, 0.023},     {WType::q5_0, 1.01 / 16, 0.05},
 };
 
 void check_error(const ErrorBound& b, const std::vector<float>& x, const std::vector<float>& y) {
@@ -421,6 +422,13 @@ TEST(KernelsQuant, AllZeroRowsQuantizeToZeroBlocks) {
       for (std::size_t b = 0; b < want.size(); b += sizeof(BlockQ4_0)) {
         want[b + 1] = 0x80;
         std::fill(want.begin() + b + 2, want.begin() + b + sizeof(BlockQ4_0), 0x88);
+      }
+    }
+    if (t == WType::q5_0) {
+      // d = -0 (0x8000), every quant at level 16: low nibbles 0, every fifth bit set.
+      for (std::size_t b = 0; b < want.size(); b += sizeof(BlockQ5_0)) {
+        want[b + 1] = 0x80;
+        std::fill(want.begin() + b + 2, want.begin() + b + 6, 0xFF);
       }
     }
     EXPECT_EQ(q, want);
