@@ -1,8 +1,9 @@
 // Writes the seed corpus of fuzz_gguf with GgufWriter (scripts/fuzz.sh runs it into build-fuzz/fuzz-seeds/gguf; the
 // seeds are generated, not checked in):
 //   fuzz_gguf_make_corpus DIR
-// Every metadata value type with nested arrays and tensors of many ggml types; two tiny Llama models (q8_0 with a
-// byte-fallback vocabulary and tied output; f16 untied with a small vocabulary, a chat template and rope scaling);
+// Every metadata value type with nested arrays and tensors of many ggml types; three tiny Llama models (q8_0 with a
+// byte-fallback vocabulary and tied output; f16 untied with a small vocabulary, a chat template and rope scaling;
+// q5_0 untied);
 // a vocabulary-only file; a version-2 file with alignment 64.
 #include <cstdio>
 #include <string>
@@ -113,7 +114,8 @@ GgufWriter all_types() {
   w.set("arr.nested", GgufValue::of_array(GgufType::array, {GgufValue::of_i32s(std::vector<std::int32_t>{1, 2}),
                                                             GgufValue::of_strings({"x"})}));
   const std::pair<std::uint32_t, std::vector<std::uint64_t>> ts[] = {
-      {0, {4, 2}}, {1, {8}}, {30, {4}}, {8, {32}}, {2, {32}}, {12, {256}}, {13, {256}}, {14, {256}}, {10, {256}},
+      {0, {4, 2}}, {1, {8}}, {30, {4}}, {8, {32}}, {2, {32}}, {6, {32}}, {12, {256}}, {13, {256}}, {14, {256}},
+      {10, {256}},
   };
   unsigned seed = 100;
   for (const auto& [type, ne] : ts) {
@@ -137,6 +139,7 @@ int main(int argc, char** argv) {
   f16.set("tokenizer.chat_template", GgufValue::of_string("{% for m in messages %}<|user|>{{ m }}{% endfor %}"));
   f16.set("llama.rope.scaling.type", GgufValue::of_string("linear"));
   f16.set("llama.rope.scaling.factor", GgufValue::of_float(GgufType::f32, 2.0));
+  const GgufWriter q5 = llama(kernels::WType::q5_0, false, false);
   GgufWriter voc;
   voc.set("general.architecture", GgufValue::of_string("llama"));
   vocab(voc, true);
@@ -146,7 +149,7 @@ int main(int argc, char** argv) {
   const std::pair<const char*, const GgufWriter*> seeds[] = {
       {"all_types.gguf", nullptr}, {"llama_q8_0_bytes_tied.gguf", nullptr},
       {"llama_f16.gguf", &f16},    {"vocab_only.gguf", &voc},
-      {"v2_align64.gguf", &v2},
+      {"v2_align64.gguf", &v2},    {"llama_q5_0.gguf", &q5},
   };
   const GgufWriter types = all_types();
   const GgufWriter q8 = llama(kernels::WType::q8_0, true, true);
