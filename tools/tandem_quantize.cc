@@ -15,9 +15,9 @@ const char* kUsage =
     "  IN    a Hugging Face model directory (config.json, safetensors, tokenizer.json and/or tokenizer.model)\n"
     "        or a .gguf file\n"
     "  OUT   the GGUF file to write (replaced atomically)\n"
-    "  TYPE  F32 | F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K_S | Q4_K_M | Q5_K_S | Q5_K_M | Q6_K (llama.cpp's names; the\n"
-    "        K_M and K_S mixes give some tensors more bits exactly as llama-quantize does; rows that are not multiples of\n"
-    "        256 fall back as llama-quantize's do: q4_K to q5_0, q6_K to q8_0)\n";
+    "  TYPE  F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K_S | Q4_K_M | Q5_K_S | Q5_K_M | Q6_K (llama.cpp's\n"
+    "        names; the K_M and K_S mixes give some tensors more bits exactly as llama-quantize does; rows that are not\n"
+    "        multiples of 256 fall back as llama-quantize's do: q4_K to q5_0, q5_K to q5_1, q6_K to q8_0)\n";
 
 }  // namespace
 

@@ -64,6 +64,24 @@ at::Tensor q5_0(const at::Tensor& b) {
   return q * d;
 }
 
+// q4_1 / q5_1: d and m at 0 and 2, the levels as q4_0's / q5_0's (qh at 4, qs at 8 for q5_1); x = q * d + m.
+at::Tensor q4_1(const at::Tensor& b) {
+  const at::Tensor d = half_at(b, 0), m = half_at(b, 2);
+  const at::Tensor qs = u8(b, 4, 16);
+  return at::cat({lo4(qs), hi4(qs)}, 1).to(at::kFloat) * d + m;
+}
+
+at::Tensor q5_1(const at::Tensor& b) {
+  const std::int64_t N = b.size(0);
+  const at::Tensor d = half_at(b, 0), m = half_at(b, 2);
+  const at::Tensor qh = u8(b, 4, 4).unsqueeze(2);  // [N, 4, 1]
+  const at::Tensor bits = at::arange(8, b.options().dtype(at::kByte)).view({1, 1, 8});
+  const at::Tensor high =
+      at::bitwise_left_shift(at::bitwise_and(at::bitwise_right_shift(qh, bits), 1), 4).reshape({N, 32});
+  const at::Tensor qs = u8(b, 8, 16);
+  return at::bitwise_or(at::cat({lo4(qs), hi4(qs)}, 1), high).to(at::kFloat) * d + m;
+}
+
 // q4_K: chunk c of 32 bytes holds sub-block 2c in its low nibbles and 2c+1 in its high nibbles;
 // x = (d * sc) * q - (dmin * m).
 at::Tensor q4_K(const at::Tensor& b) {
@@ -127,6 +145,8 @@ at::Tensor dequantize_aten(const at::Tensor& stored, WType t, std::int64_t cols,
     case WType::q8_0: y = q8_0(b); break;
     case WType::q4_0: y = q4_0(b); break;
     case WType::q5_0: y = q5_0(b); break;
+    case WType::q4_1: y = q4_1(b); break;
+    case WType::q5_1: y = q5_1(b); break;
     case WType::q4_K: y = q4_K(b); break;
     case WType::q5_K: y = q5_K(b); break;
     case WType::q6_K: y = q6_K(b); break;

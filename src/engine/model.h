@@ -24,7 +24,7 @@ namespace tandem::engine {
 using TokenId = std::int32_t;
 
 // How float weights (f32/f16/bf16 tensors) are held: `auto` as stored; f32/bf16/f16 converted once at load.
-// Quantized tensors (q8_0, q4_0, q5_0, q4_K, q5_K, q6_K) are always used as stored. The CPU computes activations in f32
+// Quantized tensors (q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K) are always used as stored. The CPU computes activations in f32
 // through Tandem's kernels (docs/kernels.md); on an accelerator the activations and KV are f32, or bf16 / f16
 // when asked for (f16 on CUDA only: the simulated device runs ATen's CPU kernels, which have no f16 matmul).
 enum class ComputeDType { auto_, f32, bf16, f16 };

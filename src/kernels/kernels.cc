@@ -50,6 +50,8 @@ constexpr KernelTable make_scalar_table() {
   t.types[static_cast<int>(WType::q5_K)] = ref_kernels<WType::q5_K>();
   t.types[static_cast<int>(WType::q6_K)] = ref_kernels<WType::q6_K>();
   t.types[static_cast<int>(WType::q5_0)] = ref_kernels<WType::q5_0>();
+  t.types[static_cast<int>(WType::q4_1)] = ref_kernels<WType::q4_1>();
+  t.types[static_cast<int>(WType::q5_1)] = ref_kernels<WType::q5_1>();
   return t;
 }
 

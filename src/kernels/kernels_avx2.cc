@@ -234,6 +234,27 @@ struct Q4_0Levels {
   }
 };
 
+// The 32 nibbles of a 16-byte quant array as bytes in element order (element j < 16: low nibble of qs[j]; j >= 16:
+// high nibble of qs[j - 16]).
+inline __m256i nibbles(const std::uint8_t* qs) {
+  const __m256i both = _mm256_broadcastsi128_si256(load128(qs));
+  const __m256i shifted = _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+  return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
+}
+
+// Bit k of a 32-bit qh as 0x10 in byte k (the fifth bit of element k): byte k takes qh's byte k / 8 (each 128-bit
+// lane holds all four), then its bit k % 8.
+inline __m256i fifth_bits(const std::uint8_t* qh_bytes) {
+  std::uint32_t qh;
+  std::memcpy(&qh, qh_bytes, sizeof qh);
+  const __m256i sel = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(sel, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
 // q5_0 levels u in [0, 31]: q4_0's nibbles with the fifth bit of element k from bit k of qh (byte k of the vector is
 // element k), value u - 16: sum (u - 16) a = maddubs(u, a) - maddubs(16, a) (|.| <= 7936 and 4096 in int16).
 struct Q5_0Levels {
@@ -245,20 +266,7 @@ struct Q5_0Levels {
     __m256i a;
     __m256i a16;  // 16 * (a[2i] + a[2i+1]) as int16
   };
-  static Row row(const BlockQ5_0& b) {
-    const __m256i both = _mm256_broadcastsi128_si256(load128(b.qs));
-    const __m256i shifted = _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-    const __m256i low = _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
-    std::uint32_t qh;
-    std::memcpy(&qh, b.qh, sizeof qh);
-    // Byte k takes qh's byte k / 8 (each 128-bit lane holds all four), then its bit k % 8.
-    const __m256i sel = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(static_cast<int>(qh)),
-        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(sel, bit), bit);
-    return {_mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))};
-  }
+  static Row row(const BlockQ5_0& b) { return {_mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh))}; }
   static Act act(const BlockQ8_0& b) {
     const __m256i a = load256(b.qs);
     return {a, _mm256_maddubs_epi16(_mm256_set1_epi8(16), a)};
@@ -323,6 +331,82 @@ template <int R, int C>
 using Q4_0Tile = Q8ActTile<Q4_0Levels, R, C>;
 template <int R, int C>
 using Q5_0Tile = Q8ActTile<Q5_0Levels, R, C>;
+
+// ---- q4_1 / q5_1 weights x q8_1 activations ---------------------------------------------------------------------
+
+// Unsigned levels u (q4_1: [0, 15]; q5_1: [0, 31], the fifth bits as q5_0's): sum u a = madd(maddubs(u, a), 1), exact
+// (pairs <= 2 · 31 · 128 in int16). Per block acc = fma(d_w * d_a, float(lanes), acc), and the min term m_w * s_a
+// in a scalar accumulator per (row, activation), in block order; y = hsum8(acc) + that sum.
+template <class B, bool kFive>
+struct MinnedLevels {
+  using Block = B;
+  static __m256i row(const B& b) {
+    if constexpr (kFive) return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh));
+    else return nibbles(b.qs);
+  }
+};
+
+template <class L, int R, int C>
+struct Q81ActTile {
+  using Block = typename L::Block;
+
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const Block* wr[R];
+    const BlockQ8_1* ac[C];
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const Block*>(w + r * wrb);
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_1*>(a + c * arb);
+    __m256 acc[R][C];
+    float mins[R][C];
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) {
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) {
+        acc[r][c] = _mm256_setzero_ps();
+        mins[r][c] = 0.f;
+      }
+    }
+    const std::int64_t nb = cols / QK8_1;
+    const std::size_t pf = prefetch_offset(R, wrb);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (std::int64_t ib = 0; ib < nb; ++ib) {
+      __m256i av[C];
+      __m256 da[C];
+      float sa[C];
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) {
+        av[c] = load256(ac[c][ib].qs);
+        da[c] = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ac[c][ib].d)));
+        sa[c] = f16_to_f32(ac[c][ib].s);
+      }
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) {
+        prefetch(&wr[r][ib], pf);
+        const __m256i u = L::row(wr[r][ib]);
+        const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wr[r][ib].d)));
+        const float mw = f16_to_f32(wr[r][ib].m);
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) {
+          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, av[c]), ones));
+          acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da[c]), p, acc[r][c]);
+          mins[r][c] += mw * sa[c];
+        }
+      }
+    }
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) {
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum8(acc[r][c]) + mins[r][c];
+    }
+  }
+};
+
+template <int R, int C>
+using Q4_1Tile = Q81ActTile<MinnedLevels<BlockQ4_1, false>, R, C>;
+template <int R, int C>
+using Q5_1Tile = Q81ActTile<MinnedLevels<BlockQ5_1, true>, R, C>;
 
 // ---- k-quants x q8_K -----------------------------------------------------------------------------------------
 
@@ -608,6 +692,29 @@ void quantize_q8_0(const float* x, void* out, std::int64_t cols) {
   }
 }
 
+// q8_1 as quantize_act_ref: q8_0's levels and scale, and s = f16(d · Σ q) with d = amax / 127 before rounding.
+void quantize_q8_1(const float* x, void* out, std::int64_t cols) {
+  auto* y = static_cast<BlockQ8_1*>(out);
+  const std::int64_t nb = cols / QK8_1;
+  for (std::int64_t i = 0; i < nb; ++i, x += QK8_1) {
+    const float amax = abs_max(x, QK8_1);
+    const float d = amax / 127.f;
+    y[i].d = f32_to_f16(d);
+    const float id = amax != 0.f ? 127.f / amax : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    TANDEM_UNROLL
+    for (int v = 0; v < 4; ++v) q[v] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), vid));
+    const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    alignas(32) std::int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s8);
+    int sum = 0;
+    for (int l = 0; l < 8; ++l) sum += lanes[l];
+    y[i].s = f32_to_f16(d * static_cast<float>(sum));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+  }
+}
+
 // q8_K as quantize_act_ref: max = the first element of largest |x|, iscale = -127 / max, q = min(127,
 // nearest-even(iscale * x)), bsums over 16s, d = 1 / iscale; an all-zero block is all zero bytes.
 void quantize_q8_K(const float* x, void* out, std::int64_t cols) {
@@ -689,6 +796,8 @@ constexpr KernelTable make_avx2_table() {
   t.types[static_cast<int>(WType::q5_K)] = entry<Q5KTile, kK>(quantize_q8_K);
   t.types[static_cast<int>(WType::q6_K)] = entry<Q6KTile, kK>(quantize_q8_K);
   t.types[static_cast<int>(WType::q5_0)] = entry<Q5_0Tile, kQ4_0>(quantize_q8_0);
+  t.types[static_cast<int>(WType::q4_1)] = entry<Q4_1Tile, kQ4_0>(quantize_q8_1);
+  t.types[static_cast<int>(WType::q5_1)] = entry<Q5_1Tile, kQ4_0>(quantize_q8_1);
   return t;
 }
 

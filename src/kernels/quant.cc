@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace tandem::kernels {
 namespace {
@@ -239,6 +240,58 @@ void quantize_q5_0(const float* x, BlockQ5_0* y, std::int64_t nb) {
       qh |= static_cast<std::uint32_t>((q1 & 0x10) >> 4) << (j + QK5_0 / 2);
     }
     std::memcpy(y[i].qh, &qh, sizeof qh);
+  }
+}
+
+// q4_1 / q5_1 (quantize_row_q4_1_ref / _q5_1_ref): per 32, d = (max - min) / (levels - 1), m = min, level =
+// trunc((x - min) / d + 0.5) (capped at 15 for q4_1, as ggml's MIN; q5_1's cannot exceed 31).
+template <class Block, int kLevels>
+void quantize_minned(const float* x, Block* y, std::int64_t nb) {
+  constexpr bool five = kLevels == 32;
+  for (std::int64_t i = 0; i < nb; ++i, x += 32) {
+    float min = std::numeric_limits<float>::max();
+    float max = -std::numeric_limits<float>::max();
+    for (int j = 0; j < 32; ++j) {
+      if (x[j] < min) min = x[j];
+      if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / (kLevels - 1);
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    y[i].m = f32_to_f16(min);
+    std::uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      int q0 = static_cast<int>((x[j] - min) * id + 0.5f);
+      int q1 = static_cast<int>((x[j + 16] - min) * id + 0.5f);
+      if constexpr (!five) {
+        q0 = std::min(15, q0);
+        q1 = std::min(15, q1);
+        y[i].qs[j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+      } else {
+        y[i].qs[j] = static_cast<std::uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+        qh |= static_cast<std::uint32_t>((q0 & 0x10) >> 4) << j;
+        qh |= static_cast<std::uint32_t>((q1 & 0x10) >> 4) << (j + 16);
+      }
+    }
+    if constexpr (five) std::memcpy(y[i].qh, &qh, sizeof qh);
+  }
+}
+
+// q8_1 *activations* as llama.cpp's x86 CPU backend prepares them (quantize_row_q8_1): q8_0's activation rounding
+// (id = 127 / amax, ties to even), and s = f16(d · Σ qs) with d = amax / 127 before its f16 rounding.
+void quantize_act_q8_1(const float* x, BlockQ8_1* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, x += QK8_1) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK8_1; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f;
+    y[i].d = f32_to_f16(d);
+    const float id = amax != 0.f ? 127.f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < QK8_1; ++j) {
+      y[i].qs[j] = static_cast<std::int8_t>(static_cast<int>(std::nearbyint(x[j] * id)));
+      sum += y[i].qs[j];
+    }
+    y[i].s = f32_to_f16(d * static_cast<float>(sum));
   }
 }
 
@@ -519,6 +572,24 @@ void dequantize_q5_0(const BlockQ5_0* x, float* y, std::int64_t nb) {
   }
 }
 
+// q4_1 / q5_1 level (0..15 / 0..31) of element j of a block.
+inline int q4_1_level(const BlockQ4_1& b, int j) { return j < 16 ? (b.qs[j] & 0x0F) : (b.qs[j - 16] >> 4); }
+inline int q5_1_level(const BlockQ5_1& b, int j) {
+  std::uint32_t qh;
+  std::memcpy(&qh, b.qh, sizeof qh);
+  const int low = j < 16 ? (b.qs[j] & 0x0F) : (b.qs[j - 16] >> 4);
+  return low | static_cast<int>(((qh >> j) & 1u) << 4);
+}
+
+template <class Block, int (*Level)(const Block&, int)>
+void dequantize_minned(const Block* x, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = f16_to_f32(x[i].d);
+    const float m = f16_to_f32(x[i].m);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(Level(x[i], j)) * d + m;
+  }
+}
+
 // ---- dot products --------------------------------------------------------------------------------------------
 
 float vec_dot_q8_0(std::int64_t nb, const BlockQ8_0* w, const BlockQ8_0* a) {
@@ -550,6 +621,19 @@ float vec_dot_q5_0(std::int64_t nb, const BlockQ5_0* w, const BlockQ8_0* a) {
     std::int32_t sumi = 0;
     for (int j = 0; j < QK5_0; ++j) sumi += (q5_0_level(w[i], j) - 16) * a[i].qs[j];
     sumf += static_cast<float>(sumi) * (f16_to_f32(w[i].d) * f16_to_f32(a[i].d));
+  }
+  return sumf;
+}
+
+// q4_1 / q5_1 · q8_1: per block sumf += float(Σ q_w q_a) * (d_w * d_a) + m_w * s_a.
+template <class Block, int (*Level)(const Block&, int)>
+float vec_dot_minned(std::int64_t nb, const Block* w, const BlockQ8_1* a) {
+  float sumf = 0;
+  for (std::int64_t i = 0; i < nb; ++i) {
+    std::int32_t sumi = 0;
+    for (int j = 0; j < 32; ++j) sumi += Level(w[i], j) * a[i].qs[j];
+    sumf += static_cast<float>(sumi) * (f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) +
+            f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
   }
   return sumf;
 }
@@ -638,6 +722,8 @@ void quantize_row(WType t, const float* x, void* out, std::int64_t n) {
     case WType::q5_K: quantize_q5_K(x, static_cast<BlockQ5_K*>(out), nb); return;
     case WType::q6_K: quantize_q6_K(x, static_cast<BlockQ6_K*>(out), nb); return;
     case WType::q5_0: quantize_q5_0(x, static_cast<BlockQ5_0*>(out), nb); return;
+    case WType::q4_1: quantize_minned<BlockQ4_1, 16>(x, static_cast<BlockQ4_1*>(out), nb); return;
+    case WType::q5_1: quantize_minned<BlockQ5_1, 32>(x, static_cast<BlockQ5_1*>(out), nb); return;
   }
 }
 
@@ -661,6 +747,8 @@ void dequantize_row(WType t, const void* in, float* y, std::int64_t n) {
     case WType::q5_K: dequantize_q5_K(static_cast<const BlockQ5_K*>(in), y, nb); return;
     case WType::q6_K: dequantize_q6_K(static_cast<const BlockQ6_K*>(in), y, nb); return;
     case WType::q5_0: dequantize_q5_0(static_cast<const BlockQ5_0*>(in), y, nb); return;
+    case WType::q4_1: dequantize_minned<BlockQ4_1, q4_1_level>(static_cast<const BlockQ4_1*>(in), y, nb); return;
+    case WType::q5_1: dequantize_minned<BlockQ5_1, q5_1_level>(static_cast<const BlockQ5_1*>(in), y, nb); return;
   }
 }
 
@@ -671,6 +759,7 @@ void quantize_act_ref(WType t, const float* x, void* out, std::int64_t n) {
     case AType::bf16: quantize_row(WType::bf16, x, out, n); return;
     case AType::q8_0: quantize_act_q8_0(x, static_cast<BlockQ8_0*>(out), n / QK8_0); return;
     case AType::q8_K: quantize_q8_K(x, static_cast<BlockQ8_K*>(out), n / QK_K); return;
+    case AType::q8_1: quantize_act_q8_1(x, static_cast<BlockQ8_1*>(out), n / QK8_1); return;
   }
 }
 
@@ -699,6 +788,12 @@ float vec_dot_ref(WType t, std::int64_t n, const void* w_row, const void* act_ro
       return vec_dot_q6_K(n / QK_K, static_cast<const BlockQ6_K*>(w_row), static_cast<const BlockQ8_K*>(act_row));
     case WType::q5_0:
       return vec_dot_q5_0(n / QK5_0, static_cast<const BlockQ5_0*>(w_row), static_cast<const BlockQ8_0*>(act_row));
+    case WType::q4_1:
+      return vec_dot_minned<BlockQ4_1, q4_1_level>(n / QK4_1, static_cast<const BlockQ4_1*>(w_row),
+                                                   static_cast<const BlockQ8_1*>(act_row));
+    case WType::q5_1:
+      return vec_dot_minned<BlockQ5_1, q5_1_level>(n / QK5_1, static_cast<const BlockQ5_1*>(w_row),
+                                                   static_cast<const BlockQ8_1*>(act_row));
   }
   return 0.f;
 }

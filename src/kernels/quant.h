@@ -16,7 +16,8 @@ void quantize_row(WType t, const float* x, void* out, std::int64_t n);
 // Blocks of type t back to floats.
 void dequantize_row(WType t, const void* in, float* y, std::int64_t n);
 
-// Activations: prepare an f32 row for dot products with weights of type t (q8_0 blocks for q4_0/q8_0, q8_K for the
+// Activations: prepare an f32 row for dot products with weights of type t (q8_0 blocks for q4_0/q5_0/q8_0, q8_1
+// for q4_1/q5_1, q8_K for the
 // k-quants, f16 / bf16 / f32 copies for the float types). Writes act_row_bytes(t, n) bytes.
 void quantize_act_ref(WType t, const float* x, void* out, std::int64_t n);
 

@@ -18,6 +18,8 @@ constexpr std::array<TypeTraits, kWTypeCount> kTraits = {{
     {"q5_K", 13, QK_K, sizeof(BlockQ5_K), AType::q8_K},
     {"q6_K", 14, QK_K, sizeof(BlockQ6_K), AType::q8_K},
     {"q5_0", 6, QK5_0, sizeof(BlockQ5_0), AType::q8_0},
+    {"q4_1", 3, QK4_1, sizeof(BlockQ4_1), AType::q8_1},
+    {"q5_1", 7, QK5_1, sizeof(BlockQ5_1), AType::q8_1},
 }};
 
 // kTraits is indexed by the enum's value; keep them in step.
@@ -25,7 +27,8 @@ static_assert(static_cast<int>(WType::f32) == 0 && static_cast<int>(WType::f16) 
               static_cast<int>(WType::bf16) == 2 && static_cast<int>(WType::q8_0) == 3 &&
               static_cast<int>(WType::q4_0) == 4 && static_cast<int>(WType::q4_K) == 5 &&
               static_cast<int>(WType::q5_K) == 6 && static_cast<int>(WType::q6_K) == 7 &&
-              static_cast<int>(WType::q5_0) == 8);
+              static_cast<int>(WType::q5_0) == 8 && static_cast<int>(WType::q4_1) == 9 &&
+              static_cast<int>(WType::q5_1) == 10);
 
 struct ActFormat {
   int block_elems;
@@ -39,6 +42,7 @@ constexpr ActFormat act_format(AType a) {
     case AType::bf16: return {1, 2};
     case AType::q8_0: return {QK8_0, sizeof(BlockQ8_0)};
     case AType::q8_K: return {QK_K, sizeof(BlockQ8_K)};
+    case AType::q8_1: return {QK8_1, sizeof(BlockQ8_1)};
   }
   return {1, 0};
 }

@@ -12,16 +12,19 @@
 namespace tandem::kernels {
 
 // Weight (tensor) types Tandem computes with. Values are our own; ggml's type ids are in ggml_type_id().
-enum class WType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, q5_0 };
-inline constexpr WType kAllWTypes[] = {WType::f32,  WType::f16,  WType::bf16, WType::q8_0, WType::q4_0,
-                                       WType::q4_K, WType::q5_K, WType::q6_K, WType::q5_0};
+enum class WType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, q5_0, q4_1, q5_1 };
+inline constexpr WType kAllWTypes[] = {WType::f32,  WType::f16,  WType::bf16, WType::q8_0, WType::q4_0, WType::q4_K,
+                                       WType::q5_K, WType::q6_K, WType::q5_0, WType::q4_1, WType::q5_1};
 inline constexpr int kWTypeCount = static_cast<int>(sizeof(kAllWTypes) / sizeof(kAllWTypes[0]));
 
 // Formats of a prepared activation row (what the weights' dot product consumes): llama.cpp's "vec_dot_type".
-enum class AType : std::uint8_t { f32, f16, bf16, q8_0, q8_K };
+enum class AType : std::uint8_t { f32, f16, bf16, q8_0, q8_K, q8_1 };
 
 inline constexpr int QK4_0 = 32;
 inline constexpr int QK5_0 = 32;
+inline constexpr int QK4_1 = 32;
+inline constexpr int QK5_1 = 32;
+inline constexpr int QK8_1 = 32;
 inline constexpr int QK8_0 = 32;
 inline constexpr int QK_K = 256;
 inline constexpr int K_SCALE_SIZE = 12;
@@ -41,6 +44,25 @@ struct BlockQ5_0 {
   f16_bits d;
   std::uint8_t qh[4];
   std::uint8_t qs[QK5_0 / 2];
+};
+// ggml block_q4_1: x[i] = d * q + m with q in [0, 15] laid out as q4_0's.
+struct BlockQ4_1 {
+  f16_bits d;
+  f16_bits m;
+  std::uint8_t qs[QK4_1 / 2];
+};
+// ggml block_q5_1: x[i] = d * q + m with q in [0, 31] laid out as q5_0's.
+struct BlockQ5_1 {
+  f16_bits d;
+  f16_bits m;
+  std::uint8_t qh[4];
+  std::uint8_t qs[QK5_1 / 2];
+};
+// ggml block_q8_1 (activations only, for q4_1 / q5_1): x = d * qs; s = d * sum(qs) (f16), for the weights' m.
+struct BlockQ8_1 {
+  f16_bits d;
+  f16_bits s;
+  std::int8_t qs[QK8_1];
 };
 // ggml block_q8_0: x[i] = d * qs[i].
 struct BlockQ8_0 {
@@ -80,6 +102,9 @@ struct BlockQ8_K {
 
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
@@ -87,7 +112,7 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
 struct TypeTraits {
-  std::string_view name;    // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "q5_0" (ggml's spelling)
+  std::string_view name;    // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "q5_0", "q4_1", "q5_1" (ggml's spelling)
   int ggml_id;              // ggml_type value in GGUF files
   int block_elems;          // elements per block (1 for the float types)
   std::size_t block_bytes;  // bytes per block

@@ -37,7 +37,8 @@ constexpr RecipeInfo kRecipes[] = {
     {Recipe::q4_0, "Q4_0", WType::q4_0},       {Recipe::q4_K_S, "Q4_K_S", WType::q4_K},
     {Recipe::q4_K_M, "Q4_K_M", WType::q4_K},   {Recipe::q5_K_S, "Q5_K_S", WType::q5_K},
     {Recipe::q5_K_M, "Q5_K_M", WType::q5_K},   {Recipe::q6_K, "Q6_K", WType::q6_K},
-    {Recipe::q5_0, "Q5_0", WType::q5_0},
+    {Recipe::q5_0, "Q5_0", WType::q5_0},       {Recipe::q4_1, "Q4_1", WType::q4_1},
+    {Recipe::q5_1, "Q5_1", WType::q5_1},
 };
 
 const RecipeInfo& info(Recipe r) {
@@ -369,9 +370,7 @@ Result<WType> recipe_type(Recipe r, const TensorSlot& t) {
   if (ncols % blk != 0) {
     if (type == WType::q6_K) type = WType::q8_0;
     else if (type == WType::q4_K) type = WType::q5_0;
-    else if (type == WType::q5_K)
-      return fail(Errc::unsupported, "tensor '" + t.name + "': " + std::to_string(ncols) + " columns are not a multiple "
-                                     "of 256; llama.cpp would fall back to q5_1, which Tandem does not implement");
+    else if (type == WType::q5_K) type = WType::q5_1;
     if (ncols % static_cast<std::uint64_t>(kernels::traits(type).block_elems) != 0) type = WType::f16;
   }
   return type;

@@ -91,6 +91,12 @@ std::vector<double> decode_act(WType t, const std::uint8_t* act, std::int64_t co
     for (std::int64_t k = 0; k < cols; ++k) a[k] = static_cast<double>(b[k / QK_K].d) * b[k / QK_K].qs[k % QK_K];
     return a;
   }
+  if (traits(t).act == AType::q8_1) {  // d · qs (s is their sum, for the weights' m)
+    const auto* b = reinterpret_cast<const BlockQ8_1*>(act);
+    for (std::int64_t k = 0; k < cols; ++k)
+      a[k] = static_cast<double>(f16_to_f32(b[k / QK8_1].d)) * b[k / QK8_1].qs[k % QK8_1];
+    return a;
+  }
   // The other activation formats are laid out as a weight type: f32 / f16 / bf16 as themselves, q8_0 as q8_0.
   const WType as = traits(t).act == AType::q8_0 ? WType::q8_0 : t;
   std::vector<float> f(static_cast<std::size_t>(cols));
@@ -101,7 +107,8 @@ std::vector<double> decode_act(WType t, const std::uint8_t* act, std::int64_t co
 
 // The stated tolerance: |simd - ref| <= (cols + 64) * 2^-24 * S, with S = sum_k |w_k a_k| over the dequantized
 // weights and decoded activations, plus, for q4_K / q5_K, sum_k 2 * 63 * |dmin_k| * |a_k| (their SIMD and reference
-// sums both carry the scale and the min terms separately, each up to that size before they cancel). A bound of
+// sums both carry the scale and the min terms separately, each up to that size before they cancel); for q4_1 / q5_1
+// the weight's magnitude is taken as 31 |d| + 2 |m| (the level term and the min term m · s, also summed apart). A bound of
 // Higham's form for two summation orders of at most cols + 64 rounded operations each (cols / 8 lane steps, block
 // scalings and the horizontal sums for SIMD; cols products and additions for the reference).
 double tolerance(WType t, const std::uint8_t* w_row, const std::uint8_t* act, std::int64_t cols) {
@@ -109,9 +116,17 @@ double tolerance(WType t, const std::uint8_t* w_row, const std::uint8_t* act, st
   dequantize_row(t, w_row, wf.data(), cols);
   const std::vector<double> a = decode_act(t, act, cols);
   const bool minned = t == WType::q4_K || t == WType::q5_K;
+  const bool minned32 = t == WType::q4_1 || t == WType::q5_1;
   double m = 0;
   for (std::int64_t k = 0; k < cols; ++k) {
     double wmag = std::fabs(static_cast<double>(wf[k]));
+    if (minned32) {  // q4_1 / q5_1: d · q and m summed apart (m at byte 2 of both blocks)
+      const std::uint8_t* block = w_row + static_cast<std::size_t>(k / 32) * traits(t).block_bytes;
+      std::uint16_t d, mn;
+      std::memcpy(&d, block, 2);
+      std::memcpy(&mn, block + 2, 2);
+      wmag = 31.0 * std::fabs(static_cast<double>(f16_to_f32(d))) + 2.0 * std::fabs(static_cast<double>(f16_to_f32(mn)));
+    }
     if (minned) {
       // d and dmin are the first two f16 fields of both block types.
       const std::uint8_t* block = w_row + static_cast<std::size_t>(k / QK_K) * traits(t).block_bytes;
@@ -303,6 +318,20 @@ Bytes unit_scale_weights(std::mt19937& rng, WType t, std::int64_t rows, std::int
       break;
     case WType::q5_0:  // levels 0..31, every fifth-bit pattern
       for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockQ5_0*>(w.data())[i].d = one;
+      break;
+    case WType::q4_1:  // m = 0: the min term (m · s, s a rounded f16) would not be an integer
+      for (std::int64_t i = 0; i < nblocks; ++i) {
+        auto& b = reinterpret_cast<BlockQ4_1*>(w.data())[i];
+        b.d = one;
+        b.m = 0;
+      }
+      break;
+    case WType::q5_1:
+      for (std::int64_t i = 0; i < nblocks; ++i) {
+        auto& b = reinterpret_cast<BlockQ5_1*>(w.data())[i];
+        b.d = one;
+        b.m = 0;
+      }
       break;
     case WType::q4_K:
       for (std::int64_t i = 0; i < nblocks; ++i) {

@@ -25,7 +25,8 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-const std::vector<WType> kQuantTypes = {WType::q8_0, WType::q4_0, WType::q5_0, WType::q4_K, WType::q5_K, WType::q6_K};
+const std::vector<WType> kQuantTypes = {WType::q8_0, WType::q4_0, WType::q5_0, WType::q4_1,
+                                        WType::q5_1, WType::q4_K, WType::q5_K, WType::q6_K};
 
 std::string tname(WType t) { return std::string(wtype_name(t)); }
 
@@ -77,8 +78,26 @@ std::vector<double> decode_act(WType t, const Bytes& act, std::size_t n) {
       for (std::size_t i = 0; i < n; ++i) a[i] = double(b[i / 256].d) * b[i / 256].qs[i % 256];
       break;
     }
+    case AType::q8_1: {  // d · qs (s, their sum in f16, is checked apart)
+      const auto* b = reinterpret_cast<const BlockQ8_1*>(act.data());
+      for (std::size_t i = 0; i < n; ++i) a[i] = double(f16_to_f32(b[i / 32].d)) * b[i / 32].qs[i % 32];
+      break;
+    }
   }
   return a;
+}
+
+// |m| of every element's q4_1 / q5_1 block (0 for the other types): the min term m · s rounds s = f16(d · Σ q) with
+// the activation's unrounded d, so it is exact only to ~2^-10 relative of |m| Σ |a|.
+std::vector<double> q81_mins(WType t, const Bytes& w, std::size_t n) {
+  std::vector<double> m(n, 0.0);
+  if (t != WType::q4_1 && t != WType::q5_1) return m;
+  for (std::size_t i = 0; i < n; ++i) {
+    f16_bits mn;
+    std::memcpy(&mn, w.data() + (i / 32) * traits(t).block_bytes + 2, 2);
+    m[i] = std::fabs(double(f16_to_f32(mn)));
+  }
+  return m;
 }
 
 // Upper bound of |dmin * m| for every element of a q4_K / q5_K weight block (0 for the other types).
@@ -110,7 +129,8 @@ TEST(KernelsTypes, TraitsTable) {
       {WType::bf16, "bf16", 30, 1, 2, AType::bf16},    {WType::q8_0, "q8_0", 8, 32, 34, AType::q8_0},
       {WType::q4_0, "q4_0", 2, 32, 18, AType::q8_0},   {WType::q4_K, "q4_K", 12, 256, 144, AType::q8_K},
       {WType::q5_K, "q5_K", 13, 256, 176, AType::q8_K}, {WType::q6_K, "q6_K", 14, 256, 210, AType::q8_K},
-      {WType::q5_0, "q5_0", 6, 32, 22, AType::q8_0},
+      {WType::q5_0, "q5_0", 6, 32, 22, AType::q8_0},    {WType::q4_1, "q4_1", 3, 32, 20, AType::q8_1},
+      {WType::q5_1, "q5_1", 7, 32, 24, AType::q8_1},
   };
   ASSERT_EQ(std::size(rows), std::size(kAllWTypes));
   for (const Row& r : rows) {
@@ -134,7 +154,7 @@ TEST(KernelsTypes, NameLookups) {
   EXPECT_EQ(wtype_from_name("q4_k_m"), std::nullopt);  // a file type, not a tensor type
   EXPECT_EQ(wtype_from_name(""), std::nullopt);
   EXPECT_EQ(wtype_from_name("q4_"), std::nullopt);
-  for (int id : {3, 7, 9, 10, 11, 15, 16, 29, 31, -1, 1000}) EXPECT_EQ(wtype_from_ggml(id), std::nullopt) << id;
+  for (int id : {9, 10, 11, 15, 16, 29, 31, -1, 1000}) EXPECT_EQ(wtype_from_ggml(id), std::nullopt) << id;
 }
 
 TEST(KernelsTypes, RowBytes) {
@@ -308,13 +328,16 @@ struct ErrorBound {
 };
 
 // q8_0: step amax/127, error <= step/2 plus the f16 rounding of d (127 * 2^-11 steps); q4_0: step amax/8, error
-// <= one step (the -max side clamps at 7); q5_0 likewise with step amax/16 (clamped at 15). The k-quant bounds are about 1.25x the largest errors measured over
+// <= one step (the -max side clamps at 7); q5_0 likewise with step amax/16 (clamped at 15); q4_1 / q5_1: step
+// (max - min) / 15 or 31 <= 2 amax / 15 or 31, error <= step/2 plus the f16 rounding of d and m (rmse bounds 1.25x
+// the measured 0.079 and 0.038). The k-quant bounds are about 1.25x the largest errors measured over
 // 65536-element rows of Gaussian, uniform and one-signed data (max / rmse: q4_K 0.106 / 0.072, q5_K 0.061 / 0.036,
 // q6_K 0.0195 / 0.0178). All of them assume block scales in f16's normal range (|scale| >= 2^-14); below that, f16
 // subnormal scales add an absolute error (see HugeTinyAndOutlierRows).
 const ErrorBound kBounds[] = {
     {WType::q8_0, 0.57 / 127, 0.0065}, {WType::q4_0, 1.01 / 8, 0.10},  {WType::q4_K, 0.13, 0.09},
     {WType::q5_K, 0.075, 0.045},       {WType::q6_K, 0.025, 0.023},     {WType::q5_0, 1.01 / 16, 0.05},
+    {WType::q4_1, 0.075, 0.10},        {WType::q5_1, 0.04, 0.048},
 };
 
 void check_error(const ErrorBound& b, const std::vector<float>& x, const std::vector<float>& y) {
@@ -594,14 +617,18 @@ TEST(KernelsDot, MatchesDoublePrecisionOverDequantizedValues) {
         const std::vector<float> wd = dequantize(t, w, n);
         const std::vector<double> ad = decode_act(t, act, n);
         const std::vector<double> mo = min_offsets(t, w, n);
+        const std::vector<double> m1 = q81_mins(t, w, n);
         double exact = 0;
         double s = 0;
+        double ms = 0;
         for (std::int64_t i = 0; i < n; ++i) {
           exact += double(wd[i]) * ad[i];
-          s += (std::fabs(double(wd[i])) + 2 * mo[i]) * std::fabs(ad[i]);
+          s += (std::fabs(double(wd[i])) + 2 * mo[i] + 2 * m1[i]) * std::fabs(ad[i]);
+          ms += m1[i] * std::fabs(ad[i]);
         }
         const bool is_float = traits(t).block_elems == 1;
-        const double tol = is_float ? std::ldexp(s, -22) : double(nb + 4) * std::ldexp(s, -23);
+        const double tol =
+            (is_float ? std::ldexp(s, -22) : double(nb + 4) * std::ldexp(s, -23)) + std::ldexp(ms, -10);
         const float got = vec_dot_ref(t, n, w.data(), act.data());
         ASSERT_NEAR(got, exact, tol) << "trial " << trial;
         // And it estimates the f32 dot product of the original rows (quantization error, loose).
@@ -640,7 +667,8 @@ TEST(KernelsDot, IntegerPartsAreExact) {
           std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
         } else {
           std::memcpy(blk, &d, 2);
-          if (t == WType::q4_K || t == WType::q5_K) std::memcpy(blk + 2, &dmin, 2);
+          // q4_1 / q5_1: m, a power of two (m · s is then exact)
+          if (t == WType::q4_K || t == WType::q5_K || t == WType::q4_1 || t == WType::q5_1) std::memcpy(blk + 2, &dmin, 2);
         }
       }
       Bytes act(act_row_bytes(t, n));
@@ -656,6 +684,14 @@ TEST(KernelsDot, IntegerPartsAreExact) {
             }
             a[b].bsums[j] = static_cast<std::int16_t>(sum);
           }
+        }
+      } else if (traits(t).act == AType::q8_1) {  // s = d · Σ q, exact in f16 for these small sums
+        auto* a = reinterpret_cast<BlockQ8_1*>(act.data());
+        for (std::int64_t b = 0; b < n / 32; ++b) {
+          a[b].d = f32_to_f16(1.f / 32);
+          int sum = 0;
+          for (auto& q : a[b].qs) sum += q = static_cast<std::int8_t>(small(rng));
+          a[b].s = f32_to_f16(static_cast<float>(sum) / 32);
         }
       } else {
         auto* a = reinterpret_cast<BlockQ8_0*>(act.data());

@@ -114,7 +114,7 @@ GgufWriter all_types() {
   w.set("arr.nested", GgufValue::of_array(GgufType::array, {GgufValue::of_i32s(std::vector<std::int32_t>{1, 2}),
                                                             GgufValue::of_strings({"x"})}));
   const std::pair<std::uint32_t, std::vector<std::uint64_t>> ts[] = {
-      {0, {4, 2}}, {1, {8}}, {30, {4}}, {8, {32}}, {2, {32}}, {6, {32}}, {12, {256}}, {13, {256}}, {14, {256}},
+      {0, {4, 2}}, {1, {8}}, {30, {4}}, {8, {32}}, {2, {32}}, {6, {32}}, {3, {32}}, {7, {32}}, {12, {256}}, {13, {256}}, {14, {256}},
       {10, {256}},
   };
   unsigned seed = 100;
