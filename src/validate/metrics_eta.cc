@@ -59,28 +59,19 @@ void compute_eta_metrics(const std::vector<Event>& events, Metrics& m) {
       p.eta_ms = *eta;
       p.transcribe = true;
       jobs[e.job] = p;
-    } else if (e.type == "transcribe_final") {
-      auto it = jobs.find(e.job);
-      if (it == jobs.end() || !it->second.transcribe) continue;
-      it->second.state = field_str(d, "state");
-      it->second.finish_reason = field_str(d, "finish_reason");
-      std::vector<std::string> routes;
-      if (auto r = d.find("routes"); r != d.end() && r->is_array())
-        for (const auto& x : *r)
-          if (x.is_string()) routes.push_back(x.get<std::string>());
-      it->second.routes = "transcribe " + route_category(routes);
     } else if (e.type == "update" && field_str(d, "kind") == "finished") {
       if (auto it = jobs.find(e.job); it != jobs.end() && !it->second.finished_t) it->second.finished_t = e.t_us;
-    } else if (e.type == "job_final") {
+    } else if (e.type == "transcribe_final" || e.type == "job_final") {
+      // A transcription's outcome is its transcribe_final; a Submit job's, the runner's job_final.
       auto it = jobs.find(e.job);
-      if (it == jobs.end() || it->second.transcribe) continue;  // a transcription's is its transcribe_final
+      if (it == jobs.end() || it->second.transcribe != (e.type == "transcribe_final")) continue;
       it->second.state = field_str(d, "state");
       it->second.finish_reason = field_str(d, "finish_reason");
       std::vector<std::string> routes;
       if (auto r = d.find("routes"); r != d.end() && r->is_array())
         for (const auto& x : *r)
           if (x.is_string()) routes.push_back(x.get<std::string>());
-      it->second.routes = route_category(routes);
+      it->second.routes = (it->second.transcribe ? "transcribe " : "") + route_category(routes);
     }
   }
   std::map<std::string, std::vector<double>> rel, signed_rel, abs_ms;
