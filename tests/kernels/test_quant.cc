@@ -567,6 +567,23 @@ TEST(KernelsAct, FormatsPerWeightType) {
         for (int i = 0; i < 256; ++i) EXPECT_NEAR(a[i], x[i], 4.5 / 127);
         break;
       }
+      case AType::q8_1: {
+        // q8_0's levels and scale, and s = f16(d · Σ q) with d = amax / 127 before its f16 rounding.
+        for (int b = 0; b < 256 / QK8_1; ++b) {
+          BlockQ8_1 blk;
+          std::memcpy(&blk, act.data() + b * sizeof(BlockQ8_1), sizeof blk);
+          float amax = 0;
+          for (int j = 0; j < QK8_1; ++j) amax = std::max(amax, std::fabs(x[b * QK8_1 + j]));
+          EXPECT_EQ(blk.d, f32_to_f16(amax / 127.f));
+          int sum = 0;
+          for (int j = 0; j < QK8_1; ++j) {
+            EXPECT_EQ(blk.qs[j], static_cast<int>(std::nearbyint(x[b * QK8_1 + j] * (127.f / amax)))) << b << ":" << j;
+            sum += blk.qs[j];
+          }
+          EXPECT_EQ(blk.s, f32_to_f16(amax / 127.f * static_cast<float>(sum))) << b;
+        }
+        break;
+      }
     }
   }
 }
@@ -724,89 +741,6 @@ TEST(KernelsDot, FloatTypesSumProductsInDouble) {
   Bytes ahf(act_row_bytes(WType::f16, 3));
   quantize_act_ref(WType::f16, std::vector<float>{65504.f, 1.f, 65504.f}.data(), ahf.data(), 3);
   EXPECT_EQ(vec_dot_ref(WType::f16, 3, whf.data(), ahf.data()), 1.f);
-}
-
-// ---- byte equality with llama.cpp ------------------------------------------------------------------------------
-
-std::string shared_dir() {
-  if (const char* env = std::getenv("TANDEM_SHARED_DIR"); env != nullptr && *env != '\0') return env;
-  return TANDEM_SOURCE_DIR "/../shared";
-}
-
-// For every 2-D weight tensor of the f16 file, quantize_row(its floats) must equal the bytes llama-quantize wrote
-// for the same tensor in `file` (in whatever type it has there). Returns compared tensors per type.
-std::map<WType, int> compare_with_llama(const std::string& file) {
-  std::map<WType, int> compared;
-  const std::string dir = shared_dir() + "/models/gguf-tiny/";
-  const test::GgufFile src = test::scan_gguf(dir + "shared256-f16.gguf");
-  const test::GgufFile dst = test::scan_gguf(dir + file);
-  EXPECT_EQ(src.error, "");
-  EXPECT_EQ(dst.error, "");
-  if (!src.error.empty() || !dst.error.empty()) return compared;
-  for (const test::GgufTensor& s : src.tensors) {
-    if (s.dims.size() != 2) continue;
-    SCOPED_TRACE(file + ": " + s.name);
-    const test::GgufTensor* d = dst.find(s.name);
-    EXPECT_NE(d, nullptr);
-    if (d == nullptr) continue;
-    const auto st = wtype_from_ggml(static_cast<int>(s.ggml_type));
-    const auto dt = wtype_from_ggml(static_cast<int>(d->ggml_type));
-    EXPECT_TRUE(st && dt) << "ggml types " << s.ggml_type << " -> " << d->ggml_type;
-    if (!st || !dt) continue;
-    EXPECT_EQ(d->dims, s.dims);
-    const auto cols = static_cast<std::int64_t>(s.dims[0]);
-    const auto rows = static_cast<std::int64_t>(s.dims[1]);
-    const std::size_t srow = row_bytes(*st, cols);
-    const std::size_t drow = row_bytes(*dt, cols);
-    EXPECT_GT(drow, 0u);
-    const std::uint8_t* sp = src.data(s, srow * rows);
-    const std::uint8_t* dp = dst.data(*d, drow * rows);
-    EXPECT_NE(sp, nullptr);
-    EXPECT_NE(dp, nullptr);
-    if (sp == nullptr || dp == nullptr || drow == 0) continue;
-    std::vector<float> f(cols);
-    Bytes q(drow);
-    std::int64_t bad_rows = 0;
-    std::int64_t first_bad = -1;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      dequantize_row(*st, sp + r * srow, f.data(), cols);  // f16 -> f32 exactly, as llama-quantize does
-      quantize_row(*dt, f.data(), q.data(), cols);
-      if (std::memcmp(q.data(), dp + r * drow, drow) != 0) {
-        if (first_bad < 0) first_bad = r;
-        ++bad_rows;
-      }
-    }
-    EXPECT_EQ(bad_rows, 0) << tname(*dt) << ": " << bad_rows << " of " << rows << " rows differ, first " << first_bad;
-    ++compared[*dt];
-  }
-  return compared;
-}
-
-class LlamaCppBytes : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(shared_dir() + "/models/gguf-tiny/shared256-f16.gguf")) {
-      GTEST_SKIP() << "llama.cpp reference files not found under " << shared_dir()
-                   << "/models/gguf-tiny (set TANDEM_SHARED_DIR to the shared directory)";
-    }
-  }
-};
-
-TEST_F(LlamaCppBytes, Q8_0File) {
-  const auto c = compare_with_llama("shared256-Q8_0.gguf");
-  EXPECT_EQ(c.count(WType::q8_0) ? c.at(WType::q8_0) : 0, 16);  // every 2-D tensor, output.weight included
-}
-
-TEST_F(LlamaCppBytes, Q4_0File) {
-  const auto c = compare_with_llama("shared256-Q4_0.gguf");
-  EXPECT_EQ(c.count(WType::q4_0) ? c.at(WType::q4_0) : 0, 15);
-  EXPECT_EQ(c.count(WType::q6_K) ? c.at(WType::q6_K) : 0, 1);  // llama-quantize keeps output.weight at q6_K
-}
-
-TEST_F(LlamaCppBytes, Q4_K_MFile) {
-  const auto c = compare_with_llama("shared256-Q4_K_M.gguf");
-  EXPECT_EQ(c.count(WType::q4_K) ? c.at(WType::q4_K) : 0, 13);
-  EXPECT_EQ(c.count(WType::q6_K) ? c.at(WType::q6_K) : 0, 3);  // output, blk.1 attn_v and ffn_down
 }
 
 }  // namespace
