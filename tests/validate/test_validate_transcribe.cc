@@ -255,18 +255,20 @@ TEST(ValidateTranscribeMetrics, AJobStillRunningAfterTheDrainIsNotTerminal) {
   EXPECT_NE(j.phases[0].unmet.front().find("min_transcribe_ok: want >= 3"), std::string::npos) << j.phases[0].unmet.front();
 }
 
+// One recorded event of phase 0, client 0 (the synthetic logs below).
+Event ev(std::int64_t t, const char* type, std::uint64_t job, nlohmann::json d) {
+  Event e;
+  e.t_us = t;
+  e.type = type;
+  e.phase = 0;
+  e.client = 0;
+  e.job = job;
+  e.data = std::move(d);
+  return e;
+}
+
 TEST(ValidateTranscribeMetrics, SyntheticEdgeCases) {
   using nlohmann::json;
-  auto ev = [](std::int64_t t, const char* type, std::uint64_t job, json d) {
-    Event e;
-    e.t_us = t;
-    e.type = type;
-    e.phase = 0;
-    e.client = 0;
-    e.job = job;
-    e.data = std::move(d);
-    return e;
-  };
   const json segs = json::array({{{"index", 0}, {"text", " x"}}, {{"index", 1}, {"text", " y"}}});
   auto final_ev = [&](std::int64_t t, std::uint64_t job, std::uint64_t req, const char* state, json extra = json::object()) {
     json d{{"req", req}, {"state", state}, {"routes", {"gpu"}}, {"history", {"queued", "running", state}},
@@ -332,16 +334,6 @@ TEST(ValidateTranscribeMetrics, SyntheticEdgeCases) {
 // apart.
 TEST(ValidateTranscribeMetrics, EtaAccuracyPerRouteOfTranscriptions) {
   using nlohmann::json;
-  auto ev = [](std::int64_t t, const char* type, std::uint64_t job, json d) {
-    Event e;
-    e.t_us = t;
-    e.type = type;
-    e.phase = 0;
-    e.client = 0;
-    e.job = job;
-    e.data = std::move(d);
-    return e;
-  };
   auto accepted = [&](std::int64_t t, std::uint64_t job, std::uint64_t eta, bool known) {
     return ev(t, "transcribe_accepted", job, {{"req", job}, {"existing", false}, {"eta_ms", eta}, {"eta_known", known}});
   };
