@@ -72,7 +72,13 @@ struct Source {
   std::optional<weights::ModelDir> hf;    // keeps the mappings alive (HF source)
   std::optional<tok::BpeVocab> bpe;       // HF source: the vocabulary read from its tokenizer.json
   std::uint32_t alignment = 32;
+  // HF source: the embedding's rows (config vocab_size). The token list is padded to it as llama.cpp's converter
+  // does ("[PAD<id>]", type unused, score -10000): checkpoints pad their embeddings (Qwen2.5: 151,936 rows for
+  // 151,665 tokens; Phi-3: 32,064 for 32,011), and llama.cpp refuses a file with fewer tokens than rows.
+  std::uint64_t vocab_rows = 0;
 };
+
+std::string pad_token(std::uint64_t id) { return "[PAD" + std::to_string(id) + "]"; }
 
 // The layer of "blk.N.*" (-1 for the others): llama-quantize writes tensors sorted by (layer, name).
 int layer_of(const std::string& name) {
@@ -149,6 +155,7 @@ Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
   // convert_to_gguf); one that bpe_vocab_from_hf_json refuses as unsupported (the SentencePiece-style
   // tokenizer.json of Llama 2 / Mistral) falls back to tokenizer.model when there is one.
   Source s;
+  s.vocab_rows = static_cast<std::uint64_t>(c.vocab_size);
   std::optional<tok::Tokenizer> tok;  // SentencePiece
   if (bpe == nullptr) {
     namespace fs = std::filesystem;
@@ -199,6 +206,12 @@ Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
   md.emplace_back(p + "attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
   md.emplace_back(p + "vocab_size", u32(static_cast<std::uint64_t>(c.vocab_size)));
   md.emplace_back(p + "rope.dimension_count", u32(static_cast<std::uint64_t>(c.head_dim)));
+  // The head width where it is not embedding_length / head_count (Qwen3 configs always name it, and llama.cpp's
+  // converter then writes both keys).
+  if (arch == "qwen3" || c.head_dim * c.num_heads != c.hidden_size) {
+    md.emplace_back(p + "attention.key_length", u32(static_cast<std::uint64_t>(c.head_dim)));
+    md.emplace_back(p + "attention.value_length", u32(static_cast<std::uint64_t>(c.head_dim)));
+  }
   // Sliding window: phi3.attention.sliding_window as llama.cpp's converter writes it (0 = none); for Mistral a
   // llama.attention.sliding_window key llama.cpp does not write (and ignores), so Tandem reads its own files back
   // with the window.
@@ -265,6 +278,11 @@ Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
       pieces.push_back(tok->piece(id));
       scores.push_back(tok->score(id));
       types.push_back(static_cast<std::int32_t>(tok->type(id)));
+    }
+    for (auto id = static_cast<std::uint64_t>(tok->vocab_size()); id < static_cast<std::uint64_t>(c.vocab_size); ++id) {
+      pieces.push_back(pad_token(id));
+      scores.push_back(-10000.0F);
+      types.push_back(static_cast<std::int32_t>(tok::PieceType::unused));
     }
     md.emplace_back("tokenizer.ggml.tokens", GgufValue::of_strings(std::move(pieces)));
     md.emplace_back("tokenizer.ggml.scores", GgufValue::of_f32s(scores));
@@ -344,7 +362,11 @@ Result<WType> recipe_type(Recipe r, const TensorSlot& t) {
   // Only matrices named *weight that are not norms are quantized (llama.cpp's tensor_allows_quantization).
   const bool matrix = t.ne.size() >= 2 && ends_with(t.name, "weight") &&
                       t.name.find("_norm.weight") == std::string::npos;
-  if (!matrix) return t.stored;
+  // The others (norms, biases, RoPE factors) are F32 whatever the source stores them in, as llama.cpp's converter
+  // writes them (n_dims <= 1 or *_norm.weight: F32): llama.cpp's CPU backend only multiplies by F32 vectors
+  // (ggml_mul's "only f32 src1 supported"), so an f16 norm aborts it. llama-quantize keeps a tensor it does not
+  // quantize as it is; from a file of llama.cpp's converter those are F32 already.
+  if (!matrix) return t.stored == WType::f16 || t.stored == WType::bf16 ? WType::f32 : t.stored;
   WType type = recipe_default_type(r);
   if (!is_quantized(type)) return type;  // F32 / F16 / BF16: a conversion of every matrix
 
@@ -406,7 +428,15 @@ Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& o
     if (k != "general.quantization_version" && k != "general.file_type") w.set(k, v);
   // tokenizer.ggml.model "gpt2", pre, merges, ...: the given vocabulary or the one read from tokenizer.json.
   const tok::BpeVocab* vocab = bpe != nullptr ? bpe : (s.bpe ? &*s.bpe : nullptr);
-  if (vocab != nullptr) weights::write_bpe_vocab_to_gguf(w, *vocab);
+  if (vocab != nullptr) {
+    tok::BpeVocab padded = *vocab;
+    padded.types.resize(padded.tokens.size(), tok::PieceType::normal);
+    for (std::uint64_t id = padded.tokens.size(); id < s.vocab_rows; ++id) {
+      padded.tokens.push_back(pad_token(id));
+      padded.types.push_back(tok::PieceType::unused);
+    }
+    weights::write_bpe_vocab_to_gguf(w, padded);
+  }
   w.set("general.quantization_version", GgufValue::of_uint(GgufType::u32, 2));
   w.set("general.file_type", GgufValue::of_uint(GgufType::u32, static_cast<std::uint32_t>(r)));
 

@@ -2,7 +2,8 @@
 # tandem-quantize writes llama-quantize's bytes, including the k-quant fallbacks: tandem-mkmodel's tiny and qwen2
 # presets (f16, GGUF) have 128- and 64-column matrices, which Q4_K_M / Q5_K_M cannot hold in q4_K / q5_K / q6_K
 # blocks of 256; llama-quantize (llama.cpp c392e509, GGML_NATIVE build) falls back to q5_0, q5_1 and q8_0 for them.
-# Its output files from the very F16 files these commands write had these SHA-256 digests; Tandem's must be the same.
+# Its output files from the very F16 files these commands write (norms F32, as llama.cpp's converter writes them)
+# had these SHA-256 digests; Tandem's must be the same.
 # usage: quantize_llama_bytes.sh TANDEM_MKMODEL TANDEM_QUANTIZE
 set -u
 mkmodel=$1 quantize=$2
@@ -10,10 +11,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 declare -A want=(
-  [tiny-Q4_K_M]=d32320a09a08fc8eb39f7ea5ad65aca38986970ac5efc8c85af7f42c83f7ec61
-  [qwen2-Q4_K_M]=d2c74d1527f2496d63aaf4edc78c81348ada8097e653613a3895a858f0311717
-  [tiny-Q5_K_M]=fdd2df0eae465ad769a8e2592c9ddc598b3534cde3710462e69d13b8601083b5
-  [qwen2-Q5_K_M]=34ae33c413cfc1a7c95beb04c019919de56c42f6defb1da4e1c478587d9f1d59
+  [tiny-Q4_K_M]=235c35af8ac30e1d3c834a390d58c4606e3a2214184fe0f1ef858009b090185a
+  [qwen2-Q4_K_M]=abf5589bc6c81a339a1f902fe9eab0904f14d63a2b35336d8a286c0e1a31a7d9
+  [tiny-Q5_K_M]=a874a1ba9d0d772633ca38e028e4f39c9b860c5b37aa663387b9b686ddc64659
+  [qwen2-Q5_K_M]=6669ec215564e119b09bccabec7a76d63103586edbf09c6f6d914e32b439ac67
 )
 declare -A fallback=([Q4_K_M]=q5_0 [Q5_K_M]=q5_1)
 for preset in tiny qwen2; do
