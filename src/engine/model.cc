@@ -81,7 +81,8 @@ Result<ComputeDType> parse_compute_dtype(std::string_view s) {
 // requested dtype is not: `auto` and `f32` on an f32 file are the same replica).
 std::string Model::Impl::held_type_summary() {
   std::map<WType, int> n;
-  n[WType::f32] += (1 + (2 + (cfg().qkv_bias ? 3 : 0)) * static_cast<int>(layers.size()));  // norms (+ biases)
+  n[WType::f32] += (1 + (2 + (cfg().qkv_bias ? 3 : 0) + (cfg().qk_norm ? 2 : 0)) * static_cast<int>(layers.size()));
+  // (norms, + biases, + q/k norms)
   n[embed.type]++;
   if (!cfg().tie_word_embeddings) n[lm_head.type]++;
   for (Layer& l : layers)
@@ -124,7 +125,7 @@ Status Model::Impl::place_on_accelerator() {
   for (int li = 0; li < accel_layers; ++li) {
     Layer& l = layers[static_cast<std::size_t>(li)];
     std::uint64_t bytes = (tensor_bytes(l.attn_norm) + tensor_bytes(l.mlp_norm)) / 4 * at::elementSize(dtype);
-    for (const at::Tensor* b : {&l.bq, &l.bk, &l.bv})
+    for (const at::Tensor* b : l.extra_vectors())
       if (b->defined()) bytes += tensor_bytes(*b) / 4 * at::elementSize(dtype);
     for (Weight* w : l.matrices()) bytes += w->bytes();
     auto a = accel->allocate(bytes, device::Site::weights);
@@ -140,9 +141,11 @@ Status Model::Impl::place_on_accelerator() {
     l.bq_cpu = l.bq;
     l.bk_cpu = l.bk;
     l.bv_cpu = l.bv;
+    l.qn_cpu = l.qn;
+    l.kn_cpu = l.kn;
     l.attn_norm = place_norm(l.attn_norm);
     l.mlp_norm = place_norm(l.mlp_norm);
-    for (at::Tensor* b : {&l.bq, &l.bk, &l.bv})
+    for (at::Tensor* b : l.extra_vectors())
       if (b->defined()) *b = place_norm(*b);
     l.on_accel = true;
     stats.accel_weight_bytes += bytes;
@@ -262,6 +265,10 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
         l.bk = vector_f32(tensor(p + "self_attn.k_proj.bias"));
         l.bv = vector_f32(tensor(p + "self_attn.v_proj.bias"));
       }
+      if (cfg.qk_norm) {
+        l.qn = vector_f32(tensor(p + "self_attn.q_norm.weight"));
+        l.kn = vector_f32(tensor(p + "self_attn.k_norm.weight"));
+      }
       l.wo = w(p + "self_attn.o_proj.weight");
       l.w_gate = w(p + "mlp.gate_proj.weight");
       l.w_up = w(p + "mlp.up_proj.weight");
@@ -355,7 +362,7 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
          << ";vocab=" << cfg.vocab_size << ";tied=" << cfg.tie_word_embeddings
          << ";max_positions=" << cfg.max_position_embeddings << ";rope_interleaved=" << cfg.rope_interleaved << ";freq_factors=";
     for (float f : cfg.rope_freq_factors) arch << f << ",";  // not the context in force: a limit, announced apart
-    arch << ";qkv_bias=" << cfg.qkv_bias << ";fused=" << cfg.fused_projections
+    arch << ";qkv_bias=" << cfg.qkv_bias << ";qk_norm=" << cfg.qk_norm << ";fused=" << cfg.fused_projections
          << ";sliding_window=" << cfg.sliding_window.value_or(0);
     if (cfg.rope_scaling == weights::RopeScaling::longrope) {
       // The factor set in use follows from max_context (announced apart) but decides the outputs: named here.
@@ -424,7 +431,7 @@ std::uint64_t Model::held_weight_bytes() const {
   if (!im.cfg().tie_word_embeddings) b += im.lm_head.bytes();
   for (const Layer& l : im.layers) {
     b += tensor_bytes(l.attn_norm) + tensor_bytes(l.mlp_norm);
-    for (const at::Tensor* t : {&l.bq, &l.bk, &l.bv})
+    for (const at::Tensor* t : const_cast<Layer&>(l).extra_vectors())
       if (t->defined()) b += tensor_bytes(*t);
     for (const Weight* w : const_cast<Layer&>(l).matrices()) b += w->bytes();
   }

@@ -171,11 +171,18 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
   const at::Tensor& bq = cpu_copy ? l.bq_cpu : l.bq;
   const at::Tensor& bk = cpu_copy ? l.bk_cpu : l.bk;
   const at::Tensor& bv = cpu_copy ? l.bv_cpu : l.bv;
+  const at::Tensor& qn = cpu_copy ? l.qn_cpu : l.qn;
+  const at::Tensor& kn = cpu_copy ? l.kn_cpu : l.kn;
   const std::int64_t N = x.size(0);
   const at::Tensor h = rmsnorm(x, an);
   auto lin = [&](const at::Tensor& in, const Weight& w) { return linear_items(in, w, accel, spans, items, false); };
-  const at::Tensor q = apply_rope(biased(lin(h, l.wq), bq).view({N, c.num_heads, c.head_dim}), cos, sin);
-  const at::Tensor k = apply_rope(biased(lin(h, l.wk), bk).view({N, c.num_kv_heads, c.head_dim}), cos, sin);
+  // Qwen3: each head's q and k RMS-normalised over head_dim (one weight shared by the heads) before the rotation.
+  auto head_norm = [&](const at::Tensor& t, const at::Tensor& w, std::int64_t heads) {
+    if (!w.defined()) return t.view({N, heads, c.head_dim});
+    return rmsnorm(t.view({N * heads, c.head_dim}), w).view({N, heads, c.head_dim});
+  };
+  const at::Tensor q = apply_rope(head_norm(biased(lin(h, l.wq), bq), qn, c.num_heads), cos, sin);
+  const at::Tensor k = apply_rope(head_norm(biased(lin(h, l.wk), bk), kn, c.num_kv_heads), cos, sin);
   const at::Tensor v = biased(lin(h, l.wv), bv).view({N, c.num_kv_heads, c.head_dim});
   at::Tensor attn;
   if (items.size() == 1) {

@@ -30,10 +30,14 @@ struct Layer {
   at::Tensor attn_norm, mlp_norm;  // f32 on the CPU; the activation dtype on the accelerator
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   at::Tensor bq, bk, bv;  // q/k/v biases (Qwen2): f32 on the CPU, the activation dtype there; undefined when none
+  at::Tensor qn, kn;      // per-head q/k RMSNorm weights [head_dim] (Qwen3); undefined when none
   bool on_accel = false;
   // On an accelerator layer: the f32 CPU norms and biases, for the rows of offloaded sequences that run this layer
   // on the CPU (the matrices' CPU bytes stay mapped in Weight::data).
-  at::Tensor attn_norm_cpu, mlp_norm_cpu, bq_cpu, bk_cpu, bv_cpu;
+  at::Tensor attn_norm_cpu, mlp_norm_cpu, bq_cpu, bk_cpu, bv_cpu, qn_cpu, kn_cpu;
+
+  // The optional vectors (biases, q/k norms), defined or not, in one order.
+  std::vector<at::Tensor*> extra_vectors() { return {&bq, &bk, &bv, &qn, &kn}; }
 
   std::vector<Weight*> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
 };

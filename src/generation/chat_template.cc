@@ -56,6 +56,7 @@ Result<std::vector<RenderedPiece>> ChatTemplate::render(const std::vector<Messag
     globals["tools"] = Value::none();
     globals["documents"] = Value::none();
     for (const auto& [k, v] : options.special_vars) globals[k] = Value::string(v, true);
+    for (const auto& [k, v] : options.flag_vars) globals[k] = Value::boolean(v);
     jinja::Limits limits;
     limits.max_output_bytes = options.max_output_bytes;
     Text out = jinja::render(*body_, globals, limits, options.clock);

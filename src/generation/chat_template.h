@@ -42,6 +42,9 @@ struct ChatTemplateOptions {
   std::string bos_token, eos_token;
   // Further trusted variables, e.g. {"pad_token", "<pad>"}, {"unk_token", "<unk>"}; they override the above.
   std::map<std::string, std::string> special_vars;
+  // Boolean variables a template tests (HF's apply_chat_template(**kwargs)), e.g. {"enable_thinking", false} for
+  // Qwen3's "thinking off" (an empty <think></think> after the assistant header); undefined when absent.
+  std::map<std::string, bool> flag_vars;
   // Time source for strftime_now() (formatted in local time like HF's datetime.now()); null = the real clock.
   std::function<std::time_t()> clock;
   // Bound on the rendered bytes (and on any single string built while rendering).

@@ -17,9 +17,11 @@ namespace tandem::modelgen {
 namespace fs = std::filesystem;
 
 std::uint64_t Shape::parameters() const {
-  const std::uint64_t hd = static_cast<std::uint64_t>(hidden / heads);
+  const std::uint64_t hd = static_cast<std::uint64_t>(head_dimension());
   const std::uint64_t h = static_cast<std::uint64_t>(hidden);
-  const std::uint64_t biases = architecture == "Qwen2ForCausalLM" ? heads * hd + 2 * kv_heads * hd : 0;
+  const std::uint64_t biases = architecture == "Qwen2ForCausalLM"   ? heads * hd + 2 * kv_heads * hd
+                               : architecture == "Qwen3ForCausalLM" ? 2 * hd
+                                                                    : 0;
   const std::uint64_t per_layer = 2 * h + h * heads * hd + 2 * h * kv_heads * hd + heads * hd * h +
                                   3 * h * static_cast<std::uint64_t>(intermediate) + biases;
   return static_cast<std::uint64_t>(vocab) * h * (tied ? 1 : 2) + h + per_layer * static_cast<std::uint64_t>(layers);
@@ -62,6 +64,14 @@ Result<Shape> preset(std::string_view name) {
     s.tied = true;
     return s;
   }
+  if (name == "qwen3") {
+    s.architecture = "Qwen3ForCausalLM";
+    s.head_dim = 32;  // 4 heads of 32 = 128 query rows from a hidden size of 64 (o_proj maps them back)
+    s.rope_theta = 1000000.0;
+    s.rms_eps = 1e-6;
+    s.tied = true;
+    return s;
+  }
   if (name == "mistral") {
     s.architecture = "MistralForCausalLM";
     s.sliding_window = 32;
@@ -74,12 +84,13 @@ Result<Shape> preset(std::string_view name) {
     return s;
   }
   return fail(Errc::invalid_argument,
-              "unknown model preset '" + std::string(name) + "' (test, tiny, 134m, llama3, qwen2, mistral, phi3)");
+              "unknown model preset '" + std::string(name) + "' (test, tiny, 134m, llama3, qwen2, qwen3, mistral, phi3)");
 }
 
 std::string_view preset_chat_template(std::string_view preset) {
   if (preset == "llama3") return gen::family_template("llama3_2");
   if (preset == "qwen2") return gen::family_template("qwen2_5");
+  if (preset == "qwen3") return gen::family_template("qwen3");
   if (preset == "mistral") return gen::family_template("mistral_v0_3");
   if (preset == "phi3") return gen::family_template("phi3");
   return {};
@@ -94,6 +105,10 @@ std::shared_ptr<const tok::BpeVocab> preset_bpe_vocab(std::string_view preset) {
   if (preset == "qwen2") {
     return std::make_shared<const tok::BpeVocab>(
         tok::generate_bpe_vocab(4096, "qwen2", {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 2));
+  }
+  if (preset == "qwen3") {
+    return std::make_shared<const tok::BpeVocab>(tok::generate_bpe_vocab(
+        4096, "qwen2", {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"}, 2));
   }
   return nullptr;
 }
@@ -130,7 +145,8 @@ Status check(const Options& o) {
   auto bad = [](const std::string& m) { return fail(Errc::invalid_argument, "model shape: " + m); };
   if (s.hidden < 2 || s.hidden > 65536) return bad("hidden must be in [2, 65536]");
   if (s.heads < 1 || s.hidden % s.heads != 0) return bad("heads must divide hidden");
-  if ((s.hidden / s.heads) % 2 != 0) return bad("head_dim must be even");
+  if (s.head_dim < 0 || s.head_dim > 1024) return bad("head_dim must be in [0, 1024]");
+  if (s.head_dimension() % 2 != 0) return bad("head_dim must be even");
   if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) return bad("kv_heads must divide heads");
   if (s.layers < 1 || s.layers > 1024) return bad("layers must be in [1, 1024]");
   if (s.intermediate < 1) return bad("intermediate must be >= 1");
@@ -163,9 +179,10 @@ Status write_model(const std::string& dir, const Options& o) {
 
   const std::string model_type = s.architecture == "MistralForCausalLM" ? "mistral"
                                  : s.architecture == "Qwen2ForCausalLM" ? "qwen2"
+                                 : s.architecture == "Qwen3ForCausalLM" ? "qwen3"
                                  : s.architecture == "Phi3ForCausalLM"  ? "phi3"
                                                                         : "llama";
-  const int half = s.hidden / s.heads / 2;
+  const int half = s.head_dimension() / 2;
   std::ostringstream rope;
   rope.precision(17);
   if (s.rope_scaling == "llama3") {
@@ -201,7 +218,8 @@ Status write_model(const std::string& dir, const Options& o) {
       << (o.dtype == weights::DType::f32 ? "float32" : o.dtype == weights::DType::f16 ? "float16" : "bfloat16")
       << "\",\n  \"bos_token_id\": " << bos << ",\n  \"eos_token_id\": " << eos << ",\n  \"attention_bias\": false";
   if (s.sliding_window > 0) cfg << ",\n  \"sliding_window\": " << s.sliding_window;
-  if (model_type == "qwen2") cfg << ",\n  \"use_sliding_window\": false";
+  if (model_type == "qwen2" || model_type == "qwen3") cfg << ",\n  \"use_sliding_window\": false";
+  if (s.head_dim > 0) cfg << ",\n  \"head_dim\": " << s.head_dim;
   if (model_type == "phi3") cfg << ",\n  \"original_max_position_embeddings\": " << s.original_max_positions;
   cfg << "\n}\n";
   TANDEM_TRY(write_text(fs::path(dir) / "config.json", cfg.str()));
@@ -232,10 +250,11 @@ Status write_model(const std::string& dir, const Options& o) {
   mc.num_layers = s.layers;
   mc.num_heads = s.heads;
   mc.num_kv_heads = s.kv_heads;
-  mc.head_dim = s.hidden / s.heads;
+  mc.head_dim = s.head_dimension();
   mc.vocab_size = s.vocab;
   mc.tie_word_embeddings = s.tied;
   mc.qkv_bias = model_type == "qwen2";
+  mc.qk_norm = model_type == "qwen3";
   mc.fused_projections = model_type == "phi3";
   const auto required = weights::ModelDir::required_tensors(mc);
 
@@ -251,19 +270,22 @@ Status write_model(const std::string& dir, const Options& o) {
     if (o.source) {
       o.source(name, vals);
       if (vals.size() != numel) return fail(Errc::invalid_argument, "weight source returned a wrong size for " + name);
-    } else if (name.find("norm") != std::string::npos) {
+    } else if (name.find("norm") != std::string::npos && name.find("q_norm") == std::string::npos &&
+               name.find("k_norm") == std::string::npos) {
       std::fill(vals.begin(), vals.end(), 1.0f);
     } else {
+      // (Qwen3's q/k norms: 1 + uniform with std 0.5, so a test sees whether they are applied and how.)
       // Uniform in [-a, a] with std 0.02 (a = 0.02·√3), four values per Philox call, keyed by (seed, tensor);
       // biases with std 0.5, large enough to move the logits.
       const bool bias = name.ends_with(".bias");
-      const float a = (bias ? 0.5f : 0.02f) * std::sqrt(3.0f);
+      const bool qk_norm = name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight");
+      const float a = (bias || qk_norm ? 0.5f : 0.02f) * std::sqrt(3.0f);
       for (std::uint64_t i = 0; i < numel; i += 4) {
         const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32),
                                         static_cast<std::uint32_t>(ti), 0x5EED},
                                        {static_cast<std::uint32_t>(o.seed), static_cast<std::uint32_t>(o.seed >> 32)});
         for (std::uint64_t j = 0; j < 4 && i + j < numel; ++j)
-          vals[i + j] = (static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
+          vals[i + j] = (qk_norm ? 1.0f : 0.0f) + (static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
       }
     }
     auto& buf = storage[ti];

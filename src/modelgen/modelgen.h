@@ -25,11 +25,12 @@ struct Shape {
   int kv_heads = 2;
   int vocab = 32000;
   int max_positions = 512;
+  int head_dim = 0;  // 0: hidden / heads; else written as config "head_dim" (Qwen3's heads are wider than hidden / heads)
   bool tied = false;
   double rope_theta = 10000.0;
   double rms_eps = 1e-5;
-  // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v biases) or Phi3ForCausalLM (fused qkv_proj and
-  // gate_up_proj).
+  // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (per-head q/k norms) or
+  // Phi3ForCausalLM (fused qkv_proj and gate_up_proj).
   std::string architecture = "LlamaForCausalLM";
   int sliding_window = 0;  // > 0: written as "sliding_window" (Mistral, Phi-3 apply it)
   // "" (none), "llama3" (factor, low 1, high 4, original_max_positions) or "longrope" (Phi-3: short/long factors
@@ -38,6 +39,7 @@ struct Shape {
   double rope_factor = 32.0;
   int original_max_positions = 8192;
 
+  int head_dimension() const { return head_dim > 0 ? head_dim : hidden / heads; }
   std::uint64_t parameters() const;
 };
 
@@ -46,7 +48,8 @@ struct Shape {
 // hidden 64, 2 layers, GQA 4/2, vocab 32000: "llama3" (Llama 3.2-style: rope_theta 500000, llama3 rope scaling
 // factor 32 over 8192 original positions, tied head), "qwen2" (q/k/v biases, tied head, rope_theta 1000000),
 // "mistral" (sliding window 32, so tests cross it), "phi3" (fused projections, LongRoPE over 64 original of 512
-// positions, untied).
+// positions, untied), "qwen3" (per-head q/k RMSNorm with random weights, head_dim 32 > hidden / heads, tied head,
+// rope_theta 1000000, no biases).
 Result<Shape> preset(std::string_view name);
 // The chat_template a family preset carries (its family's real template, gen::family_template): llama3 → Llama 3.2's,
 // qwen2 → Qwen2.5's, mistral → Mistral v0.3's, phi3 → Phi-3's; "" for test, tiny and 134m.
@@ -72,7 +75,7 @@ struct Options {
 // The generated BPE vocabulary of a preset, in the style of the family's real one (nullptr: the preset uses the
 // SentencePiece tokenizer.model): "llama3" 4096 tokens, pre-tokenizer llama-bpe, <|begin_of_text|>,
 // <|end_of_text|>, <|start_header_id|>, <|end_header_id|>, <|eot_id|>; "qwen2" 4096 tokens, pre-tokenizer qwen2,
-// <|endoftext|>, <|im_start|>, <|im_end|> (no BOS, as Qwen2). Mistral and Phi-3 keep SentencePiece, as their real
+// <|endoftext|>, <|im_start|>, <|im_end|> (no BOS, as Qwen2); "qwen3" the same with <think> and </think> added. Mistral and Phi-3 keep SentencePiece, as their real
 // tokenizers are (Phi-3's is Llama 2's with <|user|>, <|end|>, ... added).
 std::shared_ptr<const tok::BpeVocab> preset_bpe_vocab(std::string_view preset);
 

@@ -22,6 +22,7 @@ constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
     {"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
     {"attn_v", "self_attn.v_proj"},   {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
     {"ffn_gate", "mlp.gate_proj"},    {"ffn_up", "mlp.up_proj"},           {"ffn_down", "mlp.down_proj"},
+    {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},  // Qwen3
 };
 // Phi-3's fused projections (llama.cpp: attn_qkv = [q; k; v] rows, ffn_up = [gate; up] rows, no ffn_gate).
 constexpr std::pair<std::string_view, std::string_view> kPhi3LayerNames[] = {
@@ -217,6 +218,7 @@ std::optional<std::string> gguf_name_from_hf(std::string_view name, std::string_
 std::optional<std::string> gguf_arch_of(std::string_view a) {
   if (a == "LlamaForCausalLM" || a == "MistralForCausalLM") return "llama";
   if (a == "Qwen2ForCausalLM") return "qwen2";
+  if (a == "Qwen3ForCausalLM") return "qwen3";
   if (a == "Phi3ForCausalLM") return "phi3";
   return std::nullopt;
 }
@@ -370,14 +372,18 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   std::optional<std::string> arch;
   GM_ASSIGN(arch, meta.opt_string("general.architecture"));
   if (!arch) return meta.error(Errc::format_error, "general.architecture", "is missing");
-  if (*arch != "llama" && *arch != "qwen2" && *arch != "phi3") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "phi3") {
     return meta.error(Errc::unsupported, "general.architecture",
                       Meta::show(*meta.get("general.architecture")) +
-                          " is not supported (supported: llama, qwen2, phi3)");
+                          " is not supported (supported: llama, qwen2, qwen3, phi3)");
   }
   const bool phi3 = *arch == "phi3";
-  c.architecture = *arch == "llama" ? "LlamaForCausalLM" : phi3 ? "Phi3ForCausalLM" : "Qwen2ForCausalLM";
+  c.architecture = *arch == "llama"   ? "LlamaForCausalLM"
+                   : phi3             ? "Phi3ForCausalLM"
+                   : *arch == "qwen3" ? "Qwen3ForCausalLM"
+                                      : "Qwen2ForCausalLM";
   c.qkv_bias = *arch == "qwen2";  // llama.cpp requires blk.N.attn_{q,k,v}.bias for qwen2
+  c.qk_norm = *arch == "qwen3";   // and blk.N.attn_{q,k}_norm for qwen3
   c.fused_projections = phi3;     // blk.N.attn_qkv and the [gate; up] blk.N.ffn_up
   const std::string p = *arch + ".";
   std::optional<std::int64_t> ov;
@@ -466,7 +472,7 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   // files written by Tandem (llama.cpp's converter writes none for Mistral, whose files then run with full
   // attention, as in llama.cpp).
   GM_ASSIGN(ov, meta.opt_int(p + "attention.sliding_window", 0, kMaxPositions));
-  if (ov.value_or(0) > 0 && *arch != "qwen2") c.sliding_window = static_cast<int>(*ov);
+  if (ov.value_or(0) > 0 && *arch != "qwen2" && *arch != "qwen3") c.sliding_window = static_cast<int>(*ov);
 
   // Vocabulary size: the embedding's rows; llama.vocab_size and the token list must agree with it.
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");

@@ -257,8 +257,10 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
   static const std::pair<const char*, const char*> kArch[] = {{"LlamaForCausalLM", "llama"},
                                                               {"MistralForCausalLM", "mistral"},
                                                               {"Qwen2ForCausalLM", "qwen2"},
+                                                              {"Qwen3ForCausalLM", "qwen3"},
                                                               {"Phi3ForCausalLM", "phi3"}};
-  constexpr const char* kSupported = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM";
+  constexpr const char* kSupported =
+      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM";
   if (const Json* a = f.get("architectures")) {
     if (!a->is_array() || a->empty()) {
       return f.error(Errc::format_error, "architectures", "must be a non-empty array of strings, got " + show(*a));
@@ -285,11 +287,13 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
     if (c.architecture.empty()) {
       return f.error(Errc::unsupported, "model_type",
                      "\"" + (mt->size() <= 64 ? *mt : "(long)") +
-                         "\" is not supported (supported: llama, mistral, qwen2, phi3)");
+                         "\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
     }
   }
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM", phi3 = c.architecture == "Phi3ForCausalLM";
-  c.qkv_bias = qwen2;
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  c.qkv_bias = qwen2;  // (Qwen3 has attention_bias false, refused when true below)
+  c.qk_norm = qwen3;
   c.fused_projections = phi3;
 
   std::int64_t v = 0;
@@ -344,15 +348,15 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
   c.torch_dtype = os.value_or("");
   if (c.torch_dtype.size() > 64) return f.error(Errc::format_error, "torch_dtype", "is too long");
   // Sliding window: Mistral and Phi-3 apply it (transformers' MistralAttention / Phi3Attention); Llama has none;
-  // Qwen2 only with use_sliding_window (false in the released models; its max_window_layers rule is not
+  // Qwen2 and Qwen3 only with use_sliding_window (false in the released models; its max_window_layers rule is not
   // implemented, so true is refused).
   ASSIGN_OR_RETURN(ov, f.opt_integer("sliding_window", 1, kMaxPositions));
   if (ov && (c.architecture == "MistralForCausalLM" || phi3)) c.sliding_window = static_cast<int>(*ov);
-  if (qwen2) {
+  if (qwen2 || qwen3) {
     ASSIGN_OR_RETURN(ob, f.opt_bool("use_sliding_window"));
     if (ob.value_or(false)) {
       return f.error(Errc::unsupported, "use_sliding_window",
-                     "true is not supported (Qwen2's per-layer max_window_layers rule is not implemented)");
+                     "true is not supported (Qwen's per-layer max_window_layers rule is not implemented)");
     }
   }
   if (phi3) {
@@ -456,6 +460,10 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> ModelDir::require
       out.push_back({p + "self_attn.q_proj.weight", {q, hidden}});
       out.push_back({p + "self_attn.k_proj.weight", {kv, hidden}});
       out.push_back({p + "self_attn.v_proj.weight", {kv, hidden}});
+    }
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
     }
     if (c.qkv_bias) {
       out.push_back({p + "self_attn.q_proj.bias", {q}});

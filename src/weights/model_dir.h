@@ -59,6 +59,7 @@ struct ModelConfig {
   std::optional<int> sliding_window;
   // Qwen2: q_proj, k_proj and v_proj carry biases (self_attn.{q,k,v}_proj.bias); o_proj and the MLP do not.
   bool qkv_bias = false;
+  bool qk_norm = false;  // Qwen3: per-head RMSNorm of q and k (self_attn.q_norm / k_norm, [head_dim]) before RoPE
   // Phi-3: self_attn.qkv_proj.weight holds the rows of q, k, v in that order and mlp.gate_up_proj.weight those of
   // gate, up; ModelDir adds zero-copy row-range views under the unfused names (q_proj, k_proj, v_proj, gate_proj,
   // up_proj).

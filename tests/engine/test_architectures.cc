@@ -1,4 +1,4 @@
-// The four architectures (Llama 3.x, Qwen2, Mistral, Phi-3) end to end: the engine's forward (paged and reference)
+// The five architectures (Llama 3.x, Qwen2, Qwen3, Mistral, Phi-3) end to end: the engine's forward (paged and reference)
 // against a plain double-precision transformer written here from the Hugging Face definitions; the RoPE frequencies
 // against the llama3 / LongRoPE formulas; the HF directory and its GGUF give the same greedy tokens; Phi-3's fused
 // projections equal an unfused Llama with the same rows; Qwen2's biases are used; Mistral's window hides what lies
@@ -29,7 +29,7 @@ using testing::make_model;
 using testing::max_abs_diff;
 using json = nlohmann::json;
 
-const char* const kPresets[] = {"llama3", "qwen2", "mistral", "phi3"};
+const char* const kPresets[] = {"llama3", "qwen2", "qwen3", "mistral", "phi3"};
 
 std::vector<int> prompt(int n, int salt = 0) {
   std::vector<int> ids;
@@ -65,6 +65,19 @@ class PlainTransformer {
           add(q[i], p + "self_attn.q_proj.bias");
           add(k[i], p + "self_attn.k_proj.bias");
           add(v[i], p + "self_attn.v_proj.bias");
+        }
+        if (c_.qk_norm) {  // Qwen3Attention: q_norm / k_norm (Qwen3RMSNorm over head_dim) on each head, before RoPE
+          auto head_rms = [&](std::vector<double>& a, int heads, const std::string& name) {
+            const float* w = t(name);
+            for (int hh = 0; hh < heads; ++hh) {
+              double ss = 0;
+              for (int e = 0; e < hd; ++e) ss += a[std::size_t(hh * hd + e)] * a[std::size_t(hh * hd + e)];
+              const double r = 1.0 / std::sqrt(ss / hd + c_.rms_norm_eps);
+              for (int e = 0; e < hd; ++e) a[std::size_t(hh * hd + e)] *= r * w[e];
+            }
+          };
+          head_rms(q[i], nh, p + "self_attn.q_norm.weight");
+          head_rms(k[i], nkv, p + "self_attn.k_norm.weight");
         }
         auto rope = [&](std::vector<double>& a, int heads) {  // rotate_half pairing (i, i + hd/2)
           for (int hh = 0; hh < heads; ++hh)
@@ -285,6 +298,106 @@ TEST(Architectures, HfDirectoryAndItsGgufGiveIdenticalGreedyTokens) {
   }
 }
 
+// Most checkpoints are stored in f16 or bf16. llama.cpp's converter writes every vector (norms, biases) F32 whatever
+// the source holds, and its CPU backend aborts on an f16 norm ("only f32 src1 supported"): Tandem's files do the same,
+// from every source dtype and with every recipe, and still give the HF directory's tokens (f16 -> f32 is exact).
+// llama.cpp on the very files gguf_of() writes (f32; the writer is deterministic): the log-probabilities of its 5
+// likeliest first tokens after prompt(16, 3), and its 12 greedy tokens, as tests/engine/llamacpp/reference.mjs printed
+// them with node-llama-cpp 3.22.1 (a llama.cpp that knows qwen3; the native c392e509 snapshot does not). Phi-3 is
+// absent: llama.cpp refuses the preset's vocabulary (no <|endoftext|>, see tests/tools/llamacpp_runs_our_files.sh).
+// Tolerance 2e-3 on a log-probability: both compute in f32, in different summation orders.
+TEST(Architectures, GgufLogProbabilitiesAndGreedyTokensEqualLlamaCppsForEachArchitecture) {
+  struct Ref {
+    const char* preset;
+    std::vector<std::pair<int, double>> top5;
+    std::vector<int> greedy;
+  };
+  const Ref refs[] = {
+      {"llama3",
+       {{17122, -9.310033148097057}, {31942, -9.716843453401122}, {21088, -9.76074366902933},
+        {21297, -9.764465098619002}, {1642, -9.803977979280855}},
+       std::vector<int>(12, 17122)},
+      {"qwen2",
+       {{5652, -9.795958465889887}, {13882, -9.797222974808827}, {29031, -9.800303907946564},
+        {28457, -9.80809977976561}, {26490, -9.809017826527922}},
+       std::vector<int>(12, 5652)},
+      {"qwen3",
+       {{17122, -9.54223944261967}, {269, -9.710351637742692}, {20363, -9.746497581887152},
+        {2717, -9.788225643488856}, {19476, -9.808740219393716}},
+       std::vector<int>(12, 17122)},
+      {"mistral",
+       {{829, -9.691657505372334}, {28493, -9.760387325935655}, {11095, -9.787415296907785},
+        {878, -9.789909293327334}, {4458, -9.795219396980482}},
+       {829, 10290, 24616, 17482, 4492, 5031, 3454, 26793, 24909, 18713, 24289, 13723}},
+  };
+  const auto ids = prompt(16, 3);
+  for (const Ref& r : refs) {
+    SCOPED_TRACE(r.preset);
+    auto m = load(gguf_of(r.preset));
+    ASSERT_TRUE(m);
+    std::vector<float> logits;
+    const auto g = greedy(*m, ids, static_cast<int>(r.greedy.size()), &logits);
+    const std::size_t V = static_cast<std::size_t>(m->config().vocab_size);
+    ASSERT_GE(logits.size(), V);
+    double mx = -1e300, z = 0;
+    for (std::size_t i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+    for (std::size_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]) - mx);
+    double worst = 0;
+    for (const auto& [id, lp] : r.top5) {
+      const double mine = static_cast<double>(logits[static_cast<std::size_t>(id)]) - mx - std::log(z);
+      worst = std::max(worst, std::abs(mine - lp));
+      EXPECT_NEAR(mine, lp, 2e-3) << "token " << id;
+    }
+    EXPECT_EQ(g, r.greedy);
+    std::printf("[ report ] %s: worst top-5 log-probability difference to llama.cpp %.2e\n", r.preset, worst);
+  }
+}
+
+TEST(Architectures, GgufFromF16AndBf16DirectoriesKeepsEveryVectorF32AsLlamaCppsConverterDoes) {
+  struct Case {
+    weights::DType dtype;
+    const char* tag;
+    modelgen::Recipe recipe;
+    std::uint32_t matrix_ggml;  // what the matrices are written as
+  };
+  const Case cases[] = {{weights::DType::f16, "f16", modelgen::Recipe::f16, 1},
+                        {weights::DType::bf16, "bf16", modelgen::Recipe::bf16, 30},
+                        {weights::DType::bf16, "bf16", modelgen::Recipe::q8_0, 8}};
+  for (const char* preset : kPresets) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(preset) + " " + c.tag + " -> " + std::string(modelgen::recipe_name(c.recipe)));
+      const std::string hf = make_model(std::string("arch16-") + preset + "-" + c.tag, preset, c.dtype);
+      const std::string out = testing::temp_root() + "/arch16-" + preset + "-" + c.tag + "-" +
+                              std::string(modelgen::recipe_name(c.recipe)) + ".gguf";
+      auto st = modelgen::convert_to_gguf(hf, out, c.recipe);
+      ASSERT_TRUE(st.ok()) << st.error().message;
+      auto f = weights::GgufFile::open(out);
+      ASSERT_TRUE(f.ok()) << f.error().message;
+      int vectors = 0, matrices = 0;
+      for (const auto& t : f->tensors()) {
+        if (t.ne.size() == 1) {
+          ++vectors;
+          EXPECT_EQ(t.ggml_type, 0u) << t.name << " is " << weights::ggml_type_label(t.ggml_type) << ", not F32";
+        } else if (t.name != "token_embd.weight" && t.name != "output.weight") {
+          ++matrices;
+          EXPECT_EQ(t.ggml_type, c.matrix_ggml) << t.name << " is " << weights::ggml_type_label(t.ggml_type);
+        }
+      }
+      EXPECT_GE(vectors, 5);  // two norms per layer (two layers at least) and the final one
+      EXPECT_GT(matrices, 0);
+      if (c.recipe == modelgen::Recipe::q8_0) continue;  // (a lossy recipe: not the directory's tokens)
+      auto a = load(hf);
+      auto b = load(out);
+      ASSERT_TRUE(a && b);
+      const auto ids = prompt(24, 2);
+      std::vector<float> la, lb;
+      const auto ga = greedy(*a, ids, 12, &la), gb = greedy(*b, ids, 12, &lb);
+      EXPECT_LT(max_abs_diff(la, lb), 1e-4f);
+      EXPECT_EQ(ga, gb);
+    }
+  }
+}
+
 TEST(Architectures, Phi3QuantizedGgufSplitsItsFusedBlocksAndAgreesOnCpuAndAccelerator) {
   const std::string q8 = gguf_of("phi3", modelgen::Recipe::q8_0);
   auto m = load(q8);
@@ -459,10 +572,10 @@ TEST(Architectures, MistralWindowHidesTokensBeyondTheReceptiveFieldAndNotWithin)
   EXPECT_EQ(max_abs_diff(*a, *b), 0.0f);
 }
 
-// --- BPE vocabularies (llama3, qwen2 presets) -----------------------------------------------------------------
+// --- BPE vocabularies (llama3, qwen2, qwen3 presets) -----------------------------------------------------------------
 
 TEST(Architectures, BpePresetsWriteTokenizerJsonAndGgufGpt2AndBothEncodeAndGenerateAlike) {
-  for (const char* preset : {"llama3", "qwen2"}) {
+  for (const char* preset : {"llama3", "qwen2", "qwen3"}) {
     SCOPED_TRACE(preset);
     modelgen::Options o;
     o.shape = *modelgen::preset(preset);
@@ -546,6 +659,15 @@ TEST(Architectures, ConfigErrorsAreTypedAndNameTheKey) {
     std::ofstream(dir + "/config.json") << c.dump();
     EXPECT_FAILS(weights::ModelDir::open(dir), Errc::format_error, "model.layers.0.self_attn.qkv_proj.weight");
   }
+  c = config_of("qwen3");
+  c["use_sliding_window"] = true;
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::unsupported, "use_sliding_window");
+  c = config_of("qwen3");
+  c["attention_bias"] = true;
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::unsupported, "attention_bias");
+  c = config_of("qwen3");
+  c["head_dim"] = 31;
+  EXPECT_FAILS(ModelConfig::parse(c.dump(), "config.json"), Errc::format_error, "head_dim");
   // Qwen2 configs carry a sliding_window that is not in use.
   c = config_of("qwen2");
   c["sliding_window"] = 16;
@@ -629,6 +751,38 @@ TEST(Architectures, GgufErrorsAreTypedAndNameTheArchitectureOrTensor) {
   EXPECT_FAILS(ModelDir::open(rewrite(qwen, "e-bias-gone", nullptr,
                                       [](TensorOut& t) { return t.name != "blk.1.attn_v.bias"; })),
                Errc::format_error, "blk.1.attn_v.bias");
+  // Qwen3: its per-head norms are required and must be [head_dim]; the head width comes from key_length.
+  const std::string qwen3 = gguf_of("qwen3");
+  EXPECT_FAILS(ModelDir::open(rewrite(qwen3, "e-qnorm-gone", nullptr,
+                                      [](TensorOut& t) { return t.name != "blk.1.attn_q_norm.weight"; })),
+               Errc::format_error, "blk.1.attn_q_norm.weight");
+  EXPECT_FAILS(ModelDir::open(rewrite(qwen3, "e-knorm", nullptr, [](TensorOut& t) {
+                 if (t.name == "blk.0.attn_k_norm.weight") {
+                   t.ne[0] = 16;
+                   t.data.resize(64);
+                 }
+                 return true;
+               })),
+               Errc::format_error, "blk.0.attn_k_norm.weight");
+  EXPECT_FAILS(ModelDir::open(rewrite(qwen3, "e-keylen", [](std::string& k, weights::GgufValue& v) {
+                 if (k == "qwen3.attention.key_length" || k == "qwen3.attention.value_length" ||
+                     k == "qwen3.rope.dimension_count")
+                   v = weights::GgufValue::of_uint(weights::GgufType::u32, 16);
+               }, nullptr)),
+               Errc::format_error, "blk.0.attn_q.weight");
+  {
+    auto f = weights::GgufFile::open(qwen3);
+    ASSERT_TRUE(f.ok());
+    const auto* kl = f->find("qwen3.attention.key_length");
+    ASSERT_NE(kl, nullptr) << "llama.cpp needs the head width when it is not embedding_length / head_count";
+    EXPECT_EQ(kl->u, 32u);
+    auto m = load(qwen3);
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->config().head_dim, 32);
+    EXPECT_TRUE(m->config().qk_norm);
+    EXPECT_FALSE(m->config().qkv_bias);
+    EXPECT_FALSE(m->config().rope_interleaved) << "llama.cpp rotates qwen3 NEOX-style, on the HF rows";
+  }
   // A bias on a llama file is not something Tandem computes.
   EXPECT_FAILS(ModelDir::open(rewrite(qwen, "e-llama-bias", [](std::string& k, weights::GgufValue& v) {
                  if (k == "general.architecture") v = weights::GgufValue::of_string("llama");

@@ -61,6 +61,10 @@ const FamilyCase kFamilyCases[] = {
     {"qwen2_5", "full", false, "", "<|im_end|>", "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n Hi there <|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n", ""},
     {"qwen2_5", "no_system", true, "", "<|im_end|>", "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n<|im_start|>assistant\n", ""},
     {"qwen2_5", "not_alternating", true, "", "<|im_end|>", "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>user\nHello again<|im_end|>\n<|im_start|>assistant\n", ""},
+    {"qwen3", "full", true, "", "<|im_end|>", "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n Hi there <|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n<|im_start|>assistant\n", ""},
+    {"qwen3", "full", false, "", "<|im_end|>", "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n Hi there <|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n", ""},
+    {"qwen3", "no_system", true, "", "<|im_end|>", "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n<|im_start|>assistant\n", ""},
+    {"qwen3", "not_alternating", true, "", "<|im_end|>", "<|im_start|>user\nHello<|im_end|>\n<|im_start|>user\nHello again<|im_end|>\n<|im_start|>assistant\n", ""},
     {"phi3", "full", true, "<s>", "<|endoftext|>", "<|system|>\nYou are a helpful assistant<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\n Hi there <|end|>\n<|user|>\nWho are you<|end|>\n<|assistant|>\n", ""},
     {"phi3", "full", false, "<s>", "<|endoftext|>", "<|system|>\nYou are a helpful assistant<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\n Hi there <|end|>\n<|user|>\nWho are you<|end|>\n<|endoftext|>", ""},
     {"phi3", "no_system", true, "<s>", "<|endoftext|>", "<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n<|user|>\nWho are you<|end|>\n<|assistant|>\n", ""},
@@ -158,6 +162,35 @@ TEST(FamilyTemplates, QwenAndSmolLmInsertTheirDefaultSystemMessage) {
     EXPECT_EQ(flatten(*out), std::string("<|im_start|>system\n") + system +
                                  "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   }
+}
+
+// Qwen3's reasoning: an earlier turn's <think> block is dropped from the history, the turn after the last user message
+// keeps it (normalised to "<think>\n...\n</think>\n\n"), and enable_thinking=false closes an empty one after the
+// assistant header (Qwen3's "/no_think" switch as transformers passes it).
+TEST(FamilyTemplates, Qwen3DropsEarlierReasoningKeepsTheLastAndClosesAnEmptyOneWhenThinkingIsOff) {
+  auto tpl = ChatTemplate::parse(family_source("qwen3"));
+  ASSERT_TRUE(tpl.ok()) << tpl.error().message;
+  const std::vector<Message> convo{{"user", "2+2?"},
+                                   {"assistant", "<think>\nadd them\n</think>\n\n4"},
+                                   {"user", "and 3+3?"},
+                                   {"assistant", "<think>add again</think>6"}};
+  auto out = tpl->render(convo, options("", "<|im_end|>", false));
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(flatten(*out),
+            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nand 3+3?<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nadd again\n</think>\n\n6<|im_end|>\n");
+  auto o = options("", "<|im_end|>", true);
+  auto on = tpl->render({{"user", "Hi"}}, o);
+  ASSERT_TRUE(on.ok()) << on.error().message;
+  EXPECT_EQ(flatten(*on), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  o.flag_vars["enable_thinking"] = false;
+  auto off = tpl->render({{"user", "Hi"}}, o);
+  ASSERT_TRUE(off.ok()) << off.error().message;
+  EXPECT_EQ(flatten(*off), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  o.flag_vars["enable_thinking"] = true;
+  auto explicit_on = tpl->render({{"user", "Hi"}}, o);
+  ASSERT_TRUE(explicit_on.ok());
+  EXPECT_EQ(flatten(*explicit_on), flatten(*on));
 }
 
 TEST(FamilyTemplates, Llama32DateComesFromTheInjectedClock) {
