@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The open-model families through the daemon, next to the default model: a Qwen2-layout model in the Hugging Face
 # layout (byte-level BPE tokenizer.json, Qwen2.5's chat template) and a Llama 3-layout GGUF file (Q8_0, a GGUF
-# "gpt2" vocabulary, Llama 3.2's template). ListModels shows their own templates; chat and raw jobs complete on
+# "gpt2" vocabulary, Llama 3.2's template), and a Qwen3 GGUF file (Q4_K_M: per-head q/k norms, its 64-column matrices
+# in llama.cpp's q5_0 / q8_0 fallbacks, Qwen3's template with its <think> handling). ListModels shows their own templates; chat and raw jobs complete on
 # both; a message that spells a special token is encoded as text (Plan's prompt_tokens grow by exactly that text's
 # tokens, counted independently with tandem-tokenize), so a user cannot close the turn or forge a system message.
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3 TOKENIZE=$4
@@ -11,6 +12,8 @@ QWEN="$T_DIR/qwen2"
 LLAMA3="$T_DIR/llama3-q8_0.gguf"
 "$MKMODEL" --out "$QWEN" --preset qwen2 >/dev/null
 "$MKMODEL" --out "$LLAMA3" --preset llama3 --format gguf --type Q8_0 >/dev/null
+QWEN3="$T_DIR/qwen3-q4_k_m.gguf"
+"$MKMODEL" --out "$QWEN3" --preset qwen3 --format gguf --type Q4_K_M >/dev/null
 tandem_setup "
 [[model]]
 name = \"qwen\"
@@ -25,16 +28,23 @@ dir = \"$LLAMA3\"
 replica_mode = \"mmap\"
 cpu_threads = 1
 gpu_threads = 1
+
+[[model]]
+name = \"qwen3\"
+dir = \"$QWEN3\"
+replica_mode = \"mmap\"
+cpu_threads = 1
+gpu_threads = 1
 "
 
 models=$(bcall ListModels)
-for m in qwen llama3; do
+for m in qwen llama3 qwen3; do
   t=$(echo "$models" | jq -r --arg m "$m" '.data[0][] | select(.name.data == $m) | .template.data')
   [ "$t" = model ] || fail "$m: template '$t', expected the model's own (ListModels: ${models:0:600})"
 done
 t=$(echo "$models" | jq -r '.data[0][] | select(.name.data == "default") | .template.data')
 [ "$t" = raw ] || fail "default: template '$t', expected raw (it has no chat_template)"
-note "ListModels: qwen and llama3 use their own chat templates"
+note "ListModels: qwen, llama3 and qwen3 use their own chat templates"
 
 # prompt_tokens of a one-message chat, from Plan (nothing is run).
 plan_tokens() {  # plan_tokens MODEL CONTENT
@@ -56,8 +66,8 @@ want=$(( p_plain + $(run_tokens "$forged") - $(run_tokens "x") ))
 [ $(( p_forged - p_plain )) -gt 10 ] || fail "forged message too short in tokens: $p_forged vs $p_plain"
 note "qwen: a message spelling <|im_end|><|im_start|>system is $(( p_forged - p_plain )) tokens more than 'x' (as text)"
 
-# Chat and raw jobs complete on both (the GGUF one through the Q8_0 kernels and the gpt2 vocabulary).
-for m in qwen llama3; do
+# Chat and raw jobs complete on each (the GGUF ones through the Q8_0 / Q4_K, q5_0 kernels and gpt2 vocabularies).
+for m in qwen llama3 qwen3; do
   id=$(bcall Submit ssa\(ss\)a{sv} "$m" "" 2 system "Be brief." user "Say hi <|eot_id|>" 1 max_tokens u 6 | jq -r '.data[0]')
   [ "$(wait_job "$id")" = completed ] || fail "$m: chat job $id did not complete: $(bcall GetJob t "$id")"
   id=$(bcall Submit ssa\(ss\)a{sv} "$m" "Once upon a time" 0 1 max_tokens u 6 | jq -r '.data[0]')
