@@ -15,9 +15,10 @@ const char* kUsage =
     "  IN    a Hugging Face model directory (config.json, safetensors, tokenizer.json and/or tokenizer.model)\n"
     "        or a .gguf file\n"
     "  OUT   the GGUF file to write (replaced atomically)\n"
-    "  TYPE  F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K_S | Q4_K_M | Q5_K_S | Q5_K_M | Q6_K (llama.cpp's\n"
-    "        names; the K_M and K_S mixes give some tensors more bits exactly as llama-quantize does; rows that are not\n"
-    "        multiples of 256 fall back as llama-quantize's do: q4_K to q5_0, q5_K to q5_1, q6_K to q8_0)\n";
+    "  TYPE  F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K_S | Q4_K_M | Q5_K_S | Q5_K_M | Q6_K |\n"
+    "        IQ4_NL | IQ4_XS (llama.cpp's names; the mixes give some tensors more bits exactly as llama-quantize does\n"
+    "        without an importance matrix; rows that are not multiples of 256 fall back as llama-quantize's do: q4_K to\n"
+    "        q5_0, q5_K to q5_1, q6_K to q8_0, iq4_xs to iq4_nl)\n";
 
 }  // namespace
 

@@ -22,7 +22,7 @@ if [ ! -f "$models/134m-F32.gguf" ] && [ -d "$models/134m-F32" ]; then
   "$build/tools/tandem-quantize" --threads 2 "$models/134m-F32" "$models/134m-F32.gguf" F32
 fi
 lscpu | sed -n 's/^Model name:[[:space:]]*/CPU: /p'
-for t in F32 F16 BF16 Q8_0 Q4_0 Q4_K_M; do
+for t in F32 F16 BF16 Q8_0 Q4_0 Q4_K_M IQ4_NL IQ4_XS; do
   f="$models/134m-$t.gguf"
   [ -f "$f" ] || { echo "skip $t: $f missing (run bench_engine first)"; continue; }
   for threads in 1 2; do (cd "$work" && node bench.mjs "$f" "$threads" "$tokens" 2>/dev/null | tail -1); done

@@ -127,6 +127,68 @@ at::Tensor q6_K(const at::Tensor& b) {
   return (D * q).reshape({N, 256});
 }
 
+// The 2-bit fields of q2_K / q3_K (64 bytes at `off`): element 128 h + 32 s + l is bits 2s..2s+1 of byte 32 h + l.
+at::Tensor two_bit_levels(const at::Tensor& b, std::int64_t off) {  // → [N, 256] uint8 in element order
+  const std::int64_t N = b.size(0);
+  const at::Tensor qs = u8(b, off, 64).reshape({N, 2, 1, 32});
+  const at::Tensor shifts = at::arange(0, 8, 2, b.options().dtype(at::kByte)).view({1, 1, 4, 1});
+  return at::bitwise_and(at::bitwise_right_shift(qs, shifts), 3).reshape({N, 256});
+}
+
+// q2_K: scales at 0 (16 bytes: scale | min << 4), qs at 16, d at 80, dmin at 82; x = d * sc * q - dmin * m.
+at::Tensor q2_K(const at::Tensor& b) {
+  const std::int64_t N = b.size(0);
+  const at::Tensor sc = u8(b, 0, 16);
+  const at::Tensor dl = half_at(b, 80) * at::bitwise_and(sc, 15).to(at::kFloat);  // [N, 16]
+  const at::Tensor ml = half_at(b, 82) * at::bitwise_right_shift(sc, 4).to(at::kFloat);
+  const at::Tensor q = two_bit_levels(b, 16).to(at::kFloat).view({N, 16, 16});
+  return (dl.unsqueeze(2) * q - ml.unsqueeze(2)).reshape({N, 256});
+}
+
+// q3_K: hmask at 0 (element k's third bit is bit k / 32 of byte k % 32), qs at 32, scales at 96 (12 bytes), d at
+// 108; level = low + 4 * bit - 4, scale_j = (low nibble j | 2 high bits << 4) - 32; x = (d * scale) * level.
+at::Tensor q3_K(const at::Tensor& b) {
+  const std::int64_t N = b.size(0);
+  const at::Tensor hm = u8(b, 0, 32).unsqueeze(1);                                       // [N, 1, 32]
+  const at::Tensor g = at::arange(8, b.options().dtype(at::kByte)).view({1, 8, 1});
+  const at::Tensor high = at::bitwise_and(at::bitwise_right_shift(hm, g), 1).reshape({N, 256});
+  const at::Tensor level = (two_bit_levels(b, 32).to(at::kFloat) + 4.0f * high.to(at::kFloat)) - 4.0f;
+  const at::Tensor s = u8(b, 96, 12);
+  const at::Tensor lo = at::cat({at::bitwise_and(s.narrow(1, 0, 8), 15), at::bitwise_right_shift(s.narrow(1, 0, 8), 4)}, 1);
+  const at::Tensor sh = at::arange(0, 8, 2, b.options().dtype(at::kByte)).view({1, 4, 1});
+  const at::Tensor hi = at::bitwise_and(at::bitwise_right_shift(s.narrow(1, 8, 4).unsqueeze(1), sh), 3).reshape({N, 16});
+  const at::Tensor sc = at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)).to(at::kFloat) - 32.0f;  // [N, 16]
+  const at::Tensor dl = half_at(b, 108) * sc;
+  return (dl.unsqueeze(2) * level.view({N, 16, 16})).reshape({N, 256});
+}
+
+// iq4_nl / iq4_xs: each 4-bit index stands for a level of llama.cpp's table (kernels::detail's kvalues_iq4nl,
+// repeated here: the engine does not see the kernels' internals), looked up with index_select.
+at::Tensor iq4_levels(const at::Tensor& qs) {  // qs [N, 16] → the 32 levels of each block in element order, f32
+  static constexpr float kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const at::Tensor table = at::from_blob(const_cast<float*>(kValues), {16}, at::kFloat).to(qs.device());
+  const at::Tensor idx = at::cat({lo4(qs), hi4(qs)}, 1).to(at::kLong);  // [N, 32]
+  return table.index_select(0, idx.reshape({-1})).view(idx.sizes());
+}
+
+at::Tensor iq4_nl(const at::Tensor& b) { return iq4_levels(u8(b, 2, 16)) * half_at(b, 0); }
+
+// iq4_xs: d at 0, scales_h (u16) at 2, scales_l at 4..7, qs at 8..135 (16 bytes per sub-block of 32);
+// x = d * (ls - 32) * level, ls = (scales_l[ib / 2] >> 4 (ib % 2)) & 15 | ((scales_h >> 2 ib) & 3) << 4.
+at::Tensor iq4_xs(const at::Tensor& b) {
+  const std::int64_t N = b.size(0);
+  const at::Tensor d = half_at(b, 0);                                                 // [N, 1]
+  const at::Tensor sh = b.narrow(1, 2, 2).to(at::kInt);                               // [N, 2] bytes of the u16
+  const at::Tensor h16 = at::bitwise_or(sh.narrow(1, 0, 1), at::bitwise_left_shift(sh.narrow(1, 1, 1), 8));
+  const at::Tensor ib = at::arange(8, b.options().dtype(at::kInt)).view({1, 8});
+  const at::Tensor hi = at::bitwise_and(at::bitwise_right_shift(h16, ib * 2), 3);    // [N, 8]
+  const at::Tensor sl = u8(b, 4, 4).to(at::kInt);                                    // [N, 4]
+  const at::Tensor lo = at::stack({at::bitwise_and(sl, 15), at::bitwise_right_shift(sl, 4)}, 2).reshape({N, 8});
+  const at::Tensor ls = (at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)) - 32).to(at::kFloat);  // [N, 8]
+  const at::Tensor lev = iq4_levels(u8(b, 8, 128).reshape({N * 8, 16})).view({N, 8, 32});
+  return (lev * (d * ls).unsqueeze(2)).reshape({N, 256});
+}
+
 }  // namespace
 
 at::Tensor dequantize_aten(const at::Tensor& stored, WType t, std::int64_t cols, at::ScalarType out) {
@@ -150,6 +212,10 @@ at::Tensor dequantize_aten(const at::Tensor& stored, WType t, std::int64_t cols,
     case WType::q4_K: y = q4_K(b); break;
     case WType::q5_K: y = q5_K(b); break;
     case WType::q6_K: y = q6_K(b); break;
+    case WType::iq4_nl: y = iq4_nl(b); break;
+    case WType::iq4_xs: y = iq4_xs(b); break;
+    case WType::q2_K: y = q2_K(b); break;
+    case WType::q3_K: y = q3_K(b); break;
     default: break;
   }
   y = y.reshape({rows, cols});

@@ -52,6 +52,10 @@ constexpr KernelTable make_scalar_table() {
   t.types[static_cast<int>(WType::q5_0)] = ref_kernels<WType::q5_0>();
   t.types[static_cast<int>(WType::q4_1)] = ref_kernels<WType::q4_1>();
   t.types[static_cast<int>(WType::q5_1)] = ref_kernels<WType::q5_1>();
+  t.types[static_cast<int>(WType::iq4_nl)] = ref_kernels<WType::iq4_nl>();
+  t.types[static_cast<int>(WType::iq4_xs)] = ref_kernels<WType::iq4_xs>();
+  t.types[static_cast<int>(WType::q2_K)] = ref_kernels<WType::q2_K>();
+  t.types[static_cast<int>(WType::q3_K)] = ref_kernels<WType::q3_K>();
   return t;
 }
 

@@ -18,6 +18,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels_avx2_act.h"
+#include "kernels/quant_iq4.h"  // (for kIq4NlValues, data; its functions are not called here, see the ODR note)
 #include "kernels/types.h"
 
 // Loops over tile rows, tile activations and sub-blocks are short and fixed; unrolling them lets the accumulator
@@ -278,6 +279,23 @@ struct Q5_0Levels {
   }
 };
 
+// iq4_nl levels: each nibble looked up in llama.cpp's table of 16 int8 levels (one pshufb per 128-bit lane), then
+// multiplied as q8_0's (the sign trick; |pair sum| <= 2 * 127 * 127 in int16).
+inline __m256i iq4_table() {
+  return _mm256_broadcastsi128_si256(load128(kIq4NlValues));
+}
+struct IQ4NLLevels {
+  using Block = BlockIQ4_NL;
+  using Row = Q8_0Levels::Row;
+  using Act = Q8_0Levels::Act;
+  static Row row(const BlockIQ4_NL& b) {
+    const __m256i w = _mm256_shuffle_epi8(iq4_table(), nibbles(b.qs));
+    return {w, _mm256_sign_epi8(w, w)};
+  }
+  static Act act(const BlockQ8_0& b) { return Q8_0Levels::act(b); }
+  static __m256i dot(const Row& w, const Act& a) { return Q8_0Levels::dot(w, a); }
+};
+
 template <class L, int R, int C>
 struct Q8ActTile {
   using Block = typename L::Block;
@@ -332,6 +350,8 @@ template <int R, int C>
 using Q4_0Tile = Q8ActTile<Q4_0Levels, R, C>;
 template <int R, int C>
 using Q5_0Tile = Q8ActTile<Q5_0Levels, R, C>;
+template <int R, int C>
+using IQ4NLTile = Q8ActTile<IQ4NLLevels, R, C>;
 
 // ---- q4_1 / q5_1 weights x q8_1 activations ---------------------------------------------------------------------
 
@@ -604,6 +624,210 @@ struct Q6KTile {
   }
 };
 
+// ---- q2_K / q3_K x q8_K: 16 sub-blocks of 16 -------------------------------------------------------------------
+
+// For sub-block pair (2p, 2p + 1), p = 4h + s: the int16 vector whose low 128-bit lane is scale 2p and high lane
+// scale 2p + 1 (a maddubs result over the 32 elements of those two sub-blocks pairs up with it lane by lane).
+inline __m256i pair_scales(__m128i sc8, int p) {
+  const __m128i ctl = _mm_set_epi64x(0x0101010101010101LL * (2 * p + 1), 0x0101010101010101LL * (2 * p));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, ctl));
+}
+
+// Levels of elements 128 h + 32 s + l (l < 32) of a q2_K / q3_K block: bits 2s..2s+1 of the half's 32 qs bytes.
+inline __m256i two_bit_field(__m256i q, int s) {
+  return _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), _mm256_set1_epi8(0x03));
+}
+
+// q2_K: per super-block and activation row, int32 lanes Σ_j sc_j Σ_k q_k a_k (levels 0..3 unsigned, maddubs, madd
+// by the pair's scales) and Σ_j m_j bsums_j (one madd); acc = fma(d_w d_a, lanes, acc), then
+// acc = fnma(dmin_w d_a, mins, acc), as q4_K's tile.
+template <int R, int C>
+struct Q2KTile {
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const BlockQ8_K* ac[C];
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + c * arb);
+    const std::int64_t nb = cols / QK_K;
+    const std::size_t pf = prefetch_offset(R, wrb);
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const BlockQ2_K* wr = reinterpret_cast<const BlockQ2_K*>(w + r * wrb);
+      __m256 acc[C];
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+      for (std::int64_t i = 0; i < nb; ++i) {
+        const BlockQ2_K& b = wr[i];
+        TANDEM_UNROLL
+        for (std::size_t off = 0; off < sizeof(BlockQ2_K); off += 64) prefetch(reinterpret_cast<const char*>(&b) + off, pf);
+        const __m128i packed = load128(b.scales);
+        const __m128i sc8 = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        __m256i sumi[C];
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
+        TANDEM_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const __m256i q = load256(b.qs + 32 * h);
+          TANDEM_UNROLL
+          for (int s = 0; s < 4; ++s) {
+            const __m256i lev = two_bit_field(q, s);
+            const __m256i scale = pair_scales(sc8, 4 * h + s);
+            TANDEM_UNROLL
+            for (int c = 0; c < C; ++c) {
+              const __m256i p16 = _mm256_maddubs_epi16(lev, load256(ac[c][i].qs + 128 * h + 32 * s));
+              sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scale, p16));
+            }
+          }
+        }
+        const float dw = h2f(b.d);
+        const float mw = h2f(b.dmin);
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) {
+          const __m256i mins = _mm256_madd_epi16(load256(ac[c][i].bsums), mins16);
+          acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ac[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+          acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(mw * ac[c][i].d), _mm256_cvtepi32_ps(mins), acc[c]);
+        }
+      }
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[c]);
+    }
+  }
+};
+
+// The 16 signed 6-bit scales of a q3_K block (minus 32) as int8 (quant_k23's q3_K_scale, written again here so
+// that no function is shared with the files built without AVX2).
+inline __m128i q3_K_scales(const BlockQ3_K& b) {
+  alignas(16) std::int8_t sc[16];
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? b.scales[j] & 0xF : b.scales[j - 8] >> 4;
+    const int high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    sc[j] = static_cast<std::int8_t>((low | (high << 4)) - 32);
+  }
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(sc));
+}
+
+// q3_K: levels u = low2 + 4 * bit in [0, 7] stand for u - 4: Σ_j sc_j Σ_k (u_k - 4) a_k is computed as
+// Σ_j sc_j Σ_k u_k a_k - 4 Σ_j sc_j bsums_j, all in exact int32 lanes (as q6_K's -32); acc = fma(d_w d_a, lanes, acc).
+template <int R, int C>
+struct Q3KTile {
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const BlockQ8_K* ac[C];
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + c * arb);
+    const std::int64_t nb = cols / QK_K;
+    const std::size_t pf = prefetch_offset(R, wrb);
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const BlockQ3_K* wr = reinterpret_cast<const BlockQ3_K*>(w + r * wrb);
+      __m256 acc[C];
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+      for (std::int64_t i = 0; i < nb; ++i) {
+        const BlockQ3_K& b = wr[i];
+        TANDEM_UNROLL
+        for (std::size_t off = 0; off < sizeof(BlockQ3_K); off += 64) prefetch(reinterpret_cast<const char*>(&b) + off, pf);
+        const __m128i sc8 = q3_K_scales(b);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i sumi[C];
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) {
+          const __m256i bsc = _mm256_madd_epi16(load256(ac[c][i].bsums), sc16);
+          sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsc, 2));
+        }
+        const __m256i hm = load256(b.hmask);
+        TANDEM_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const __m256i q = load256(b.qs + 32 * h);
+          TANDEM_UNROLL
+          for (int s = 0; s < 4; ++s) {
+            // The third bit of element 128 h + 32 s + l is bit 4 h + s of hmask[l]; as 4 in that byte.
+            const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), _mm256_set1_epi8(0x01));
+            const __m256i u = _mm256_or_si256(two_bit_field(q, s), _mm256_slli_epi16(bit, 2));
+            const __m256i scale = pair_scales(sc8, 4 * h + s);
+            TANDEM_UNROLL
+            for (int c = 0; c < C; ++c) {
+              const __m256i p16 = _mm256_maddubs_epi16(u, load256(ac[c][i].qs + 128 * h + 32 * s));
+              sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scale, p16));
+            }
+          }
+        }
+        const float dw = h2f(b.d);
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) {
+          acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ac[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+      }
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[c]);
+    }
+  }
+};
+
+// The 8 sub-block scales of an iq4_xs block minus 32, as int16 (quant_iq4.h's iq4_xs_scale, written again here so
+// that no function is shared with the files built without AVX2).
+inline void iq4_xs_scales(const BlockIQ4_XS& b, short* out) {
+  for (int ib = 0; ib < QK_K / 32; ++ib) {
+    const int lo = (b.scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf;
+    const int hi = (b.scales_h >> 2 * ib) & 3;
+    out[ib] = static_cast<short>((lo | (hi << 4)) - 32);
+  }
+}
+
+// iq4_xs: per super-block and activation row, int32 lanes sum_ib (ls_ib - 32) * sum_k level_k a_k (the levels
+// looked up as iq4_nl's, maddubs with the sign trick, madd by the sub-block's scale), then
+// acc = fma(d_w * d_a, float(lanes), acc); the element is hsum8(acc).
+template <int R, int C>
+struct IQ4XSTile {
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const BlockQ8_K* ac[C];
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + c * arb);
+    const std::int64_t nb = cols / QK_K;
+    const std::size_t pf = prefetch_offset(R, wrb);
+    const __m256i table = iq4_table();
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const BlockIQ4_XS* wr = reinterpret_cast<const BlockIQ4_XS*>(w + r * wrb);
+      __m256 acc[C];
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+      for (std::int64_t i = 0; i < nb; ++i) {
+        const BlockIQ4_XS& b = wr[i];
+        TANDEM_UNROLL
+        for (std::size_t off = 0; off < sizeof(BlockIQ4_XS); off += 64) {
+          prefetch(reinterpret_cast<const char*>(&b) + off, pf);
+        }
+        __m256i sumi[C];
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
+        short ls[QK_K / 32];
+        iq4_xs_scales(b, ls);
+        TANDEM_UNROLL
+        for (int ib = 0; ib < QK_K / 32; ++ib) {
+          const __m256i wv = _mm256_shuffle_epi8(table, nibbles(b.qs + 16 * ib));
+          const __m256i aw = _mm256_sign_epi8(wv, wv);
+          const __m256i scale = _mm256_set1_epi16(ls[ib]);
+          TANDEM_UNROLL
+          for (int c = 0; c < C; ++c) {
+            const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(load256(ac[c][i].qs + 32 * ib), wv));
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scale, p16));
+          }
+        }
+        const float dw = h2f(b.d);
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) {
+          acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ac[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+      }
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[c]);
+    }
+  }
+};
+
 // ---- the table ------------------------------------------------------------------------------------------------
 
 // Register blocks. Decode tiles (one activation) take more weight rows: independent accumulator chains and
@@ -642,6 +866,10 @@ constexpr KernelTable make_avx2_table() {
   t.types[static_cast<int>(WType::q5_0)] = entry<Q5_0Tile, kQ4_0>(quantize_q8_0);
   t.types[static_cast<int>(WType::q4_1)] = entry<Q4_1Tile, kQ4_0>(quantize_q8_1);
   t.types[static_cast<int>(WType::q5_1)] = entry<Q5_1Tile, kQ4_0>(quantize_q8_1);
+  t.types[static_cast<int>(WType::iq4_nl)] = entry<IQ4NLTile, kQ4_0>(quantize_q8_0);
+  t.types[static_cast<int>(WType::iq4_xs)] = entry<IQ4XSTile, kK>(quantize_q8_K);
+  t.types[static_cast<int>(WType::q2_K)] = entry<Q2KTile, kK>(quantize_q8_K);
+  t.types[static_cast<int>(WType::q3_K)] = entry<Q3KTile, kK>(quantize_q8_K);
   return t;
 }
 

@@ -6,6 +6,9 @@
 #include "kernels/quant.h"
 
 #include "kernels/quant_blocks32.h"
+#include "kernels/quant_iq4.h"
+#include "kernels/quant_k23.h"
+#include "kernels/quant_util.h"
 
 #include <algorithm>
 #include <bit>
@@ -16,17 +19,6 @@
 namespace tandem::kernels {
 using namespace detail;  // the 32-element block types (quant_blocks32.cc)
 namespace {
-
-// ggml's GROUP_MAX_EPS: a group whose largest magnitude is below this quantizes to zeros.
-constexpr float kGroupMaxEps = 1e-15f;
-
-// Round to nearest, ties to even, via the float adder: adding 1.5 * 2^23 leaves the rounded integer in the low
-// mantissa bits. Valid for |f| <= 4194303 (all callers stay far inside); identical to ggml's nearest_int.
-inline int nearest_int(float f) {
-  const float v = f + 12582912.f;
-  const std::int32_t i = std::bit_cast<std::int32_t>(v);
-  return (i & 0x007FFFFF) - 0x00400000;
-}
 
 inline float fp16_round(float f) { return f16_to_f32(f32_to_f16(f)); }
 
@@ -96,12 +88,15 @@ float make_qx_quants_rmse1(int n, int nmax, const float* x, std::int8_t* L) {
   return scale;
 }
 
+}  // namespace
+
 // Unsigned levels [0, nmax] with an offset: x ~ scale * L - the_min. Starts from the min/max fit, then tries
 // nstep + 1 inverse scales (rmin + rdelta * is + nmax) / (max - min), each refined by weighted least squares for
-// scale and min, keeping the one with the smallest weighted squared error. Returns the scale; *the_min >= 0 is
-// the (negated) offset.
-float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, std::uint8_t* L, float* the_min,
-                       std::uint8_t* Laux, float rmin, float rdelta, int nstep) {
+// scale and min, keeping the one with the smallest weighted error (squared, or absolute with use_mad). Returns the
+// scale; *the_min >= 0 is the (negated) offset.
+float detail::make_qkx2_quants(int n, int nmax, const float* x, const float* weights, std::uint8_t* L,
+                               float* the_min, std::uint8_t* Laux, float rmin, float rdelta, int nstep,
+                               bool use_mad) {
   float min = x[0];
   float max = x[0];
   float sum_w = weights[0];
@@ -126,7 +121,7 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, st
     const int l = nearest_int(iscale * (x[i] - min));
     L[i] = static_cast<std::uint8_t>(std::max(0, std::min(nmax, l)));
     float diff = scale * static_cast<float>(L[i]) + min - x[i];
-    diff = diff * diff;
+    diff = use_mad ? std::fabs(diff) : diff * diff;
     best_error += weights[i] * diff;
   }
   for (int is = 0; is <= nstep; ++is) {
@@ -155,7 +150,7 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, st
       float cur_error = 0;
       for (int i = 0; i < n; ++i) {
         float diff = this_scale * static_cast<float>(Laux[i]) + this_min - x[i];
-        diff = diff * diff;
+        diff = use_mad ? std::fabs(diff) : diff * diff;
         cur_error += weights[i] * diff;
       }
       if (cur_error < best_error) {
@@ -169,6 +164,8 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, st
   *the_min = -min;
   return scale;
 }
+
+namespace {
 
 // ---- k-quant quantizers (the 32-element types: quant_blocks32.cc) ---------------------------------------------
 
@@ -188,7 +185,8 @@ void quantize_k_scales_mins(const float* x, std::uint8_t* scales_out, f16_bits* 
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = make_qkx2_quants(32, kNmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, rdelta, nstep);
+    scales[j] = make_qkx2_quants(32, kNmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, rdelta, nstep,
+                                 false);
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -505,6 +503,10 @@ void quantize_row(WType t, const float* x, void* out, std::int64_t n) {
     case WType::q5_0: quantize_q5_0(x, static_cast<BlockQ5_0*>(out), nb); return;
     case WType::q4_1: quantize_q4_1(x, static_cast<BlockQ4_1*>(out), nb); return;
     case WType::q5_1: quantize_q5_1(x, static_cast<BlockQ5_1*>(out), nb); return;
+    case WType::iq4_nl: quantize_iq4_nl(x, static_cast<BlockIQ4_NL*>(out), nb); return;
+    case WType::iq4_xs: quantize_iq4_xs(x, static_cast<BlockIQ4_XS*>(out), nb); return;
+    case WType::q2_K: quantize_q2_K(x, static_cast<BlockQ2_K*>(out), nb); return;
+    case WType::q3_K: quantize_q3_K(x, static_cast<BlockQ3_K*>(out), nb); return;
   }
 }
 
@@ -530,6 +532,10 @@ void dequantize_row(WType t, const void* in, float* y, std::int64_t n) {
     case WType::q5_0: dequantize_q5_0(static_cast<const BlockQ5_0*>(in), y, nb); return;
     case WType::q4_1: dequantize_q4_1(static_cast<const BlockQ4_1*>(in), y, nb); return;
     case WType::q5_1: dequantize_q5_1(static_cast<const BlockQ5_1*>(in), y, nb); return;
+    case WType::iq4_nl: dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(in), y, nb); return;
+    case WType::iq4_xs: dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(in), y, nb); return;
+    case WType::q2_K: dequantize_q2_K(static_cast<const BlockQ2_K*>(in), y, nb); return;
+    case WType::q3_K: dequantize_q3_K(static_cast<const BlockQ3_K*>(in), y, nb); return;
   }
 }
 
@@ -573,6 +579,14 @@ float vec_dot_ref(WType t, std::int64_t n, const void* w_row, const void* act_ro
       return vec_dot_q4_1(n / QK4_1, static_cast<const BlockQ4_1*>(w_row), static_cast<const BlockQ8_1*>(act_row));
     case WType::q5_1:
       return vec_dot_q5_1(n / QK5_1, static_cast<const BlockQ5_1*>(w_row), static_cast<const BlockQ8_1*>(act_row));
+    case WType::iq4_nl:
+      return vec_dot_iq4_nl(n / QK4_NL, static_cast<const BlockIQ4_NL*>(w_row), static_cast<const BlockQ8_0*>(act_row));
+    case WType::iq4_xs:
+      return vec_dot_iq4_xs(n / QK_K, static_cast<const BlockIQ4_XS*>(w_row), static_cast<const BlockQ8_K*>(act_row));
+    case WType::q2_K:
+      return vec_dot_q2_K(n / QK_K, static_cast<const BlockQ2_K*>(w_row), static_cast<const BlockQ8_K*>(act_row));
+    case WType::q3_K:
+      return vec_dot_q3_K(n / QK_K, static_cast<const BlockQ3_K*>(w_row), static_cast<const BlockQ8_K*>(act_row));
   }
   return 0.f;
 }

@@ -20,6 +20,10 @@ constexpr std::array<TypeTraits, kWTypeCount> kTraits = {{
     {"q5_0", 6, QK5_0, sizeof(BlockQ5_0), AType::q8_0},
     {"q4_1", 3, QK4_1, sizeof(BlockQ4_1), AType::q8_1},
     {"q5_1", 7, QK5_1, sizeof(BlockQ5_1), AType::q8_1},
+    {"iq4_nl", 20, QK4_NL, sizeof(BlockIQ4_NL), AType::q8_0},
+    {"iq4_xs", 23, QK_K, sizeof(BlockIQ4_XS), AType::q8_K},
+    {"q2_K", 10, QK_K, sizeof(BlockQ2_K), AType::q8_K},
+    {"q3_K", 11, QK_K, sizeof(BlockQ3_K), AType::q8_K},
 }};
 
 // kTraits is indexed by the enum's value; keep them in step.
@@ -28,7 +32,9 @@ static_assert(static_cast<int>(WType::f32) == 0 && static_cast<int>(WType::f16) 
               static_cast<int>(WType::q4_0) == 4 && static_cast<int>(WType::q4_K) == 5 &&
               static_cast<int>(WType::q5_K) == 6 && static_cast<int>(WType::q6_K) == 7 &&
               static_cast<int>(WType::q5_0) == 8 && static_cast<int>(WType::q4_1) == 9 &&
-              static_cast<int>(WType::q5_1) == 10);
+              static_cast<int>(WType::q5_1) == 10 && static_cast<int>(WType::iq4_nl) == 11 &&
+              static_cast<int>(WType::iq4_xs) == 12 && static_cast<int>(WType::q2_K) == 13 &&
+              static_cast<int>(WType::q3_K) == 14);
 
 struct ActFormat {
   int block_elems;

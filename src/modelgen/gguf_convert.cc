@@ -38,7 +38,10 @@ constexpr RecipeInfo kRecipes[] = {
     {Recipe::q4_K_M, "Q4_K_M", WType::q4_K},   {Recipe::q5_K_S, "Q5_K_S", WType::q5_K},
     {Recipe::q5_K_M, "Q5_K_M", WType::q5_K},   {Recipe::q6_K, "Q6_K", WType::q6_K},
     {Recipe::q5_0, "Q5_0", WType::q5_0},       {Recipe::q4_1, "Q4_1", WType::q4_1},
-    {Recipe::q5_1, "Q5_1", WType::q5_1},
+    {Recipe::q5_1, "Q5_1", WType::q5_1},       {Recipe::iq4_nl, "IQ4_NL", WType::iq4_nl},
+    {Recipe::iq4_xs, "IQ4_XS", WType::iq4_xs},   {Recipe::q2_K, "Q2_K", WType::q2_K},
+    {Recipe::q3_K_S, "Q3_K_S", WType::q3_K},     {Recipe::q3_K_M, "Q3_K_M", WType::q3_K},
+    {Recipe::q3_K_L, "Q3_K_L", WType::q3_K},
 };
 
 const RecipeInfo& info(Recipe r) {
@@ -378,19 +381,41 @@ Result<WType> recipe_type(Recipe r, const TensorSlot& t) {
     if (ncols % blk != 0) type = WType::q8_0;
     else if (type != WType::q8_0) type = WType::q6_K;
   } else if (t.name.find("attn_v.weight") != std::string::npos) {
-    if ((r == Recipe::q4_K_M || r == Recipe::q5_K_M) && use_more_bits(t.attn_v_index, t.attn_v_count))
+    const bool iq4 = r == Recipe::iq4_nl || r == Recipe::iq4_xs;
+    if (r == Recipe::q2_K)
+      type = t.n_gqa >= 4 ? WType::q4_K : WType::q3_K;
+    else if (r == Recipe::q3_K_M)
+      type = t.attn_v_index < 2 ? WType::q5_K : WType::q4_K;
+    else if (r == Recipe::q3_K_L)
+      type = WType::q5_K;
+    else if (iq4 && t.n_gqa >= 4)
+      type = WType::q5_K;
+    else if ((r == Recipe::q4_K_M || r == Recipe::q5_K_M) && use_more_bits(t.attn_v_index, t.attn_v_count))
       type = WType::q6_K;
     else if (r == Recipe::q4_K_S && t.attn_v_index < 4)
       type = WType::q5_K;
   } else if (t.name.find("ffn_down") != std::string::npos) {
     const int i = t.ffn_down_index, n = t.ffn_down_count;
-    if ((r == Recipe::q4_K_M || r == Recipe::q5_K_M) && use_more_bits(i, n)) type = WType::q6_K;
+    if (r == Recipe::q2_K) type = WType::q3_K;
+    else if (r == Recipe::q3_K_M) type = i < n / 16 ? WType::q5_K : WType::q4_K;  // (llama.cpp: not Falcon)
+    else if (r == Recipe::q3_K_L) type = WType::q5_K;
+    else if ((r == Recipe::q4_K_M || r == Recipe::q5_K_M) && use_more_bits(i, n)) type = WType::q6_K;
+    else if ((r == Recipe::iq4_nl || r == Recipe::iq4_xs) && i < n / 8) type = WType::q5_K;  // (no imatrix)
     else if (r == Recipe::q4_K_S && i < n / 8) type = WType::q5_K;
+  } else if (t.name.find("attn_output.weight") != std::string::npos) {  // (llama.cpp's rule for dense models)
+    if (r == Recipe::q2_K) type = WType::q3_K;
+    else if (r == Recipe::q3_K_M) type = WType::q4_K;
+    else if (r == Recipe::q3_K_L) type = WType::q5_K;
+  } else if (t.name.find("attn_qkv.weight") != std::string::npos) {  // Phi-3's fused projection
+    if (r == Recipe::q3_K_M || r == Recipe::q3_K_L) type = WType::q4_K;
+    else if (r == Recipe::q4_K_M) type = WType::q5_K;
+    else if (r == Recipe::q5_K_M) type = WType::q6_K;
   }
   // Shapes the type's blocks do not divide fall back as llama.cpp does.
   const auto blk = static_cast<std::uint64_t>(kernels::traits(type).block_elems);
   if (ncols % blk != 0) {
     if (type == WType::q6_K) type = WType::q8_0;
+    else if (type == WType::iq4_xs || type == WType::q2_K || type == WType::q3_K) type = WType::iq4_nl;
     else if (type == WType::q4_K) type = WType::q5_0;
     else if (type == WType::q5_K) type = WType::q5_1;
     if (ncols % static_cast<std::uint64_t>(kernels::traits(type).block_elems) != 0) type = WType::f16;
@@ -416,6 +441,19 @@ Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& o
   });
   int attn_v_count = 0, ffn_down_count = 0;
   bool tied = true;
+  // n_gqa = head_count / head_count_kv from the (source's) metadata, as llama.cpp's hparams give it.
+  int n_gqa = 1;
+  {
+    std::string arch;
+    for (const auto& [k, v] : s.metadata)
+      if (k == "general.architecture" && v.type == GgufType::string) arch = v.str;
+    std::uint64_t heads = 0, kv = 0;
+    for (const auto& [k, v] : s.metadata) {
+      if (k == arch + ".attention.head_count") heads = v.as_u64().value_or(0);
+      if (k == arch + ".attention.head_count_kv") kv = v.as_u64().value_or(0);
+    }
+    if (heads > 0) n_gqa = static_cast<int>(heads / (kv > 0 ? kv : heads));
+  }
   for (const auto& t : s.tensors) {
     attn_v_count += t.name.find("attn_v.weight") != std::string::npos;
     ffn_down_count += t.name.find("ffn_down") != std::string::npos;
@@ -443,7 +481,7 @@ Result<ConvertStats> convert_to_gguf(const std::string& in, const std::string& o
   ConvertStats st;
   int attn_v_i = 0, ffn_down_i = 0;
   for (const auto& t : s.tensors) {
-    TensorSlot slot{t.name, t.ne, t.type, attn_v_i, attn_v_count, ffn_down_i, ffn_down_count, tied};
+    TensorSlot slot{t.name, t.ne, t.type, attn_v_i, attn_v_count, ffn_down_i, ffn_down_count, tied, n_gqa};
     attn_v_i += t.name.find("attn_v.weight") != std::string::npos;
     ffn_down_i += t.name.find("ffn_down") != std::string::npos;
     auto type = recipe_type(r, slot);

@@ -27,11 +27,17 @@ enum class Recipe : std::uint32_t {
   q4_1 = 3,
   q5_0 = 8,
   q5_1 = 9,
+  q2_K = 10,
+  q3_K_S = 11,
+  q3_K_M = 12,
+  q3_K_L = 13,
   q4_K_S = 14,
   q4_K_M = 15,
   q5_K_S = 16,
   q5_K_M = 17,
   q6_K = 18,
+  iq4_nl = 25,
+  iq4_xs = 30,
   bf16 = 32,
 };
 
@@ -42,7 +48,8 @@ kernels::WType recipe_default_type(Recipe r);
 
 // The type llama.cpp's recipe gives one tensor (GGUF name, GGUF dims ne[0] = row length). `attn_v_index` /
 // `ffn_down_index` are the 0-based positions of this tensor among the file's attn_v / ffn_down tensors in writing
-// order and `attn_v_count` / `ffn_down_count` their totals; `tied` says the file has no output.weight. Tensors that
+// order and `attn_v_count` / `ffn_down_count` their totals; `tied` says the file has no output.weight; `n_gqa` is
+// head_count / head_count_kv (llama.cpp's n_gqa(), 1 when the file does not say). Tensors that
 // are not quantized (1-D, norms, non-weights) keep `stored`. unsupported when the recipe's shape fallback needs a
 // type Tandem does not implement (q5_0 / q5_1).
 struct TensorSlot {
@@ -51,6 +58,7 @@ struct TensorSlot {
   kernels::WType stored = kernels::WType::f32;
   int attn_v_index = 0, attn_v_count = 0, ffn_down_index = 0, ffn_down_count = 0;
   bool tied = false;
+  int n_gqa = 1;
 };
 Result<kernels::WType> recipe_type(Recipe r, const TensorSlot& t);
 

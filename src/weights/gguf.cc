@@ -726,7 +726,7 @@ Result<std::span<const std::byte>> GgufFile::tensor_data(const GgufTensorInfo& t
     return fail(Errc::unsupported, origin_ + ": tensor " + detail::printable(t.name) + " has type " +
                                        ggml_type_label(t.ggml_type) +
                                        ", which Tandem does not compute with (supported: f32, f16, bf16, q8_0, q4_0, "
-                                       "q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)");
+                                       "q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs)");
   }
   return raw_tensor_bytes(t);
 }

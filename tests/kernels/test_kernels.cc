@@ -115,7 +115,7 @@ double tolerance(WType t, const std::uint8_t* w_row, const std::uint8_t* act, st
   std::vector<float> wf(static_cast<std::size_t>(cols));
   dequantize_row(t, w_row, wf.data(), cols);
   const std::vector<double> a = decode_act(t, act, cols);
-  const bool minned = t == WType::q4_K || t == WType::q5_K;
+  const bool minned = t == WType::q4_K || t == WType::q5_K || t == WType::q2_K;
   const bool minned32 = t == WType::q4_1 || t == WType::q5_1;
   double m = 0;
   for (std::int64_t k = 0; k < cols; ++k) {
@@ -128,11 +128,11 @@ double tolerance(WType t, const std::uint8_t* w_row, const std::uint8_t* act, st
       wmag = 31.0 * std::fabs(static_cast<double>(f16_to_f32(d))) + 2.0 * std::fabs(static_cast<double>(f16_to_f32(mn)));
     }
     if (minned) {
-      // d and dmin are the first two f16 fields of both block types.
+      // d and dmin are the first two f16 fields of both block types (6-bit mins); q2_K's dmin is last (4-bit mins).
       const std::uint8_t* block = w_row + static_cast<std::size_t>(k / QK_K) * traits(t).block_bytes;
       std::uint16_t dmin;
-      std::memcpy(&dmin, block + 2, 2);
-      wmag += 2.0 * 63.0 * std::fabs(static_cast<double>(f16_to_f32(dmin)));
+      std::memcpy(&dmin, block + (t == WType::q2_K ? offsetof(BlockQ2_K, dmin) : 2), 2);
+      wmag += 2.0 * (t == WType::q2_K ? 15.0 : 63.0) * std::fabs(static_cast<double>(f16_to_f32(dmin)));
     }
     m += wmag * std::fabs(a[k]);
   }
@@ -319,6 +319,22 @@ Bytes unit_scale_weights(std::mt19937& rng, WType t, std::int64_t rows, std::int
     case WType::q5_0:  // levels 0..31, every fifth-bit pattern
       for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockQ5_0*>(w.data())[i].d = one;
       break;
+    case WType::iq4_nl:  // every index, so every table level
+      for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockIQ4_NL*>(w.data())[i].d = one;
+      break;
+    case WType::iq4_xs:  // random 6-bit sub-block scales (-32..31), every index
+      for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockIQ4_XS*>(w.data())[i].d = one;
+      break;
+    case WType::q2_K:  // random 4-bit scales and mins, every level
+      for (std::int64_t i = 0; i < nblocks; ++i) {
+        auto& b = reinterpret_cast<BlockQ2_K*>(w.data())[i];
+        b.d = one;
+        b.dmin = one;
+      }
+      break;
+    case WType::q3_K:  // random 6-bit signed scales, every level and third bit
+      for (std::int64_t i = 0; i < nblocks; ++i) reinterpret_cast<BlockQ3_K*>(w.data())[i].d = one;
+      break;
     case WType::q4_1:  // m = 0: the min term (m · s, s a rounded f16) would not be an integer
       for (std::int64_t i = 0; i < nblocks; ++i) {
         auto& b = reinterpret_cast<BlockQ4_1*>(w.data())[i];
@@ -372,6 +388,17 @@ Bytes unit_scale_acts(std::mt19937& rng, WType t, std::int64_t n, std::int64_t c
       for (std::int64_t i = 0; i < n; ++i) {
         for (float& x : f) x = static_cast<float>(v(rng));
         quantize_act_ref(t, f.data(), a.data() + static_cast<std::size_t>(i) * arb, cols);
+      }
+      break;
+    }
+    case AType::q8_1: {  // (q4_1 / q5_1 weights with m = 0: s is not used, but set as the format says)
+      std::uniform_int_distribution<int> v(-127, 127);
+      auto* b = reinterpret_cast<BlockQ8_1*>(a.data());
+      for (std::int64_t i = 0; i < n * cols / QK8_1; ++i) {
+        b[i].d = f32_to_f16(1.0f);
+        int sum = 0;
+        for (auto& q : b[i].qs) sum += q = static_cast<std::int8_t>(v(rng));
+        b[i].s = f32_to_f16(static_cast<float>(sum));
       }
       break;
     }

@@ -25,8 +25,9 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-const std::vector<WType> kQuantTypes = {WType::q8_0, WType::q4_0, WType::q5_0, WType::q4_1,
-                                        WType::q5_1, WType::q4_K, WType::q5_K, WType::q6_K};
+const std::vector<WType> kQuantTypes = {WType::q8_0, WType::q4_0, WType::q5_0, WType::q4_1, WType::q5_1,
+                                        WType::q4_K, WType::q5_K, WType::q6_K, WType::iq4_nl, WType::iq4_xs,
+                                        WType::q2_K, WType::q3_K};
 
 std::string tname(WType t) { return std::string(wtype_name(t)); }
 
@@ -100,15 +101,18 @@ std::vector<double> q81_mins(WType t, const Bytes& w, std::size_t n) {
   return m;
 }
 
-// Upper bound of |dmin * m| for every element of a q4_K / q5_K weight block (0 for the other types).
+// Upper bound of |dmin * m| for every element of a q4_K / q5_K / q2_K weight block (0 for the other types).
 std::vector<double> min_offsets(WType t, const Bytes& w, std::size_t n) {
   std::vector<double> m(n, 0.0);
-  if (t != WType::q4_K && t != WType::q5_K) return m;
+  if (t != WType::q4_K && t != WType::q5_K && t != WType::q2_K) return m;
   const std::size_t bytes = traits(t).block_bytes;
+  // q4_K / q5_K: d, then dmin at byte 2, 6-bit mins; q2_K: dmin last, 4-bit mins.
+  const std::size_t at = t == WType::q2_K ? offsetof(BlockQ2_K, dmin) : 2;
+  const double mmax = t == WType::q2_K ? 15 : 63;
   for (std::size_t i = 0; i < n; ++i) {
     f16_bits dmin;
-    std::memcpy(&dmin, w.data() + (i / 256) * bytes + 2, 2);  // both layouts: d, then dmin
-    m[i] = std::fabs(double(f16_to_f32(dmin))) * 63;
+    std::memcpy(&dmin, w.data() + (i / 256) * bytes + at, 2);
+    m[i] = std::fabs(double(f16_to_f32(dmin))) * mmax;
   }
   return m;
 }
@@ -130,7 +134,9 @@ TEST(KernelsTypes, TraitsTable) {
       {WType::q4_0, "q4_0", 2, 32, 18, AType::q8_0},   {WType::q4_K, "q4_K", 12, 256, 144, AType::q8_K},
       {WType::q5_K, "q5_K", 13, 256, 176, AType::q8_K}, {WType::q6_K, "q6_K", 14, 256, 210, AType::q8_K},
       {WType::q5_0, "q5_0", 6, 32, 22, AType::q8_0},    {WType::q4_1, "q4_1", 3, 32, 20, AType::q8_1},
-      {WType::q5_1, "q5_1", 7, 32, 24, AType::q8_1},
+      {WType::q5_1, "q5_1", 7, 32, 24, AType::q8_1},    {WType::iq4_nl, "iq4_nl", 20, 32, 18, AType::q8_0},
+      {WType::iq4_xs, "iq4_xs", 23, 256, 136, AType::q8_K}, {WType::q2_K, "q2_K", 10, 256, 84, AType::q8_K},
+      {WType::q3_K, "q3_K", 11, 256, 110, AType::q8_K},
   };
   ASSERT_EQ(std::size(rows), std::size(kAllWTypes));
   for (const Row& r : rows) {
@@ -154,7 +160,9 @@ TEST(KernelsTypes, NameLookups) {
   EXPECT_EQ(wtype_from_name("q4_k_m"), std::nullopt);  // a file type, not a tensor type
   EXPECT_EQ(wtype_from_name(""), std::nullopt);
   EXPECT_EQ(wtype_from_name("q4_"), std::nullopt);
-  for (int id : {9, 10, 11, 15, 16, 29, 31, -1, 1000}) EXPECT_EQ(wtype_from_ggml(id), std::nullopt) << id;
+  for (int id : {9, 15, 16, 29, 31, -1, 1000}) EXPECT_EQ(wtype_from_ggml(id), std::nullopt) << id;
+  EXPECT_EQ(wtype_from_ggml(10), WType::q2_K);
+  EXPECT_EQ(wtype_from_ggml(23), WType::iq4_xs);
 }
 
 TEST(KernelsTypes, RowBytes) {
@@ -332,12 +340,15 @@ struct ErrorBound {
 // (max - min) / 15 or 31 <= 2 amax / 15 or 31, error <= step/2 plus the f16 rounding of d and m (rmse bounds 1.25x
 // the measured 0.079 and 0.038). The k-quant bounds are about 1.25x the largest errors measured over
 // 65536-element rows of Gaussian, uniform and one-signed data (max / rmse: q4_K 0.106 / 0.072, q5_K 0.061 / 0.036,
-// q6_K 0.0195 / 0.0178). All of them assume block scales in f16's normal range (|scale| >= 2^-14); below that, f16
+// q6_K 0.0195 / 0.0178; iq4_nl 0.134 / 0.076, iq4_xs 0.144 / 0.077 over the block's / super-block's amax; q2_K
+// 0.378 / 0.298, q3_K 0.254 / 0.151: two and three bits). All of
+// them assume block scales in f16's normal range (|scale| >= 2^-14); below that, f16
 // subnormal scales add an absolute error (see HugeTinyAndOutlierRows).
 const ErrorBound kBounds[] = {
     {WType::q8_0, 0.57 / 127, 0.0065}, {WType::q4_0, 1.01 / 8, 0.10},  {WType::q4_K, 0.13, 0.09},
     {WType::q5_K, 0.075, 0.045},       {WType::q6_K, 0.025, 0.023},     {WType::q5_0, 1.01 / 16, 0.05},
-    {WType::q4_1, 0.075, 0.10},        {WType::q5_1, 0.04, 0.048},
+    {WType::q4_1, 0.075, 0.10},        {WType::q5_1, 0.04, 0.048},      {WType::iq4_nl, 0.17, 0.095},
+    {WType::iq4_xs, 0.18, 0.096},      {WType::q2_K, 0.48, 0.38},       {WType::q3_K, 0.32, 0.19},
 };
 
 void check_error(const ErrorBound& b, const std::vector<float>& x, const std::vector<float>& y) {
@@ -452,6 +463,20 @@ TEST(KernelsQuant, AllZeroRowsQuantizeToZeroBlocks) {
       for (std::size_t b = 0; b < want.size(); b += sizeof(BlockQ5_0)) {
         want[b + 1] = 0x80;
         std::fill(want.begin() + b + 2, want.begin() + b + 6, 0xFF);
+      }
+    }
+    if (t == WType::iq4_nl) {
+      // d = 0, every index at 8 (level 1, the nearest to 0): 0x88.
+      for (std::size_t b = 0; b < want.size(); b += sizeof(BlockIQ4_NL))
+        std::fill(want.begin() + b + 2, want.begin() + b + sizeof(BlockIQ4_NL), 0x88);
+    }
+    if (t == WType::iq4_xs) {
+      // d = -0 / 32 = -0 (0x8000), every sub-block scale 0 + 32 (scales_l 0, scales_h 0b10 per sub-block: 0xAAAA),
+      // indices 8.
+      for (std::size_t b = 0; b < want.size(); b += sizeof(BlockIQ4_XS)) {
+        want[b + 1] = 0x80;
+        want[b + 2] = want[b + 3] = 0xAA;
+        std::fill(want.begin() + b + 8, want.begin() + b + sizeof(BlockIQ4_XS), 0x88);
       }
     }
     EXPECT_EQ(q, want);
@@ -682,6 +707,11 @@ TEST(KernelsDot, IntegerPartsAreExact) {
         const f16_bits dmin = f32_to_f16(0.0625f);
         if (t == WType::q6_K) {
           std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
+        } else if (t == WType::q2_K) {
+          std::memcpy(blk + offsetof(BlockQ2_K, d), &d, 2);
+          std::memcpy(blk + offsetof(BlockQ2_K, dmin), &dmin, 2);
+        } else if (t == WType::q3_K) {
+          std::memcpy(blk + offsetof(BlockQ3_K, d), &d, 2);
         } else {
           std::memcpy(blk, &d, 2);
           // q4_1 / q5_1: m, a power of two (m · s is then exact)

@@ -29,7 +29,7 @@ run() {  # FILE LABEL
     fails=$((fails + 1))
   fi
 }
-recipes="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K"
+recipes="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS"
 # Not phi3: the preset's vocabulary is Llama 2's 32,000 pieces without Phi-3's added tokens (<|endoftext|>, <|user|>,
 # ...), and llama.cpp's vocabulary loader looks <|endoftext|> up in any model named phi3 (an exception otherwise).
 # Tandem reads no added tokens for a SentencePiece model yet: a known gap (docs/model-format.md).

@@ -3,7 +3,7 @@
 //   fuzz_gguf_make_corpus DIR
 // Every metadata value type with nested arrays and tensors of many ggml types; three tiny Llama models (q8_0 with a
 // byte-fallback vocabulary and tied output; f16 untied with a small vocabulary, a chat template and rope scaling;
-// q5_0 untied);
+// q5_0 untied; iq4_nl untied);
 // a vocabulary-only file; a version-2 file with alignment 64.
 #include <cstdio>
 #include <string>
@@ -114,8 +114,8 @@ GgufWriter all_types() {
   w.set("arr.nested", GgufValue::of_array(GgufType::array, {GgufValue::of_i32s(std::vector<std::int32_t>{1, 2}),
                                                             GgufValue::of_strings({"x"})}));
   const std::pair<std::uint32_t, std::vector<std::uint64_t>> ts[] = {
-      {0, {4, 2}}, {1, {8}}, {30, {4}}, {8, {32}}, {2, {32}}, {6, {32}}, {3, {32}}, {7, {32}}, {12, {256}}, {13, {256}}, {14, {256}},
-      {10, {256}},
+      {0, {4, 2}}, {1, {8}},       {30, {4}},    {8, {32}},    {2, {32}},    {6, {32}},    {3, {32}}, {7, {32}},
+      {20, {32}},  {12, {256}},    {13, {256}},  {14, {256}},  {23, {256}},  {10, {256}},  {11, {256}},
   };
   unsigned seed = 100;
   for (const auto& [type, ne] : ts) {
@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
   f16.set("llama.rope.scaling.type", GgufValue::of_string("linear"));
   f16.set("llama.rope.scaling.factor", GgufValue::of_float(GgufType::f32, 2.0));
   const GgufWriter q5 = llama(kernels::WType::q5_0, false, false);
+  const GgufWriter iq4 = llama(kernels::WType::iq4_nl, false, false);
   GgufWriter voc;
   voc.set("general.architecture", GgufValue::of_string("llama"));
   vocab(voc, true);
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
   const std::pair<const char*, const GgufWriter*> seeds[] = {
       {"all_types.gguf", nullptr}, {"llama_q8_0_bytes_tied.gguf", nullptr},
       {"llama_f16.gguf", &f16},    {"vocab_only.gguf", &voc},
-      {"v2_align64.gguf", &v2},    {"llama_q5_0.gguf", &q5},
+      {"v2_align64.gguf", &v2},    {"llama_q5_0.gguf", &q5}, {"llama_iq4_nl.gguf", &iq4},
   };
   const GgufWriter types = all_types();
   const GgufWriter q8 = llama(kernels::WType::q8_0, true, true);

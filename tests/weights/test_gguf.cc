@@ -173,7 +173,8 @@ TEST(GgufRoundTrip, TensorsTypesAlignmentAndVersions) {
           {"f32", 0, {3, 5}, 60},           {"f16", 1, {7}, 14},      {"bf16", 30, {2, 2, 2, 2}, 32},
           {"q8_0", 8, {64, 3}, 2 * 34 * 3}, {"q4_0", 2, {32}, 18},    {"q4_K", 12, {256, 2}, 288},
           {"q5_K", 13, {512}, 352},         {"q6_K", 14, {256}, 210}, {"q2_K", 10, {256}, 84},
-          {"iq4_xs", 23, {256}, 136},       {"unknown", 77, {5}, 13}, {"empty", 0, {0, 4}, 0},
+          {"iq4_xs", 23, {256}, 136},       {"iq2_xxs", 16, {256}, 66}, {"unknown", 77, {5}, 13},
+          {"empty", 0, {0, 4}, 0},
       };
       for (std::size_t k = 0; k < ts.size(); ++k) {
         ASSERT_TRUE(w.add_tensor(ts[k].name, ts[k].type, ts[k].ne, testing::pattern(ts[k].bytes, k)).ok()) << k;
@@ -205,8 +206,8 @@ TEST(GgufRoundTrip, TensorsTypesAlignmentAndVersions) {
         EXPECT_EQ(ggml_type_label(t.ggml_type), t.name == std::string("empty") ? "f32" : t.name);
         auto view = f->tensor_data(t);
         EXPECT_EQ(view.ok(), t.wtype.has_value()) << t.name;
-        if (t.name == std::string("q2_K")) {
-          EXPECT_ERR(view, Errc::unsupported, "mem.gguf: tensor 'q2_K' has type q2_K");
+        if (t.name == std::string("iq2_xxs")) {
+          EXPECT_ERR(view, Errc::unsupported, "mem.gguf: tensor 'iq2_xxs' has type iq2_xxs");
         }
       }
       EXPECT_EQ(f->find_tensor("q4_K")->wtype, std::optional<kernels::WType>(kernels::WType::q4_K));

@@ -245,16 +245,16 @@ TEST(GgufModel, SafetensorsViewsCarryTypes) {
 TEST(GgufModel, UnsupportedTypesOnExtraAndRequiredTensors) {
   TempDir dir;
   GgufWriter w = tiny_gguf();
-  // An extra tensor of a ggml type Tandem does not compute with (q2_K) and one of an unknown id.
-  ASSERT_TRUE(w.add_tensor("extra.q2k.weight", 10, {256}, testing::pattern(84, 1)).ok());
+  // An extra tensor of a ggml type Tandem does not compute with (iq2_xxs) and one of an unknown id.
+  ASSERT_TRUE(w.add_tensor("extra.iq2.weight", 16, {256}, testing::pattern(66, 1)).ok());
   ASSERT_TRUE(w.add_tensor("extra.unknown.weight", 99, {7}, testing::pattern(40, 2)).ok());
   auto m = open_written(dir, w);
   ASSERT_TRUE(m.ok()) << m.error().message;
-  const TensorView* q2 = m->tensor("extra.q2k.weight");
+  const TensorView* q2 = m->tensor("extra.iq2.weight");
   ASSERT_NE(q2, nullptr);
   EXPECT_FALSE(q2->type_supported);
   EXPECT_TRUE(q2->data.empty());
-  EXPECT_ERR(m->gguf()->tensor_data(*m->gguf()->find_tensor("extra.q2k.weight")), Errc::unsupported, "q2_K");
+  EXPECT_ERR(m->gguf()->tensor_data(*m->gguf()->find_tensor("extra.iq2.weight")), Errc::unsupported, "iq2_xxs");
   EXPECT_ERR(m->gguf()->tensor_data(*m->gguf()->find_tensor("extra.unknown.weight")), Errc::unsupported,
              "ggml type 99");
   EXPECT_FALSE(m->gguf()->find_tensor("extra.unknown.weight")->size_known);
@@ -305,7 +305,7 @@ TEST(GgufModel, MetadataRules) {
   };
   const std::vector<Case> cases = {
       {"architecture", [](GgufWriter& w) { w.set("general.architecture", GgufValue::of_string("gemma")); },
-       Errc::unsupported, "general.architecture' \"gemma\" is not supported (supported: llama, qwen2, phi3)"},
+       Errc::unsupported, "general.architecture' \"gemma\" is not supported (supported: llama, qwen2, qwen3, phi3)"},
       {"qwen2 keys", [](GgufWriter& w) { w.set("general.architecture", GgufValue::of_string("qwen2")); },
        Errc::format_error, "'qwen2.embedding_length' is missing"},
       {"no architecture", [](GgufWriter& w) { w.erase("general.architecture"); }, Errc::format_error,
