@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
     }
     // Every weight type the CPU kernels serve: f32 from the HF directory, the others as GGUF files.
     for (const std::string v :
-         {"f32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "IQ4_NL", "IQ4_XS"}) {
+         {"f32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K_M"}) {
       const std::string dir = v == "f32" ? f32 : gguf_variant(p, v);
       if (dir.empty()) continue;
       for (int t : {1, 2}) {
