@@ -197,6 +197,7 @@ VariantMap to_dbus(const SubmitOptions& o) {
   if (o.allow_cpu) m["allow_cpu"] = sdbus::Variant(*o.allow_cpu);
   if (o.allow_reduce) m["allow_reduce"] = sdbus::Variant(*o.allow_reduce);
   if (o.allow_fallback_model) m["allow_fallback_model"] = sdbus::Variant(*o.allow_fallback_model);
+  if (o.enable_thinking) m["enable_thinking"] = sdbus::Variant(*o.enable_thinking);
   if (o.deadline_ms) m["deadline_ms"] = sdbus::Variant(static_cast<std::uint64_t>(*o.deadline_ms));
   if (o.prefill_chunk) m["prefill_chunk"] = sdbus::Variant(static_cast<std::uint32_t>(*o.prefill_chunk));
   if (o.resume_tokens) m["resume_tokens"] = sdbus::Variant(*o.resume_tokens);

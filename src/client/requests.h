@@ -77,6 +77,7 @@ struct SubmitOptions {
   std::optional<std::uint32_t> prefill_chunk;
   std::optional<std::vector<std::int32_t>> resume_tokens;
   std::optional<bool> stream;  // daemon default true
+  std::optional<bool> enable_thinking;  // the chat template's variable (Qwen3); unset: the model's default
 };
 
 struct Request {

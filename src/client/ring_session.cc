@@ -181,6 +181,7 @@ std::vector<std::uint8_t> submit_record(const Request& r) {
   if (o.allow_cpu) w.add("allow_cpu", *o.allow_cpu);
   if (o.allow_reduce) w.add("allow_reduce", *o.allow_reduce);
   if (o.allow_fallback_model) w.add("allow_fallback_model", *o.allow_fallback_model);
+  if (o.enable_thinking) w.add("enable_thinking", *o.enable_thinking);
   if (o.deadline_ms) w.add("deadline_ms", *o.deadline_ms);
   if (o.prefill_chunk) w.add("prefill_chunk", std::uint64_t{*o.prefill_chunk});
   if (o.resume_tokens) w.add("resume_tokens", *o.resume_tokens);

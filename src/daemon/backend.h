@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -234,9 +235,11 @@ class Backend {
   virtual Status remove_model(const std::string& model) {
     return fail(Errc::unsupported, "this backend cannot remove model " + model + " at run time");
   }
-  // Tokenizes for `model`: messages rendered with its template, else [BOS] + prompt. Loop thread.
+  // Tokenizes for `model`: messages rendered with its template (with the boolean template variables `flags`, e.g.
+  // enable_thinking), else [BOS] + prompt. Loop thread.
   virtual Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
-                                              const std::vector<gen::Message>& messages) = 0;
+                                              const std::vector<gen::Message>& messages,
+                                              const std::map<std::string, bool>& flags) = 0;
   // Runs one job to the end on spec.route (worker thread; thread-safe). `cancel` is polled between tokens.
   virtual RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) = 0;
   // Embedding models: tokenizes one text ([BOS] text [EOS]); longer than the model's context: cut (truncate) or

@@ -416,7 +416,8 @@ std::shared_ptr<EngineBackend::Entry> EngineBackend::entry(const std::string& na
 }
 
 Result<std::vector<TokenId>> EngineBackend::encode(const std::string& model, const std::string& prompt,
-                                                   const std::vector<gen::Message>& messages) {
+                                                   const std::vector<gen::Message>& messages,
+                                                   const std::map<std::string, bool>& flags) {
   auto e = entry(model);
   if (!e && embed_entry(model)) return fail(Errc::unsupported, "model " + model + " is an embedding model (call Embed)");
   if (!e) return fail(Errc::not_found, "unknown model '" + model + "'");
@@ -431,7 +432,7 @@ Result<std::vector<TokenId>> EngineBackend::encode(const std::string& model, con
     m = *r;
   }
   if (messages.empty()) return m->encode_text(prompt);
-  return m->encode_chat(messages);
+  return m->encode_chat(messages, flags);
 }
 
 std::shared_ptr<engine::BatchRunner> EngineBackend::runner_for(Entry& e, bool gpu,

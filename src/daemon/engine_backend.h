@@ -34,7 +34,8 @@ class EngineBackend final : public Backend {
   Status add_model(std::unique_ptr<PreparedModel> m) override;
   Status remove_model(const std::string& model) override;
   Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
-                                      const std::vector<gen::Message>& messages) override;
+                                      const std::vector<gen::Message>& messages,
+                                      const std::map<std::string, bool>& flags) override;
   RunResult run(const RunSpec& spec, RunSink& sink, const std::atomic<bool>& cancel) override;
   Result<EmbedTokens> embed_tokens(const std::string& model, const std::string& text, bool truncate) override;
   Result<EmbedTokens> embed_token_ids(const std::string& model, const std::vector<std::int64_t>& ids,

@@ -315,6 +315,8 @@ Status Service::restore() {
       rec->req.options.allow_cpu = rj.value("allow_cpu", true);
       rec->req.options.allow_reduce = rj.value("allow_reduce", false);
       rec->req.options.allow_fallback_model = rj.value("allow_fallback_model", false);
+      if (rj.contains("enable_thinking") && rj["enable_thinking"].is_boolean())
+        rec->req.options.enable_thinking = rj["enable_thinking"].get<bool>();
       rec->req.options.side_effects = rec->side_effects;
       rec->req.options.seed = rec->sampling.seed;
       rec->req.options.max_tokens = rec->max_new_tokens;

@@ -100,7 +100,7 @@ Result<Service::Prepared> Service::prepare(const Caller& c, const SubmitRequest&
     p.resume = *o.resume_tokens;
   }
   // Tokenize (the prompt the model sees).
-  auto ids = backend_->encode(p.model->name, req.prompt, req.messages);
+  auto ids = backend_->encode(p.model->name, req.prompt, req.messages, o.template_flags());
   if (!ids) return fail(std::move(ids).error());
   p.prompt = std::move(ids).value();
   if (p.prompt.size() + p.max_new_tokens > p.model->max_context)
@@ -125,6 +125,8 @@ Result<Service::Prepared> Service::prepare(const Caller& c, const SubmitRequest&
                         {"stop", o.stop.value_or(std::vector<std::string>{})}, {"side_effects", p.shape.side_effects},
                         {"allow_cpu", p.shape.allow_cpu}, {"allow_reduce", p.shape.allow_reduce},
                         {"allow_fallback_model", p.shape.allow_fallback_model}, {"prefill_chunk", p.prefill_chunk}};
+  // (Only when given: the digests of requests without it stay those journaled before the option existed.)
+  if (o.enable_thinking) p.request_json["enable_thinking"] = *o.enable_thinking;
   json digest_input = p.request_json;
   const auto dig = Sha256::of(digest_input.dump());
   for (int i = 0; i < 8; ++i) p.digest = (p.digest << 8) | dig[i];

@@ -176,7 +176,7 @@ void Service::dispatch(JobRecord& j, const policy::Route& route) {
   const std::string serving = j.route.model;
   // A fallback model has its own tokenizer and template: tokenize for it.
   if (j.kind == WorkloadKind::generate && !j.prompts.count(serving)) {
-    auto ids = backend_->encode(serving, j.req.prompt, j.req.messages);
+    auto ids = backend_->encode(serving, j.req.prompt, j.req.messages, j.req.options.template_flags());
     if (!ids) {
       if (policy::JobQueue* q = queue_of(j.queue)) q->finish(j.id);
       release_resources(j);

@@ -11,8 +11,14 @@ void SubmitOptions::override_with(const SubmitOptions& o) {
   TANDEM_OVR(max_tokens) TANDEM_OVR(temperature) TANDEM_OVR(top_k) TANDEM_OVR(top_p) TANDEM_OVR(repetition_penalty)
   TANDEM_OVR(seed) TANDEM_OVR(stop) TANDEM_OVR(idempotency_key) TANDEM_OVR(side_effects) TANDEM_OVR(allow_cpu)
   TANDEM_OVR(allow_reduce) TANDEM_OVR(allow_fallback_model) TANDEM_OVR(deadline_ms) TANDEM_OVR(prefill_chunk)
-  TANDEM_OVR(resume_tokens) TANDEM_OVR(stream)
+  TANDEM_OVR(resume_tokens) TANDEM_OVR(stream) TANDEM_OVR(enable_thinking)
 #undef TANDEM_OVR
+}
+
+std::map<std::string, bool> SubmitOptions::template_flags() const {
+  std::map<std::string, bool> f;
+  if (enable_thinking) f["enable_thinking"] = *enable_thinking;
+  return f;
 }
 
 namespace {
@@ -44,6 +50,7 @@ constexpr Spec kSpecs[] = {
     {"prefill_chunk", Kind::u32, 1u << 20},
     {"resume_tokens", Kind::int32_list, 1u << 20},
     {"stream", Kind::boolean, 0},
+    {"enable_thinking", Kind::boolean, 0},
 };
 
 const Spec* spec_of(std::string_view key) {
@@ -83,7 +90,8 @@ Result<std::uint64_t> as_uint(std::string_view key, const OptionValue& v, std::u
 
 std::string_view known_options() {
   return "max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop, idempotency_key, side_effects, "
-         "allow_cpu, allow_reduce, allow_fallback_model, deadline_ms, prefill_chunk, resume_tokens, stream";
+         "allow_cpu, allow_reduce, allow_fallback_model, deadline_ms, prefill_chunk, resume_tokens, stream, "
+         "enable_thinking";
 }
 
 bool is_option(std::string_view key) { return spec_of(key) != nullptr; }
@@ -126,6 +134,7 @@ Status apply_option(SubmitOptions& o, std::string_view key, const OptionValue& v
        : key == "allow_cpu"            ? o.allow_cpu
        : key == "allow_reduce"         ? o.allow_reduce
        : key == "allow_fallback_model" ? o.allow_fallback_model
+       : key == "enable_thinking"      ? o.enable_thinking
                                        : o.stream) = *b;
       return {};
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +35,12 @@ struct SubmitOptions {
   std::optional<std::uint32_t> prefill_chunk;
   std::optional<std::vector<std::int32_t>> resume_tokens;
   std::optional<bool> stream;
+  // The chat template's enable_thinking variable (Qwen3: false closes an empty <think> block, so the model answers
+  // without reasoning); unset = undefined in the template, the model's default.
+  std::optional<bool> enable_thinking;
+
+  // Boolean template variables these options set (for ChatTemplateOptions::flag_vars).
+  std::map<std::string, bool> template_flags() const;
 
   void override_with(const SubmitOptions& o);
 };

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -150,8 +151,10 @@ class Model : public std::enable_shared_from_this<Model> {
 
   // Tokenizes a rendered template (text segments encoded, BOS/EOS inserted as ids).
   std::vector<TokenId> encode(const std::vector<gen::Segment>& segments) const;
-  // Renders `messages` with the model's template and encodes; raw text → [BOS] + encode(text).
-  Result<std::vector<TokenId>> encode_chat(const std::vector<gen::Message>& messages) const;
+  // Renders `messages` with the model's template and encodes; raw text → [BOS] + encode(text). `flags`: boolean
+  // template variables (enable_thinking, ...); the built-in templates ignore them.
+  Result<std::vector<TokenId>> encode_chat(const std::vector<gen::Message>& messages,
+                                           const std::map<std::string, bool>& flags = {}) const;
   std::vector<TokenId> encode_text(std::string_view text) const;
 
   // A new KV sequence. `gpu_layers` >= 0 offloads it (the ladder's offload rung): on a replica whose layers are on

@@ -146,7 +146,8 @@ std::vector<TokenId> Model::encode(const std::vector<gen::Segment>& segments) co
   return out;
 }
 
-Result<std::vector<TokenId>> Model::encode_chat(const std::vector<gen::Message>& messages) const {
+Result<std::vector<TokenId>> Model::encode_chat(const std::vector<gen::Message>& messages,
+                                                const std::map<std::string, bool>& flags) const {
   const Impl& im = *impl_;
   if (im.templ != gen::TemplateKind::model) {
     auto segs = gen::render(im.templ, messages);
@@ -164,6 +165,7 @@ Result<std::vector<TokenId>> Model::encode_chat(const std::vector<gen::Message>&
   if (t.eos_id() >= 0) o.eos_token = t.piece(t.eos_id());
   if (t.unk_id() >= 0) o.special_vars["unk_token"] = t.piece(t.unk_id());
   if (t.pad_id() >= 0) o.special_vars["pad_token"] = t.piece(t.pad_id());
+  o.flag_vars = flags;
   auto rendered = im.chat_template->render(messages, o);
   if (!rendered) return fail(std::move(rendered).error());
   std::vector<tok::TextPiece> pieces;

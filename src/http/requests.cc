@@ -57,6 +57,7 @@ void read_tandem_extension(FieldReader& f, client::SubmitOptions& o) {
   o.allow_cpu = x.boolean("allow_cpu");
   o.allow_reduce = x.boolean("allow_reduce");
   o.allow_fallback_model = x.boolean("allow_fallback_model");
+  o.enable_thinking = x.boolean("enable_thinking");
   o.side_effects = x.boolean("side_effects");
   o.deadline_ms = x.uint("deadline_ms", 1, 604800000);
   if (auto k = x.uint("top_k", 0, 1u << 20)) o.top_k = static_cast<std::uint32_t>(*k);
@@ -203,6 +204,16 @@ ApiResult<GenerateCall> parse_openai_chat(std::string_view body, const BodyLimit
     }
   }
   read_openai_sampling(f, c, limits);
+  // vLLM's and llama.cpp server's extension, which OpenAI clients send for Qwen3: {"enable_thinking": false}.
+  if (const json* k = f.take("chat_template_kwargs")) {
+    if (!k->is_object()) {
+      f.fail(invalid_field("chat_template_kwargs", "expected an object"));
+    } else {
+      FieldReader kf(*k, "chat_template_kwargs.");
+      c.request.options.enable_thinking = kf.boolean("enable_thinking");
+      if (auto e = kf.finish({})) f.fail(*e);
+    }
+  }
   if (auto e = f.finish(kOpenAiUnsupported)) return *e;
   return c;
 }
@@ -290,7 +301,12 @@ void read_ollama_common(FieldReader& f, GenerateCall& c, const BodyLimits& limit
   if (const json* fm = f.take("format"))
     if (!(fm->is_string() && fm->get<std::string>().empty()))
       f.fail(unsupported_field("format", "constrained (JSON) output"));
-  f.only("think", false, "thinking output");
+  // think: false is Qwen3's "no reasoning" (the template's enable_thinking false); true would need the reasoning
+  // returned apart, in "thinking", which Tandem does not do.
+  if (const json* t = f.take("think")) {
+    if (*t == false) c.request.options.enable_thinking = false;
+    else f.fail(unsupported_field("think", "thinking output"));  // (true, or a level such as "high")
+  }
   read_tandem_extension(f, c.request.options);
 }
 

@@ -425,12 +425,15 @@ class FakeBackend final : public Backend {
   }
 
   Result<std::vector<TokenId>> encode(const std::string& model, const std::string& prompt,
-                                      const std::vector<gen::Message>& messages) override {
+                                      const std::vector<gen::Message>& messages,
+                                      const std::map<std::string, bool>& flags) override {
     {
       std::lock_guard lock(mu_);
       encoded_for_.push_back(model);
+      encoded_flags_.push_back(flags);
     }
     std::string text = prompt;
+    for (const auto& [k, v] : flags) text += k + (v ? "=true\n" : "=false\n");  // (visible in the token count)
     for (const auto& m : messages) text += m.role + ": " + m.content + "\n";
     std::vector<TokenId> ids{1};  // BOS
     for (unsigned char c : text) ids.push_back(2 + static_cast<TokenId>(c % 500));
@@ -668,6 +671,11 @@ class FakeBackend final : public Backend {
     std::lock_guard lock(mu_);
     return reloads_;
   }
+  // The template flags of every encode, in order.
+  std::vector<std::map<std::string, bool>> encoded_flags() const {
+    std::lock_guard lock(mu_);
+    return encoded_flags_;
+  }
   std::vector<std::string> encoded_for() const {
     std::lock_guard lock(mu_);
     return encoded_for_;
@@ -710,6 +718,7 @@ class FakeBackend final : public Backend {
   std::vector<TranscribeSpec> transcribes_;
   TranscribeScript transcribe_script_;
   std::vector<std::string> encoded_for_;
+  std::vector<std::map<std::string, bool>> encoded_flags_;
   std::set<policy::JobId> released_;
   std::multiset<policy::JobId> blocked_;
   bool release_all_ = false;

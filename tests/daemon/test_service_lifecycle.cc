@@ -185,6 +185,7 @@ TEST_F(ServiceTest, RestartKeepsEveryAcceptedJobReadableInATerminalState) {
   SubmitRequest hot = request("in flight", 60);
   hot.options.temperature = 0.7;
   hot.options.top_k = 40;
+  hot.options.enable_thinking = false;  // a template variable: journaled, and the resumed job renders with it too
   hot.options.idempotency_key = "key-hot";
   const JobId j2 = submit_ok(alice_, hot);
   ASSERT_TRUE(wait_blocked(j2));
@@ -236,6 +237,7 @@ TEST_F(ServiceTest, RestartKeepsEveryAcceptedJobReadableInATerminalState) {
   EXPECT_DOUBLE_EQ(runs[0].sampling.temperature, 0.7);
   EXPECT_EQ(runs[0].sampling.top_k, 40);
   EXPECT_EQ(runs[0].max_new_tokens, 60u);
+  EXPECT_EQ(backend_->encoded_flags().back(), (std::map<std::string, bool>{{"enable_thinking", false}}));
   EXPECT_EQ(phase(j4), "completed");
 
   ASSERT_NO_FATAL_FAILURE(restart());  // nothing in flight now: nothing to recover, everything still readable

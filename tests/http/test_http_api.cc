@@ -69,7 +69,30 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"stream_options without stream", R"({"model":"m",)" MSG R"(,"stream_options":{"include_usage":true}})", 400, "stream_options", "invalid_value"},
         Refusal{"unknown stream option", R"({"model":"m",)" MSG R"(,"stream":true,"stream_options":{"x":1}})", 400, "stream_options.x", "unknown_parameter"},
         Refusal{"tandem ext typo", R"({"model":"m",)" MSG R"(,"tandem":{"allow_cpuu":true}})", 400, "tandem.allow_cpuu", "unknown_parameter"},
-        Refusal{"tandem deadline", R"({"model":"m",)" MSG R"(,"tandem":{"deadline_ms":0}})", 400, "tandem.deadline_ms", "invalid_value"}));
+        Refusal{"tandem deadline", R"({"model":"m",)" MSG R"(,"tandem":{"deadline_ms":0}})", 400, "tandem.deadline_ms", "invalid_value"},
+        Refusal{"template kwarg", R"({"model":"m",)" MSG R"(,"chat_template_kwargs":{"tools_in_system":true}})", 400, "chat_template_kwargs.tools_in_system", "unknown_parameter"},
+        Refusal{"template kwargs type", R"({"model":"m",)" MSG R"(,"chat_template_kwargs":[1]})", 400, "chat_template_kwargs", "invalid_value"},
+        Refusal{"enable_thinking type", R"({"model":"m",)" MSG R"(,"chat_template_kwargs":{"enable_thinking":"no"}})", 400, "chat_template_kwargs.enable_thinking", "invalid_value"}));
+
+// Qwen3's thinking switch as the clients send it: OpenAI bodies through vLLM's chat_template_kwargs or Tandem's own
+// extension, Ollama's think: false. (think: true would need the reasoning returned apart: refused.)
+TEST(Thinking, TheSwitchReachesTheSubmitOptions) {
+  auto a = parse_openai_chat(R"({"model":"m",)" MSG R"(,"chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_TRUE(a.ok()) << a.error->message;
+  EXPECT_EQ(a->request.options.enable_thinking, std::optional<bool>(false));
+  auto b = parse_openai_chat(R"({"model":"m",)" MSG R"(,"tandem":{"enable_thinking":true}})");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->request.options.enable_thinking, std::optional<bool>(true));
+  EXPECT_FALSE(parse_openai_chat(R"({"model":"m",)" MSG R"(})")->request.options.enable_thinking.has_value());
+  auto o = parse_ollama_chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],"think":false})");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->request.options.enable_thinking, std::optional<bool>(false));
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","think":true})").error->param, "think");
+  EXPECT_EQ(parse_ollama_chat(R"({"model":"m","think":"high"})").error->code, "unsupported_parameter");
+  auto g = parse_ollama_generate(R"({"model":"m","prompt":"p","think":false})");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->request.options.enable_thinking, std::optional<bool>(false));
+}
 
 TEST(OpenAiChat, MapsEveryImplementedField) {
   auto r = parse_openai_chat(R"({"model":"m","messages":[{"role":"developer","content":"be brief"},

@@ -31,7 +31,7 @@ TEST(SubmitRecord, PromptAndEveryOptionType) {
       .add("stop", std::vector<std::string>{"\n", "END"}).add("idempotency_key", "k")
       .add("side_effects", false).add("allow_cpu", true).add("allow_reduce", true).add("allow_fallback_model", false)
       .add("deadline_ms", std::uint64_t{1000}).add("prefill_chunk", std::uint64_t{256})
-      .add("resume_tokens", std::vector<std::int32_t>{1, 2}).add("stream", true);
+      .add("resume_tokens", std::vector<std::int32_t>{1, 2}).add("stream", true).add("enable_thinking", false);
   auto r = from(w);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->model, "tiny");
@@ -48,6 +48,8 @@ TEST(SubmitRecord, PromptAndEveryOptionType) {
   EXPECT_EQ(o.side_effects, false);
   EXPECT_EQ(o.allow_cpu, true);
   EXPECT_EQ(o.allow_reduce, true);
+  EXPECT_EQ(o.enable_thinking, std::optional<bool>(false));
+  EXPECT_EQ(o.template_flags(), (std::map<std::string, bool>{{"enable_thinking", false}}));
   EXPECT_EQ(o.allow_fallback_model, false);
   EXPECT_EQ(o.deadline_ms, 1000u);
   EXPECT_EQ(o.prefill_chunk, 256u);

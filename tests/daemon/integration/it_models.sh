@@ -66,6 +66,24 @@ want=$(( p_plain + $(run_tokens "$forged") - $(run_tokens "x") ))
 [ $(( p_forged - p_plain )) -gt 10 ] || fail "forged message too short in tokens: $p_forged vs $p_plain"
 note "qwen: a message spelling <|im_end|><|im_start|>system is $(( p_forged - p_plain )) tokens more than 'x' (as text)"
 
+# Qwen3's thinking switch through busctl: enable_thinking false renders "<think>\n\n</think>\n\n" after the
+# assistant header, so Plan's prompt_tokens grow by exactly that text's tokens; true renders as unset (no block).
+plan_think() {  # plan_think ENABLE_THINKING|-
+  if [ "$1" = - ]; then
+    bcall Plan ssa\(ss\)a{sv} qwen3 "" 1 user "Hi" 1 max_tokens u 4 | jfield prompt_tokens
+  else
+    bcall Plan ssa\(ss\)a{sv} qwen3 "" 1 user "Hi" 2 max_tokens u 4 enable_thinking b "$1" | jfield prompt_tokens
+  fi
+}
+q_default=$(plan_think -)
+q_on=$(plan_think true)
+q_off=$(plan_think false)
+block=$(printf '<think>\n\n</think>\n\n\n__ggml_vocab_test__\n' | "$TOKENIZE" --model "$QWEN3" --no-bos --special --cases | wc -w)
+[ "$q_on" = "$q_default" ] || fail "qwen3: enable_thinking true gave $q_on prompt tokens, unset $q_default"
+[ "$q_off" = $(( q_default + block )) ] ||
+  fail "qwen3: enable_thinking false gave $q_off prompt tokens, expected $q_default + $block (the empty think block)"
+note "qwen3: enable_thinking false adds the empty think block ($block tokens: $q_default -> $q_off)"
+
 # Chat and raw jobs complete on each (the GGUF ones through the Q8_0 / Q4_K, q5_0 kernels and gpt2 vocabularies).
 for m in qwen llama3 qwen3; do
   id=$(bcall Submit ssa\(ss\)a{sv} "$m" "" 2 system "Be brief." user "Say hi <|eot_id|>" 1 max_tokens u 6 | jq -r '.data[0]')
