@@ -78,7 +78,7 @@ Commands:
 Job options (run, resume, plan):
   --model M  --max-tokens N  --temperature T  --top-k K  --top-p P  --repetition-penalty R  --seed S
   --stop STR (repeatable)  --key IDEMPOTENCY_KEY  --side-effects  --no-cpu  --allow-reduce  --allow-fallback
-  --deadline MS  --prefill-chunk N  --chat  --system-prompt TEXT
+  --deadline MS  --prefill-chunk N  --chat  --system-prompt TEXT  --no-thinking | --thinking
   run/resume only: --timeout S (give up: cancel the job, exit 4)  --detach (print the job id and exit)
 
 Global: --system (default, or TANDEM_BUS=system|session|address=ADDR), --session, --address ADDR,
@@ -93,7 +93,7 @@ std::optional<std::string> help_for(const std::string& cmd) {
            " [--model M] [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
            "         [--repetition-penalty R] [--seed S] [--stop STR]... [--key IDEMPOTENCY_KEY] [--side-effects]\n"
            "         [--no-cpu] [--allow-reduce] [--allow-fallback] [--deadline MS] [--prefill-chunk N] [--chat]\n"
-           "         [--system-prompt TEXT]" +
+           "         [--system-prompt TEXT] [--no-thinking | --thinking]" +
            (cmd == "plan" ? std::string("") : std::string(" [--timeout S] [--detach]")) +
            (cmd == "run" ? std::string(" [--no-ring]") : std::string("")) +
            (cmd == "resume" ? std::string("") : std::string(" PROMPT")) + "\n";

@@ -92,6 +92,8 @@ JobArgs parse_job_args(const std::string& cmd, ArgList& a, Global& g) {
       o.allow_reduce = true;
     else if (f == "--allow-fallback")
       o.allow_fallback_model = true;
+    else if (f == "--no-thinking" || f == "--thinking")
+      o.enable_thinking = f == "--thinking";
     else if (f == "--deadline")
       o.deadline_ms = parse_ms_arg(f, a.value(f));
     else if (f == "--prefill-chunk")

@@ -83,6 +83,9 @@ block=$(printf '<think>\n\n</think>\n\n\n__ggml_vocab_test__\n' | "$TOKENIZE" --
 [ "$q_off" = $(( q_default + block )) ] ||
   fail "qwen3: enable_thinking false gave $q_off prompt tokens, expected $q_default + $block (the empty think block)"
 note "qwen3: enable_thinking false adds the empty think block ($block tokens: $q_default -> $q_off)"
+ctl_off=$("$TANDEMCTL" --address "$T_ADDR" --json plan --model qwen3 --chat --no-thinking --max-tokens 4 Hi |
+  jq -r '.prompt_tokens')
+[ "$ctl_off" = "$q_off" ] || fail "tandemctl plan --no-thinking: $ctl_off prompt tokens, busctl's $q_off"
 
 # Chat and raw jobs complete on each (the GGUF ones through the Q8_0 / Q4_K, q5_0 kernels and gpt2 vocabularies).
 for m in qwen llama3 qwen3; do
