@@ -255,8 +255,39 @@ int main(int argc, char** argv) {
   // Ring sessions: after ring activity the loop busy-polls for up to [rings] max_spin_us (an active client's next
   // submission is taken without a wake-up); otherwise it sleeps with every session's doorbell in the poll set.
   auto last_ring_activity = SteadyTime::time_point{};
+  // Signals are read at the top of every iteration, before the bus: a SIGTERM that arrived before a call is read
+  // drains first, so the call is refused (Unavailable) rather than accepted into a stopping daemon.
+  auto handle_signals = [&] {
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) == 1) {
+      if (sig == SIGHUP) {
+        auto re = load_config(config_path, dropin);
+        if (!re) {
+          log::error("SIGHUP: configuration not reloaded: {}", re.error().message);
+          continue;
+        }
+        const auto st = svc.reload(*re);
+        bus.reload_auth(re->auth, re->rings);
+        if (st)
+          log::info("SIGHUP: configuration reloaded (policy knobs, limits, authorization, the [[model]] list; [bus] and [device] need a restart)");
+        else
+          log::warn("SIGHUP: authorization and request limits reloaded; policy knobs kept: {}", st.error().message);
+      } else if (!draining) {
+        draining = true;
+        sd_notify(0, "STOPPING=1\nSTATUS=draining");
+        log::info("signal {}: draining (timeout {} ms)", static_cast<int>(sig), cfg.runtime.drain_timeout.count());
+        svc.begin_drain();
+        drain_deadline = SteadyTime::now() + cfg.runtime.drain_timeout;
+        hard_deadline = drain_deadline + 20s;
+      } else {
+        log::warn("second signal: stopping running jobs now (they end failed-resumable)");
+        svc.abort_running();
+      }
+    }
+  };
   std::vector<pollfd> fds;
   for (;;) {
+    handle_signals();
     if (bus_ok) bus.process();
     if (rings.any_sessions() && rings.process()) last_ring_activity = SteadyTime::now();
     if (rings.take_changed()) bus.properties_changed({"Rings"});
@@ -375,34 +406,6 @@ int main(int argc, char** argv) {
       std::uint64_t v;
       (void)!read(wake_fd, &v, sizeof v);
       svc.process_events();
-    }
-    if (fds[1].revents & POLLIN) {
-      unsigned char sig = 0;
-      while (read(g_signal_pipe[0], &sig, 1) == 1) {
-        if (sig == SIGHUP) {
-          auto re = load_config(config_path, dropin);
-          if (!re) {
-            log::error("SIGHUP: configuration not reloaded: {}", re.error().message);
-            continue;
-          }
-          const auto st = svc.reload(*re);
-          bus.reload_auth(re->auth, re->rings);
-          if (st)
-            log::info("SIGHUP: configuration reloaded (policy knobs, limits, authorization, the [[model]] list; [bus] and [device] need a restart)");
-          else
-            log::warn("SIGHUP: authorization and request limits reloaded; policy knobs kept: {}", st.error().message);
-        } else if (!draining) {
-          draining = true;
-          sd_notify(0, "STOPPING=1\nSTATUS=draining");
-          log::info("signal {}: draining (timeout {} ms)", static_cast<int>(sig), cfg.runtime.drain_timeout.count());
-          svc.begin_drain();
-          drain_deadline = SteadyTime::now() + cfg.runtime.drain_timeout;
-          hard_deadline = drain_deadline + 20s;
-        } else {
-          log::warn("second signal: stopping running jobs now (they end failed-resumable)");
-          svc.abort_running();
-        }
-      }
     }
   }
   // Let the last finished-updates go out, then leave the bus.
