@@ -81,8 +81,9 @@ Result<ComputeDType> parse_compute_dtype(std::string_view s) {
 // requested dtype is not: `auto` and `f32` on an f32 file are the same replica).
 std::string Model::Impl::held_type_summary() {
   std::map<WType, int> n;
-  n[WType::f32] += (1 + (2 + (cfg().qkv_bias ? 3 : 0) + (cfg().qk_norm ? 2 : 0)) * static_cast<int>(layers.size()));
-  // (norms, + biases, + q/k norms)
+  n[WType::f32] += (1 + (2 + (cfg().qkv_bias ? 3 : 0) + (cfg().qk_norm ? 2 : 0) + (cfg().post_norms ? 2 : 0)) *
+                             static_cast<int>(layers.size()));
+  // (norms, + biases, + q/k norms, + post-norms)
   n[embed.type]++;
   if (!cfg().tie_word_embeddings) n[lm_head.type]++;
   for (Layer& l : layers)
@@ -143,6 +144,8 @@ Status Model::Impl::place_on_accelerator() {
     l.bv_cpu = l.bv;
     l.qn_cpu = l.qn;
     l.kn_cpu = l.kn;
+    l.attn_post_norm_cpu = l.attn_post_norm;
+    l.mlp_post_norm_cpu = l.mlp_post_norm;
     l.attn_norm = place_norm(l.attn_norm);
     l.mlp_norm = place_norm(l.mlp_norm);
     for (at::Tensor* b : l.extra_vectors())
@@ -249,14 +252,25 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
     auto tensor = [&](const std::string& name) -> const weights::TensorView& { return *im.dir.tensor(name); };
     auto w = [&](const std::string& name) { return make_weight(tensor(name), opts.dtype, copied); };
     im.embed = w("model.embed_tokens.weight");
-    im.final_norm = vector_f32(tensor("model.norm.weight"));
+    // Gemma's Hugging Face norms hold w and apply 1 + w (computed once here, in f32, as transformers does).
+    auto norm = [&](const std::string& name) {
+      at::Tensor t = vector_f32(tensor(name));
+      return cfg.norm_add_one ? (t + 1.0F).contiguous() : t;
+    };
+    im.final_norm = norm("model.norm.weight");
     im.final_norm_cpu = im.final_norm;
     im.lm_head = cfg.tie_word_embeddings ? im.embed : w("lm_head.weight");
     for (int i = 0; i < cfg.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       Layer l;
-      l.attn_norm = vector_f32(tensor(p + "input_layernorm.weight"));
-      l.mlp_norm = vector_f32(tensor(p + "post_attention_layernorm.weight"));
+      l.attn_norm = norm(p + "input_layernorm.weight");
+      if (cfg.post_norms) {
+        l.attn_post_norm = norm(p + "post_attention_layernorm.weight");
+        l.mlp_norm = norm(p + "pre_feedforward_layernorm.weight");
+        l.mlp_post_norm = norm(p + "post_feedforward_layernorm.weight");
+      } else {
+        l.mlp_norm = norm(p + "post_attention_layernorm.weight");
+      }
       l.wq = w(p + "self_attn.q_proj.weight");
       l.wk = w(p + "self_attn.k_proj.weight");
       l.wv = w(p + "self_attn.v_proj.weight");
@@ -266,8 +280,8 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
         l.bv = vector_f32(tensor(p + "self_attn.v_proj.bias"));
       }
       if (cfg.qk_norm) {
-        l.qn = vector_f32(tensor(p + "self_attn.q_norm.weight"));
-        l.kn = vector_f32(tensor(p + "self_attn.k_norm.weight"));
+        l.qn = norm(p + "self_attn.q_norm.weight");
+        l.kn = norm(p + "self_attn.k_norm.weight");
       }
       l.wo = w(p + "self_attn.o_proj.weight");
       l.w_gate = w(p + "mlp.gate_proj.weight");
@@ -305,6 +319,11 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
       inv[i] = static_cast<float>(f);
     }
     im.inv_freq = at::tensor(inv, at::TensorOptions().dtype(at::kFloat));
+    if (cfg.rope_local_theta) {  // Gemma 3's sliding layers: their own base, no scaling
+      for (std::size_t i = 0; i < inv.size(); ++i)
+        inv[i] = static_cast<float>(1.0 / std::pow(*cfg.rope_local_theta, (2.0 * static_cast<double>(i)) / cfg.head_dim));
+      im.inv_freq_local = at::tensor(inv, at::TensorOptions().dtype(at::kFloat));
+    }
 
     if (opts.accelerator) {
       if (opts.accel_layers > cfg.num_layers)
@@ -364,6 +383,17 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
     for (float f : cfg.rope_freq_factors) arch << f << ",";  // not the context in force: a limit, announced apart
     arch << ";qkv_bias=" << cfg.qkv_bias << ";qk_norm=" << cfg.qk_norm << ";fused=" << cfg.fused_projections
          << ";sliding_window=" << cfg.sliding_window.value_or(0);
+    if (!cfg.sliding_layers.empty()) {
+      arch << ";sliding_layers=";
+      for (auto b : cfg.sliding_layers) arch << static_cast<int>(b);
+    }
+    if (cfg.post_norms || cfg.activation != weights::Activation::silu || cfg.embed_scale != 0.0 || cfg.attn_scale != 0.0) {
+      // Gemma (absent for the other families, whose fingerprints stay as they were)
+      arch << ";act=" << static_cast<int>(cfg.activation) << ";embed_scale=" << cfg.embed_scale
+           << ";norm_add_one=" << cfg.norm_add_one << ";post_norms=" << cfg.post_norms << ";attn_scale=" << cfg.attn_scale
+           << ";attn_softcap=" << cfg.attn_softcap.value_or(0) << ";final_softcap=" << cfg.final_softcap.value_or(0)
+           << ";rope_local=" << cfg.rope_local_theta.value_or(0);
+    }
     if (cfg.rope_scaling == weights::RopeScaling::longrope) {
       // The factor set in use follows from max_context (announced apart) but decides the outputs: named here.
       arch << ";longrope=" << (im.longrope_long ? "long" : "short") << ":mscale=" << im.rope_mscale << ":short=";

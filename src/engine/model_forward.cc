@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
+#include <tuple>
 
 #include "engine/dequant.h"
 #include "engine/model.h"
@@ -65,11 +66,16 @@ at::Tensor Model::Impl::rmsnorm(const at::Tensor& x, const at::Tensor& w) const 
 
 // cos/sin tables for the absolute positions of the rows: [n, head_dim / 2] (the angle of pair i), f32 on the CPU.
 std::pair<at::Tensor, at::Tensor> Model::Impl::rope_tables(const std::vector<std::int64_t>& pos) const {
+  return rope_tables(pos, inv_freq);
+}
+
+std::pair<at::Tensor, at::Tensor> Model::Impl::rope_tables(const std::vector<std::int64_t>& pos,
+                                                           const at::Tensor& inv) const {
   const auto n = static_cast<std::int64_t>(pos.size());
-  const std::int64_t half = inv_freq.size(0);
+  const std::int64_t half = inv.size(0);
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   at::Tensor cos = at::empty({n, half}, f32), sin = at::empty({n, half}, f32);
-  kernels::rope_table(pos.data(), n, inv_freq.data_ptr<float>(), half, rope_mscale, cos.data_ptr<float>(),
+  kernels::rope_table(pos.data(), n, inv.data_ptr<float>(), half, rope_mscale, cos.data_ptr<float>(),
                       sin.data_ptr<float>());
   return {cos, sin};
 }
@@ -98,25 +104,39 @@ at::Tensor Model::Impl::apply_rope(const at::Tensor& x, const at::Tensor& cos, c
   return out.to(x.scalar_type());
 }
 
-// SiLU(gate) × up: CPU rows (f32) through the row kernel, in place into `gate`; accelerator rows with ATen.
-at::Tensor Model::Impl::silu_mul(const at::Tensor& gate, const at::Tensor& up) const {
+// act(gate) × up (SiLU, or Gemma's GELU-tanh): CPU rows (f32) through the row kernels, in place into `gate`;
+// accelerator rows with ATen.
+at::Tensor Model::Impl::act_mul(const at::Tensor& gate, const at::Tensor& up) const {
+  const bool gelu = cfg().activation == weights::Activation::gelu_tanh;
   if (gate.is_cpu() && gate.scalar_type() == at::kFloat && gate.is_contiguous() && up.is_contiguous()) {
-    kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), gate.data_ptr<float>());
+    (gelu ? kernels::gelu_tanh_mul : kernels::silu_mul)(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(),
+                                                        gate.data_ptr<float>());
     return gate;
   }
-  return at::silu(gate) * up;
+  return (gelu ? at::gelu(gate, "tanh") : at::silu(gate)) * up;
 }
 
-// q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal. → [n, H*hd]
+at::Tensor Model::Impl::softcap(at::Tensor x, const std::optional<double>& cap) {
+  if (!cap) return x;
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous()) {
+    kernels::softcap_rows(x.data_ptr<float>(), x.numel(), static_cast<float>(*cap));
+    return x;
+  }
+  return x.div_(*cap).tanh_().mul_(*cap);
+}
+
+// q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal (and through the sliding
+// window when the layer `slides`). → [n, H*hd]
 at::Tensor Model::Impl::attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                     std::int64_t pos0) const {
+                                  std::int64_t pos0, bool slides) const {
   const std::int64_t n = q.size(0), H = q.size(1), hd = q.size(2);
   const std::int64_t kvh = keys.size(1), L = keys.size(0), g = H / kvh;
   const at::Tensor qh = q.to(at::kFloat).view({n, kvh, g, hd}).permute({1, 2, 0, 3}).reshape({kvh, g * n, hd});
   const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
   const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
-  at::Tensor scores = at::bmm(qh, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
-  const std::int64_t window = cfg().sliding_window.value_or(0);
+  const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
+  at::Tensor scores = softcap(at::bmm(qh, kt).mul_(scale), cfg().attn_softcap);
+  const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
   if (n > 1 || pos0 + n < L || (window > 0 && L > window)) {
     // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i, and with a sliding window W also
     // j > pos0 + i - W (the W most recent positions, the query's own included)
@@ -161,8 +181,8 @@ at::Tensor Model::Impl::linear_items(const at::Tensor& x, const Weight& w, bool 
 // the CPU norms and biases) or on the accelerator (`accel`: the device copies in `dtype`).
 template <class KvStep>
 at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<RowSpan>& spans,
-                              const std::vector<std::size_t>& items, bool accel, const at::Tensor& cos,
-                              const at::Tensor& sin, KvStep& kv_step) {
+                              const std::vector<std::size_t>& items, bool accel, const RopeRows& rope,
+                              KvStep& kv_step) {
   const auto& c = cfg();
   const Layer& l = layers[li];
   const bool cpu_copy = !accel && l.on_accel;  // an offloaded item's rows on an accelerator layer
@@ -173,10 +193,16 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
   const at::Tensor& bv = cpu_copy ? l.bv_cpu : l.bv;
   const at::Tensor& qn = cpu_copy ? l.qn_cpu : l.qn;
   const at::Tensor& kn = cpu_copy ? l.kn_cpu : l.kn;
+  const at::Tensor& apn = cpu_copy ? l.attn_post_norm_cpu : l.attn_post_norm;
+  const at::Tensor& mpn = cpu_copy ? l.mlp_post_norm_cpu : l.mlp_post_norm;
+  const bool slides = c.layer_slides(static_cast<int>(li));
+  const bool local = slides && rope.cos_local.defined();
+  const at::Tensor& cos = local ? rope.cos_local : rope.cos;
+  const at::Tensor& sin = local ? rope.sin_local : rope.sin;
   const std::int64_t N = x.size(0);
   const at::Tensor h = rmsnorm(x, an);
   auto lin = [&](const at::Tensor& in, const Weight& w) { return linear_items(in, w, accel, spans, items, false); };
-  // Qwen3: each head's q and k RMS-normalised over head_dim (one weight shared by the heads) before the rotation.
+  // Qwen3, Gemma 3: each head's q and k RMS-normalised over head_dim (one weight shared by the heads) before the rotation.
   auto head_norm = [&](const at::Tensor& t, const at::Tensor& w, std::int64_t heads) {
     if (!w.defined()) return t.view({N, heads, c.head_dim});
     return rmsnorm(t.view({N * heads, c.head_dim}), w).view({N, heads, c.head_dim});
@@ -187,7 +213,7 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
   at::Tensor attn;
   if (items.size() == 1) {
     const auto [keys, values] = kv_step(items[0], li, k, v, accel);
-    attn = attention(q, keys, values, spans[items[0]].pos0);
+    attn = attention(q, keys, values, spans[items[0]].pos0, slides);
   } else {
     std::vector<at::Tensor> parts;
     parts.reserve(items.size());
@@ -195,14 +221,16 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
     for (std::size_t i : items) {
       const std::int64_t n = spans[i].n;
       const auto [keys, values] = kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n), accel);
-      parts.push_back(attention(q.narrow(0, off, n), keys, values, spans[i].pos0));
+      parts.push_back(attention(q.narrow(0, off, n), keys, values, spans[i].pos0, slides));
       off += n;
     }
     attn = at::cat(parts, 0);
   }
-  x = x + lin(attn, l.wo);
+  // Gemma normalises each sub-layer's output (post-norms) before its residual add.
+  auto post = [&](const at::Tensor& y, const at::Tensor& w) { return w.defined() ? rmsnorm(y, w) : y; };
+  x = x + post(lin(attn, l.wo), apn);
   const at::Tensor h2 = rmsnorm(x, mn);
-  x = x + lin(silu_mul(lin(h2, l.w_gate), lin(h2, l.w_up)), l.w_down);
+  x = x + post(lin(act_mul(lin(h2, l.w_gate), lin(h2, l.w_up)), l.w_down), mpn);
   if (accel) {
     // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
     if (auto st2 = this->accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};
@@ -224,12 +252,14 @@ at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, const std::vec
   const auto n_layers = static_cast<int>(layers.size());
   std::vector<std::int64_t> off(spans.size() + 1, 0);
   for (std::size_t i = 0; i < spans.size(); ++i) off[i + 1] = off[i] + spans[i].n;
-  const at::Tensor x_all = embedding_rows(embed, ids);
+  at::Tensor x_all = embedding_rows(embed, ids);
+  if (cfg().embed_scale != 0.0) x_all = x_all * cfg().embed_scale;  // Gemma: rows × sqrt(hidden_size), in f32
   const auto lopt = at::TensorOptions().dtype(at::kLong);
   // The rows of a group of items (in item order), and their rotary tables.
   struct Group {
     std::vector<std::size_t> items;
-    at::Tensor x, cos, sin;
+    at::Tensor x;
+    RopeRows rope;
   };
   auto rows_of = [&](const std::vector<std::size_t>& items) {
     std::vector<std::int64_t> r;
@@ -241,13 +271,12 @@ at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, const std::vec
     std::vector<std::int64_t> pos;
     for (std::size_t i : g.items)
       for (std::int64_t j = 0; j < spans[i].n; ++j) pos.push_back(spans[i].pos0 + j);
-    auto [c, s] = rope_tables(pos);
-    if (accel && accel_dev.is_cuda()) {
-      c = c.to(accel_dev);
-      s = s.to(accel_dev);
-    }
-    g.cos = c;
-    g.sin = s;
+    auto on_dev = [&](std::pair<at::Tensor, at::Tensor> t) {
+      if (accel && accel_dev.is_cuda()) t = {t.first.to(accel_dev), t.second.to(accel_dev)};
+      return t;
+    };
+    std::tie(g.rope.cos, g.rope.sin) = on_dev(rope_tables(pos));
+    if (inv_freq_local.defined()) std::tie(g.rope.cos_local, g.rope.sin_local) = on_dev(rope_tables(pos, inv_freq_local));
   };
   auto take = [&](const std::vector<std::size_t>& items) {
     if (items.size() == spans.size()) return x_all;
@@ -321,11 +350,11 @@ at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, const std::vec
     if (!a.items.empty()) {
       const at::ScalarType st = dtype;
       if (a.x.device() != l.attn_norm.device() || a.x.scalar_type() != st) a.x = a.x.to(l.attn_norm.device(), st);
-      a.x = layer(static_cast<std::size_t>(li), a.x, spans, a.items, true, a.cos, a.sin, kv_step);
+      a.x = layer(static_cast<std::size_t>(li), a.x, spans, a.items, true, a.rope, kv_step);
     }
     if (!c.items.empty()) {
       if (!c.x.is_cpu() || c.x.scalar_type() != at::kFloat) c.x = c.x.to(at::kCPU, at::kFloat);
-      c.x = layer(static_cast<std::size_t>(li), c.x, spans, c.items, false, c.cos, c.sin, kv_step);
+      c.x = layer(static_cast<std::size_t>(li), c.x, spans, c.items, false, c.rope, kv_step);
     }
   }
   // The head: on the accelerator for rows that ran every layer there when it is placed there, else on the CPU.
@@ -351,7 +380,7 @@ at::Tensor Model::Impl::run(const std::vector<std::int64_t>& ids, const std::vec
     x = rmsnorm(x.contiguous(), accel ? final_norm : final_norm_cpu);
     const at::Tensor logits = every_row ? linear_items(x, lm_head, accel, spans, g.items, false)
                                         : linear_items(x, lm_head, accel, spans, g.items, true);
-    return logits.to(at::kFloat).to(at::kCPU).contiguous();
+    return softcap(logits.to(at::kFloat).to(at::kCPU).contiguous(), cfg().final_softcap);
   };
   if (c.items.empty()) return head(a, head_on_accel);
   if (a.items.empty()) return head(c, false);

@@ -30,14 +30,17 @@ struct Layer {
   at::Tensor attn_norm, mlp_norm;  // f32 on the CPU; the activation dtype on the accelerator
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   at::Tensor bq, bk, bv;  // q/k/v biases (Qwen2): f32 on the CPU, the activation dtype there; undefined when none
-  at::Tensor qn, kn;      // per-head q/k RMSNorm weights [head_dim] (Qwen3); undefined when none
+  at::Tensor qn, kn;      // per-head q/k RMSNorm weights [head_dim] (Qwen3, Gemma 3); undefined when none
+  // Gemma's post-norms of the attention output and of the MLP output (mlp_norm is then pre_feedforward_layernorm);
+  // undefined when none.
+  at::Tensor attn_post_norm, mlp_post_norm;
   bool on_accel = false;
   // On an accelerator layer: the f32 CPU norms and biases, for the rows of offloaded sequences that run this layer
   // on the CPU (the matrices' CPU bytes stay mapped in Weight::data).
-  at::Tensor attn_norm_cpu, mlp_norm_cpu, bq_cpu, bk_cpu, bv_cpu, qn_cpu, kn_cpu;
+  at::Tensor attn_norm_cpu, mlp_norm_cpu, bq_cpu, bk_cpu, bv_cpu, qn_cpu, kn_cpu, attn_post_norm_cpu, mlp_post_norm_cpu;
 
-  // The optional vectors (biases, q/k norms), defined or not, in one order.
-  std::vector<at::Tensor*> extra_vectors() { return {&bq, &bk, &bv, &qn, &kn}; }
+  // The optional vectors (biases, q/k norms, post-norms), defined or not, in one order.
+  std::vector<at::Tensor*> extra_vectors() { return {&bq, &bk, &bv, &qn, &kn, &attn_post_norm, &mlp_post_norm}; }
 
   std::vector<Weight*> matrices() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
 };
@@ -72,6 +75,7 @@ struct Model::Impl {
   at::Tensor final_norm_cpu;  // f32 on the CPU (always)
   std::vector<Layer> layers;
   at::Tensor inv_freq;  // [head_dim / 2], f32
+  at::Tensor inv_freq_local;  // sliding layers' (Gemma 3's rope_local_theta, unscaled); undefined when none
   float rope_mscale = 1.0F;  // cos/sin multiplier (Phi-3 LongRoPE's attention factor; 1 otherwise)
   bool longrope_long = false;  // LongRoPE: the long factors are in use (max_context > original)
   bool rope_interleaved = false;  // GGUF llama: rotate pairs (2i, 2i+1); HF: rotate halves (i, i + hd/2)
@@ -129,9 +133,13 @@ struct Model::Impl {
   at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope_tables(const std::vector<std::int64_t>& pos) const;
   at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
-  at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const;
-  at::Tensor attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                       std::int64_t pos0) const;
+  std::pair<at::Tensor, at::Tensor> rope_tables(const std::vector<std::int64_t>& pos, const at::Tensor& inv) const;
+  // act(gate) × up with the configured activation (SiLU or GELU-tanh), in place into gate on the CPU.
+  at::Tensor act_mul(const at::Tensor& gate, const at::Tensor& up) const;
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, std::int64_t pos0,
+                       bool slides) const;
+  // cap · tanh(x / cap) in place (Gemma's soft-capping) when cap is set.
+  static at::Tensor softcap(at::Tensor x, const std::optional<double>& cap);
   // One item of a ragged batch: n new tokens at positions pos0.. (see run()).
   struct RowSpan {
     std::int64_t pos0 = 0;
@@ -140,9 +148,14 @@ struct Model::Impl {
     int accel_until = 0;  // layers [0, accel_until) of this item run on the accelerator, the rest on the CPU
   };
   // One layer over the rows of some items: on the accelerator (`accel`) or on the CPU (f32, Tandem's kernels).
+  // The rotary tables of a group of rows: global (every layer's, or the full-attention layers') and local (the
+  // sliding layers' when they have their own base; else undefined).
+  struct RopeRows {
+    at::Tensor cos, sin, cos_local, sin_local;
+  };
   template <class KvStep>
   at::Tensor layer(std::size_t li, at::Tensor x, const std::vector<RowSpan>& spans, const std::vector<std::size_t>& items,
-                   bool accel, const at::Tensor& cos, const at::Tensor& sin, KvStep& kv_step);
+                   bool accel, const RopeRows& rope, KvStep& kv_step);
   at::Tensor linear_on(const at::Tensor& x, const Weight& w, bool accel);
   // The rows of `items` in item order (with `last_rows`: one row per item, or all its rows with all_logits).
   at::Tensor linear_items(const at::Tensor& x, const Weight& w, bool accel, const std::vector<RowSpan>& spans,

@@ -26,6 +26,18 @@ void silu_mul(const float* gate, const float* up, std::int64_t count, float* out
   }
 }
 
+void gelu_tanh_mul(const float* gate, const float* up, std::int64_t count, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654F;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5F * g * (1.0F + std::tanh(kSqrt2OverPi * (g + 0.044715F * g * g * g))) * up[i];
+  }
+}
+
+void softcap_rows(float* x, std::int64_t count, float cap) {
+  for (std::int64_t i = 0; i < count; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void rope_table(const std::int64_t* pos, std::int64_t n, const float* inv_freq, std::int64_t half, float scale,
                 float* cos_out, float* sin_out) {
   for (std::int64_t i = 0; i < n; ++i) {

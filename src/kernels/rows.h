@@ -1,4 +1,5 @@
-// Row-wise activation kernels of the transformer's CPU layers: RMSNorm, SiLU(gate) × up and the rotary embedding.
+// Row-wise activation kernels of the transformer's CPU layers: RMSNorm, SiLU(gate) × up, GELU-tanh(gate) × up,
+// soft-capping and the rotary embedding.
 // Plain loops built with -ffp-contract=off: every output element is computed by the same sequence of IEEE
 // operations from its own row (and, for the rotary tables, its own position) only, whatever the number of rows,
 // the row's index or the CPU's vector width. With the row-independent matmuls (kernels.h), this is what makes a
@@ -15,6 +16,13 @@ void rmsnorm_rows(const float* x, const float* w, std::int64_t n, std::int64_t d
 
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i] for i < count. `out` may alias either.
 void silu_mul(const float* gate, const float* up, std::int64_t count, float* out);
+
+// out[i] = gelu_tanh(gate[i]) * up[i] = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))·up[i] (PyTorch's
+// gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh) for i < count. `out` may alias either.
+void gelu_tanh_mul(const float* gate, const float* up, std::int64_t count, float* out);
+
+// x[i] = cap · tanh(x[i] / cap) for i < count (Gemma 2's soft-capping of attention scores and logits).
+void softcap_rows(float* x, std::int64_t count, float cap);
 
 // cos/sin tables for n positions: cos[i][p] = cos(pos[i] · inv_freq[p]) · scale (same for sin), p < half. The
 // angle is the f32 product (as an outer product in f32 would give it), its cosine computed in double.

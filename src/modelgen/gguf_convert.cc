@@ -22,6 +22,28 @@ namespace tandem::modelgen {
 
 namespace {
 
+// What llama.cpp's loader fixes for gemma2 / gemma3 instead of reading it from the file (llama_model::load_hparams):
+// the sliding-layer pattern, the query scale, gemma3's local RoPE base and its lack of soft caps, gemma2's caps being
+// on. A configuration outside those would run differently in llama.cpp than in Tandem: refused, naming the key.
+Status check_gemma_for_llamacpp(const weights::ModelConfig& c, const std::string& arch, const std::string& dir) {
+  auto refuse = [&](const std::string& what) {
+    return fail(Errc::unsupported, dir + ": " + what + ", which a " + arch + " GGUF file cannot express (llama.cpp fixes it)");
+  };
+  const bool g2 = arch == "gemma2";
+  const int pattern = g2 ? 2 : 6;
+  for (int i = 0; i < c.num_layers; ++i)
+    if (c.layer_slides(i) != (i % pattern < pattern - 1))
+      return refuse("layer " + std::to_string(i) + (c.layer_slides(i) ? " slides" : " does not slide"));
+  const bool big = c.num_layers == (g2 ? 46 : 62);
+  const double scale = 1.0 / std::sqrt(big ? static_cast<double>(c.hidden_size / c.num_heads) : c.head_dim);
+  if (std::abs(c.attn_scale - scale) > 1e-9 * scale) return refuse("query_pre_attn_scalar gives another query scale");
+  if (g2 && (!c.attn_softcap || !c.final_softcap)) return refuse("a null soft cap");
+  if (!g2 && (c.attn_softcap || c.final_softcap)) return refuse("a soft cap");
+  if (!g2 && c.rope_local_theta.value_or(10000.0) != 10000.0) return refuse("rope_local_base_freq other than 10000");
+  return {};
+}
+
+
 using kernels::WType;
 using weights::GgufType;
 using weights::GgufValue;
@@ -211,7 +233,9 @@ Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
   md.emplace_back(p + "rope.dimension_count", u32(static_cast<std::uint64_t>(c.head_dim)));
   // The head width where it is not embedding_length / head_count (Qwen3 configs always name it, and llama.cpp's
   // converter then writes both keys).
-  if (arch == "qwen3" || c.head_dim * c.num_heads != c.hidden_size) {
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
+  if (gemma) TANDEM_TRY(check_gemma_for_llamacpp(c, arch, dir_path));
+  if (arch == "qwen3" || gemma || c.head_dim * c.num_heads != c.hidden_size) {
     md.emplace_back(p + "attention.key_length", u32(static_cast<std::uint64_t>(c.head_dim)));
     md.emplace_back(p + "attention.value_length", u32(static_cast<std::uint64_t>(c.head_dim)));
   }
@@ -222,6 +246,10 @@ Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
     md.emplace_back(p + "attention.sliding_window", u32(static_cast<std::uint64_t>(c.sliding_window.value_or(0))));
   } else if (c.sliding_window) {
     md.emplace_back(p + "attention.sliding_window", u32(static_cast<std::uint64_t>(*c.sliding_window)));
+  }
+  if (arch == "gemma2") {
+    md.emplace_back(p + "attn_logit_softcapping", f32(*c.attn_softcap));
+    md.emplace_back(p + "final_logit_softcapping", f32(*c.final_softcap));
   }
   // RoPE scaling as llama.cpp's converter writes it: linear as metadata; llama3 as the rope_freqs.weight factors
   // (LlamaModel.generate_extra_tensors); Phi-3 LongRoPE as rope_factors_short/long.weight, the original context and
@@ -296,6 +324,14 @@ Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
       md.emplace_back("tokenizer.ggml.eos_token_id", u32(static_cast<std::uint64_t>(tok->eos_id())));
     if (tok->unk_id() >= 0)
       md.emplace_back("tokenizer.ggml.unknown_token_id", u32(static_cast<std::uint64_t>(tok->unk_id())));
+    // An end-of-turn id the generation defaults stop on besides EOS (Gemma's <end_of_turn>): eot_token_id, which
+    // Tandem's reader adds to the stop ids (llama.cpp also finds <end_of_turn> by its text).
+    std::vector<int> other;
+    for (int id : dir->generation().eos_token_ids)
+      if (id != tok->eos_id() && id >= 0 && id < tok->vocab_size()) other.push_back(id);
+    if (other.size() == 1) md.emplace_back("tokenizer.ggml.eot_token_id", u32(static_cast<std::uint64_t>(other[0])));
+    // (llama.cpp's converter writes add_space_prefix from the normalizer; absent, readers assume true)
+    if (!tok->add_dummy_prefix()) md.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::of_bool(false));
     md.emplace_back("tokenizer.ggml.add_bos_token",
                     GgufValue::of_bool(dir->tokenizer_settings().add_bos_token.value_or(true)));
     md.emplace_back("tokenizer.ggml.add_eos_token",
@@ -314,7 +350,17 @@ Result<Source> from_hf(const std::string& dir_path, const tok::BpeVocab* bpe) {
     st.type = tv->type;
     // Only llama files are permuted for ggml's interleaved RoPE; qwen2 and phi3 keep the HF rows (NEOX rotation).
     const bool q = ends_with(hf_name, "q_proj.weight"), k = ends_with(hf_name, "k_proj.weight");
-    if (arch == "llama" && (q || k)) {
+    if (gemma && ends_with(hf_name, "norm.weight")) {
+      // Gemma: Hugging Face stores w and applies 1 + w; llama.cpp's converter writes 1 + w (F32).
+      const auto n = static_cast<std::int64_t>(tv->shape[0]);
+      std::vector<float> v(static_cast<std::size_t>(n));
+      kernels::dequantize_row(tv->type, tv->data.data(), v.data(), n);
+      for (float& x : v) x += 1.0F;
+      st.type = WType::f32;
+      st.owned.resize(v.size() * sizeof(float));
+      std::memcpy(st.owned.data(), v.data(), st.owned.size());
+      st.data = st.owned;
+    } else if (arch == "llama" && (q || k)) {
       st.owned.resize(tv->data.size());
       const std::size_t rb = kernels::row_bytes(tv->type, tv->shape.back());
       TANDEM_TRY(weights::permute_qk_rows_for_gguf(tv->data, st.owned, q ? c.num_heads : c.num_kv_heads, rb));

@@ -10,6 +10,8 @@
 #include "core/text.h"
 #include "generation/family_templates.h"
 #include "generation/rng.h"
+#include "tokenizer/model_proto.h"
+#include "tokenizer/tokenizer.h"
 #include "weights/model_dir.h"
 
 namespace tandem::modelgen {
@@ -19,8 +21,11 @@ namespace fs = std::filesystem;
 std::uint64_t Shape::parameters() const {
   const std::uint64_t hd = static_cast<std::uint64_t>(head_dimension());
   const std::uint64_t h = static_cast<std::uint64_t>(hidden);
+  const bool gemma = architecture == "Gemma2ForCausalLM" || architecture == "Gemma3ForCausalLM";
   const std::uint64_t biases = architecture == "Qwen2ForCausalLM"   ? heads * hd + 2 * kv_heads * hd
                                : architecture == "Qwen3ForCausalLM" ? 2 * hd
+                               : architecture == "Gemma3ForCausalLM" ? 2 * hd + 2 * h
+                               : gemma                              ? 2 * h
                                                                     : 0;
   const std::uint64_t per_layer = 2 * h + h * heads * hd + 2 * h * kv_heads * hd + heads * hd * h +
                                   3 * h * static_cast<std::uint64_t>(intermediate) + biases;
@@ -72,6 +77,28 @@ Result<Shape> preset(std::string_view name) {
     s.tied = true;
     return s;
   }
+  if (name == "gemma2" || name == "gemma3") {
+    // hidden 64, 4 heads of 32 (wider than hidden / heads, as Gemma's), GQA 4/2, window 16 (tests cross it), tied;
+    // Gemma 2: 2 layers (layer 0 slides, layer 1 is global), soft caps 0.05 on the scores and 1 on the logits;
+    // Gemma 3: 6 layers (the sixth is global), rope_theta 1e6 with linear scaling 8 on the global layer, local base
+    // 10000. Vocabulary: Llama 2's + <start_of_turn>, <end_of_turn>.
+    s.architecture = name == "gemma2" ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM";
+    s.head_dim = 32;
+    s.sliding_window = 16;
+    s.rms_eps = 1e-6;
+    s.tied = true;
+    s.vocab = 32002;
+    if (name == "gemma2") {
+      s.attn_softcap = 0.05;
+      s.final_softcap = 1.0;
+    } else {
+      s.layers = 6;
+      s.rope_theta = 1000000.0;
+      s.rope_scaling = "linear";
+      s.rope_factor = 8.0;
+    }
+    return s;
+  }
   if (name == "mistral") {
     s.architecture = "MistralForCausalLM";
     s.sliding_window = 32;
@@ -84,7 +111,8 @@ Result<Shape> preset(std::string_view name) {
     return s;
   }
   return fail(Errc::invalid_argument,
-              "unknown model preset '" + std::string(name) + "' (test, tiny, 134m, llama3, qwen2, qwen3, mistral, phi3)");
+              "unknown model preset '" + std::string(name) +
+                  "' (test, tiny, 134m, llama3, qwen2, qwen3, mistral, phi3, gemma2, gemma3)");
 }
 
 std::string_view preset_chat_template(std::string_view preset) {
@@ -93,6 +121,13 @@ std::string_view preset_chat_template(std::string_view preset) {
   if (preset == "qwen3") return gen::family_template("qwen3");
   if (preset == "mistral") return gen::family_template("mistral_v0_3");
   if (preset == "phi3") return gen::family_template("phi3");
+  if (preset == "gemma2") return gen::family_template("gemma2");
+  if (preset == "gemma3") return gen::family_template("gemma3");
+  return {};
+}
+
+std::vector<std::string> preset_extra_pieces(std::string_view preset) {
+  if (preset == "gemma2" || preset == "gemma3") return {"<start_of_turn>", "<end_of_turn>"};
   return {};
 }
 
@@ -160,6 +195,15 @@ Status check(const Options& o) {
 
 Status write_text(const fs::path& p, const std::string& text) { return write_text_file(p.string(), text); }
 
+Result<std::string> read_file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail(Errc::io_error, "cannot read " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return fail(Errc::io_error, "cannot read " + path);
+  return ss.str();
+}
+
 }  // namespace
 
 Status write_text_file(const std::string& path, const std::string& text) {
@@ -177,7 +221,10 @@ Status write_model(const std::string& dir, const Options& o) {
   fs::create_directories(dir, ec);
   if (ec) return fail(Errc::io_error, "cannot create " + dir + ": " + ec.message());
 
+  const bool gemma = s.architecture == "Gemma2ForCausalLM" || s.architecture == "Gemma3ForCausalLM";
   const std::string model_type = s.architecture == "MistralForCausalLM" ? "mistral"
+                                 : s.architecture == "Gemma2ForCausalLM" ? "gemma2"
+                                 : s.architecture == "Gemma3ForCausalLM" ? "gemma3_text"
                                  : s.architecture == "Qwen2ForCausalLM" ? "qwen2"
                                  : s.architecture == "Qwen3ForCausalLM" ? "qwen3"
                                  : s.architecture == "Phi3ForCausalLM"  ? "phi3"
@@ -189,6 +236,8 @@ Status write_model(const std::string& dir, const Options& o) {
     rope << "{\"rope_type\": \"llama3\", \"factor\": " << s.rope_factor
          << ", \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": "
          << s.original_max_positions << "}";
+  } else if (s.rope_scaling == "linear") {
+    rope << "{\"rope_type\": \"linear\", \"factor\": " << s.rope_factor << "}";
   } else if (s.rope_scaling == "longrope") {
     rope << "{\"type\": \"longrope\", \"short_factor\": [";
     for (int i = 0; i < half; ++i) rope << (i ? ", " : "") << 1.0 + 0.1 * i;
@@ -206,11 +255,34 @@ Status write_model(const std::string& dir, const Options& o) {
   std::string gen_eos = eos;
   if (o.bpe && o.bpe->eot >= 0 && o.bpe->eot != o.bpe->eos)
     gen_eos = o.bpe->eos >= 0 ? "[" + eos + ", " + std::to_string(o.bpe->eot) + "]" : std::to_string(o.bpe->eot);
+  // The SentencePiece vocabulary with the extra pieces appended (a ModelProto's pieces are a repeated field: more
+  // entries after the copied bytes extend the list).
+  std::string sp_bytes;
+  if (!o.bpe && !o.tokenizer_model.empty() && !o.extra_pieces.empty()) {
+    auto bytes = read_file_bytes(o.tokenizer_model);
+    if (!bytes) return fail(std::move(bytes).error());
+    auto base = tok::Tokenizer::from_bytes(*bytes, o.tokenizer_model);
+    if (!base) return fail(std::move(base).error());
+    sp_bytes = std::move(*bytes);
+    // Gemma's normalizer adds no dummy prefix ("<start_of_turn>user" at the start of a text is not "▁" + ...):
+    // a second normalizer_spec merges into the first (protobuf's rule for a repeated singular message).
+    std::string norm;
+    tok::detail::put_varint_field(norm, 3, 0);  // add_dummy_prefix false
+    tok::detail::put_len_field(sp_bytes, 3, norm);
+    for (std::size_t i = 0; i < o.extra_pieces.size(); ++i) {
+      std::string piece;
+      tok::detail::put_len_field(piece, 1, o.extra_pieces[i]);
+      tok::detail::put_float_field(piece, 2, 0.0F);
+      tok::detail::put_varint_field(piece, 3, 4);  // USER_DEFINED
+      tok::detail::put_len_field(sp_bytes, 1, piece);
+      if (o.extra_pieces[i] == "<end_of_turn>") gen_eos = "[" + eos + ", " + std::to_string(base->vocab_size() + static_cast<int>(i)) + "]";
+    }
+  }
   std::ostringstream cfg;
   cfg << "{\n  \"architectures\": [\"" << s.architecture << "\"],\n  \"model_type\": \"" << model_type << "\",\n"
       << "  \"hidden_size\": " << s.hidden << ",\n  \"intermediate_size\": " << s.intermediate << ",\n"
       << "  \"num_hidden_layers\": " << s.layers << ",\n  \"num_attention_heads\": " << s.heads << ",\n"
-      << "  \"num_key_value_heads\": " << s.kv_heads << ",\n  \"hidden_act\": \"silu\",\n"
+      << "  \"num_key_value_heads\": " << s.kv_heads << ",\n  \"hidden_act\": \"" << (gemma ? "gelu_pytorch_tanh" : "silu") << "\",\n"
       << "  \"max_position_embeddings\": " << s.max_positions << ",\n  \"rms_norm_eps\": " << s.rms_eps << ",\n"
       << "  \"rope_theta\": " << s.rope_theta << ",\n  \"rope_scaling\": " << rope.str() << ",\n"
       << "  \"vocab_size\": " << s.vocab << ",\n  \"tie_word_embeddings\": " << (s.tied ? "true" : "false") << ",\n"
@@ -221,6 +293,15 @@ Status write_model(const std::string& dir, const Options& o) {
   if (model_type == "qwen2" || model_type == "qwen3") cfg << ",\n  \"use_sliding_window\": false";
   if (s.head_dim > 0) cfg << ",\n  \"head_dim\": " << s.head_dim;
   if (model_type == "phi3") cfg << ",\n  \"original_max_position_embeddings\": " << s.original_max_positions;
+  if (gemma) {
+    cfg << ",\n  \"hidden_activation\": \"gelu_pytorch_tanh\",\n  \"query_pre_attn_scalar\": " << s.head_dimension();
+    if (model_type == "gemma2") {
+      cfg << ",\n  \"attn_logit_softcapping\": " << s.attn_softcap << ",\n  \"final_logit_softcapping\": " << s.final_softcap;
+    } else {
+      cfg << ",\n  \"attn_logit_softcapping\": null,\n  \"final_logit_softcapping\": null,\n  \"sliding_window_pattern\": 6"
+          << ",\n  \"rope_local_base_freq\": 10000.0";
+    }
+  }
   cfg << "\n}\n";
   TANDEM_TRY(write_text(fs::path(dir) / "config.json", cfg.str()));
 
@@ -237,6 +318,8 @@ Status write_model(const std::string& dir, const Options& o) {
   }
   if (o.bpe) {
     TANDEM_TRY(write_text(fs::path(dir) / "tokenizer.json", tok::hf_json_from_bpe_vocab(*o.bpe)));
+  } else if (!sp_bytes.empty()) {
+    TANDEM_TRY(write_text(fs::path(dir) / "tokenizer.model", sp_bytes));
   } else if (!o.tokenizer_model.empty()) {
     fs::copy_file(o.tokenizer_model, fs::path(dir) / "tokenizer.model", fs::copy_options::overwrite_existing, ec);
     if (ec) return fail(Errc::io_error, "cannot copy " + o.tokenizer_model + ": " + ec.message());
@@ -254,7 +337,8 @@ Status write_model(const std::string& dir, const Options& o) {
   mc.vocab_size = s.vocab;
   mc.tie_word_embeddings = s.tied;
   mc.qkv_bias = model_type == "qwen2";
-  mc.qk_norm = model_type == "qwen3";
+  mc.qk_norm = model_type == "qwen3" || model_type == "gemma3_text";
+  mc.post_norms = gemma;
   mc.fused_projections = model_type == "phi3";
   const auto required = weights::ModelDir::required_tensors(mc);
 
@@ -270,7 +354,7 @@ Status write_model(const std::string& dir, const Options& o) {
     if (o.source) {
       o.source(name, vals);
       if (vals.size() != numel) return fail(Errc::invalid_argument, "weight source returned a wrong size for " + name);
-    } else if (name.find("norm") != std::string::npos && name.find("q_norm") == std::string::npos &&
+    } else if (!gemma && name.find("norm") != std::string::npos && name.find("q_norm") == std::string::npos &&
                name.find("k_norm") == std::string::npos) {
       std::fill(vals.begin(), vals.end(), 1.0f);
     } else {
@@ -278,8 +362,10 @@ Status write_model(const std::string& dir, const Options& o) {
       // Uniform in [-a, a] with std 0.02 (a = 0.02·√3), four values per Philox call, keyed by (seed, tensor);
       // biases with std 0.5, large enough to move the logits.
       const bool bias = name.ends_with(".bias");
-      const bool qk_norm = name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight");
-      const float a = (bias || qk_norm ? 0.5f : 0.02f) * std::sqrt(3.0f);
+      // (Gemma's norms: w uniform with std 0.5 around 0, applied as 1 + w.)
+      const bool qk_norm = !gemma && (name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight"));
+      const bool gemma_norm = gemma && name.ends_with("norm.weight");
+      const float a = (bias || qk_norm || gemma_norm ? 0.5f : 0.02f) * std::sqrt(3.0f);
       for (std::uint64_t i = 0; i < numel; i += 4) {
         const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32),
                                         static_cast<std::uint32_t>(ti), 0x5EED},

@@ -30,14 +30,20 @@ struct Shape {
   double rope_theta = 10000.0;
   double rms_eps = 1e-5;
   // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (per-head q/k norms) or
-  // Phi3ForCausalLM (fused qkv_proj and gate_up_proj).
+  // Phi3ForCausalLM (fused qkv_proj and gate_up_proj), Gemma2ForCausalLM / Gemma3ForCausalLM (GELU-tanh, scaled
+  // embedding, 1 + w norms with random w, post-norms, soft caps (Gemma 2), q/k norms (Gemma 3), sliding and global
+  // layers in Gemma's patterns).
   std::string architecture = "LlamaForCausalLM";
   int sliding_window = 0;  // > 0: written as "sliding_window" (Mistral, Phi-3 apply it)
-  // "" (none), "llama3" (factor, low 1, high 4, original_max_positions) or "longrope" (Phi-3: short/long factors
-  // 1 + 0.1·i and 1 + 0.75·i per rotary pair i, original_max_positions as the top-level key).
+  // "" (none), "llama3" (factor, low 1, high 4, original_max_positions), "linear" (factor; Gemma 3: global layers
+  // only) or "longrope" (Phi-3: short/long factors 1 + 0.1·i and 1 + 0.75·i per rotary pair i,
+  // original_max_positions as the top-level key).
   std::string rope_scaling;
   double rope_factor = 32.0;
   int original_max_positions = 8192;
+  // Gemma 2's soft caps (attn_logit_softcapping, final_logit_softcapping): small in the presets, so that a test sees
+  // whether they are applied (the real 50 / 30 barely touch a random model's scores).
+  double attn_softcap = 50.0, final_softcap = 30.0;
 
   int head_dimension() const { return head_dim > 0 ? head_dim : hidden / heads; }
   std::uint64_t parameters() const;
@@ -61,6 +67,9 @@ struct Options {
   std::uint64_t seed = 1;
   int shards = 1;                     // > 1 writes model-0000N-of-0000M.safetensors + index
   std::string tokenizer_model;        // path of the tokenizer.model to copy
+  // Appended to the copied tokenizer.model as user-defined pieces (score 0); an "<end_of_turn>" among them joins the
+  // generation defaults' EOS ids.
+  std::vector<std::string> extra_pieces;
   // A byte-level BPE vocabulary: written as tokenizer.json (hf_json_from_bpe_vocab) instead of copying
   // tokenizer_model; its BOS / EOS (and end-of-turn) ids go into config.json, generation_config.json, and its
   // add_bos into tokenizer_config.json.
@@ -71,6 +80,10 @@ struct Options {
   // (uniform with std 0.02 for matrices, ones for norms).
   std::function<void(const std::string& name, std::vector<float>& out)> source;
 };
+
+// The pieces a preset's SentencePiece vocabulary gets after the copied tokenizer.model's (user-defined pieces, matched
+// in text): gemma2 and gemma3 → <start_of_turn>, <end_of_turn> (Gemma's turn markers); empty otherwise.
+std::vector<std::string> preset_extra_pieces(std::string_view preset);
 
 // The generated BPE vocabulary of a preset, in the style of the family's real one (nullptr: the preset uses the
 // SentencePiece tokenizer.model): "llama3" 4096 tokens, pre-tokenizer llama-bpe, <|begin_of_text|>,

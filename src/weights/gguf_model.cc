@@ -28,6 +28,12 @@ constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
 constexpr std::pair<std::string_view, std::string_view> kPhi3LayerNames[] = {
     {"attn_qkv", "self_attn.qkv_proj"}, {"ffn_up", "mlp.gate_up_proj"},
 };
+// Gemma 2 / 3's norms (llama.cpp: attn_post_norm, ffn_norm = the MLP's input norm, ffn_post_norm).
+constexpr std::pair<std::string_view, std::string_view> kGemmaLayerNames[] = {
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"ffn_norm", "pre_feedforward_layernorm"},
+    {"post_ffw_norm", "post_feedforward_layernorm"},
+};
 constexpr std::pair<std::string_view, std::string_view> kGlobalNames[] = {
     {"token_embd", "model.embed_tokens"},
     {"output_norm", "model.norm"},
@@ -184,6 +190,11 @@ std::optional<std::string> hf_name_from_gguf(std::string_view name, std::string_
       if (part == g) return "model.layers." + std::to_string(layer) + "." + std::string(h) + std::string(suffix);
     }
   }
+  if (arch == "gemma2" || arch == "gemma3") {
+    for (const auto& [g, h] : kGemmaLayerNames) {
+      if (part == g) return "model.layers." + std::to_string(layer) + "." + std::string(h) + std::string(suffix);
+    }
+  }
   for (const auto& [g, h] : kLayerNames) {
     if (part == g) return "model.layers." + std::to_string(layer) + "." + std::string(h) + std::string(suffix);
   }
@@ -209,6 +220,11 @@ std::optional<std::string> gguf_name_from_hf(std::string_view name, std::string_
     }
     if (part == "mlp.up_proj" || part == "mlp.gate_proj") return std::nullopt;  // only the fused gate_up exists
   }
+  if (arch == "gemma2" || arch == "gemma3") {
+    for (const auto& [g, h] : kGemmaLayerNames) {
+      if (part == h) return "blk." + std::to_string(layer) + "." + std::string(g) + std::string(suffix);
+    }
+  }
   for (const auto& [g, h] : kLayerNames) {
     if (part == h) return "blk." + std::to_string(layer) + "." + std::string(g) + std::string(suffix);
   }
@@ -220,6 +236,8 @@ std::optional<std::string> gguf_arch_of(std::string_view a) {
   if (a == "Qwen2ForCausalLM") return "qwen2";
   if (a == "Qwen3ForCausalLM") return "qwen3";
   if (a == "Phi3ForCausalLM") return "phi3";
+  if (a == "Gemma2ForCausalLM") return "gemma2";
+  if (a == "Gemma3ForCausalLM") return "gemma3";
   return std::nullopt;
 }
 
@@ -372,18 +390,22 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   std::optional<std::string> arch;
   GM_ASSIGN(arch, meta.opt_string("general.architecture"));
   if (!arch) return meta.error(Errc::format_error, "general.architecture", "is missing");
-  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "phi3") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "phi3" && *arch != "gemma2" &&
+      *arch != "gemma3") {
     return meta.error(Errc::unsupported, "general.architecture",
                       Meta::show(*meta.get("general.architecture")) +
-                          " is not supported (supported: llama, qwen2, qwen3, phi3)");
+                          " is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)");
   }
   const bool phi3 = *arch == "phi3";
+  const bool gemma2 = *arch == "gemma2", gemma3 = *arch == "gemma3";
   c.architecture = *arch == "llama"   ? "LlamaForCausalLM"
                    : phi3             ? "Phi3ForCausalLM"
                    : *arch == "qwen3" ? "Qwen3ForCausalLM"
+                   : gemma2           ? "Gemma2ForCausalLM"
+                   : gemma3           ? "Gemma3ForCausalLM"
                                       : "Qwen2ForCausalLM";
-  c.qkv_bias = *arch == "qwen2";  // llama.cpp requires blk.N.attn_{q,k,v}.bias for qwen2
-  c.qk_norm = *arch == "qwen3";   // and blk.N.attn_{q,k}_norm for qwen3
+  c.qkv_bias = *arch == "qwen2";           // llama.cpp requires blk.N.attn_{q,k,v}.bias for qwen2
+  c.qk_norm = *arch == "qwen3" || gemma3;  // and blk.N.attn_{q,k}_norm for qwen3 and gemma3
   c.fused_projections = phi3;     // blk.N.attn_qkv and the [gate; up] blk.N.ffn_up
   const std::string p = *arch + ".";
   std::optional<std::int64_t> ov;
@@ -473,6 +495,32 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
   // attention, as in llama.cpp).
   GM_ASSIGN(ov, meta.opt_int(p + "attention.sliding_window", 0, kMaxPositions));
   if (ov.value_or(0) > 0 && *arch != "qwen2" && *arch != "qwen3") c.sliding_window = static_cast<int>(*ov);
+  if (gemma2 || gemma3) {
+    // As llama.cpp's loader reads a gemma2 / gemma3 file (llama_model::load_hparams, build_gemma*): the norms were
+    // stored as 1 + w by its converter; the embedding scaled by sqrt(embedding_length); GELU-tanh MLP; post-norms;
+    // every second layer (gemma2) or all but every sixth (gemma3) slides, gemma2's window defaulting to 4096;
+    // gemma3's local layers rotate with base 10000 (rope.freq_base_swa when given) and no scaling; the query scale
+    // 1/sqrt(key_length), except for the 27B shapes (46 / 62 layers), 1/sqrt(embedding_length / head_count);
+    // gemma2's soft caps from its keys, 50 and 30 by default; gemma3 has none.
+    c.activation = Activation::gelu_tanh;
+    c.embed_scale = std::sqrt(static_cast<double>(c.hidden_size));
+    c.post_norms = true;
+    if (!c.sliding_window && gemma2) c.sliding_window = 4096;
+    const int pattern = gemma2 ? 2 : 6;
+    c.sliding_layers.assign(static_cast<std::size_t>(c.num_layers), 0);
+    for (int i = 0; i < c.num_layers; ++i) c.sliding_layers[static_cast<std::size_t>(i)] = i % pattern < pattern - 1;
+    const bool big = c.num_layers == (gemma2 ? 46 : 62);
+    c.attn_scale = 1.0 / std::sqrt(big ? static_cast<double>(c.hidden_size / c.num_heads) : c.head_dim);
+    if (gemma2) {
+      GM_ASSIGN(od, meta.opt_num(p + "attn_logit_softcapping", 0.0, 1e9));
+      c.attn_softcap = od.value_or(50.0);
+      GM_ASSIGN(od, meta.opt_num(p + "final_logit_softcapping", 0.0, 1e9));
+      c.final_softcap = od.value_or(30.0);
+    } else {
+      GM_ASSIGN(od, meta.opt_num(p + "rope.freq_base_swa", 0.0, kMaxRopeTheta));
+      c.rope_local_theta = od.value_or(10000.0);
+    }
+  }
 
   // Vocabulary size: the embedding's rows; llama.vocab_size and the token list must agree with it.
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");

@@ -47,6 +47,9 @@ class Fields {
     return &*it;
   }
 
+  // Present, null or not.
+  bool present(const char* key) const { return obj_.find(key) != obj_.end(); }
+
   Failure error(Errc code, const char* key, const std::string& what) const {
     return fail(code, origin_ + ": " + key_name(key) + " " + what);
   }

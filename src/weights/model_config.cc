@@ -69,6 +69,59 @@ Status parse_rope_scaling(const Json& v, const std::string& origin, ModelConfig&
   return {};
 }
 
+
+// Gemma 2 / Gemma 3 (transformers' Gemma2Config / Gemma3TextConfig; their defaults where a key is absent): the
+// embedding scale, the 1 + w norms and post-norms, the attention scale from query_pre_attn_scalar, the soft caps
+// (a key given as null: none), and which layers slide (layer_types, else Gemma 2's even layers, Gemma 3's all but
+// every sliding_window_pattern-th) with Gemma 3's local RoPE base.
+Status parse_gemma(const Fields& f, ModelConfig& c, bool gemma3) {
+  c.embed_scale = std::sqrt(static_cast<double>(c.hidden_size));
+  c.norm_add_one = true;
+  c.post_norms = true;
+  std::optional<double> od;
+  ASSIGN_OR_RETURN(od, f.opt_number("query_pre_attn_scalar", 0.0, false, 1e9));
+  c.attn_scale = 1.0 / std::sqrt(od.value_or(256.0));
+  auto cap = [&](const char* key, std::optional<double> dflt) -> Result<std::optional<double>> {
+    std::optional<double> v;
+    ASSIGN_OR_RETURN(v, f.opt_number(key, 0.0, false, 1e9));
+    if (v) return v;
+    return f.present(key) ? std::optional<double>{} : dflt;  // null: no cap
+  };
+  ASSIGN_OR_RETURN(c.attn_softcap, cap("attn_logit_softcapping", gemma3 ? std::nullopt : std::optional(50.0)));
+  ASSIGN_OR_RETURN(c.final_softcap, cap("final_logit_softcapping", gemma3 ? std::nullopt : std::optional(30.0)));
+  std::optional<std::int64_t> ov;
+  ASSIGN_OR_RETURN(ov, f.opt_integer("sliding_window", 1, kMaxPositions));
+  c.sliding_window = ov ? static_cast<int>(*ov) : 4096;  // (both configs' default)
+  c.sliding_layers.assign(static_cast<std::size_t>(c.num_layers), 0);
+  if (const Json* lt = f.get("layer_types")) {
+    if (!lt->is_array() || lt->size() != static_cast<std::size_t>(c.num_layers)) {
+      return f.error(Errc::format_error, "layer_types",
+                     "must be an array of " + std::to_string(c.num_layers) + " strings (one per layer), got " + show(*lt));
+    }
+    for (std::size_t i = 0; i < lt->size(); ++i) {
+      const Json& x = (*lt)[i];
+      if (x == "sliding_attention") {
+        c.sliding_layers[i] = 1;
+      } else if (x != "full_attention") {
+        return f.error(Errc::unsupported, "layer_types",
+                       "element " + std::to_string(i) + " is " + show(x) +
+                           " (supported: \"sliding_attention\", \"full_attention\")");
+      }
+    }
+  } else {
+    std::int64_t pattern = 2;
+    if (gemma3) {
+      ASSIGN_OR_RETURN(ov, f.opt_integer("sliding_window_pattern", 1, kMaxLayers));
+      pattern = ov.value_or(6);
+    }
+    for (int i = 0; i < c.num_layers; ++i) c.sliding_layers[static_cast<std::size_t>(i)] = (i + 1) % pattern != 0;
+  }
+  if (gemma3) {
+    ASSIGN_OR_RETURN(od, f.opt_number("rope_local_base_freq", 0.0, false, kMaxRopeTheta));
+    c.rope_local_theta = od.value_or(10000.0);
+  }
+  return {};
+}
 }  // namespace
 
 // --- config.json --------------------------------------------------------------------------------------------------
@@ -84,9 +137,12 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
                                                               {"MistralForCausalLM", "mistral"},
                                                               {"Qwen2ForCausalLM", "qwen2"},
                                                               {"Qwen3ForCausalLM", "qwen3"},
-                                                              {"Phi3ForCausalLM", "phi3"}};
+                                                              {"Phi3ForCausalLM", "phi3"},
+                                                              {"Gemma2ForCausalLM", "gemma2"},
+                                                              {"Gemma3ForCausalLM", "gemma3_text"}};
   constexpr const char* kSupported =
-      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM";
+      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
+      "Gemma3ForCausalLM";
   if (const Json* a = f.get("architectures")) {
     if (!a->is_array() || a->empty()) {
       return f.error(Errc::format_error, "architectures", "must be a non-empty array of strings, got " + show(*a));
@@ -113,13 +169,15 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
     if (c.architecture.empty()) {
       return f.error(Errc::unsupported, "model_type",
                      "\"" + (mt->size() <= 64 ? *mt : "(long)") +
-                         "\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
+                         "\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text)");
     }
   }
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM", phi3 = c.architecture == "Phi3ForCausalLM";
   const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  const bool gemma2 = c.architecture == "Gemma2ForCausalLM", gemma3 = c.architecture == "Gemma3ForCausalLM";
+  const bool gemma = gemma2 || gemma3;
   c.qkv_bias = qwen2;  // (Qwen3 has attention_bias false, refused when true below)
-  c.qk_norm = qwen3;
+  c.qk_norm = qwen3 || gemma3;
   c.fused_projections = phi3;
 
   std::int64_t v = 0;
@@ -168,7 +226,7 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
   c.max_position_embeddings = static_cast<int>(v);
   std::optional<bool> ob;
   ASSIGN_OR_RETURN(ob, f.opt_bool("tie_word_embeddings"));
-  c.tie_word_embeddings = ob.value_or(false);
+  c.tie_word_embeddings = ob.value_or(gemma);  // (Gemma2Config / Gemma3TextConfig default to a tied head)
   std::optional<std::string> os;
   ASSIGN_OR_RETURN(os, f.opt_string("torch_dtype"));
   c.torch_dtype = os.value_or("");
@@ -178,6 +236,7 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
   // implemented, so true is refused).
   ASSIGN_OR_RETURN(ov, f.opt_integer("sliding_window", 1, kMaxPositions));
   if (ov && (c.architecture == "MistralForCausalLM" || phi3)) c.sliding_window = static_cast<int>(*ov);
+  if (gemma) TANDEM_TRY(parse_gemma(f, c, gemma3));
   if (qwen2 || qwen3) {
     ASSIGN_OR_RETURN(ob, f.opt_bool("use_sliding_window"));
     if (ob.value_or(false)) {
@@ -197,7 +256,18 @@ Result<ModelConfig> ModelConfig::parse(std::string_view json_text, const std::st
   ASSIGN_OR_RETURN(c.bos_token_ids, f.token_ids("bos_token_id", c.vocab_size - 1));
   ASSIGN_OR_RETURN(c.eos_token_ids, f.token_ids("eos_token_id", c.vocab_size - 1));
   ASSIGN_OR_RETURN(os, f.opt_string("hidden_act"));
-  if (os && *os != "silu") {
+  if (gemma) {
+    // Gemma configs name it hidden_activation (hidden_act too, in older ones); transformers uses
+    // hidden_activation when both are given.
+    std::optional<std::string> ha;
+    ASSIGN_OR_RETURN(ha, f.opt_string("hidden_activation"));
+    const std::string act = ha ? *ha : os.value_or("gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
+      return f.error(Errc::unsupported, ha ? "hidden_activation" : "hidden_act",
+                     "\"" + (act.size() <= 64 ? act : "(long)") + "\" is not supported (only \"gelu_pytorch_tanh\")");
+    }
+    c.activation = Activation::gelu_tanh;
+  } else if (os && *os != "silu") {
     return f.error(Errc::unsupported, "hidden_act",
                    "\"" + (os->size() <= 64 ? *os : "(long)") + "\" is not supported (only \"silu\")");
   }

@@ -83,6 +83,10 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> ModelDir::require
     }
     out.push_back({p + "self_attn.o_proj.weight", {hidden, q}});
     out.push_back({p + "post_attention_layernorm.weight", {hidden}});
+    if (c.post_norms) {  // Gemma: post_attention_layernorm normalises the attention output; the MLP has its own two
+      out.push_back({p + "pre_feedforward_layernorm.weight", {hidden}});
+      out.push_back({p + "post_feedforward_layernorm.weight", {hidden}});
+    }
     if (c.fused_projections) {
       out.push_back({p + "mlp.gate_up_proj.weight", {2 * inter, hidden}});
     } else {

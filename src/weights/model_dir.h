@@ -23,6 +23,9 @@
 namespace tandem::weights {
 
 enum class RopeScaling : std::uint8_t { none, llama3, linear, longrope };
+// The MLP's gate activation: SiLU (Llama, Mistral, Qwen, Phi-3) or GELU with the tanh approximation (Gemma's
+// "gelu_pytorch_tanh").
+enum class Activation : std::uint8_t { silu, gelu_tanh };
 
 struct ModelConfig {
   // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM" or "Phi3ForCausalLM" (GGUF: llama → Llama,
@@ -59,7 +62,25 @@ struct ModelConfig {
   std::optional<int> sliding_window;
   // Qwen2: q_proj, k_proj and v_proj carry biases (self_attn.{q,k,v}_proj.bias); o_proj and the MLP do not.
   bool qkv_bias = false;
-  bool qk_norm = false;  // Qwen3: per-head RMSNorm of q and k (self_attn.q_norm / k_norm, [head_dim]) before RoPE
+  bool qk_norm = false;  // Qwen3, Gemma 3: per-head RMSNorm of q and k (self_attn.q_norm / k_norm, [head_dim]) before RoPE
+  // Gemma 2 / 3. The MLP's activation; the embedding rows multiplied by embed_scale (sqrt(hidden_size); 0: not
+  // scaled); every RMSNorm weight applied as 1 + w (Hugging Face's Gemma*RMSNorm; llama.cpp's converter stores w + 1,
+  // so GGUF files have it false); post_norms: the attention output and the MLP output are RMS-normalised before
+  // their residual adds (post_attention_layernorm, post_feedforward_layernorm), and the MLP's input norm is
+  // pre_feedforward_layernorm (post_attention_layernorm is the MLP's input norm elsewhere).
+  Activation activation = Activation::silu;
+  double embed_scale = 0.0;
+  bool norm_add_one = false;
+  bool post_norms = false;
+  // Scores are q·k × attn_scale (0: 1/sqrt(head_dim); Gemma: query_pre_attn_scalar^-1/2), then soft-capped as
+  // cap · tanh(s / cap) when attn_softcap is set (Gemma 2); the logits likewise with final_softcap.
+  double attn_scale = 0.0;
+  std::optional<double> attn_softcap, final_softcap;
+  // Which layers the sliding window applies to: empty = every layer (Mistral, Phi-3); else one flag per layer
+  // (Gemma 2: even layers; Gemma 3: all but every sliding_window_pattern-th). Local layers rotate with
+  // rope_local_theta when set (Gemma 3's rope_local_base_freq, without the global rope_scaling).
+  std::vector<std::uint8_t> sliding_layers;
+  std::optional<double> rope_local_theta;
   // Phi-3: self_attn.qkv_proj.weight holds the rows of q, k, v in that order and mlp.gate_up_proj.weight those of
   // gate, up; ModelDir adds zero-copy row-range views under the unfused names (q_proj, k_proj, v_proj, gate_proj,
   // up_proj).
@@ -78,6 +99,10 @@ struct ModelConfig {
   // Hugging Face's longrope attention factor: rope_attention_factor when given, else with
   // s = max_position_embeddings / rope_original_max_positions: 1 when s <= 1, else sqrt(1 + ln s / ln original).
   double longrope_attention_factor() const;
+  // Whether layer `li` attends through the sliding window.
+  bool layer_slides(int li) const {
+    return sliding_window && (sliding_layers.empty() || sliding_layers[static_cast<std::size_t>(li)] != 0);
+  }
   // Whether a replica loaded with `max_context` positions uses the long factors (max_context > original).
   bool longrope_uses_long(int max_context) const { return max_context > rope_original_max_positions; }
 

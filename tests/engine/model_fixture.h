@@ -36,6 +36,7 @@ inline std::string make_model(const std::string& name, const std::string& preset
   o.shards = shards;
   o.seed = seed;
   o.tokenizer_model = tokenizer_path();
+  o.extra_pieces = modelgen::preset_extra_pieces(preset);
   o.chat_template = chat_template;
   const std::string dir = temp_root() + "/" + name;
   auto s = modelgen::write_model(dir, o);

@@ -1,4 +1,4 @@
-// The five architectures (Llama 3.x, Qwen2, Qwen3, Mistral, Phi-3) end to end: the engine's forward (paged and reference)
+// The seven architectures (Llama 3.x, Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3) end to end: the engine's forward (paged and reference)
 // against a plain double-precision transformer written here from the Hugging Face definitions; the RoPE frequencies
 // against the llama3 / LongRoPE formulas; the HF directory and its GGUF give the same greedy tokens; Phi-3's fused
 // projections equal an unfused Llama with the same rows; Qwen2's biases are used; Mistral's window hides what lies
@@ -29,7 +29,7 @@ using testing::make_model;
 using testing::max_abs_diff;
 using json = nlohmann::json;
 
-const char* const kPresets[] = {"llama3", "qwen2", "qwen3", "mistral", "phi3"};
+const char* const kPresets[] = {"llama3", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3"};
 
 std::vector<int> prompt(int n, int salt = 0) {
   std::vector<int> ids;
@@ -40,7 +40,11 @@ std::vector<int> prompt(int n, int salt = 0) {
 // --- a plain transformer in double precision, from the Hugging Face modeling code -------------------------------
 
 // Over an f32 Hugging Face directory (fused Phi-3 tensors read through ModelDir's row views). The rotary inverse
-// frequencies and the cos/sin factor come from the model under test (checked against their formulas apart).
+// frequencies and the cos/sin factor come from the model under test (checked against their formulas apart), except
+// for Gemma, whose two tables (global: rope_theta / linear factor; local: rope_local_base_freq) are computed here.
+// Gemma (transformers' Gemma2/Gemma3 modeling): embeddings × sqrt(hidden), norms × (1 + w), post-norms of the
+// attention and MLP outputs, pre_feedforward_layernorm before the MLP, GELU-tanh, scores × query_pre_attn_scalar^-½
+// then soft-capped, the window only on sliding layers, logits soft-capped.
 class PlainTransformer {
  public:
   PlainTransformer(const weights::ModelDir& d, std::vector<float> inv_freq, double mscale)
@@ -52,9 +56,24 @@ class PlainTransformer {
               nkv = c_.num_kv_heads, half = hd / 2;
     std::vector<std::vector<double>> x(static_cast<std::size_t>(n));
     const float* emb = t("model.embed_tokens.weight");
-    for (int i = 0; i < n; ++i) x[i].assign(emb + std::size_t(ids[i]) * H, emb + std::size_t(ids[i] + 1) * H);
+    const bool gemma = c_.post_norms;
+    for (int i = 0; i < n; ++i) {
+      x[i].assign(emb + std::size_t(ids[i]) * H, emb + std::size_t(ids[i] + 1) * H);
+      if (gemma)
+        for (double& e : x[i]) e *= std::sqrt(static_cast<double>(H));
+    }
+    auto cap = [](double v, const std::optional<double>& c) { return c ? *c * std::tanh(v / *c) : v; };
     for (int l = 0; l < c_.num_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
+      const bool slides = c_.sliding_window && (c_.sliding_layers.empty() || c_.sliding_layers[std::size_t(l)]);
+      std::vector<double> inv(inv_.begin(), inv_.end());
+      if (gemma) {
+        const bool local = slides && c_.rope_local_theta;
+        for (int j = 0; j < half; ++j) {
+          inv[std::size_t(j)] = 1.0 / std::pow(local ? *c_.rope_local_theta : c_.rope_theta, 2.0 * j / hd);
+          if (!local && c_.rope_scaling == weights::RopeScaling::linear) inv[std::size_t(j)] /= c_.rope_factor;
+        }
+      }
       std::vector<std::vector<double>> q(n), k(n), v(n);
       for (int i = 0; i < n; ++i) {
         const auto h = rms(x[i], p + "input_layernorm.weight");
@@ -73,7 +92,7 @@ class PlainTransformer {
               double ss = 0;
               for (int e = 0; e < hd; ++e) ss += a[std::size_t(hh * hd + e)] * a[std::size_t(hh * hd + e)];
               const double r = 1.0 / std::sqrt(ss / hd + c_.rms_norm_eps);
-              for (int e = 0; e < hd; ++e) a[std::size_t(hh * hd + e)] *= r * w[e];
+              for (int e = 0; e < hd; ++e) a[std::size_t(hh * hd + e)] *= r * (gemma ? 1.0 + w[e] : w[e]);
             }
           };
           head_rms(q[i], nh, p + "self_attn.q_norm.weight");
@@ -82,7 +101,7 @@ class PlainTransformer {
         auto rope = [&](std::vector<double>& a, int heads) {  // rotate_half pairing (i, i + hd/2)
           for (int hh = 0; hh < heads; ++hh)
             for (int j = 0; j < half; ++j) {
-              const double ang = static_cast<double>(i) * static_cast<double>(inv_[j]);
+              const double ang = static_cast<double>(i) * (gemma ? inv[std::size_t(j)] : static_cast<double>(inv_[j]));
               const double cs = std::cos(ang) * mscale_, sn = std::sin(ang) * mscale_;
               double& x1 = a[std::size_t(hh * hd + j)];
               double& x2 = a[std::size_t(hh * hd + j + half)];
@@ -94,7 +113,8 @@ class PlainTransformer {
         rope(q[i], nh);
         rope(k[i], nkv);
       }
-      const int W = c_.sliding_window.value_or(0);
+      const int W = slides ? c_.sliding_window.value_or(0) : 0;
+      const double scale = gemma ? c_.attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
       for (int i = 0; i < n; ++i) {
         std::vector<double> att(std::size_t(nh) * hd, 0.0);
         for (int hh = 0; hh < nh; ++hh) {
@@ -105,7 +125,7 @@ class PlainTransformer {
           for (int j = j0; j <= i; ++j) {
             double dot = 0;
             for (int e = 0; e < hd; ++e) dot += q[i][std::size_t(hh * hd + e)] * k[j][std::size_t(g * hd + e)];
-            s.push_back(dot / std::sqrt(static_cast<double>(hd)));
+            s.push_back(cap(dot * scale, c_.attn_softcap));
             mx = std::max(mx, s.back());
           }
           double z = 0;
@@ -114,19 +134,29 @@ class PlainTransformer {
             for (int e = 0; e < hd; ++e)
               att[std::size_t(hh * hd + e)] += s[std::size_t(j - j0)] / z * v[j][std::size_t(g * hd + e)];
         }
-        const auto o = mv(p + "self_attn.o_proj.weight", att);
+        auto o = mv(p + "self_attn.o_proj.weight", att);
+        if (gemma) o = rms(o, p + "post_attention_layernorm.weight");
         for (int e = 0; e < H; ++e) x[i][e] += o[e];
-        const auto h2 = rms(x[i], p + "post_attention_layernorm.weight");
+        const auto h2 = rms(x[i], p + (gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"));
         auto gate = mv(p + "mlp.gate_proj.weight", h2);
         const auto up = mv(p + "mlp.up_proj.weight", h2);
-        for (std::size_t e = 0; e < gate.size(); ++e) gate[e] = gate[e] / (1.0 + std::exp(-gate[e])) * up[e];
-        const auto down = mv(p + "mlp.down_proj.weight", gate);
+        for (std::size_t e = 0; e < gate.size(); ++e) {
+          const double g = gate[e];
+          gate[e] = (gemma ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)))
+                           : g / (1.0 + std::exp(-g))) *
+                    up[e];
+        }
+        auto down = mv(p + "mlp.down_proj.weight", gate);
+        if (gemma) down = rms(down, p + "post_feedforward_layernorm.weight");
         for (int e = 0; e < H; ++e) x[i][e] += down[e];
       }
     }
     std::vector<std::vector<double>> out;
     const std::string head = c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    for (int i = 0; i < n; ++i) out.push_back(mv(head, rms(x[i], "model.norm.weight")));
+    for (int i = 0; i < n; ++i) {
+      out.push_back(mv(head, rms(x[i], "model.norm.weight")));
+      for (double& e : out.back()) e = cap(e, c_.final_softcap);
+    }
     return out;
   }
 
@@ -156,7 +186,7 @@ class PlainTransformer {
     const double r = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + c_.rms_norm_eps);
     const float* w = t(name);
     std::vector<double> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * w[i];
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * (c_.norm_add_one ? 1.0 + w[i] : w[i]);
     return y;
   }
 
@@ -303,7 +333,9 @@ TEST(Architectures, HfDirectoryAndItsGgufGiveIdenticalGreedyTokens) {
 // from every source dtype and with every recipe, and still give the HF directory's tokens (f16 -> f32 is exact).
 // llama.cpp on the very files gguf_of() writes (f32; the writer is deterministic): the log-probabilities of its 5
 // likeliest first tokens after prompt(16, 3), and its 12 greedy tokens, as tests/engine/llamacpp/reference.mjs printed
-// them with node-llama-cpp 3.22.1 (a llama.cpp that knows qwen3; the native c392e509 snapshot does not). Phi-3 is
+// them with node-llama-cpp 3.22.1 (a llama.cpp that knows qwen3 and gemma3; the native c392e509 snapshot knows
+// neither, but runs gemma2). Gemma 2's references come from files with its preset's small soft caps, which the file
+// carries (gemma2.attn_logit_softcapping / final_logit_softcapping) and llama.cpp applies. Phi-3 is
 // absent: llama.cpp refuses the preset's vocabulary (no <|endoftext|>, see tests/tools/llamacpp_runs_our_files.sh).
 // Tolerance 2e-3 on a log-probability: both compute in f32, in different summation orders.
 TEST(Architectures, GgufLogProbabilitiesAndGreedyTokensEqualLlamaCppsForEachArchitecture) {
@@ -329,6 +361,14 @@ TEST(Architectures, GgufLogProbabilitiesAndGreedyTokensEqualLlamaCppsForEachArch
        {{829, -9.691657505372334}, {28493, -9.760387325935655}, {11095, -9.787415296907785},
         {878, -9.789909293327334}, {4458, -9.795219396980482}},
        {829, 10290, 24616, 17482, 4492, 5031, 3454, 26793, 24909, 18713, 24289, 13723}},
+      {"gemma2",
+       {{7687, -9.800475863696867}, {763, -9.808248605697951}, {31230, -9.816546701261487},
+        {10187, -9.82593679210617}, {9377, -9.827032047050023}},
+       {7687, 487, 20656, 20656, 20656, 13562, 19611, 19611, 19611, 4636, 4636, 4636}},
+      {"gemma3",
+       {{31533, -9.662836850088475}, {24825, -9.73543865391567}, {12213, -9.756673599232347},
+        {25306, -9.771242564808889}, {24018, -9.789011794302946}},
+       {31533, 30394, 14172, 26775, 27475, 30394, 30394, 30394, 25563, 18486, 3510, 3510}},
   };
   const auto ids = prompt(16, 3);
   for (const Ref& r : refs) {
@@ -676,6 +716,93 @@ TEST(Architectures, ConfigErrorsAreTypedAndNameTheKey) {
   EXPECT_FALSE(q->sliding_window.has_value());
 }
 
+// Gemma's configs: transformers' defaults where a key is absent, null caps as none, the two layer patterns and
+// layer_types; bad values typed and named; and a configuration llama.cpp's gemma loaders cannot express is refused by
+// the GGUF writer rather than written into a file llama.cpp would run differently.
+TEST(Architectures, GemmaConfigsFollowTransformersDefaultsAndRefuseWhatTheyCannotRun) {
+  using weights::ModelConfig;
+  auto parse = [](const json& c) { return ModelConfig::parse(c.dump(), "config.json"); };
+  json c = config_of("gemma2");
+  c.erase("attn_logit_softcapping");
+  c.erase("final_logit_softcapping");
+  c.erase("sliding_window");
+  c.erase("query_pre_attn_scalar");
+  c.erase("tie_word_embeddings");
+  auto g = parse(c);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_EQ(g->attn_softcap, 50.0);
+  EXPECT_EQ(g->final_softcap, 30.0);
+  EXPECT_EQ(g->sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(g->attn_scale, 1.0 / 16.0);  // query_pre_attn_scalar 256
+  EXPECT_TRUE(g->tie_word_embeddings);
+  EXPECT_EQ(g->sliding_layers, (std::vector<std::uint8_t>{1, 0}));
+  EXPECT_DOUBLE_EQ(g->embed_scale, 8.0);
+  EXPECT_TRUE(g->norm_add_one && g->post_norms && !g->qk_norm);
+  EXPECT_EQ(g->activation, weights::Activation::gelu_tanh);
+  c["attn_logit_softcapping"] = nullptr;
+  g = parse(c);
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->attn_softcap.has_value());
+  EXPECT_EQ(g->final_softcap, 30.0);
+
+  c = config_of("gemma3");
+  g = parse(c);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_EQ(g->sliding_layers, (std::vector<std::uint8_t>{1, 1, 1, 1, 1, 0}));
+  EXPECT_EQ(g->rope_local_theta, 10000.0);
+  EXPECT_FALSE(g->attn_softcap || g->final_softcap);
+  EXPECT_TRUE(g->qk_norm);
+  c.erase("sliding_window_pattern");
+  c["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention", "full_attention",
+                      "sliding_attention", "full_attention"};
+  g = parse(c);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_EQ(g->sliding_layers, (std::vector<std::uint8_t>{0, 1, 1, 0, 1, 0}));
+  c["layer_types"] = {"full_attention"};
+  EXPECT_FAILS(parse(c), Errc::format_error, "layer_types");
+  c["layer_types"] = {"chunked_attention", "full_attention", "full_attention", "full_attention", "full_attention",
+                      "full_attention"};
+  EXPECT_FAILS(parse(c), Errc::unsupported, "chunked_attention");
+  c = config_of("gemma3");
+  c["hidden_activation"] = "relu";
+  EXPECT_FAILS(parse(c), Errc::unsupported, "hidden_activation");
+  c = config_of("gemma2");
+  c["query_pre_attn_scalar"] = "wide";
+  EXPECT_FAILS(parse(c), Errc::format_error, "query_pre_attn_scalar");
+  c = config_of("gemma2");
+  c["attention_bias"] = true;
+  EXPECT_FAILS(parse(c), Errc::unsupported, "attention_bias");
+  c = config_of("qwen2");
+  c["architectures"] = {"Gemma3ForConditionalGeneration"};
+  EXPECT_FAILS(parse(c), Errc::unsupported, "Gemma3ForConditionalGeneration");
+
+  // The writer's refusals: a pattern, a query scale and a local base llama.cpp's gemma loaders fix otherwise. Each
+  // directory still loads in Tandem.
+  const std::string src = make_model("arch-gemma3", "gemma3");
+  struct Edit {
+    const char* tag;
+    std::function<void(json&)> edit;
+    const char* needle;
+  };
+  const Edit edits[] = {
+      {"pattern", [](json& j) { j["sliding_window_pattern"] = 3; }, "layer 2 does not slide"},
+      {"scale", [](json& j) { j["query_pre_attn_scalar"] = 64; }, "query_pre_attn_scalar"},
+      {"local", [](json& j) { j["rope_local_base_freq"] = 20000.0; }, "rope_local_base_freq"},
+  };
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.tag);
+    const std::string dir = testing::temp_root() + "/arch-gemma3-" + e.tag;
+    std::filesystem::create_directories(dir);
+    for (const char* f : {"model.safetensors", "tokenizer.model", "tokenizer_config.json"})
+      std::filesystem::copy_file(src + "/" + f, dir + "/" + f, std::filesystem::copy_options::overwrite_existing);
+    json j = config_of("gemma3");
+    e.edit(j);
+    std::ofstream(dir + "/config.json") << j.dump();
+    EXPECT_TRUE(load(dir) != nullptr);
+    EXPECT_FAILS(modelgen::convert_to_gguf(dir, dir + ".gguf", modelgen::Recipe::f32), Errc::unsupported, e.needle);
+  }
+}
+
 // Rewrites a GGUF file: metadata through `meta`, each tensor through `tensor` (return false to drop it).
 using MetaEdit = std::function<void(std::string&, weights::GgufValue&)>;
 struct TensorOut {
@@ -709,9 +836,13 @@ TEST(Architectures, GgufErrorsAreTypedAndNameTheArchitectureOrTensor) {
   using weights::ModelDir;
   const std::string phi = gguf_of("phi3"), qwen = gguf_of("qwen2"), llama = gguf_of("llama3");
   EXPECT_FAILS(ModelDir::open(rewrite(llama, "e-arch", [](std::string& k, weights::GgufValue& v) {
-                 if (k == "general.architecture") v = weights::GgufValue::of_string("gemma2");
+                 if (k == "general.architecture") v = weights::GgufValue::of_string("falcon");
                }, nullptr)),
-               Errc::unsupported, "gemma2");
+               Errc::unsupported, "falcon");
+  // Gemma's post-norm missing: named by its GGUF name.
+  EXPECT_FAILS(ModelDir::open(rewrite(gguf_of("gemma2"), "e-post", nullptr,
+                                      [](TensorOut& t) { return t.name != "blk.1.post_ffw_norm.weight"; })),
+               Errc::format_error, "blk.1.post_ffw_norm.weight");
   // A fused qkv whose rows are not q + 2 kv.
   EXPECT_FAILS(ModelDir::open(rewrite(phi, "e-qkv", nullptr, [](TensorOut& t) {
                  if (t.name == "blk.0.attn_qkv.weight") {

@@ -51,13 +51,18 @@ struct BatchCase {
   std::string name;
   bool quantized;
   int threads;
+  const char* preset = "test";  // f32 models: the architecture (Gemma: GELU-tanh, post-norms, soft caps, two RoPE bases)
 };
+
+std::string f32_model(const char* preset) {
+  return std::string(preset) == "test" ? make_model("batch-f32") : make_model(std::string("batch-") + preset, preset);
+}
 
 class ForwardBatch : public ::testing::TestWithParam<BatchCase> {};
 
 TEST_P(ForwardBatch, EachItemsLogitsEqualItsForwardAlone) {
   const auto& p = GetParam();
-  auto m = load(p.quantized ? q8_model() : make_model("batch-f32"), opts(p.threads));
+  auto m = load(p.quantized ? q8_model() : f32_model(p.preset), opts(p.threads));
   ASSERT_TRUE(m);
   const auto ps = prompts(*m);
   // Alone: each prompt as one prefill, then 3 decode steps feeding fixed tokens.
@@ -105,7 +110,9 @@ TEST_P(ForwardBatch, EachItemsLogitsEqualItsForwardAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Types, ForwardBatch,
                          ::testing::Values(BatchCase{"f32_1thread", false, 1}, BatchCase{"f32_2threads", false, 2},
-                                           BatchCase{"q8_0_1thread", true, 1}, BatchCase{"q8_0_2threads", true, 2}),
+                                           BatchCase{"q8_0_1thread", true, 1}, BatchCase{"q8_0_2threads", true, 2},
+                                           BatchCase{"gemma2_f32", false, 2, "gemma2"},
+                                           BatchCase{"gemma3_f32", false, 2, "gemma3"}),
                          [](const auto& i) { return i.param.name; });
 
 TEST(ForwardBatch, AllLogitsItemsAndPerItemErrors) {
@@ -423,36 +430,41 @@ TEST(BatchRunnerAccelerator, AFailedStepEndsEveryMemberWithTheDeviceError) {
 // --- offload: a sequence that runs its first k layers on the accelerator and the rest on the CPU -------------------
 
 TEST(Offload, AnOffloadedSequenceComputesExactlyWhatTheHybridReplicaWithThatSplitDoes) {
-  auto dev = sim();
-  engine::LoadOptions lo = opts(1);
-  lo.accelerator = dev;
-  auto full = load(make_model("batch-f32"), lo);
-  ASSERT_TRUE(full);
-  const int layers = full->config().num_layers;
-  const auto prompt = full->encode_text("The GPU ran out of memory while");
-  for (int k = 1; k <= layers; ++k) {
-    engine::LoadOptions hl = lo;
-    hl.accel_layers = k;
-    auto hybrid = load(make_model("batch-f32"), hl);
-    ASSERT_TRUE(hybrid);
-    engine::GenerateRequest r = request(prompt, 0, false, 40);  // 40 tokens: the host K/V grows twice
-    auto want = engine::generate(hybrid, r);
-    ASSERT_TRUE(want.ok()) << want.error().message;
-    r.gpu_layers = k;
-    auto got = engine::generate(full, r);
-    ASSERT_TRUE(got.ok()) << got.error().message;
-    EXPECT_EQ((*got)->tokens(), (*want)->tokens()) << "gpu_layers " << k;
-    // The logits themselves, bit for bit; and for k < layers they differ from the all-accelerator ones (ATen's
-    // matmul there, Tandem's kernels on the CPU), so the split really happened.
-    auto hs = std::move(hybrid->new_sequence()).value();
-    auto os = std::move(full->new_sequence(k)).value();
-    auto ps = std::move(full->new_sequence()).value();
-    auto lh = hybrid->forward(*hs, prompt), lo2 = full->forward(*os, prompt), lp = full->forward(*ps, prompt);
-    ASSERT_TRUE(lh.ok() && lo2.ok() && lp.ok());
-    EXPECT_EQ(*lo2, *lh) << "gpu_layers " << k;
-    if (k < layers) EXPECT_NE(*lo2, *lp) << "gpu_layers " << k << ": offloaded logits equal the all-accelerator ones";
+  for (const char* preset : {"test", "gemma3"}) {
+    SCOPED_TRACE(preset);
+    auto dev = sim();
+    engine::LoadOptions lo = opts(1);
+    lo.accelerator = dev;
+    auto full = load(f32_model(preset), lo);
+    ASSERT_TRUE(full);
+    const int layers = full->config().num_layers;
+    const auto prompt = full->encode_text("The GPU ran out of memory while");
+    for (int k = 1; k <= layers; ++k) {
+      engine::LoadOptions hl = lo;
+      hl.accel_layers = k;
+      auto hybrid = load(f32_model(preset), hl);
+      ASSERT_TRUE(hybrid);
+      engine::GenerateRequest r = request(prompt, 0, false, 40);  // 40 tokens: the host K/V grows twice
+      auto want = engine::generate(hybrid, r);
+      ASSERT_TRUE(want.ok()) << want.error().message;
+      r.gpu_layers = k;
+      auto got = engine::generate(full, r);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      EXPECT_EQ((*got)->tokens(), (*want)->tokens()) << "gpu_layers " << k;
+      // The logits themselves, bit for bit; and for k < layers they differ from the all-accelerator ones (ATen's
+      // matmul there, Tandem's kernels on the CPU), so the split really happened.
+      auto hs = std::move(hybrid->new_sequence()).value();
+      auto os = std::move(full->new_sequence(k)).value();
+      auto ps = std::move(full->new_sequence()).value();
+      auto lh = hybrid->forward(*hs, prompt), lo2 = full->forward(*os, prompt), lp = full->forward(*ps, prompt);
+      ASSERT_TRUE(lh.ok() && lo2.ok() && lp.ok());
+      EXPECT_EQ(*lo2, *lh) << "gpu_layers " << k;
+      if (k < layers) {
+        EXPECT_NE(*lo2, *lp) << "gpu_layers " << k << ": offloaded logits equal the all-accelerator ones";
+      }
+    }
+    EXPECT_EQ(full->kv_stats().used_blocks, 0);
   }
-  EXPECT_EQ(full->kv_stats().used_blocks, 0);
 }
 
 TEST(Offload, OffloadedAndPlainSequencesShareStepsAndEachGetsItsOwnTokens) {

@@ -61,7 +61,7 @@ Table read_table() {
 TEST(WhatLoads, EveryCellOfTheDocumentedTableLoadsAndRuns) {
   const Table t = read_table();
   ASSERT_FALSE(t.columns.empty()) << "docs/model-format.md has no what-loads table";
-  ASSERT_GE(t.rows.size(), 6u);
+  ASSERT_GE(t.rows.size(), 8u);
   // Every recipe tandem-quantize takes has a column.
   for (const char* r : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M",
                         "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"}) {
@@ -76,7 +76,7 @@ TEST(WhatLoads, EveryCellOfTheDocumentedTableLoadsAndRuns) {
     shape->hidden = 256;
     shape->intermediate = 512;
     shape->layers = 1;
-    if (shape->head_dim > 0) shape->head_dim = 128;  // (Qwen3: wider than hidden / heads)
+    if (shape->head_dim > 0) shape->head_dim = 128;  // (Qwen3, Gemma: wider than hidden / heads)
     const auto bpe = modelgen::preset_bpe_vocab(preset);
     if (bpe) shape->vocab = static_cast<int>(bpe->tokens.size());  // (time: the embedding dominates the conversions)
     std::map<std::string, std::string> hf;
@@ -87,6 +87,7 @@ TEST(WhatLoads, EveryCellOfTheDocumentedTableLoadsAndRuns) {
       o.dtype = dtype;
       o.tokenizer_model = testing::tokenizer_path();
       o.bpe = bpe;
+      o.extra_pieces = modelgen::preset_extra_pieces(preset);
       o.chat_template = std::string(modelgen::preset_chat_template(preset));
       const std::string dir = testing::temp_root() + "/loads-" + preset + "-" + tag;
       ASSERT_TRUE(modelgen::write_model(dir, o).ok()) << preset << " " << tag;

@@ -33,8 +33,9 @@ recipes="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S 
 # Not phi3: the preset's vocabulary is Llama 2's 32,000 pieces without Phi-3's added tokens (<|endoftext|>, <|user|>,
 # ...), and llama.cpp's vocabulary loader looks <|endoftext|> up in any model named phi3 (an exception otherwise).
 # Tandem reads no added tokens for a SentencePiece model yet: a known gap (docs/model-format.md).
-# qwen3: llama.cpp knows it since April 2025 (the c392e509 snapshot of ../shared/TOOLCHAIN.md does not: skipped).
-for preset in tiny llama3 qwen2 qwen3 mistral; do
+# qwen3 and gemma3: llama.cpp knows them since April and March 2025 (the c392e509 snapshot of ../shared/TOOLCHAIN.md
+# does not: skipped); gemma2 it runs.
+for preset in tiny llama3 qwen2 qwen3 mistral gemma2 gemma3; do
   for dtype in f32 f16 bf16; do
     f="$tmp/$preset-$dtype.gguf"
     if "$mkmodel" --out "$f" --preset "$preset" --dtype "$dtype" --format gguf >/dev/null 2>"$tmp/err"; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tandem-quantize writes llama-quantize's bytes, including the fallbacks and the per-tensor rules: tandem-mkmodel's
-# tiny, qwen2 and phi3 presets (f16, GGUF) have 128- and 64-column matrices, which Q4_K_M / Q5_K_M / IQ4_XS cannot
+# tiny, qwen2, phi3 and gemma2 presets (f16, GGUF) have 128- and 64-column matrices, which Q4_K_M / Q5_K_M / IQ4_XS cannot
 # hold in blocks of 256 (nor Q2_K / Q3_K_*); llama-quantize (llama.cpp c392e509, GGML_NATIVE build) falls back to
 # q5_0, q5_1, q8_0 and iq4_nl for them, and gives Phi-3's fused attn_qkv one more step (q5_K for Q4_K_M, q4_K for
 # Q3_K_M: their q5_1 / q5_0 fallbacks here).
@@ -28,6 +28,8 @@ tiny   Q3_K_M iq4_nl 677808af6134f14865333ab9b2a383e601b338c00dd27a381b02b43d1b9
 qwen2  Q3_K_S iq4_nl aedbe7b2ccec977f5125e8f36658721b234eac4092d0879f3147ba126a261d13
 qwen2  Q3_K_L q5_1   763df8b7eaa8fbc7310ba56641dc3b6d2ced72f12d189cbf29c7b3e509f3f382
 phi3   Q3_K_M q5_0   78c29a54ffb6458ca6c0c5281bde76e63b924fa88f11497ace59bb92aa3549b7
+gemma2 Q4_K_M q5_0   c595ff20f865bd24c6bf265f412e406be2e554e5a355a05eac62a37952abbb1e
+gemma2 Q3_K_M q5_1   a5e8c61057a0c2e01797f3dfa67ddd843dc682d5c1c5e5b6dc5dac40dcd51e4c
 "
 while read -r preset type fallback want; do
   [ -n "$preset" ] || continue

@@ -305,7 +305,7 @@ TEST(GgufModel, MetadataRules) {
   };
   const std::vector<Case> cases = {
       {"architecture", [](GgufWriter& w) { w.set("general.architecture", GgufValue::of_string("gemma")); },
-       Errc::unsupported, "general.architecture' \"gemma\" is not supported (supported: llama, qwen2, qwen3, phi3)"},
+       Errc::unsupported, "general.architecture' \"gemma\" is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)"},
       {"qwen2 keys", [](GgufWriter& w) { w.set("general.architecture", GgufValue::of_string("qwen2")); },
        Errc::format_error, "'qwen2.embedding_length' is missing"},
       {"no architecture", [](GgufWriter& w) { w.erase("general.architecture"); }, Errc::format_error,

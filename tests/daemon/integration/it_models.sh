@@ -2,8 +2,10 @@
 # The open-model families through the daemon, next to the default model: a Qwen2-layout model in the Hugging Face
 # layout (byte-level BPE tokenizer.json, Qwen2.5's chat template) and a Llama 3-layout GGUF file (Q8_0, a GGUF
 # "gpt2" vocabulary, Llama 3.2's template), and a Qwen3 GGUF file (Q4_K_M: per-head q/k norms, its 64-column matrices
-# in llama.cpp's q5_0 / q8_0 fallbacks, Qwen3's template with its <think> handling). ListModels shows their own templates; chat and raw jobs complete on
-# both; a message that spells a special token is encoded as text (Plan's prompt_tokens grow by exactly that text's
+# in llama.cpp's q5_0 / q8_0 fallbacks, Qwen3's template with its <think> handling), a Gemma 2 directory (soft caps,
+# Gemma's template, which refuses a system message: a typed InvalidArgument naming it) and a Gemma 3 GGUF file
+# (Q4_K_M; its template folds the system message into the first user turn; <end_of_turn> ends a turn). ListModels
+# shows their own templates; chat and raw jobs complete on each; a message that spells a special token is encoded as text (Plan's prompt_tokens grow by exactly that text's
 # tokens, counted independently with tandem-tokenize), so a user cannot close the turn or forge a system message.
 TANDEMD=$1 TANDEMCTL=$2 MKMODEL=$3 TOKENIZE=$4
 source "$(dirname "$0")/lib.sh"
@@ -14,6 +16,10 @@ LLAMA3="$T_DIR/llama3-q8_0.gguf"
 "$MKMODEL" --out "$LLAMA3" --preset llama3 --format gguf --type Q8_0 >/dev/null
 QWEN3="$T_DIR/qwen3-q4_k_m.gguf"
 "$MKMODEL" --out "$QWEN3" --preset qwen3 --format gguf --type Q4_K_M >/dev/null
+GEMMA2="$T_DIR/gemma2"
+GEMMA3="$T_DIR/gemma3-q4_k_m.gguf"
+"$MKMODEL" --out "$GEMMA2" --preset gemma2 >/dev/null
+"$MKMODEL" --out "$GEMMA3" --preset gemma3 --format gguf --type Q4_K_M >/dev/null
 tandem_setup "
 [[model]]
 name = \"qwen\"
@@ -35,16 +41,30 @@ dir = \"$QWEN3\"
 replica_mode = \"mmap\"
 cpu_threads = 1
 gpu_threads = 1
+
+[[model]]
+name = \"gemma2\"
+dir = \"$GEMMA2\"
+replica_mode = \"mmap\"
+cpu_threads = 1
+gpu_threads = 1
+
+[[model]]
+name = \"gemma3\"
+dir = \"$GEMMA3\"
+replica_mode = \"mmap\"
+cpu_threads = 1
+gpu_threads = 1
 "
 
 models=$(bcall ListModels)
-for m in qwen llama3 qwen3; do
+for m in qwen llama3 qwen3 gemma2 gemma3; do
   t=$(echo "$models" | jq -r --arg m "$m" '.data[0][] | select(.name.data == $m) | .template.data')
   [ "$t" = model ] || fail "$m: template '$t', expected the model's own (ListModels: ${models:0:600})"
 done
 t=$(echo "$models" | jq -r '.data[0][] | select(.name.data == "default") | .template.data')
 [ "$t" = raw ] || fail "default: template '$t', expected raw (it has no chat_template)"
-note "ListModels: qwen, llama3 and qwen3 use their own chat templates"
+note "ListModels: qwen, llama3, qwen3, gemma2 and gemma3 use their own chat templates"
 
 # prompt_tokens of a one-message chat, from Plan (nothing is run).
 plan_tokens() {  # plan_tokens MODEL CONTENT
@@ -87,9 +107,23 @@ ctl_off=$("$TANDEMCTL" --address "$T_ADDR" --json plan --model qwen3 --chat --no
   jq -r '.prompt_tokens')
 [ "$ctl_off" = "$q_off" ] || fail "tandemctl plan --no-thinking: $ctl_off prompt tokens, busctl's $q_off"
 
+# Gemma 2's template refuses a system message (raise_exception, as transformers does): a typed error, nothing queued.
+out=$(expect_err InvalidArgument gcall Submit gemma2 "" "@a(ss) [('system', 'Be brief.'), ('user', 'Hi')]" \
+  "{'max_tokens': <uint32 4>}")
+case "$out" in *"System role not supported"*) ;; *) fail "gemma2 + system: the error does not give the template's reason: $out";; esac
+note "gemma2: a system message -> InvalidArgument (System role not supported)"
+# Gemma 3 folds the system message into the first user turn: the prompt is the user-only one plus the system text
+# and the blank line.
+g_user=$(bcall Plan ssa\(ss\)a{sv} gemma3 "" 1 user "Hi" 1 max_tokens u 4 | jfield prompt_tokens)
+g_sys=$(bcall Plan ssa\(ss\)a{sv} gemma3 "" 2 system "Be brief." user "Hi" 1 max_tokens u 4 | jfield prompt_tokens)
+[ "$g_sys" -gt "$g_user" ] || fail "gemma3: a system message did not lengthen the prompt ($g_user -> $g_sys)"
+note "gemma3: the system message joins the first user turn ($g_user -> $g_sys prompt tokens)"
+
 # Chat and raw jobs complete on each (the GGUF ones through the Q8_0 / Q4_K, q5_0 kernels and gpt2 vocabularies).
-for m in qwen llama3 qwen3; do
-  id=$(bcall Submit ssa\(ss\)a{sv} "$m" "" 2 system "Be brief." user "Say hi <|eot_id|>" 1 max_tokens u 6 | jq -r '.data[0]')
+for m in qwen llama3 qwen3 gemma2 gemma3; do
+  msgs=(2 system "Be brief." user "Say hi <|eot_id|>")
+  [ "$m" != gemma2 ] || msgs=(1 user "Say hi <end_of_turn>")  # (no system role there)
+  id=$(bcall Submit ssa\(ss\)a{sv} "$m" "" "${msgs[@]}" 1 max_tokens u 6 | jq -r '.data[0]')
   [ "$(wait_job "$id")" = completed ] || fail "$m: chat job $id did not complete: $(bcall GetJob t "$id")"
   id=$(bcall Submit ssa\(ss\)a{sv} "$m" "Once upon a time" 0 1 max_tokens u 6 | jq -r '.data[0]')
   [ "$(wait_job "$id")" = completed ] || fail "$m: raw job $id did not complete: $(bcall GetJob t "$id")"
