@@ -120,8 +120,10 @@ Batch make_batch(const std::vector<const sd::Example*>& ex, const tandem::audio:
   const auto B = static_cast<std::int64_t>(ex.size());
   std::int64_t T = 0;
   for (const auto* e : ex) T = std::max<std::int64_t>(T, static_cast<std::int64_t>(e->input.size()));
-  Batch b{torch::empty({B, n_mels, frames}), torch::full({B, T}, pad, torch::kLong),
-          torch::full({B, T}, sd::kIgnore, torch::kLong)};
+  Batch b;
+  b.mel = torch::empty({B, n_mels, frames});
+  b.ids = torch::full({B, T}, pad, torch::kLong);
+  b.labels = torch::full({B, T}, sd::kIgnore, torch::kLong);
   float* m = b.mel.data_ptr<float>();
   auto ia = b.ids.accessor<std::int64_t, 2>();
   auto la = b.labels.accessor<std::int64_t, 2>();

@@ -24,6 +24,11 @@ run() {  # FILE LABEL
     echo "ok   $2"
   elif grep -q "unknown model architecture" "$tmp/bench.out"; then
     runs=$((runs - 1)); skipped="$skipped ${2%%:*}"  # (a llama.cpp older than the architecture: not a failure)
+  elif [ "${2%%:*}" = gemma2 ] && grep -q "llama.cpp:[0-9]*: fatal error" "$tmp/bench.out"; then
+    # Older llama.cpp (c392e509) builds a gemma2 graph only for the released depths (26, 42, 46 layers: its query
+    # scale is chosen by model size) and aborts on the preset's 2 layers; newer ones run it (the log-probability
+    # test of test_engine_architectures uses one).
+    runs=$((runs - 1)); skipped="$skipped gemma2(layers)"
   else
     echo "FAIL $2: llama-bench exited $?"; grep -m3 -i "error loading\|assert\|failed to load" "$tmp/bench.out" | sed 's/^/  | /'
     fails=$((fails + 1))
@@ -34,7 +39,7 @@ recipes="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S 
 # ...), and llama.cpp's vocabulary loader looks <|endoftext|> up in any model named phi3 (an exception otherwise).
 # Tandem reads no added tokens for a SentencePiece model yet: a known gap (docs/model-format.md).
 # qwen3 and gemma3: llama.cpp knows them since April and March 2025 (the c392e509 snapshot of ../shared/TOOLCHAIN.md
-# does not: skipped); gemma2 it runs.
+# does not: skipped); gemma2 it knows, for the released depths only (see run()).
 for preset in tiny llama3 qwen2 qwen3 mistral gemma2 gemma3; do
   for dtype in f32 f16 bf16; do
     f="$tmp/$preset-$dtype.gguf"

@@ -155,7 +155,9 @@ TEST_F(TrainWhisper, RenderWritesHeldOutSpeech) {
     EXPECT_EQ(file, "000" + std::to_string(n) + ".wav");
     EXPECT_GE(std::count(text.begin(), text.end(), ' '), 3) << text;
     EXPECT_EQ(text.back(), '.');
-    if (n == 0) EXPECT_EQ(voice, "en -s 175 -p 50");
+    if (n == 0) {
+      EXPECT_EQ(voice, "en -s 175 -p 50");
+    }
     const std::string bytes = read(out / file);
     auto pcm = audio::decode_audio(std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
     ASSERT_TRUE(pcm) << file << ": " << pcm.error().message;
