@@ -125,4 +125,54 @@ void write_bpe_vocab_to_gguf(GgufWriter& w, const tok::BpeVocab& v) {
   w.set("tokenizer.ggml.add_eos_token", GgufValue::of_bool(v.add_eos));
 }
 
+namespace {
+constexpr std::string_view kPhantom = "\xE2\x96\x81";  // U+2581
+bool bracketed(std::string_view t) { return t.size() >= 2 && t.front() == '[' && t.back() == ']'; }
+}  // namespace
+
+Result<std::vector<std::string>> wordpiece_tokens_from_gguf(const GgufFile& f) {
+  auto err = [&](const std::string& key, const std::string& what) {
+    return fail(Errc::format_error, f.path() + ": key '" + key + "' " + what);
+  };
+  const GgufValue* model = f.find("tokenizer.ggml.model");
+  if (model == nullptr) return fail(Errc::format_error, f.path() + ": has no tokenizer (key 'tokenizer.ggml.model' is missing)");
+  if (model->type != GgufType::string) return err("tokenizer.ggml.model", "must be a string, got " + show(*model));
+  if (model->str != "bert") {
+    return fail(Errc::unsupported, f.path() + ": tokenizer.ggml.model \"" + model->str.substr(0, 64) +
+                                       "\" is not a WordPiece (\"bert\") vocabulary");
+  }
+  const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  if (tokens == nullptr) return err("tokenizer.ggml.tokens", "is missing");
+  if (tokens->type != GgufType::array || tokens->elem_type != GgufType::string || tokens->strings.size() != tokens->count)
+    return err("tokenizer.ggml.tokens", "must be an array of strings, got " + show(*tokens));
+  if (tokens->count == 0) return err("tokenizer.ggml.tokens", "is empty");
+  if (tokens->count > static_cast<std::uint64_t>(limits::kMaxVocab))
+    return err("tokenizer.ggml.tokens", "has more than " + std::to_string(limits::kMaxVocab) + " tokens");
+  std::vector<std::string> out;
+  out.reserve(tokens->strings.size());
+  for (const std::string& t : tokens->strings) {
+    if (t.starts_with(kPhantom))
+      out.push_back(t.substr(kPhantom.size()));
+    else if (bracketed(t))
+      out.push_back(t);
+    else
+      out.push_back("##" + t);
+  }
+  return out;
+}
+
+std::vector<std::string> wordpiece_tokens_to_gguf(const std::vector<std::string>& tokens) {
+  std::vector<std::string> out;
+  out.reserve(tokens.size());
+  for (const std::string& t : tokens) {
+    if (bracketed(t))
+      out.push_back(t);
+    else if (t.starts_with("##"))
+      out.push_back(t.substr(2));
+    else
+      out.push_back(std::string(kPhantom) + t);
+  }
+  return out;
+}
+
 }  // namespace tandem::weights
