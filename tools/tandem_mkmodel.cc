@@ -7,6 +7,7 @@
 #include "cli_args.h"
 #include "data_dir.h"
 #include "generation/family_templates.h"
+#include "modelgen/bert_writer.h"
 #include "modelgen/clip_writer.h"
 #include "modelgen/gguf_convert.h"
 #include "modelgen/modelgen.h"
@@ -17,7 +18,7 @@ namespace {
 const char* kUsage =
     "usage: tandem-mkmodel --out DIR [--preset test|tiny|134m|llama3|qwen2|qwen3|mistral|phi3|gemma2|gemma3|\n"
     "                                  clip-test|clip-small|clip-b32|whisper-test|whisper-tiny|whisper-base|\n"
-    "                                  whisper-small|whisper-large-v3]\n"
+    "                                  whisper-small|whisper-large-v3|bert-test|nomic-test|bert-base]\n"
     "                      [--dtype f32|f16|bf16]\n"
     "                      [--seed N] [--shards N]\n"
     "                      [--tokenizer PATH] [--chat-template NAME|none] [--format hf|gguf [--type T]]\n"
@@ -43,7 +44,12 @@ const char* kUsage =
     "random weights; whisper-tiny/base/small/large-v3 have openai's shapes): config.json, model.safetensors,\n"
     "preprocessor_config.json, generation_config.json. whisper-test also gets a small Whisper tokenizer\n"
     "(tokenizer.json with the special, language and timestamp tokens) and its vocabulary size; the others keep\n"
-    "openai's vocabulary size and ids and have no tokenizer. HF layout only.\n";
+    "openai's vocabulary size and ids and have no tokenizer. HF layout only.\n"
+    "bert-test, nomic-test and bert-base write a text embedding model (BertModel / NomicBertModel as\n"
+    "sentence-transformers saves them: config.json, model.safetensors, vocab.txt with a generated WordPiece\n"
+    "vocabulary, modules.json, 1_Pooling/config.json; random weights; bert-test pools [CLS], the others mean;\n"
+    "bert-base has bert-base's shape); --format gguf writes llama.cpp's bert / nomic-bert file (--type F32, F16\n"
+    "or Q8_0).\n";
 
 }  // namespace
 
@@ -125,6 +131,42 @@ int main(int argc, char** argv) {
     }
     std::printf("wrote %s: preset %s (CLIP), %.1fM parameters, %s\n", out.c_str(), preset.c_str(),
                 static_cast<double>(written->parameters()) / 1e6, std::string(weights::dtype_name(o.dtype)).c_str());
+    return 0;
+  }
+  if (preset == "bert-test" || preset == "nomic-test" || preset == "bert-base") {
+    if (tokenizer_given || template_given || o.shards != 1) {
+      std::fprintf(stderr, "tandem-mkmodel: --preset %s writes a BERT-family embedding model: --tokenizer, "
+                   "--chat-template and --shards do not apply\n", preset.c_str());
+      return 2;
+    }
+    modelgen::BertWriteOptions bo;
+    bo.config = *modelgen::bert_preset(preset);
+    bo.dtype = o.dtype;
+    bo.seed = o.seed;
+    const std::string dir = format == "gguf" ? out + ".hf.tmp" : out;
+    auto st = modelgen::write_bert_model(dir, bo);
+    Result<modelgen::Recipe> recipe = modelgen::Recipe::f32;
+    if (st && format == "gguf") {
+      recipe = modelgen::parse_recipe(type.empty() ? std::string(weights::dtype_name(o.dtype)) : type);
+      if (!recipe) {
+        st = fail(recipe.error());
+      } else {
+        auto c = modelgen::convert_bert_to_gguf(dir, out, *recipe);
+        if (!c) st = fail(c.error());
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+    if (!st) {
+      std::fprintf(stderr, "tandem-mkmodel: %s: %s\n", std::string(errc_name(st.error().code)).c_str(),
+                   st.error().message.c_str());
+      return 1;
+    }
+    std::printf("wrote %s: preset %s (%s text embedding model, %s pooling), %s\n", out.c_str(), preset.c_str(),
+                std::string(weights::bert_family_name(bo.config.family)).c_str(),
+                std::string(weights::bert_pooling_name(bo.config.pooling)).c_str(),
+                format == "gguf" ? std::string(modelgen::recipe_name(*recipe)).c_str()
+                                 : std::string(weights::dtype_name(o.dtype)).c_str());
     return 0;
   }
   if (preset.rfind("whisper-", 0) == 0) {

@@ -216,18 +216,6 @@ Status write_clip_model(const std::string& dir, const ClipWriteOptions& o) {
   return weights::write_safetensors((fs::path(dir) / "model.safetensors").string(), all, meta);
 }
 
-namespace {
-
-Result<std::string> read_file_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return fail(Errc::io_error, path + ": cannot open");
-  std::ostringstream o;
-  o << f.rdbuf();
-  if (!f && !f.eof()) return fail(Errc::io_error, path + ": read error");
-  return o.str();
-}
-
-}  // namespace
 
 Result<ConvertStats> convert_clip_to_gguf(const std::string& hf_dir, const std::string& out_file, Recipe r) {
   using kernels::WType;
@@ -235,7 +223,7 @@ Result<ConvertStats> convert_clip_to_gguf(const std::string& hf_dir, const std::
   using weights::GgufValue;
   if (r != Recipe::f32 && r != Recipe::f16 && r != Recipe::bf16 && r != Recipe::q8_0)
     return fail(Errc::unsupported, "CLIP GGUF: type " + std::string(recipe_name(r)) + " is not supported (F32, F16, BF16, Q8_0)");
-  auto text = read_file_text(hf_dir + "/config.json");
+  auto text = read_text_file(hf_dir + "/config.json");
   if (!text) return fail(std::move(text).error());
   auto cfg = weights::parse_clip_config(*text, hf_dir + "/config.json");
   if (!cfg) return fail(std::move(cfg).error());
@@ -244,7 +232,7 @@ Result<ConvertStats> convert_clip_to_gguf(const std::string& hf_dir, const std::
   if (!st) return fail(std::move(st).error());
   std::optional<std::vector<std::string>> tokens;
   if (fs::is_regular_file(hf_dir + "/vocab.json")) {
-    auto vt = read_file_text(hf_dir + "/vocab.json");
+    auto vt = read_text_file(hf_dir + "/vocab.json");
     if (!vt) return fail(std::move(vt).error());
     auto t = weights::clip_vocab_tokens(*vt, hf_dir + "/vocab.json");
     if (!t) return fail(std::move(t).error());
@@ -252,7 +240,7 @@ Result<ConvertStats> convert_clip_to_gguf(const std::string& hf_dir, const std::
   }
   weights::ClipConfig pc = c;
   if (fs::is_regular_file(hf_dir + "/preprocessor_config.json")) {
-    auto pt = read_file_text(hf_dir + "/preprocessor_config.json");
+    auto pt = read_text_file(hf_dir + "/preprocessor_config.json");
     if (!pt) return fail(std::move(pt).error());
     TANDEM_TRY(weights::parse_clip_preprocessor(*pt, hf_dir + "/preprocessor_config.json", pc));
   }

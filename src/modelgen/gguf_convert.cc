@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kernels/quant.h"
+#include "modelgen/modelgen.h"
 #include "tokenizer/hf_vocab.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/gguf.h"
@@ -114,21 +115,6 @@ int layer_of(const std::string& name) {
   while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && v < 1000000)
     v = v * 10 + (name[i++] - '0');
   return v;
-}
-
-constexpr std::uintmax_t kMaxTokenizerText = 512u << 20;
-
-Result<std::string> read_text_file(const std::string& path) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return fail(Errc::io_error, path + ": cannot read (" + ec.message() + ")");
-  if (size > kMaxTokenizerText) return fail(Errc::format_error, path + ": is larger than 512 MiB");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return fail(Errc::io_error, path + ": cannot open");
-  std::string text(static_cast<std::size_t>(size), '\0');
-  f.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (static_cast<std::uintmax_t>(f.gcount()) != size) return fail(Errc::io_error, path + ": read error");
-  return text;
 }
 
 std::string gguf_path_of(const std::string& in) {

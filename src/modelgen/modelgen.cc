@@ -195,15 +195,6 @@ Status check(const Options& o) {
 
 Status write_text(const fs::path& p, const std::string& text) { return write_text_file(p.string(), text); }
 
-Result<std::string> read_file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return fail(Errc::io_error, "cannot read " + path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return fail(Errc::io_error, "cannot read " + path);
-  return ss.str();
-}
-
 }  // namespace
 
 Status write_text_file(const std::string& path, const std::string& text) {
@@ -212,6 +203,20 @@ Status write_text_file(const std::string& path, const std::string& text) {
   f.close();
   if (!f) return fail(Errc::io_error, "cannot write " + path);
   return {};
+}
+
+Result<std::string> read_text_file(const std::string& path) {
+  constexpr std::uintmax_t kMax = 512u << 20;
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return fail(Errc::io_error, path + ": cannot read (" + ec.message() + ")");
+  if (size > kMax) return fail(Errc::format_error, path + ": is larger than 512 MiB");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail(Errc::io_error, path + ": cannot open");
+  std::string text(static_cast<std::size_t>(size), '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (static_cast<std::uintmax_t>(f.gcount()) != size) return fail(Errc::io_error, path + ": read error");
+  return text;
 }
 
 Status write_model(const std::string& dir, const Options& o) {
@@ -259,7 +264,7 @@ Status write_model(const std::string& dir, const Options& o) {
   // entries after the copied bytes extend the list).
   std::string sp_bytes;
   if (!o.bpe && !o.tokenizer_model.empty() && !o.extra_pieces.empty()) {
-    auto bytes = read_file_bytes(o.tokenizer_model);
+    auto bytes = read_text_file(o.tokenizer_model);
     if (!bytes) return fail(std::move(bytes).error());
     auto base = tok::Tokenizer::from_bytes(*bytes, o.tokenizer_model);
     if (!base) return fail(std::move(base).error());

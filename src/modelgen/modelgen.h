@@ -97,6 +97,9 @@ Status write_model(const std::string& dir, const Options& opts);
 
 // Writes `text` to `path` (created or truncated); io_error naming the file. Shared by the writers.
 Status write_text_file(const std::string& path, const std::string& text);
+// A file's bytes (at most 512 MiB: format_error beyond; io_error when it cannot be read). Used by the writers and
+// converters for the model files they read.
+Result<std::string> read_text_file(const std::string& path);
 
 // Rounding conversions used for f16/bf16 files (round to nearest even).
 std::uint16_t float_to_bf16(float f);
