@@ -2,6 +2,8 @@
 # Media through tandem-http against the real tandemd (a Whisper-layout model and a CLIP model next to the LLM on one
 # simulated GPU), driven by curl, the official `openai` and `ollama` npm clients and a small Wyoming client:
 #   - embeddings (OpenAI float and base64, Ollama /api/embed, a CLIP image as a data URL) equal D-Bus Embed's vectors;
+#     a BERT-family text encoder (nomic-test) through the same endpoints and clients, with OpenAI's dimensions
+#     (Matryoshka: the first N values, normalised again);
 #   - espeak-ng speech uploaded as multipart gives the same text as D-Bus Transcribe (tandemctl transcribe) on the
 #     same file, in each response_format (json, text, srt, vtt, verbose_json), streamed as transcript.text.delta /
 #     done events; malformed uploads get typed errors;
@@ -13,10 +15,17 @@ NODE_DIR="$(cd "$(dirname "$0")/node" && pwd)"
 
 tandem_asr_model
 tandem_clip_model
+"$MKMODEL" --out "$T_DIR/nomic" --preset nomic-test >/dev/null
 tandem_setup "
 [[model]]
 name = \"clip\"
 dir = \"$CLIP\"
+cpu_threads = 1
+gpu_threads = 1
+
+[[model]]
+name = \"nomic\"
+dir = \"$T_DIR/nomic\"
 cpu_threads = 1
 gpu_threads = 1
 
@@ -98,6 +107,27 @@ url="data:image/png;base64,$(base64 -w0 "$T_DIR/red.png")"
 i=$(curl -s "$B/v1/embeddings" -d "{\"model\":\"clip\",\"input\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"$url\"}}]}")
 same_vectors "$(jq -c '[.data[].embedding]' <<<"$i")" "$(jq -c '.vectors // [.embeddings[]?]' <<<"$ref_i")" || hfail "image embedding != D-Bus Embed: $i"
 note "embeddings: OpenAI float, base64 (openai client), /api/embed (ollama client), a PNG data URL: D-Bus Embed's vectors"
+
+# A text encoder (NomicBertModel) behind the same endpoints: D-Bus Embed's vectors; dimensions=16 gives the first 16
+# values of each, normalised again (Matryoshka truncation).
+ref_n=$("$TANDEMCTL" embed --json --model nomic "search_query: a red square" "search_document: a blue circle") ||
+  fail "tandemctl embed nomic: $ref_n"
+ref_nv=$(jq -c '.vectors' <<<"$ref_n")
+f=$(curl -s "$B/v1/embeddings" -d '{"model":"nomic","input":["search_query: a red square","search_document: a blue circle"],"encoding_format":"float"}')
+same_vectors "$(jq -c '[.data[].embedding]' <<<"$f")" "$ref_nv" || hfail "nomic: float embeddings != D-Bus Embed: $f"
+o=$(curl -s "$B/api/embed" -d '{"model":"nomic","input":["search_query: a red square","search_document: a blue circle"]}')
+same_vectors "$(jq -c .embeddings <<<"$o")" "$ref_nv" || hfail "nomic: /api/embed != D-Bus Embed: $o"
+d=$(curl -s "$B/v1/embeddings" -d '{"model":"nomic","input":["search_query: a red square","search_document: a blue circle"],"encoding_format":"float","dimensions":16}')
+want16=$(jq -c '[.[] | .[:16] | (map(. * .) | add | sqrt) as $n | map(. / $n)]' <<<"$ref_nv")
+same_vectors "$(jq -c '[.data[].embedding]' <<<"$d")" "$want16" || hfail "nomic: dimensions=16 is not the normalised first 16 values: $d"
+if command -v node >/dev/null; then
+  r=$(node "$NODE_DIR/clients.mjs" "$B" ollama_embed nomic) || hfail "ollama embed nomic: $r"
+  ref_o=$("$TANDEMCTL" embed --json --model nomic "a red square" "a blue circle") || fail "tandemctl embed nomic: $ref_o"
+  same_vectors "$(jq -c .vectors <<<"$r")" "$(jq -c .vectors <<<"$ref_o")" || hfail "ollama client (nomic) != D-Bus Embed: $r"
+  r=$(node "$NODE_DIR/clients.mjs" "$B" openai_embed nomic) || hfail "openai embeddings nomic: $r"
+  same_vectors "$(jq -c .vectors <<<"$r")" "$(jq -c .vectors <<<"$ref_o")" || hfail "openai client (nomic) != D-Bus Embed: $r"
+fi
+note "a text encoder (nomic-test): /v1/embeddings, /api/embed, the openai and ollama clients give D-Bus Embed's vectors; dimensions=16 truncates and normalises"
 
 if command -v espeak-ng >/dev/null; then
   espeak-ng -w "$T_DIR/speech.wav" "the quick brown fox jumps over the lazy dog" || fail "espeak-ng"
