@@ -113,21 +113,13 @@ struct BertModel::Impl : EncoderModelBase {
     return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1).reshape({R, heads * hd});
   }
 
-  // Bidirectional attention within each text.
+  // Bidirectional attention within each text, with ATen on either device: a text's scores and weighted sums are
+  // products over its own rows only, so its vector does not depend on the other texts of the call (the f32 GEMMs
+  // of one shape give the same result every time). Scalar per-row loops in double (encoder_rows.h, CLIP's
+  // choice) cost 4x more than the matrix products on 128-token passages.
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const std::vector<std::int64_t>& lens) const {
     const std::int64_t H = q.size(1), heads = cfg.heads, hd = H / heads;
-    if (!on_accel()) {
-      const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-      at::Tensor out = at::empty_like(qc);
-      std::int64_t off = 0;
-      for (std::int64_t L : lens) {
-        attention_rows(qc.data_ptr<float>() + off * H, kc.data_ptr<float>() + off * H, vc.data_ptr<float>() + off * H,
-                       out.data_ptr<float>() + off * H, 0, L, L, H, static_cast<int>(heads), false, 0);
-        off += L;
-      }
-      return out;
-    }
     std::vector<at::Tensor> parts;
     std::int64_t off = 0;
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -137,7 +129,7 @@ struct BertModel::Impl : EncoderModelBase {
       parts.push_back(at::matmul(at::softmax(sc, -1), split(v)).transpose(0, 1).reshape({L, H}));
       off += L;
     }
-    return at::cat(parts, 0);
+    return parts.size() == 1 ? parts.front().contiguous() : at::cat(parts, 0);
   }
 
   at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) const {

@@ -150,6 +150,16 @@ Result<std::string> sentence_transformers_pooling_dir(std::string_view modules_j
   Json j;
   ASSIGN_OR_RETURN(j, detail::parse_json(modules_json, origin));
   if (!j.is_array()) return fail(Errc::format_error, origin + ": must be a JSON array of modules");
+  // A module after pooling that changes the vector (a Dense projection, a LayerNorm) is not applied by Tandem:
+  // refused rather than giving other vectors than sentence-transformers does.
+  for (const Json& m : j) {
+    if (!m.is_object() || !m.contains("type") || !m["type"].is_string()) continue;
+    const std::string t = m["type"].get<std::string>();
+    if (t != "sentence_transformers.models.Transformer" && t != "sentence_transformers.models.Pooling" &&
+        t != "sentence_transformers.models.Normalize")
+      return fail(Errc::unsupported, origin + ": module " + detail::printable(t.substr(0, 96)) +
+                                         " is not supported (Transformer, Pooling and Normalize only)");
+  }
   for (const Json& m : j) {
     if (!m.is_object() || !m.contains("type") || !m["type"].is_string()) continue;
     if (m["type"].get<std::string>() != "sentence_transformers.models.Pooling") continue;

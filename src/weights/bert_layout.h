@@ -54,7 +54,8 @@ Result<BertConfig> parse_bert_config(std::string_view json_text, const std::stri
 Status parse_sentence_transformers_pooling(std::string_view json_text, const std::string& origin, BertConfig& c);
 
 // modules.json of a sentence-transformers directory: the path of its sentence_transformers.models.Pooling module
-// ("" when it has none). format_error for a path that is not a plain directory name.
+// ("" when it has none). format_error for a path that is not a plain directory name; unsupported for a module other
+// than Transformer, Pooling and Normalize (a Dense projection after pooling would change the vectors).
 Result<std::string> sentence_transformers_pooling_dir(std::string_view modules_json, const std::string& origin);
 // tokenizer_config.json's do_lower_case (true when absent), which a vocab.txt tokenizer follows.
 Result<bool> tokenizer_do_lower_case(std::string_view tokenizer_config_json, const std::string& origin);

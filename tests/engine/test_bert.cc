@@ -418,6 +418,12 @@ TEST(Bert, BadInputAndFilesAreTypedErrors) {
             Errc::unsupported);
   EXPECT_EQ(weights::parse_sentence_transformers_pooling(R"({})", "p", c).error().code, Errc::format_error);
   EXPECT_EQ(weights::sentence_transformers_pooling_dir(
+                R"([{"type": "sentence_transformers.models.Pooling", "path": "1_Pooling"},
+                    {"type": "sentence_transformers.models.Dense", "path": "2_Dense"}])", "modules.json")
+                .error()
+                .code,
+            Errc::unsupported);
+  EXPECT_EQ(weights::sentence_transformers_pooling_dir(
                 R"([{"type": "sentence_transformers.models.Pooling", "path": "../etc"}])", "modules.json")
                 .error()
                 .code,

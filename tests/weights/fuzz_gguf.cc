@@ -4,6 +4,7 @@
 //      aligned, names and keys are unique, tensor_data() agrees with the type; then the SentencePiece ModelProto
 //      rebuilt from its tokenizer.ggml.* metadata, which — when it is built at all — must load in the native tokenizer
 //      without a protobuf *parse* error (that would be a bug in our serializer), and encode/decode a short text.
+//      The BERT-family reading (bert_config_from_gguf, its tensor views, the WordPiece vocabulary encoding a text).
 //   2. ModelDir::open on the same bytes as a file (a memfd under /proc/self/fd): the llama.* mapping, required
 //      tensors, types, shapes; if it opens, every tensor view lies inside the mapping and the shapes match the bytes.
 // Anything else than "ok or a typed error" — a crash, a sanitizer report, a broken invariant (abort) — is a finding.
@@ -16,7 +17,10 @@
 #include <string>
 
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/wordpiece.h"
+#include "weights/bert_layout.h"
 #include "weights/gguf.h"
+#include "weights/gguf_tokenizer.h"
 #include "weights/gguf_model.h"
 #include "weights/model_dir.h"
 
@@ -65,6 +69,38 @@ void check_file(const GgufFile& f) {
   (void)tok->decode(ids);
 }
 
+// The BERT-family reading of the file: its configuration, tensor views inside the file, and its WordPiece
+// vocabulary encoding a text within the positions, [CLS] first and [SEP] last.
+void check_bert(const GgufFile& f) {
+  auto c = bert_config_from_gguf(f);
+  if (c.ok()) {
+    check(c->hidden > 0 && c->heads > 0 && c->hidden % c->heads == 0 && c->vocab > 0);
+    auto views = bert_tensor_views_from_gguf(f, *c);
+    if (views.ok()) {
+      const auto all = f.bytes();
+      for (const auto& t : *views)
+        if (!t.data.empty()) check(t.data.data() >= all.data() && t.data.data() + t.data.size() <= all.data() + all.size());
+    } else {
+      check(views.error().code == Errc::format_error);
+    }
+  } else {
+    check(c.error().code == Errc::format_error || c.error().code == Errc::unsupported);
+  }
+  auto toks = wordpiece_tokens_from_gguf(f);
+  if (!toks.ok()) {
+    check(toks.error().code == Errc::format_error || toks.error().code == Errc::unsupported);
+    return;
+  }
+  auto wp = tok::WordPieceTokenizer::from_tokens(std::move(toks).value(), "fuzz");
+  if (!wp.ok()) {
+    check(wp.error().code == Errc::format_error);
+    return;
+  }
+  const auto ids = wp->encode("Hello, w\xC3\xB6rld \xE4\xB8\xAD\xE6\x96\x87 ##x [CLS] \xFF", 8);
+  check(ids.size() >= 2 && ids.size() <= 8 && ids.front() == wp->cls_id() && ids.back() == wp->sep_id());
+  for (auto id : ids) check(id >= 0 && id < wp->vocab_size());
+}
+
 int memfd() {
   static const int fd = ::memfd_create("fuzz-gguf", MFD_CLOEXEC);
   if (fd < 0) std::abort();
@@ -99,6 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto f = GgufFile::parse(std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), size), "fuzz.gguf");
   if (f.ok()) {
     check_file(*f);
+    check_bert(*f);
   } else {
     check(f.error().code == Errc::format_error || f.error().code == Errc::unsupported);
   }

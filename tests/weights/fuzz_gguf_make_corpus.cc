@@ -3,8 +3,9 @@
 //   fuzz_gguf_make_corpus DIR
 // Every metadata value type with nested arrays and tensors of many ggml types; three tiny Llama models (q8_0 with a
 // byte-fallback vocabulary and tied output; f16 untied with a small vocabulary, a chat template and rope scaling;
-// q5_0 untied; iq4_nl untied);
-// a vocabulary-only file; a version-2 file with alignment 64.
+// q5_0 untied; iq4_nl untied); a tiny gemma3 (q/k norms, post-norms); a tiny BERT text encoder (llama.cpp's bert
+// layout with a WordPiece vocabulary in its phantom-space spelling); a vocabulary-only file; a version-2 file with
+// alignment 64.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -94,6 +95,75 @@ GgufWriter llama(kernels::WType mt, bool byte_pieces, bool tied) {
   return w;
 }
 
+// The llama seed renamed gemma3, with the tensors that architecture adds.
+GgufWriter gemma3() {
+  GgufWriter w = llama(kernels::WType::q8_0, false, true);
+  w.set("general.architecture", GgufValue::of_string("gemma3"));
+  const int hidden = 32, hd = 16;
+  w.set("gemma3.context_length", GgufValue::of_uint(GgufType::u32, 64));
+  w.set("gemma3.embedding_length", GgufValue::of_uint(GgufType::u32, hidden));
+  w.set("gemma3.block_count", GgufValue::of_uint(GgufType::u32, 1));
+  w.set("gemma3.feed_forward_length", GgufValue::of_uint(GgufType::u32, 32));
+  w.set("gemma3.attention.head_count", GgufValue::of_uint(GgufType::u32, 2));
+  w.set("gemma3.attention.head_count_kv", GgufValue::of_uint(GgufType::u32, 1));
+  w.set("gemma3.attention.key_length", GgufValue::of_uint(GgufType::u32, hd));
+  w.set("gemma3.attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::f32, 1e-6));
+  w.set("gemma3.attention.sliding_window", GgufValue::of_uint(GgufType::u32, 8));
+  w.set("gemma3.rope.freq_base", GgufValue::of_float(GgufType::f32, 1e6));
+  unsigned seed = 50;
+  for (const char* n : {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"})
+    if (!w.add_tensor(n, kernels::WType::f32, {hd}, bytes(hd * 4, seed++)).ok()) std::abort();
+  for (const char* n : {"blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight"})
+    if (!w.add_tensor(n, kernels::WType::f32, {hidden}, bytes(hidden * 4, seed++)).ok()) std::abort();
+  return w;
+}
+
+// A one-layer BERT text encoder as llama.cpp's converter writes it.
+GgufWriter bert() {
+  GgufWriter w;
+  const int hidden = 32, inter = 64;
+  w.set("general.architecture", GgufValue::of_string("bert"));
+  w.set("bert.context_length", GgufValue::of_uint(GgufType::u32, 16));
+  w.set("bert.embedding_length", GgufValue::of_uint(GgufType::u32, hidden));
+  w.set("bert.feed_forward_length", GgufValue::of_uint(GgufType::u32, inter));
+  w.set("bert.block_count", GgufValue::of_uint(GgufType::u32, 1));
+  w.set("bert.attention.head_count", GgufValue::of_uint(GgufType::u32, 2));
+  w.set("bert.attention.layer_norm_epsilon", GgufValue::of_float(GgufType::f32, 1e-12));
+  w.set("bert.attention.causal", GgufValue::of_bool(false));
+  w.set("bert.pooling_type", GgufValue::of_uint(GgufType::u32, 1));
+  const std::vector<std::string> toks = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "\xE2\x96\x81hello", "\xE2\x96\x81w",
+                                         "or", "ld", "\xE2\x96\x81,", "\xE2\x96\x81\xE4\xB8\xAD"};
+  w.set("tokenizer.ggml.model", GgufValue::of_string("bert"));
+  w.set("tokenizer.ggml.tokens", GgufValue::of_strings(toks));
+  w.set("tokenizer.ggml.token_type_count", GgufValue::of_uint(GgufType::u32, 2));
+  w.set("tokenizer.ggml.padding_token_id", GgufValue::of_uint(GgufType::u32, 0));
+  const std::int64_t nv = static_cast<std::int64_t>(toks.size());
+  unsigned seed = 70;
+  auto add = [&](const std::string& name, kernels::WType t, std::vector<std::int64_t> shape) {
+    const std::size_t rows = shape.size() == 2 ? static_cast<std::size_t>(shape[0]) : 1;
+    if (!w.add_tensor(name, t, shape, bytes(kernels::row_bytes(t, shape.back()) * rows, seed++)).ok()) std::abort();
+  };
+  const auto f32 = kernels::WType::f32, q8 = kernels::WType::q8_0;
+  add("token_embd.weight", f32, {nv, hidden});
+  add("token_types.weight", f32, {2, hidden});
+  add("position_embd.weight", f32, {16, hidden});
+  add("token_embd_norm.weight", f32, {hidden});
+  add("token_embd_norm.bias", f32, {hidden});
+  for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+    add(std::string("blk.0.") + m + ".weight", q8, {hidden, hidden});
+    add(std::string("blk.0.") + m + ".bias", f32, {hidden});
+  }
+  add("blk.0.attn_output_norm.weight", f32, {hidden});
+  add("blk.0.attn_output_norm.bias", f32, {hidden});
+  add("blk.0.ffn_up.weight", q8, {inter, hidden});
+  add("blk.0.ffn_up.bias", f32, {inter});
+  add("blk.0.ffn_down.weight", q8, {hidden, inter});
+  add("blk.0.ffn_down.bias", f32, {hidden});
+  add("blk.0.layer_output_norm.weight", f32, {hidden});
+  add("blk.0.layer_output_norm.bias", f32, {hidden});
+  return w;
+}
+
 GgufWriter all_types() {
   GgufWriter w;
   w.set("u8", GgufValue::of_uint(GgufType::u8, 200));
@@ -141,6 +211,8 @@ int main(int argc, char** argv) {
   f16.set("llama.rope.scaling.factor", GgufValue::of_float(GgufType::f32, 2.0));
   const GgufWriter q5 = llama(kernels::WType::q5_0, false, false);
   const GgufWriter iq4 = llama(kernels::WType::iq4_nl, false, false);
+  const GgufWriter g3 = gemma3();
+  const GgufWriter bt = bert();
   GgufWriter voc;
   voc.set("general.architecture", GgufValue::of_string("llama"));
   vocab(voc, true);
@@ -151,6 +223,7 @@ int main(int argc, char** argv) {
       {"all_types.gguf", nullptr}, {"llama_q8_0_bytes_tied.gguf", nullptr},
       {"llama_f16.gguf", &f16},    {"vocab_only.gguf", &voc},
       {"v2_align64.gguf", &v2},    {"llama_q5_0.gguf", &q5}, {"llama_iq4_nl.gguf", &iq4},
+      {"gemma3_q8_0.gguf", &g3},   {"bert_q8_0.gguf", &bt},
   };
   const GgufWriter types = all_types();
   const GgufWriter q8 = llama(kernels::WType::q8_0, true, true);
