@@ -130,7 +130,6 @@ Status write_bert_model(const std::string& dir, const BertWriteOptions& opts) {
                             ",\n  \"pooling_mode_max_tokens\": false,\n  \"pooling_mode_mean_sqrt_len_tokens\": false\n}\n"));
 
   const auto required = weights::bert_required_tensors(c);
-  const std::size_t esize = weights::dtype_size(opts.dtype);
   std::vector<std::vector<std::byte>> storage(required.size());
   std::vector<weights::TensorToWrite> all;
   std::vector<float> vals;
@@ -142,25 +141,10 @@ Status write_bert_model(const std::string& dir, const BertWriteOptions& opts) {
     const bool norm_w = (name.find("LayerNorm") != std::string::npos || name.find("norm") != std::string::npos ||
                          name.find("emb_ln") != std::string::npos) &&
                         name.ends_with(".weight");
-    const float base = norm_w ? 1.0f : 0.0f;
-    const float a = (norm_w ? 0.1f : 0.02f) * std::sqrt(3.0f);
-    for (std::uint64_t i = 0; i < numel; i += 4) {
-      const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32),
-                                      static_cast<std::uint32_t>(ti), 0xBE57},
-                                     {static_cast<std::uint32_t>(opts.seed), static_cast<std::uint32_t>(opts.seed >> 32)});
-      for (std::uint64_t j = 0; j < 4 && i + j < numel; ++j)
-        vals[i + j] = base + (static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
-    }
+    fill_uniform(vals, norm_w ? 1.0f : 0.0f, (norm_w ? 0.1f : 0.02f) * std::sqrt(3.0f), opts.seed,
+                 static_cast<std::uint32_t>(ti), 0xBE57);
+    encode_floats(vals, opts.dtype, storage[ti]);
     auto& buf = storage[ti];
-    buf.resize(numel * esize);
-    if (opts.dtype == weights::DType::f32) {
-      std::memcpy(buf.data(), vals.data(), buf.size());
-    } else {
-      for (std::uint64_t i = 0; i < numel; ++i) {
-        const std::uint16_t h = opts.dtype == weights::DType::bf16 ? float_to_bf16(vals[i]) : float_to_f16(vals[i]);
-        std::memcpy(buf.data() + i * 2, &h, 2);
-      }
-    }
     all.push_back({name, opts.dtype, shape, std::span<const std::byte>(buf)});
   }
   return weights::write_safetensors((fs::path(dir) / "model.safetensors").string(), all,
@@ -255,21 +239,7 @@ Result<ConvertStats> convert_bert_to_gguf(const std::string& hf_dir, const std::
     if (matrix && r == Recipe::f16) type = WType::f16;
     if (matrix && r == Recipe::q8_0)
       type = shape[1] % 32 == 0 && name.find("word_embeddings") == std::string::npos ? WType::q8_0 : WType::f16;
-    const std::int64_t cols = shape.back();
-    const std::uint64_t rows = static_cast<std::uint64_t>(tv->data.size() / kernels::row_bytes(tv->type, cols));
-    std::vector<std::byte> data(kernels::row_bytes(type, cols) * rows);
-    std::vector<float> row(static_cast<std::size_t>(cols));
-    const std::size_t in_rb = kernels::row_bytes(tv->type, cols), out_rb = kernels::row_bytes(type, cols);
-    for (std::uint64_t i = 0; i < rows; ++i) {
-      kernels::dequantize_row(tv->type, tv->data.data() + i * in_rb, row.data(), cols);
-      kernels::quantize_row(type, row.data(), data.data() + i * out_rb, cols);
-    }
-    TANDEM_TRY(w.add_tensor(*g, type, shape, data));
-    stats.tensors++;
-    stats.quantized += type != tv->type;
-    stats.bytes_in += tv->data.size();
-    stats.bytes_out += data.size();
-    stats.types.emplace_back(*g, type);
+    TANDEM_TRY(add_converted_tensor(w, *tv, *g, type, stats));
   }
   TANDEM_TRY(w.write(out_file));
   std::error_code ec;

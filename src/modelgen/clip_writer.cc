@@ -161,7 +161,6 @@ Status write_clip_model(const std::string& dir, const ClipWriteOptions& o) {
   TANDEM_TRY(write_text(fs::path(dir) / "preprocessor_config.json", pre.str()));
 
   const auto required = weights::clip_required_tensors(s.config());
-  const std::size_t esize = weights::dtype_size(o.dtype);
   std::vector<std::vector<std::byte>> storage(required.size() + 2);
   std::vector<weights::TensorToWrite> all;
   std::vector<float> vals;
@@ -182,25 +181,11 @@ Status write_clip_model(const std::string& dir, const ClipWriteOptions& o) {
       // weights 1 ± (std 0.1) and biases std 0.1, so a forward that ignored them would show.
       const float a = (ln ? 0.1F : 0.02F) * std::sqrt(3.0F);
       const float base = ln && name.ends_with(".weight") ? 1.0F : 0.0F;
-      for (std::uint64_t i = 0; i < numel; i += 4) {
-        const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32),
-                                        static_cast<std::uint32_t>(ti), 0xC11F},
-                                       {static_cast<std::uint32_t>(o.seed), static_cast<std::uint32_t>(o.seed >> 32)});
-        for (std::uint64_t j = 0; j < 4 && i + j < numel; ++j)
-          vals[i + j] = base + (static_cast<float>(r[j] >> 8) * (1.0F / 16777216.0F) * 2.0F - 1.0F) * a;
-      }
+      fill_uniform(vals, base, a, o.seed, static_cast<std::uint32_t>(ti), 0xC11F);
     }
     const weights::DType dt = name == "logit_scale" ? weights::DType::f32 : o.dtype;
     auto& buf = storage[ti];
-    buf.resize(numel * weights::dtype_size(dt));
-    if (dt == weights::DType::f32) {
-      std::memcpy(buf.data(), vals.data(), buf.size());
-    } else {
-      for (std::uint64_t i = 0; i < numel; ++i) {
-        const std::uint16_t h = dt == weights::DType::bf16 ? float_to_bf16(vals[i]) : float_to_f16(vals[i]);
-        std::memcpy(buf.data() + i * esize, &h, 2);
-      }
-    }
+    encode_floats(vals, dt, buf);
     all.push_back({name, dt, shape, std::span<const std::byte>(buf)});
   }
   // The position_ids buffers older transformers versions saved (int64 [1, positions]); readers ignore them.
@@ -306,21 +291,7 @@ Result<ConvertStats> convert_clip_to_gguf(const std::string& hf_dir, const std::
                                   ? WType::f16
                                   : recipe_default_type(r);
     }
-    const std::int64_t cols = shape.empty() ? 1 : shape.back();
-    const std::uint64_t rows = cols > 0 ? static_cast<std::uint64_t>(tv->data.size() / kernels::row_bytes(tv->type, cols)) : 0;
-    std::vector<std::byte> data(kernels::row_bytes(type, cols) * rows);
-    std::vector<float> row(static_cast<std::size_t>(cols));
-    const std::size_t in_rb = kernels::row_bytes(tv->type, cols), out_rb = kernels::row_bytes(type, cols);
-    for (std::uint64_t i = 0; i < rows; ++i) {
-      kernels::dequantize_row(tv->type, tv->data.data() + i * in_rb, row.data(), cols);
-      kernels::quantize_row(type, row.data(), data.data() + i * out_rb, cols);
-    }
-    TANDEM_TRY(w.add_tensor(*g, type, shape, data));
-    stats.tensors++;
-    stats.quantized += type != tv->type;
-    stats.bytes_in += tv->data.size();
-    stats.bytes_out += data.size();
-    stats.types.emplace_back(*g, type);
+    TANDEM_TRY(add_converted_tensor(w, *tv, *g, type, stats));
   }
   TANDEM_TRY(w.write(out_file));
   std::error_code ec;

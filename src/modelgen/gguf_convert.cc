@@ -379,6 +379,26 @@ void convert_rows(const SrcTensor& t, WType out_type, std::byte* out, std::uint6
 
 }  // namespace
 
+Status add_converted_tensor(weights::GgufWriter& w, const weights::TensorView& tv, const std::string& gguf_name,
+                            WType type, ConvertStats& stats) {
+  const std::int64_t cols = tv.shape.empty() ? 1 : tv.shape.back();
+  const std::size_t in_rb = kernels::row_bytes(tv.type, cols), out_rb = kernels::row_bytes(type, cols);
+  const std::uint64_t rows = cols > 0 && in_rb > 0 ? tv.data.size() / in_rb : 0;
+  std::vector<std::byte> data(out_rb * rows);
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    kernels::dequantize_row(tv.type, tv.data.data() + i * in_rb, row.data(), cols);
+    kernels::quantize_row(type, row.data(), data.data() + i * out_rb, cols);
+  }
+  TANDEM_TRY(w.add_tensor(gguf_name, type, tv.shape, data));
+  stats.tensors++;
+  stats.quantized += type != tv.type;
+  stats.bytes_in += tv.data.size();
+  stats.bytes_out += data.size();
+  stats.types.emplace_back(gguf_name, type);
+  return {};
+}
+
 Result<Recipe> parse_recipe(std::string_view name) {
   std::string up(name);
   for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));

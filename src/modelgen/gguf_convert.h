@@ -15,6 +15,7 @@
 #include "core/result.h"
 #include "tokenizer/bpe_vocab.h"
 #include "kernels/types.h"
+#include "weights/model_dir.h"
 
 namespace tandem::modelgen {
 
@@ -70,6 +71,11 @@ struct ConvertStats {
   std::uint64_t file_bytes = 0;
   std::vector<std::pair<std::string, kernels::WType>> types;  // per tensor, in file order
 };
+
+// Adds `tv` (any Tandem type, its Hugging Face shape) to `w` as the GGUF tensor `gguf_name` of `type`, row by row
+// through f32, and counts it in `stats` (the CLIP and BERT converters' per-tensor step).
+Status add_converted_tensor(weights::GgufWriter& w, const weights::TensorView& tv, const std::string& gguf_name,
+                            kernels::WType type, ConvertStats& stats);
 
 // Converts the model at `in` (a HF directory, a .gguf file or a directory holding one) into a GGUF file at `out`
 // with recipe `r`. `threads` splits the rows of large tensors (results do not depend on it). Errors are those of

@@ -205,6 +205,28 @@ Status write_text_file(const std::string& path, const std::string& text) {
   return {};
 }
 
+void fill_uniform(std::vector<float>& vals, float base, float a, std::uint64_t seed, std::uint32_t ti, std::uint32_t salt) {
+  const std::uint64_t numel = vals.size();
+  for (std::uint64_t i = 0; i < numel; i += 4) {
+    const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32), ti, salt},
+                                   {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)});
+    for (std::uint64_t j = 0; j < 4 && i + j < numel; ++j)
+      vals[i + j] = base + (static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
+  }
+}
+
+void encode_floats(const std::vector<float>& vals, weights::DType dtype, std::vector<std::byte>& out) {
+  out.resize(vals.size() * weights::dtype_size(dtype));
+  if (dtype == weights::DType::f32) {
+    std::memcpy(out.data(), vals.data(), out.size());
+    return;
+  }
+  for (std::size_t i = 0; i < vals.size(); ++i) {
+    const std::uint16_t h = dtype == weights::DType::bf16 ? float_to_bf16(vals[i]) : float_to_f16(vals[i]);
+    std::memcpy(out.data() + i * 2, &h, 2);
+  }
+}
+
 Result<std::string> read_text_file(const std::string& path) {
   constexpr std::uintmax_t kMax = 512u << 20;
   std::error_code ec;
@@ -347,7 +369,6 @@ Status write_model(const std::string& dir, const Options& o) {
   mc.fused_projections = model_type == "phi3";
   const auto required = weights::ModelDir::required_tensors(mc);
 
-  const std::size_t esize = weights::dtype_size(o.dtype);
   std::vector<std::vector<std::byte>> storage(required.size());
   std::vector<weights::TensorToWrite> all;
   std::vector<float> vals;
@@ -371,24 +392,10 @@ Status write_model(const std::string& dir, const Options& o) {
       const bool qk_norm = !gemma && (name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight"));
       const bool gemma_norm = gemma && name.ends_with("norm.weight");
       const float a = (bias || qk_norm || gemma_norm ? 0.5f : 0.02f) * std::sqrt(3.0f);
-      for (std::uint64_t i = 0; i < numel; i += 4) {
-        const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32),
-                                        static_cast<std::uint32_t>(ti), 0x5EED},
-                                       {static_cast<std::uint32_t>(o.seed), static_cast<std::uint32_t>(o.seed >> 32)});
-        for (std::uint64_t j = 0; j < 4 && i + j < numel; ++j)
-          vals[i + j] = (qk_norm ? 1.0f : 0.0f) + (static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
-      }
+      fill_uniform(vals, qk_norm ? 1.0f : 0.0f, a, o.seed, static_cast<std::uint32_t>(ti), 0x5EED);
     }
     auto& buf = storage[ti];
-    buf.resize(numel * esize);
-    if (o.dtype == weights::DType::f32) {
-      std::memcpy(buf.data(), vals.data(), buf.size());
-    } else {
-      for (std::uint64_t i = 0; i < numel; ++i) {
-        const std::uint16_t h = o.dtype == weights::DType::bf16 ? float_to_bf16(vals[i]) : float_to_f16(vals[i]);
-        std::memcpy(buf.data() + i * 2, &h, 2);
-      }
-    }
+    encode_floats(vals, o.dtype, buf);
     all.push_back({name, o.dtype, shape, std::span<const std::byte>(buf)});
   }
 

@@ -97,6 +97,12 @@ Status write_model(const std::string& dir, const Options& opts);
 
 // Writes `text` to `path` (created or truncated); io_error naming the file. Shared by the writers.
 Status write_text_file(const std::string& path, const std::string& text);
+// The writers' deterministic random weights: `vals` (its size is the tensor's) filled uniform in base ± a (std
+// a/√3), four values per Philox call keyed by (element index, tensor index `ti`, the writer's `salt`) and `seed`.
+void fill_uniform(std::vector<float>& vals, float base, float a, std::uint64_t seed, std::uint32_t ti, std::uint32_t salt);
+// `vals` as `dtype` bytes into `out` (resized): f32 as is, f16 / bf16 rounded to nearest even.
+void encode_floats(const std::vector<float>& vals, weights::DType dtype, std::vector<std::byte>& out);
+
 // A file's bytes (at most 512 MiB: format_error beyond; io_error when it cannot be read). Used by the writers and
 // converters for the model files they read.
 Result<std::string> read_text_file(const std::string& path);

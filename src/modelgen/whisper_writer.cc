@@ -193,24 +193,10 @@ Status write_whisper_model(const std::string& dir, const WhisperWriteOptions& o)
     } else {
       const float a = (ln ? 0.1F : 0.02F) * std::sqrt(3.0F);
       const float base = ln && name.ends_with(".weight") ? 1.0F : 0.0F;
-      for (std::uint64_t i = 0; i < numel; i += 4) {
-        const auto r = gen::philox4x32({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32),
-                                        static_cast<std::uint32_t>(ti), 0x5A15},
-                                       {static_cast<std::uint32_t>(o.seed), static_cast<std::uint32_t>(o.seed >> 32)});
-        for (std::uint64_t j = 0; j < 4 && i + j < numel; ++j)
-          vals[i + j] = base + (static_cast<float>(r[j] >> 8) * (1.0F / 16777216.0F) * 2.0F - 1.0F) * a;
-      }
+      fill_uniform(vals, base, a, o.seed, static_cast<std::uint32_t>(ti), 0x5A15);
     }
     auto& buf = storage[ti];
-    buf.resize(numel * weights::dtype_size(o.dtype));
-    if (o.dtype == weights::DType::f32) {
-      std::memcpy(buf.data(), vals.data(), buf.size());
-    } else {
-      for (std::uint64_t i = 0; i < numel; ++i) {
-        const std::uint16_t h = o.dtype == weights::DType::bf16 ? float_to_bf16(vals[i]) : float_to_f16(vals[i]);
-        std::memcpy(buf.data() + i * 2, &h, 2);
-      }
-    }
+    encode_floats(vals, o.dtype, buf);
     all.push_back({name, o.dtype, shape, std::span<const std::byte>(buf)});
   }
   const std::map<std::string, std::string> meta{{"format", "pt"}, {"generator", "tandem-mkmodel"}};

@@ -173,6 +173,21 @@ void pb_float(std::string& out, int field, float v) {
 
 }  // namespace
 
+TensorView gguf_tensor_view(const GgufFile& f, const GgufTensorInfo& t, std::string name) {
+  TensorView tv;
+  tv.name = std::move(name);
+  tv.shape = t.hf_shape();
+  tv.type_supported = t.wtype.has_value();
+  tv.type = t.wtype.value_or(kernels::WType::f32);
+  tv.dtype = !t.wtype                           ? DType::u8
+             : *t.wtype == kernels::WType::f32  ? DType::f32
+             : *t.wtype == kernels::WType::f16  ? DType::f16
+             : *t.wtype == kernels::WType::bf16 ? DType::bf16
+                                                : DType::u8;
+  if (t.wtype) tv.data = f.raw_tensor_bytes(t);
+  return tv;
+}
+
 std::optional<std::string> hf_name_from_gguf(std::string_view name, std::string_view arch) {
   std::string_view stem, suffix;
   if (!split_suffix(name, stem, suffix)) return std::nullopt;
@@ -581,18 +596,7 @@ Result<ModelDir> ModelDir::open_gguf(const std::string& file) {
       return fail(Errc::format_error, where + " maps to " + detail::printable(name) + ", which tensor " +
                                           detail::printable(gguf_name[name]) + " also names");
     }
-    TensorView tv;
-    tv.name = name;
-    tv.shape = t.hf_shape();
-    tv.type_supported = t.wtype.has_value();
-    tv.type = t.wtype.value_or(kernels::WType::f32);
-    tv.dtype = !t.wtype                           ? DType::u8
-               : *t.wtype == kernels::WType::f32  ? DType::f32
-               : *t.wtype == kernels::WType::f16  ? DType::f16
-               : *t.wtype == kernels::WType::bf16 ? DType::bf16
-                                                  : DType::u8;
-    if (t.wtype) tv.data = f.raw_tensor_bytes(t);
-    m.tensors_.push_back(std::move(tv));
+    m.tensors_.push_back(gguf_tensor_view(f, t, name));
   }
   std::sort(m.tensors_.begin(), m.tensors_.end(),
             [](const TensorView& a, const TensorView& b) { return a.name < b.name; });

@@ -153,6 +153,11 @@ struct TensorView {
   bool type_supported = true;
 };
 
+// The view of GGUF tensor `t` of `f` under `name` (a Hugging Face name): HF-order shape, its weight type (or
+// type_supported false and no data for a ggml type Tandem does not compute with), zero-copy bytes. Used by every
+// GGUF layout reader (LLM, CLIP, BERT, Whisper).
+TensorView gguf_tensor_view(const GgufFile& f, const GgufTensorInfo& t, std::string name);
+
 // The safetensors weights of a Hugging Face directory, whatever the model: model.safetensors (preferred when
 // present, as in transformers) or model.safetensors.index.json and its shards. Validated as ModelDir::open does:
 // every shard opens, index entries name plain files and the shard that holds the tensor, no tensor in two shards.

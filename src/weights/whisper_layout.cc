@@ -207,18 +207,7 @@ Result<WhisperConfig> whisper_config_from_gguf(const GgufFile& f) {
 std::vector<TensorView> whisper_tensor_views_from_gguf(const GgufFile& f) {
   std::vector<TensorView> out;
   for (const GgufTensorInfo& t : f.tensors()) {
-    TensorView tv;
-    tv.name = t.name;
-    tv.shape = t.hf_shape();
-    tv.type_supported = t.wtype.has_value();
-    tv.type = t.wtype.value_or(kernels::WType::f32);
-    tv.dtype = !t.wtype                           ? DType::u8
-               : *t.wtype == kernels::WType::f32  ? DType::f32
-               : *t.wtype == kernels::WType::f16  ? DType::f16
-               : *t.wtype == kernels::WType::bf16 ? DType::bf16
-                                                  : DType::u8;
-    if (t.wtype) tv.data = f.raw_tensor_bytes(t);
-    out.push_back(std::move(tv));
+    out.push_back(gguf_tensor_view(f, t, t.name));
   }
   std::sort(out.begin(), out.end(), [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
   return out;
