@@ -8,17 +8,27 @@ namespace tandem::daemon {
 
 EmbedModel::~EmbedModel() = default;
 
+namespace {
+
+// The engine's load options of either family from one replica's.
+template <class EngineOptions>
+EngineOptions engine_options(const EmbedModel::Options& o) {
+  EngineOptions e;
+  e.dtype = o.dtype;
+  e.threads = o.threads;
+  e.accelerator = o.accelerator;
+  e.revision = o.revision;
+  return e;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<EmbedModel>> EmbedModel::load(EmbedFamily family, const std::string& path, const Options& o) {
   auto m = std::shared_ptr<EmbedModel>(new EmbedModel());
   m->family_ = family;
   Shape& s = m->shape_;
   if (family == EmbedFamily::clip) {
-    engine::ClipLoadOptions co;
-    co.dtype = o.dtype;
-    co.threads = o.threads;
-    co.accelerator = o.accelerator;
-    co.revision = o.revision;
-    auto c = engine::ClipModel::load(path, co);
+    auto c = engine::ClipModel::load(path, engine_options<engine::ClipLoadOptions>(o));
     if (!c) return fail(std::move(c).error());
     m->clip_ = std::move(c).value();
     const auto& cfg = m->clip_->config();
@@ -34,12 +44,7 @@ Result<std::shared_ptr<EmbedModel>> EmbedModel::load(EmbedFamily family, const s
     s.image_tokens = cfg.vision.positions;
     s.channels = cfg.channels;
   } else {
-    engine::BertLoadOptions bo;
-    bo.dtype = o.dtype;
-    bo.threads = o.threads;
-    bo.accelerator = o.accelerator;
-    bo.revision = o.revision;
-    auto b = engine::BertModel::load(path, bo);
+    auto b = engine::BertModel::load(path, engine_options<engine::BertLoadOptions>(o));
     if (!b) return fail(std::move(b).error());
     m->bert_ = std::move(b).value();
     const auto& cfg = m->bert_->config();

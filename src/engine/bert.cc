@@ -94,20 +94,29 @@ struct BertModel::Impl : EncoderModelBase {
     return out;
   }
 
-  // Rotary embedding (NEOX pairing, as contrastors' non-interleaved rotary) of rows [R, heads, hd] at their
-  // positions within their text.
-  at::Tensor rope(at::Tensor x, const std::vector<std::int64_t>& positions) const {
-    const std::int64_t R = x.size(0), heads = cfg.heads, hd = cfg.head_dim(), half = hd / 2;
+  // The rotary tables of the rows (their positions within their text), f32 [R, head_dim / 2] on the CPU: computed
+  // once per call, used by every layer's q and k.
+  struct RopeTables {
+    at::Tensor cos, sin;
+  };
+  RopeTables rope_tables(const std::vector<std::int64_t>& positions) const {
+    const auto R = static_cast<std::int64_t>(positions.size()), half = static_cast<std::int64_t>(cfg.head_dim() / 2);
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
-    at::Tensor cos = at::empty({R, half}, f32), sin = at::empty({R, half}, f32);
-    kernels::rope_table(positions.data(), R, inv_freq.data_ptr<float>(), half, 1.0F, cos.data_ptr<float>(),
-                        sin.data_ptr<float>());
+    RopeTables t{at::empty({R, half}, f32), at::empty({R, half}, f32)};
+    kernels::rope_table(positions.data(), R, inv_freq.data_ptr<float>(), half, 1.0F, t.cos.data_ptr<float>(),
+                        t.sin.data_ptr<float>());
+    return t;
+  }
+
+  // Rotary embedding (NEOX pairing, as contrastors' non-interleaved rotary) of rows [R, heads, hd].
+  at::Tensor rope(at::Tensor x, const RopeTables& t) const {
+    const std::int64_t R = x.size(0), heads = cfg.heads, hd = cfg.head_dim(), half = hd / 2;
     if (!on_accel()) {
       at::Tensor y = x.contiguous().view({R, heads, hd}).clone();
-      kernels::rope_rows(y.data_ptr<float>(), R, heads, half, cos.data_ptr<float>(), sin.data_ptr<float>(), false);
+      kernels::rope_rows(y.data_ptr<float>(), R, heads, half, t.cos.data_ptr<float>(), t.sin.data_ptr<float>(), false);
       return y.view({R, heads * hd});
     }
-    const at::Tensor c = cos.to(accel_dev).unsqueeze(1), s = sin.to(accel_dev).unsqueeze(1);
+    const at::Tensor c = t.cos.to(accel_dev).unsqueeze(1), s = t.sin.to(accel_dev).unsqueeze(1);
     const at::Tensor v = x.view({R, heads, hd});
     const at::Tensor x1 = v.narrow(-1, 0, half), x2 = v.narrow(-1, half, half);
     return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1).reshape({R, heads * hd});
@@ -145,6 +154,7 @@ struct BertModel::Impl : EncoderModelBase {
   at::Tensor encode_rows(at::Tensor x, const std::vector<std::int64_t>& lens, const std::vector<std::int64_t>& positions,
                          const std::atomic<bool>* cancel) {
     const std::int64_t H = cfg.hidden;
+    const RopeTables tables = cfg.family == BertFamily::nomic_bert ? rope_tables(positions) : RopeTables{};
     for (const BertLayer& l : layers) {
       throw_if_cancelled(cancel);
       if (on_accel()) {
@@ -158,8 +168,8 @@ struct BertModel::Impl : EncoderModelBase {
         v = linear(x, l.wv, l.bv, lens);
       } else {
         const at::Tensor qkv = linear(x, l.wqkv, at::Tensor(), lens);
-        q = rope(qkv.narrow(1, 0, H), positions);
-        k = rope(qkv.narrow(1, H, H), positions);
+        q = rope(qkv.narrow(1, 0, H), tables);
+        k = rope(qkv.narrow(1, H, H), tables);
         v = qkv.narrow(1, 2 * H, H).contiguous();
       }
       const at::Tensor a = attention(q, k, v, lens);
