@@ -110,7 +110,9 @@ fi
 
 # --- 2. lintian ----------------------------------------------------------------------------------------------------
 echo "== lintian"
-lintian --display-info "$WORK/tandem_${VERSION}_${ARCH}.changes" >"$WORK/lintian.out" 2>"$WORK/lintian.err"
+# lintian's scratch files (mldbm-elf-*) go into $WORK, which is removed at the end, not into /tmp for good.
+mkdir -p "$WORK/lintian-tmp"
+TMPDIR="$WORK/lintian-tmp" lintian --display-info "$WORK/tandem_${VERSION}_${ARCH}.changes" >"$WORK/lintian.out" 2>"$WORK/lintian.err"
 sed 's/^/  | /' "$WORK/lintian.out"
 if grep -qE '^[EW]: ' "$WORK/lintian.out"; then
   bad "lintian: errors or warnings (above)"

@@ -1,4 +1,5 @@
 // The image index (src/client/image_index.h): incremental plans, vectors, search, corrupt and incompatible files.
+#include "core/temp_dir.h"
 #include "client/image_index.h"
 
 #include <gtest/gtest.h>
@@ -27,9 +28,9 @@ namespace {
 class ImageIndexTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tandem-image-index-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = fs::canonical(tmpl).string();
+    auto made = tandem::core::make_temp_dir("tandem-image-index");
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    dir_ = fs::canonical(*made).string();
     pics_ = dir_ + "/pics";
     fs::create_directories(pics_);
     db_ = dir_ + "/cache/tandem/index.sqlite3";

@@ -2,6 +2,7 @@
 // ring::RingClient peers in this process, and a loop driven the way tandemd drives it. No D-Bus, no LibTorch.
 #pragma once
 
+#include "core/temp_dir.h"
 #include "daemon/ring_hub.h"
 
 #include <fcntl.h>
@@ -47,23 +48,8 @@ constexpr std::uint64_t kMiB = 1ull << 20;
 constexpr std::uint64_t kGiB = 1ull << 30;
 constexpr std::uint64_t kSeed = 42;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/tandem-ringhub-XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) std::abort();
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// Scratch space removed with its contents when the test ends.
+using TempDir = ::tandem::core::TempDir;
 
 template <class T>
 std::string describe(const Result<T>& r) {

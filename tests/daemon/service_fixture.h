@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/temp_dir.h"
 #include "daemon/service.h"
 #include "device/simulated.h"
 #include "fake_backend.h"
@@ -33,23 +34,8 @@ constexpr std::uint64_t kMiB = 1ull << 20;
 constexpr std::uint64_t kGiB = 1ull << 30;
 constexpr std::uint64_t kSeed = 42;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/tandem-service-XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) std::abort();
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// Scratch space removed with its contents when the test ends.
+using TempDir = ::tandem::core::TempDir;
 
 // --- Dict access ---------------------------------------------------------------------------------------------------
 template <class T>

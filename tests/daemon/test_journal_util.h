@@ -13,30 +13,18 @@
 #include <optional>
 #include <string>
 
+#include "core/temp_dir.h"
 #include "daemon/journal.h"
 
 namespace tandem::daemon::journal_test {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+// Scratch space for a journal (removed with its contents, read-only parts included, when the test ends).
+class TempDir : public ::tandem::core::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = "/tmp/tandem-journal-XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) std::abort();
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    ::chmod(path_.c_str(), 0700);
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string journal() const { return path_ + "/journal"; }
-
- private:
-  std::string path_;
+  TempDir() : ::tandem::core::TempDir("tandem-journal") {}
+  std::string journal() const { return path() + "/journal"; }
 };
 
 inline std::string read_file(const std::string& path) {

@@ -19,6 +19,7 @@
 
 #include "core/clock.h"
 #include "core/result.h"
+#include "core/temp_dir.h"
 #include "device/simulated.h"
 #if defined(TANDEM_HAVE_CUDA)
 #include "device/cuda.h"
@@ -27,10 +28,10 @@
 
 namespace tandem::engine::test {
 
-// A fresh, empty directory under the temporary directory: tandem-<model>-<name>-<pid>.
+// A fresh, empty directory <model>-<name> in the binary's scratch directory (removed when it exits).
 inline std::string fresh_dir(const std::string& model, const std::string& name) {
   namespace fs = std::filesystem;
-  const fs::path p = fs::temp_directory_path() / ("tandem-" + model + "-" + name + "-" + std::to_string(::getpid()));
+  const fs::path p = fs::path(core::scratch_root("test")) / (model + "-" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "core/temp_dir.h"
 #include "engine/model.h"
 #include "modelgen/modelgen.h"
 
@@ -15,14 +16,8 @@ namespace tandem::testing {
 
 inline std::string tokenizer_path() { return std::string(TANDEM_SOURCE_DIR) + "/data/tokenizer/llama2/tokenizer.model"; }
 
-inline std::string temp_root() {
-  static const std::string root = [] {
-    char tmpl[] = "/tmp/tandem-test-XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    return std::string(d ? d : "/tmp");
-  }();
-  return root;
-}
+// The binary's scratch directory (removed when it exits): the models it writes.
+inline std::string temp_root() { return core::scratch_root("test"); }
 
 // Writes (once) a model named `name` from preset `preset` with the given dtype / shards / seed.
 inline std::string make_model(const std::string& name, const std::string& preset = "test",

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/temp_dir.h"
 #include "audio/mel.h"
 #include "speech/session.h"
 #include "speech/transcriber.h"
@@ -33,24 +34,8 @@ T must(Result<T> r) {
   return std::move(r).value();
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tandem-speech-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// Scratch space removed with its contents when the test ends.
+using TempDir = ::tandem::core::TempDir;
 
 // A written Whisper tokenizer: `languages` language tokens (0: English-only), its specials and vocabulary size.
 struct Vocab {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/temp_dir.h"
 #include "tokenizer/hf_vocab.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -22,24 +23,8 @@ namespace {
 
 using nlohmann::ordered_json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tandem-whisper-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// Scratch space removed with its contents when the test ends.
+using TempDir = ::tandem::core::TempDir;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

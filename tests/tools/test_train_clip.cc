@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/temp_dir.h"
 #include "core/sha256.h"
 #include "engine/clip.h"
 #include "image/image.h"
@@ -58,9 +59,9 @@ class TrainClip : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ASSERT_FALSE(tool().empty()) << "TANDEM_TRAIN_CLIP is not set";
-    char tmpl[] = "/tmp/tandem-train-clip-test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = new std::string(tmpl);
+    auto made = tandem::core::make_temp_dir("tandem-train-clip-test");
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    dir_ = new std::string(*made);
     rc_ = run_tool({"--quick", "--quiet", "--out", *dir_ + "/a"});
   }
   static void TearDownTestSuite() {

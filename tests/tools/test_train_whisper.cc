@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/temp_dir.h"
 #include "audio/audio.h"
 #include "core/sha256.h"
 #include "engine/whisper.h"
@@ -58,9 +59,9 @@ class TrainWhisper : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (tool().empty() || !have_espeak()) return;
-    char tmpl[] = "/tmp/tandem-train-whisper-test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = new std::string(tmpl);
+    auto made = tandem::core::make_temp_dir("tandem-train-whisper-test");
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    dir_ = new std::string(*made);
     rc_ = run_tool({"--quick", "--quiet", "--out", *dir_ + "/a"});
   }
   static void TearDownTestSuite() {

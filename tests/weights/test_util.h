@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/temp_dir.h"
 #include "weights/model_dir.h"
 #include "weights/safetensors.h"
 
@@ -22,26 +23,8 @@ namespace tandem::weights::testing {
 
 using nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tandem-weights-XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) std::abort();
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// Scratch space removed with its contents when the test ends.
+using TempDir = ::tandem::core::TempDir;
 
 inline void write_file(const std::string& path, std::string_view bytes) {
   // Unlink first: rewriting a truncated file makes ext4 (auto_da_alloc) flush it on close, ~1 ms per write.
