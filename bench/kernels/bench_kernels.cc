@@ -6,7 +6,7 @@
 //   Prefill/<type>/<rows>x<cols>/n:128: 128 activation rows, activation quantization included, weights warm.
 //     GFLOP/s (2 * rows * cols * n per call); x_f32 = over the f32 kernels' prefill of the same shape.
 //
-//   bench_kernels [--quick] [--warm] [google-benchmark flags]   TANDEM_KERNELS=scalar|avx2 picks the kernels
+//   bench_kernels [--quick] [--warm] [google-benchmark flags]   TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernels
 // Times are this thread's CPU time. --warm decodes one copy of each matrix (cache-resident: kernel speed alone).
 #include <benchmark/benchmark.h>
 

@@ -1,7 +1,7 @@
 // Internal to the kernels library: the dispatch table behind kernels.h. One table per instruction set; each has
 // an entry per WType with the activation quantizer and a register-blocked "tile" kernel. kernels.cc drives the
-// tiles (row loops for decode, cache blocking for prefill); an ISA file (kernels_avx2.cc, later kernels_avx512.cc
-// or kernels_neon.cc) only fills in a table. Adding an ISA: a new Isa value, a new file compiled with its flags, a
+// tiles (row loops for decode, cache blocking for prefill); an ISA file (kernels_avx2.cc, kernels_avx512.cc, later
+// kernels_neon.cc) only fills in a table. Adding an ISA: a new Isa value, a new file compiled with its flags, a
 // table getter here, and a line in kernels.cc's detection.
 #pragma once
 
@@ -45,6 +45,13 @@ const KernelTable& scalar_table();
 #if defined(TANDEM_KERNELS_HAVE_AVX2)
 // AVX2 + FMA + F16C (kernels_avx2.cc). Call only when the CPU has all three.
 const KernelTable& avx2_table();
+#endif
+#if defined(TANDEM_KERNELS_HAVE_AVX512)
+// AVX-512 F/BW/VL/VNNI (kernels_avx512.cc): the AVX2 table with 512-bit tiles for the float and 32-element block
+// types. Call only when the CPU has those and AVX2 + FMA + F16C.
+const KernelTable& avx512_table();
+// The same with the bf16 tile on AVX512_BF16's vdpbf16ps (kernels_avx512_bf16.cc). Call only when the CPU has it too.
+const KernelTable& avx512bf16_table();
 #endif
 
 }  // namespace tandem::kernels::detail

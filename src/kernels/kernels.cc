@@ -1,6 +1,6 @@
 // Kernel dispatch: CPU feature detection, the TANDEM_KERNELS override, the scalar table (the reference, one element
 // at a time) and the drivers that walk tiles over a matrix: a plain row loop for decode (one activation row), cache
-// blocking for prefill. The ISA-specific tiles live in kernels_avx2.cc behind dispatch.h.
+// blocking for prefill. The ISA-specific tiles live in kernels_avx2*.cc and kernels_avx512*.cc behind dispatch.h.
 #include "kernels/kernels.h"
 
 #include <cpuid.h>
@@ -10,6 +10,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 #include "kernels/dispatch.h"
 #include "kernels/quant.h"
@@ -77,6 +78,32 @@ bool has_f16c() {
 }
 #endif
 
+#if defined(TANDEM_KERNELS_HAVE_AVX512)
+// AVX-512 from CPUID leaf 7 (sub-leaf 0: EBX F bit 16, BW bit 30, VL bit 31, ECX VNNI bit 11; sub-leaf 1: EAX BF16
+// bit 5) and the OS's support for the opmask and ZMM state (XCR0 bits 1, 2, 5, 6, 7, read with XGETBV once CPUID
+// says OSXSAVE): read directly, as compilers name these features differently in __builtin_cpu_supports.
+std::uint64_t xcr0() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_OSXSAVE) == 0) return 0;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<std::uint64_t>(hi) << 32) | lo;
+}
+bool has_avx512_vnni() {
+  if ((xcr0() & 0xE6) != 0xE6) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  const bool f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
+  return f && bw && vl && vnni;
+}
+bool has_avx512_bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || a < 1) return false;  // a: the highest sub-leaf
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+  return (a >> 5) & 1;
+}
+#endif
+
 bool cpu_has(Isa i) {
   switch (i) {
     case Isa::scalar: return true;
@@ -88,11 +115,27 @@ bool cpu_has(Isa i) {
 #else
       return false;
 #endif
+    case Isa::avx512:
+#if defined(TANDEM_KERNELS_HAVE_AVX512)
+      return cpu_has(Isa::avx2) && has_avx512_vnni();
+#else
+      return false;
+#endif
+    case Isa::avx512bf16:
+#if defined(TANDEM_KERNELS_HAVE_AVX512)
+      return cpu_has(Isa::avx512) && has_avx512_bf16();
+#else
+      return false;
+#endif
   }
   return false;
 }
 
 const detail::KernelTable& table_for(Isa i) {
+#if defined(TANDEM_KERNELS_HAVE_AVX512)
+  if (i == Isa::avx512bf16) return detail::avx512bf16_table();
+  if (i == Isa::avx512) return detail::avx512_table();
+#endif
 #if defined(TANDEM_KERNELS_HAVE_AVX2)
   if (i == Isa::avx2) return detail::avx2_table();
 #endif
@@ -104,7 +147,8 @@ Isa isa_from_env() {
   const char* v = std::getenv("TANDEM_KERNELS");
   if (v == nullptr || *v == '\0') return detected_isa();
   if (std::strcmp(v, "scalar") == 0) return Isa::scalar;
-  if (std::strcmp(v, "avx2") == 0 && cpu_has(Isa::avx2)) return Isa::avx2;
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16})
+    if (isa_name(i) == v && cpu_has(i)) return i;
   return detected_isa();  // unknown or unsupported here: the best this CPU and build have
 }
 
@@ -128,11 +172,19 @@ std::string_view isa_name(Isa i) {
   switch (i) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+    case Isa::avx512bf16: return "avx512bf16";
   }
   return "unknown";
 }
 
-Isa detected_isa() { return cpu_has(Isa::avx2) ? Isa::avx2 : Isa::scalar; }
+Isa detected_isa() {
+  for (Isa i : {Isa::avx512bf16, Isa::avx512, Isa::avx2})
+    if (cpu_has(i)) return i;
+  return Isa::scalar;
+}
+
+bool isa_supported(Isa i) { return cpu_has(i); }
 
 Isa active_isa() { return table().isa; }
 

@@ -1,5 +1,5 @@
 // The CPU hot path: matrix x vector (decode) and matrix x matrix (prefill) for every WType, with runtime dispatch
-// by CPU features (scalar reference; AVX2+FMA+F16C). Torch-free; no OpenMP or BLAS: callers split output rows
+// by CPU features (scalar reference; AVX2+FMA+F16C; AVX-512 with VNNI, and BF16). Torch-free; no OpenMP or BLAS: callers split output rows
 // across their own threads (the engine's WorkerPool) by calling matmul_rows() on disjoint row ranges.
 // Every output element depends only on its weight row and its activation row (row-independent kernels), so a
 // sequence's results do not depend on what else shares a batch.
@@ -13,11 +13,14 @@
 
 namespace tandem::kernels {
 
-enum class Isa : std::uint8_t { scalar, avx2 };
+// scalar: the reference. avx2: AVX2 + FMA + F16C. avx512: that and AVX-512 F/BW/VL/VNNI. avx512bf16: that and
+// AVX512_BF16 (only the bf16 tile differs). Each path is a table of its own (docs/kernels.md, "CPU kernels").
+enum class Isa : std::uint8_t { scalar, avx2, avx512, avx512bf16 };
 std::string_view isa_name(Isa i);
 Isa detected_isa();  // best the CPU supports and this build has
-// Selected for this process: TANDEM_KERNELS=scalar|avx2 in the environment forces one (an unsupported one falls
-// back to the detected ISA), else detected_isa().
+bool isa_supported(Isa i);  // this CPU and this build can run it
+// Selected for this process: TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16 in the environment forces one (one this
+// CPU or build lacks falls back to the detected ISA), else detected_isa().
 Isa active_isa();
 void set_isa_for_testing(Isa i);
 

@@ -32,10 +32,22 @@ using Bytes = std::vector<std::uint8_t>;
 
 std::string tname(WType t) { return std::string(wtype_name(t)); }
 
-// The ISAs this machine can run; the scalar path always.
+constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16};
+
+// The ISAs this machine can run; the scalar path always. The first call says which paths will not run here (a
+// machine without AVX-512 reports it rather than passing those checks silently).
 std::vector<Isa> runnable_isas() {
-  std::vector<Isa> v = {Isa::scalar};
-  if (detected_isa() == Isa::avx2) v.push_back(Isa::avx2);
+  static const std::vector<Isa> v = [] {
+    std::vector<Isa> r;
+    std::string skipped;
+    for (Isa i : kAllIsas) {
+      if (isa_supported(i)) r.push_back(i);
+      else skipped += std::string(skipped.empty() ? "" : ", ") + std::string(isa_name(i));
+    }
+    if (!skipped.empty())
+      std::printf("NOT RUN on this machine (the CPU or the build lacks them): %s\n", skipped.c_str());
+    return r;
+  }();
   return v;
 }
 
@@ -146,17 +158,34 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 
 TEST(KernelsDispatch, IsaNamesAndSelection) {
   EXPECT_EQ(isa_name(Isa::scalar), "scalar");
   EXPECT_EQ(isa_name(Isa::avx2), "avx2");
+  EXPECT_EQ(isa_name(Isa::avx512), "avx512");
+  EXPECT_EQ(isa_name(Isa::avx512bf16), "avx512bf16");
   set_isa_for_testing(Isa::scalar);
   EXPECT_EQ(active_isa(), Isa::scalar);
-  set_isa_for_testing(Isa::avx2);
-  EXPECT_EQ(active_isa(), detected_isa());  // avx2 where the CPU has it, else the fallback
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
+    set_isa_for_testing(i);
+    EXPECT_EQ(active_isa(), isa_supported(i) ? i : detected_isa()) << isa_name(i);  // else the fallback
+  }
   set_isa_for_testing(detected_isa());
+  // The paths nest: each needs what the one before it needs.
+  EXPECT_TRUE(isa_supported(Isa::scalar));
+  if (isa_supported(Isa::avx512bf16)) EXPECT_TRUE(isa_supported(Isa::avx512));
+  if (isa_supported(Isa::avx512)) EXPECT_TRUE(isa_supported(Isa::avx2));
+  Isa best = Isa::scalar;
+  for (Isa i : kAllIsas)
+    if (isa_supported(i)) best = i;
+  EXPECT_EQ(detected_isa(), best);
 #if defined(__x86_64__)
   // F16C from CPUID leaf 1 (ECX bit 29): clang 14 has no "f16c" name for __builtin_cpu_supports.
   unsigned a = 0, b = 0, c = 0, d = 0;
   const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
   const bool cpu_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-  EXPECT_EQ(detected_isa(), cpu_avx2 ? Isa::avx2 : Isa::scalar);
+  EXPECT_EQ(isa_supported(Isa::avx2), cpu_avx2);
+  // GCC's own names for the AVX-512 features (the library reads CPUID itself).
+  const bool cpu_avx512 = cpu_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  EXPECT_EQ(isa_supported(Isa::avx512), cpu_avx512);
+  EXPECT_EQ(isa_supported(Isa::avx512bf16), cpu_avx512 && __builtin_cpu_supports("avx512bf16"));
 #endif
 }
 
@@ -174,7 +203,8 @@ void expect_env_selects(const char* value, Isa expected) {
 
 TEST(KernelsDispatch, EnvironmentOverride) {
   expect_env_selects("scalar", Isa::scalar);
-  expect_env_selects("avx2", detected_isa());
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16})
+    expect_env_selects(std::string(isa_name(i)).c_str(), isa_supported(i) ? i : detected_isa());
   expect_env_selects("no-such-isa", detected_isa());
   expect_env_selects("", detected_isa());
 }
@@ -286,7 +316,50 @@ TEST(KernelsMatmul, DecodeMatchesReferenceWithinTolerance) {
     }
   }
   RecordProperty("worst_error_over_tolerance", std::to_string(worst));
-  std::printf("worst |simd - ref| / tolerance: %.3g\n", worst);
+  std::printf("worst |simd - ref| / tolerance over the SIMD paths: %.3g\n", worst);
+}
+
+// The SIMD paths differ from each other only in the float summation order: for every type, every pair of paths
+// this machine runs agrees within twice the stated tolerance (each is within it of the reference); the largest
+// difference seen, relative to the tolerance, is printed per pair (docs/kernels.md, "Paths and their differences").
+TEST(KernelsMatmul, PathsAgreeWithinTheirTolerance) {
+  std::vector<Isa> simd;
+  for (Isa i : runnable_isas())
+    if (i != Isa::scalar) simd.push_back(i);
+  if (simd.size() < 2) GTEST_SKIP() << "fewer than two SIMD paths run on this machine";
+  std::mt19937 rng(23);
+  std::vector<double> worst(simd.size() * simd.size(), 0.0);
+  for (WType t : kAllWTypes) {
+    for (std::int64_t cols : test_cols(t)) {
+      const std::int64_t rows = 9, n = 5;
+      const Bytes w = random_weights(rng, t, rows, cols);
+      const Bytes a = random_acts(rng, t, n, cols);
+      std::vector<std::vector<float>> y(simd.size(), std::vector<float>(static_cast<std::size_t>(rows * n)));
+      for (std::size_t p = 0; p < simd.size(); ++p) {
+        IsaScope scope(simd[p]);
+        matmul_rows(t, w.data(), cols, a.data(), n, y[p].data(), rows, 0, rows);
+      }
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
+          const std::uint8_t* ai = a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols);
+          const double tol = tolerance(t, wr, ai, cols);
+          for (std::size_t p = 0; p < simd.size(); ++p) {
+            for (std::size_t q = p + 1; q < simd.size(); ++q) {
+              const double d = std::fabs(static_cast<double>(y[p][i * rows + r]) - y[q][i * rows + r]);
+              EXPECT_LE(d, 2 * tol) << tname(t) << " cols=" << cols << " " << isa_name(simd[p]) << " vs "
+                                    << isa_name(simd[q]);
+              if (tol > 0) worst[p * simd.size() + q] = std::max(worst[p * simd.size() + q], d / tol);
+            }
+          }
+        }
+      }
+    }
+  }
+  for (std::size_t p = 0; p < simd.size(); ++p)
+    for (std::size_t q = p + 1; q < simd.size(); ++q)
+      std::printf("worst |%s - %s| / tolerance: %.3g\n", std::string(isa_name(simd[p])).c_str(),
+                  std::string(isa_name(simd[q])).c_str(), worst[p * simd.size() + q]);
 }
 
 // Blocks whose scales are 1 and whose levels are small: every partial sum is an integer below 2^24, so any

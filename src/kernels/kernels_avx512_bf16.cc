@@ -1,0 +1,73 @@
+// The bf16 tile on AVX512_BF16 (the only file built with -mavx512bf16; kernels.cc calls into it only after checking
+// the CPU): vdpbf16ps takes 32 bf16 weights and 32 bf16 activations and adds the products of each pair of elements
+// to one f32 lane (the products are exact in f32: 8-bit significands; the two additions round to nearest even, and
+// the instruction treats f32 denormal inputs and results as zero). One instruction per 32 elements and activation,
+// where the widening path (kernels_avx512_common.h) needs two conversions and two FMAs. Per (row, activation): the
+// steps in order, a masked partial last step, hsum16; the same operations in every tile shape.
+#include "kernels/kernels_avx512_common.h"
+
+namespace tandem::kernels::detail {
+namespace {
+
+template <int R, int C>
+struct BF16DotTile512 {
+  template <bool kPart>
+  static inline void step(const std::uint16_t* const* wr, const std::uint16_t* const* ac, std::int64_t k, int n,
+                          __m512 (&acc)[R][C]) {
+    __m512i xv[C];
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) xv[c] = kPart ? _mm512_maskz_loadu_epi16(first32(n), ac[c] + k) : load512(ac[c] + k);
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m512i wv = kPart ? _mm512_maskz_loadu_epi16(first32(n), wr[r] + k) : load512(wr[r] + k);
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv, (__m512bh)xv[c]);
+    }
+  }
+
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const std::uint16_t* wr[R];
+    const std::uint16_t* ac[C];
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const std::uint16_t*>(w + r * wrb);
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const std::uint16_t*>(a + c * arb);
+    __m512 acc[R][C];
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) {
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    }
+    const std::size_t pf = prefetch_offset(R, wrb);
+    std::int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) prefetch(wr[r] + k, pf);
+      step<false>(wr, ac, k, 32, acc);
+    }
+    if (k < cols) step<true>(wr, ac, k, static_cast<int>(cols - k), acc);
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) {
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum16(acc[r][c]);
+    }
+  }
+};
+
+KernelTable make_avx512bf16_table() {
+  KernelTable t = avx512_table();
+  t.isa = Isa::avx512bf16;
+  TypeKernels& k = t.types[static_cast<int>(WType::bf16)];
+  k = entry<BF16DotTile512, kFloat512>(k.quantize_act);
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& avx512bf16_table() {
+  static const KernelTable table = make_avx512bf16_table();
+  return table;
+}
+
+}  // namespace tandem::kernels::detail

@@ -1,0 +1,131 @@
+// Internal to the kernels library, for the files built with the AVX-512 flags only (kernels_avx512.cc,
+// kernels_avx512_bf16.cc): the 512-bit float tile and its helpers. Like kernels_avx2_common.h (which it includes),
+// everything is in an anonymous namespace, so no AVX-512-compiled inline function is shared with code that runs on
+// other CPUs (the ODR note in kernels_avx2.cc).
+//
+// Each step of a float tile reads one 64-byte cache line of every weight row and activation row it pairs: 16 f32,
+// or 32 f16 / bf16 elements. The last, partial step reads its elements with masked loads (zeros past the end), so
+// a tile never reads past a row and needs no copy of its tail.
+#pragma once
+
+#include <immintrin.h>
+
+#include "kernels/kernels_avx2_common.h"
+
+namespace tandem::kernels::detail {
+namespace {
+
+// Fixed-order horizontal sum of 16 lanes: the two 256-bit halves added, then hsum8's order.
+inline float hsum16(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  // (the upper 256 bits through a shuffle: GCC 12 warns on the extract intrinsics' undefined operand)
+  const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2)));
+  return hsum8(_mm256_add_ps(lo, hi));
+}
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+// The first n (0 <= n <= 32) 16-bit elements at p, zeros after them; reads nothing past element n.
+inline __mmask32 first32(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
+inline __mmask16 first16(int n) { return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1); }
+
+// Float sources: kStep elements per step (one cache line), delivered as kHalves vectors of 16 floats; `n` < kStep
+// is the count of valid elements in a partial step (masked loads). Weights and activations are loaded alike, so
+// the products pair up whatever lane an element lands in.
+struct F32Src512 {
+  using T = float;
+  static constexpr int kStep = 16;
+  static constexpr int kHalves = 1;
+  static __m512 load(const float* p, int) { return _mm512_loadu_ps(p); }
+  static __m512 load_part(const float* p, int, int n) { return _mm512_maskz_loadu_ps(first16(n), p); }
+};
+struct F16Src512 {
+  using T = std::uint16_t;
+  static constexpr int kStep = 32;
+  static constexpr int kHalves = 2;
+  static __m512 load(const std::uint16_t* p, int h) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 * h)));
+  }
+  static __m512 load_part(const std::uint16_t* p, int h, int n) {
+    const int left = n - 16 * h;
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first16(left < 0 ? 0 : left), p + 16 * h));
+  }
+};
+// bf16 widened to f32 by interleaving zeros below each 16-bit value (half 0: the low four of each 128-bit lane's
+// eight, half 1: the high four).
+struct BF16Src512 {
+  using T = std::uint16_t;
+  static constexpr int kStep = 32;
+  static constexpr int kHalves = 2;
+  static __m512 widen(__m512i v, int h) {
+    const __m512i z = _mm512_setzero_si512();
+    return _mm512_castsi512_ps(h == 0 ? _mm512_unpacklo_epi16(z, v) : _mm512_unpackhi_epi16(z, v));
+  }
+  static __m512 load(const std::uint16_t* p, int h) { return widen(load512(p), h); }
+  static __m512 load_part(const std::uint16_t* p, int h, int n) {
+    return widen(_mm512_maskz_loadu_epi16(first32(n), p), h);
+  }
+};
+
+// One accumulator chain of 16 lanes per output element: acc = fma(w, x, acc) over the steps in order (a source's
+// halves in order within a step), the partial last step with masked loads, then hsum16. The operations for one
+// (row, activation) pair are the same for every R and C.
+template <class Src, int R, int C>
+struct FloatTile512 {
+  using T = typename Src::T;
+
+  template <bool kPart>
+  static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, int n, __m512 (&acc)[R][C]) {
+    TANDEM_UNROLL
+    for (int h = 0; h < Src::kHalves; ++h) {
+      __m512 xv[C];
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) xv[c] = kPart ? Src::load_part(ac[c] + k, h, n) : Src::load(ac[c] + k, h);
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m512 wv = kPart ? Src::load_part(wr[r] + k, h, n) : Src::load(wr[r] + k, h);
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
+      }
+    }
+  }
+
+  static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
+                  std::int64_t cols, float* y, std::int64_t ldy) {
+    const T* wr[R];
+    const T* ac[C];
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * wrb);
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const T*>(a + c * arb);
+    __m512 acc[R][C];
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) {
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    }
+    const std::size_t pf = prefetch_offset(R, wrb);
+    std::int64_t k = 0;
+    for (; k + Src::kStep <= cols; k += Src::kStep) {
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) prefetch(wr[r] + k, pf);
+      step<false>(wr, ac, k, Src::kStep, acc);
+    }
+    if (k < cols) step<true>(wr, ac, k, static_cast<int>(cols - k), acc);
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) {
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum16(acc[r][c]);
+    }
+  }
+};
+
+// Register blocks of the 512-bit tiles (32 vector registers): float 4 x 4 (16 accumulators + 4 activation
+// vectors); the integer types 4 x 4 (16 accumulators, and per activation its bytes, its offset term and its
+// scales). Measured on the prefill benchmark (2048x768, n = 128, one thread): integer 4 x 4 5-7 % above 4 x 3 and
+// 8-15 % above 8 x 2; float 4 x 6 gained f16 10 % but lost f32 9 %.
+constexpr Blocking kFloat512{8, 4, 4};
+constexpr Blocking kInt512{8, 4, 4};
+
+}  // namespace
+}  // namespace tandem::kernels::detail
