@@ -113,11 +113,16 @@ void BM_Decode(benchmark::State& state, WType t, Shape s) {
   const std::size_t copies = g_warm ? 1 : std::max<std::size_t>(2, g_cold_bytes / matrix);
   const std::vector<std::uint8_t> w = make_weights(t, s, copies);
   const std::vector<std::uint8_t> a = make_acts(t, 1, s.cols);
+  // The side table the active kernels read beside each matrix (the engine makes it at load; none on most paths).
+  const std::size_t aux = aux_bytes(t, s.rows, s.cols);
+  std::vector<std::uint8_t> x(aux * copies);
+  for (std::size_t c = 0; aux != 0 && c < copies; ++c) prepare_aux(t, w.data() + c * matrix, s.rows, s.cols, x.data() + c * aux);
   std::vector<float> y(static_cast<std::size_t>(s.rows));
   std::size_t k = 0;
   const double t0 = thread_seconds();
   for (auto _ : state) {
-    matmul_rows(t, w.data() + k * matrix, s.cols, a.data(), 1, y.data(), s.rows, 0, s.rows);
+    matmul_rows(t, w.data() + k * matrix, s.cols, a.data(), 1, y.data(), s.rows, 0, s.rows,
+                aux != 0 ? x.data() + k * aux : nullptr);
     benchmark::DoNotOptimize(y.data());
     k = k + 1 == copies ? 0 : k + 1;
   }
@@ -140,6 +145,7 @@ struct Prefill {
   std::vector<float> x;
   std::vector<std::uint8_t> a;
   std::vector<float> y;
+  std::vector<std::uint8_t> aux;
 
   Prefill(WType type, Shape shape)
       : t(type),
@@ -147,11 +153,15 @@ struct Prefill {
         w(make_weights(type, shape, 1)),
         x(gaussian(static_cast<std::size_t>(kPrefillRows * shape.cols), 1.f, 5)),
         a(act_row_bytes(type, shape.cols) * static_cast<std::size_t>(kPrefillRows)),
-        y(static_cast<std::size_t>(kPrefillRows * shape.rows)) {}
+        y(static_cast<std::size_t>(kPrefillRows * shape.rows)),
+        aux(aux_bytes(type, shape.rows, shape.cols)) {
+    if (!aux.empty()) prepare_aux(t, w.data(), s.rows, s.cols, aux.data());
+  }
 
   void run() {
     quantize_act(t, x.data(), s.cols, kPrefillRows, s.cols, a.data());
-    matmul_rows(t, w.data(), s.cols, a.data(), kPrefillRows, y.data(), s.rows, 0, s.rows);
+    matmul_rows(t, w.data(), s.cols, a.data(), kPrefillRows, y.data(), s.rows, 0, s.rows,
+                aux.empty() ? nullptr : aux.data());
     benchmark::DoNotOptimize(y.data());
   }
   double gflop() const { return 2.0 * static_cast<double>(s.rows * s.cols * kPrefillRows) / 1e9; }

@@ -247,7 +247,7 @@ Result<std::shared_ptr<BertModel>> BertModel::load(const std::string& path, cons
 
   TANDEM_TRY(guarded_load(path, "BERT", [&]() -> Status {
     im.start_pool(opts.threads);
-    WeightBuilder b{tv, opts.dtype};
+    WeightBuilder b{tv, opts.dtype, /*cpu_compute=*/!opts.accelerator};
     auto w = [&](const std::string& name) { return b.matrix(prefix + name); };
     auto vec = [&](const std::string& name) { return b.vector(prefix + name); };
     im.word = w("embeddings.word_embeddings.weight");

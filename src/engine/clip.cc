@@ -93,7 +93,7 @@ Result<std::shared_ptr<ClipModel>> ClipModel::load(const std::string& path, cons
 
   TANDEM_TRY(guarded_load(path, "CLIP", [&]() -> Status {
     im.start_pool(opts.threads);
-    WeightBuilder b{tv, opts.dtype};
+    WeightBuilder b{tv, opts.dtype, /*cpu_compute=*/!opts.accelerator};
     auto w = [&](const std::string& name) { return b.matrix(name); };
     auto vec = [&](const std::string& name) { return b.vector(name); };
     im.token_embd = w("text_model.embeddings.token_embedding.weight");

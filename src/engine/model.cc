@@ -250,8 +250,14 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
     c10::InferenceMode guard;
     std::uint64_t copied = 0;
     auto tensor = [&](const std::string& name) -> const weights::TensorView& { return *im.dir.tensor(name); };
-    auto w = [&](const std::string& name) { return make_weight(tensor(name), opts.dtype, copied); };
-    im.embed = w("model.embed_tokens.weight");
+    // Layers [0, accel_n) go to the accelerator (and the head with them when all do): their matrices get no CPU
+    // side table.
+    const int accel_n = !opts.accelerator ? 0
+                        : opts.accel_layers < 0 ? cfg.num_layers
+                                                : std::min(opts.accel_layers, cfg.num_layers);
+    const bool head_on_cpu = accel_n < cfg.num_layers;
+    auto w = [&](const std::string& name, bool cpu = true) { return make_weight(tensor(name), opts.dtype, copied, cpu); };
+    im.embed = w("model.embed_tokens.weight", head_on_cpu);  // lookups need no side table; the tied head does
     // Gemma's Hugging Face norms hold w and apply 1 + w (computed once here, in f32, as transformers does).
     auto norm = [&](const std::string& name) {
       at::Tensor t = vector_f32(tensor(name));
@@ -259,7 +265,7 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
     };
     im.final_norm = norm("model.norm.weight");
     im.final_norm_cpu = im.final_norm;
-    im.lm_head = cfg.tie_word_embeddings ? im.embed : w("lm_head.weight");
+    im.lm_head = cfg.tie_word_embeddings ? im.embed : w("lm_head.weight", head_on_cpu);
     for (int i = 0; i < cfg.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       Layer l;
@@ -271,9 +277,9 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
       } else {
         l.mlp_norm = norm(p + "post_attention_layernorm.weight");
       }
-      l.wq = w(p + "self_attn.q_proj.weight");
-      l.wk = w(p + "self_attn.k_proj.weight");
-      l.wv = w(p + "self_attn.v_proj.weight");
+      l.wq = w(p + "self_attn.q_proj.weight", i >= accel_n);
+      l.wk = w(p + "self_attn.k_proj.weight", i >= accel_n);
+      l.wv = w(p + "self_attn.v_proj.weight", i >= accel_n);
       if (cfg.qkv_bias) {
         l.bq = vector_f32(tensor(p + "self_attn.q_proj.bias"));
         l.bk = vector_f32(tensor(p + "self_attn.k_proj.bias"));
@@ -283,10 +289,10 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
         l.qn = norm(p + "self_attn.q_norm.weight");
         l.kn = norm(p + "self_attn.k_norm.weight");
       }
-      l.wo = w(p + "self_attn.o_proj.weight");
-      l.w_gate = w(p + "mlp.gate_proj.weight");
-      l.w_up = w(p + "mlp.up_proj.weight");
-      l.w_down = w(p + "mlp.down_proj.weight");
+      l.wo = w(p + "self_attn.o_proj.weight", i >= accel_n);
+      l.w_gate = w(p + "mlp.gate_proj.weight", i >= accel_n);
+      l.w_up = w(p + "mlp.up_proj.weight", i >= accel_n);
+      l.w_down = w(p + "mlp.down_proj.weight", i >= accel_n);
       im.layers.push_back(std::move(l));
     }
     im.stats.resident_copy_bytes = copied;

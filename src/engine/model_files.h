@@ -68,10 +68,11 @@ struct ModelFiles {
 struct WeightBuilder {
   const TensorMap& tv;
   ComputeDType dtype;
+  bool cpu_compute = true;  // the CPU kernels multiply with these matrices (false: they go to an accelerator)
   std::uint64_t copied = 0;
 
   // A matrix held at `dtype` (a view the caller reshaped, or the tensor `name`).
-  Weight matrix(const weights::TensorView& view) { return make_weight(view, dtype, copied); }
+  Weight matrix(const weights::TensorView& view) { return make_weight(view, dtype, copied, cpu_compute); }
   Weight matrix(const std::string& name) { return matrix(*tv.at(name)); }
   // A vector as f32.
   at::Tensor vector(const std::string& name) const { return vector_f32(*tv.at(name)); }

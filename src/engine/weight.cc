@@ -33,7 +33,7 @@ WType held_type(WType stored, ComputeDType d) {
   return stored;
 }
 
-Weight make_weight(const weights::TensorView& tv, ComputeDType d, std::uint64_t& copied) {
+Weight make_weight(const weights::TensorView& tv, ComputeDType d, std::uint64_t& copied, bool cpu_compute) {
   Weight w;
   w.rows = tv.shape.size() == 2 ? tv.shape[0] : 1;
   w.cols = tv.shape.empty() ? 0 : tv.shape.back();
@@ -58,6 +58,13 @@ Weight make_weight(const weights::TensorView& tv, ComputeDType d, std::uint64_t&
     std::memcpy(w.host.data_ptr(), tv.data.data(), tv.data.size());
     w.data = static_cast<const std::byte*>(w.host.data_ptr());
     copied += tv.data.size();
+  }
+  // The side table the active CPU kernels read beside this matrix (the amx path: each 16-row group's block scales
+  // together), made once here from the bytes the kernels will read; host memory like a converted copy.
+  if (const std::size_t aux = cpu_compute && w.rows > 0 ? kernels::aux_bytes(w.type, w.rows, w.cols) : 0; aux > 0) {
+    w.aux = at::empty({static_cast<std::int64_t>(aux)}, at::TensorOptions().dtype(at::kByte));
+    kernels::prepare_aux(w.type, w.data, w.rows, w.cols, w.aux.data_ptr());
+    copied += aux;
   }
   return w;
 }
@@ -84,9 +91,10 @@ at::Tensor cpu_linear(const at::Tensor& x, const Weight& w, WorkerPool& pool, st
   kernels::quantize_act(w.type, xf.data_ptr<float>(), cols, n, cols, act_buf.data());
   at::Tensor out = at::empty({n, rows}, at::TensorOptions().dtype(at::kFloat));
   float* y = out.data_ptr<float>();
+  const void* aux = w.aux.defined() ? w.aux.data_ptr() : nullptr;
   const int T = pool.size();
   if (T == 1 || rows < 64) {
-    kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, 0, rows);
+    kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, 0, rows, aux);
     return out;
   }
   // Row ranges on 16-row boundaries (whole register tiles); each output element is computed the same way whatever
@@ -94,7 +102,7 @@ at::Tensor cpu_linear(const at::Tensor& x, const Weight& w, WorkerPool& pool, st
   const std::int64_t tiles = (rows + 15) / 16;
   pool.run([&](int i) {
     const std::int64_t r0 = std::min(rows, tiles * i / T * 16), r1 = std::min(rows, tiles * (i + 1) / T * 16);
-    if (r0 < r1) kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, r0, r1);
+    if (r0 < r1) kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, r0, r1, aux);
   });
   return out;
 }

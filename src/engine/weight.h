@@ -29,6 +29,7 @@ struct Weight {
   const std::byte* data = nullptr;
   at::Tensor host;  // owner of converted or realigned bytes (undefined when zero-copy)
   at::Tensor dev;   // accelerator copy (undefined on the CPU)
+  at::Tensor aux;   // the CPU kernels' side table for this matrix (kernels::aux_bytes; undefined when none)
 
   std::uint64_t bytes() const { return kernels::row_bytes(type, cols) * static_cast<std::uint64_t>(rows); }
   // The bytes as a CPU tensor (typed for float types, uint8 rows for quantized ones), zero-copy.
@@ -36,8 +37,10 @@ struct Weight {
 };
 
 // A matrix from the files, converted to the held type when that differs (counted in `copied`); otherwise a
-// zero-copy view (copied once when the mapping is misaligned for the element size).
-Weight make_weight(const weights::TensorView& tv, ComputeDType d, std::uint64_t& copied);
+// zero-copy view (copied once when the mapping is misaligned for the element size). `cpu_compute`: the CPU kernels
+// will multiply with it, so it also gets their side table when they want one (kernels::aux_bytes; counted in
+// `copied`); a matrix bound for an accelerator does not.
+Weight make_weight(const weights::TensorView& tv, ComputeDType d, std::uint64_t& copied, bool cpu_compute = true);
 // A 1-D weight (norms) as an f32 CPU tensor.
 at::Tensor vector_f32(const weights::TensorView& tv);
 

@@ -151,7 +151,7 @@ Result<std::shared_ptr<WhisperModel>> WhisperModel::load(const std::string& path
 
   TANDEM_TRY(guarded_load(path, "Whisper", [&]() -> Status {
     im.start_pool(opts.threads);
-    WeightBuilder b{tv, opts.dtype};
+    WeightBuilder b{tv, opts.dtype, /*cpu_compute=*/!opts.accelerator};
     auto w = [&](const std::string& name) { return b.matrix(name); };
     auto vec = [&](const std::string& name) { return b.vector(name); };
     auto conv = [&](const std::string& name) {

@@ -25,12 +25,25 @@ using QuantizeActFn = void (*)(const float* x, void* out, std::int64_t cols);
 using TileFn = void (*)(const std::uint8_t* w, std::size_t w_row_bytes, int nr, const std::uint8_t* act,
                         std::size_t act_row_bytes, int nc, std::int64_t cols, float* y, std::int64_t ldy);
 
+// A tile that can also read the matrix's side table (kernels.h, aux_bytes): `aux` is the table of the 16-row group
+// the tile starts, or nullptr (a tile that does not start on a group boundary, or no table): the same results
+// either way, only slower without it.
+using TileAuxFn = void (*)(const std::uint8_t* w, std::size_t w_row_bytes, int nr, const std::uint8_t* act,
+                           std::size_t act_row_bytes, int nc, std::int64_t cols, float* y, std::int64_t ldy,
+                           const std::uint8_t* aux);
+// Fills a matrix's side table: `rows` x `cols` weights, rows of w_row_bytes.
+using PrepareAuxFn = void (*)(const std::uint8_t* w, std::size_t w_row_bytes, std::int64_t rows, std::int64_t cols,
+                              std::uint8_t* aux);
+
 struct TypeKernels {
   QuantizeActFn quantize_act = nullptr;
   TileFn tile = nullptr;
   int decode_rows = 1;  // weight rows of a decode tile (one activation row)
   int tile_rows = 1;    // weight rows of a prefill tile
   int tile_acts = 1;    // activation rows of a prefill tile
+  TileAuxFn tile_aux = nullptr;        // when set, the drivers call it instead of `tile`
+  PrepareAuxFn prepare_aux = nullptr;  // with aux_group_bytes: the side table of a matrix (none when null)
+  std::size_t (*aux_group_bytes)(std::int64_t cols) = nullptr;  // side-table bytes per 16 weight rows
 };
 
 struct KernelTable {
@@ -52,6 +65,9 @@ const KernelTable& avx2_table();
 const KernelTable& avx512_table();
 // The same with the bf16 tile on AVX512_BF16's vdpbf16ps (kernels_avx512_bf16.cc). Call only when the CPU has it too.
 const KernelTable& avx512bf16_table();
+// The avx512bf16 table with AMX-INT8 tiles for q8_0, q4_0, q5_0 and iq4_nl (kernels_amx.cc). Call only when the
+// CPU has AMX-TILE and AMX-INT8 and the kernel granted this process the tile data (kernels.cc).
+const KernelTable& amx_table();
 #endif
 
 }  // namespace tandem::kernels::detail

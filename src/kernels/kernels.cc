@@ -4,6 +4,8 @@
 #include "kernels/kernels.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -96,6 +98,20 @@ bool has_avx512_vnni() {
   const bool f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
   return f && bw && vl && vnni;
 }
+// AMX: CPUID leaf 7 EDX bits 24 (AMX-TILE) and 25 (AMX-INT8), XCR0 bits 17 and 18 (the OS manages the tile
+// state), and the kernel's permission for this process to use the tile data, asked once (Linux 5.16 and later:
+// arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; without it the first tile instruction faults).
+bool has_amx_int8() {
+  static const bool ok = [] {
+    if ((xcr0() & 0x60000) != 0x60000) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    if (((d >> 24) & 1) == 0 || ((d >> 25) & 1) == 0) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
 bool has_avx512_bf16() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || a < 1) return false;  // a: the highest sub-leaf
@@ -127,12 +143,19 @@ bool cpu_has(Isa i) {
 #else
       return false;
 #endif
+    case Isa::amx:
+#if defined(TANDEM_KERNELS_HAVE_AVX512)
+      return cpu_has(Isa::avx512bf16) && has_amx_int8();
+#else
+      return false;
+#endif
   }
   return false;
 }
 
 const detail::KernelTable& table_for(Isa i) {
 #if defined(TANDEM_KERNELS_HAVE_AVX512)
+  if (i == Isa::amx) return detail::amx_table();
   if (i == Isa::avx512bf16) return detail::avx512bf16_table();
   if (i == Isa::avx512) return detail::avx512_table();
 #endif
@@ -147,7 +170,7 @@ Isa isa_from_env() {
   const char* v = std::getenv("TANDEM_KERNELS");
   if (v == nullptr || *v == '\0') return detected_isa();
   if (std::strcmp(v, "scalar") == 0) return Isa::scalar;
-  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     if (isa_name(i) == v && cpu_has(i)) return i;
   return detected_isa();  // unknown or unsupported here: the best this CPU and build have
 }
@@ -174,10 +197,14 @@ std::string_view isa_name(Isa i) {
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::avx512bf16: return "avx512bf16";
+    case Isa::amx: return "amx";
   }
   return "unknown";
 }
 
+// amx is never chosen by itself: its prefill is ~3x the avx512 path's, but decoding one or two sequences runs
+// 0.6-0.75x as fast until the weights are repacked at load (docs/kernels.md, "The AMX path"), so it is asked for
+// with TANDEM_KERNELS=amx.
 Isa detected_isa() {
   for (Isa i : {Isa::avx512bf16, Isa::avx512, Isa::avx2})
     if (cpu_has(i)) return i;
@@ -200,8 +227,20 @@ void quantize_act(WType t, const float* x, std::int64_t ldx, std::int64_t n, std
   for (std::int64_t i = 0; i < n; ++i) k.quantize_act(x + i * ldx, out + static_cast<std::size_t>(i) * arb, cols);
 }
 
+std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols) {
+  const detail::TypeKernels& k = table()[t];
+  if (k.prepare_aux == nullptr || rows <= 0) return 0;
+  return static_cast<std::size_t>((rows + 15) / 16) * k.aux_group_bytes(cols);
+}
+
+void prepare_aux(WType t, const void* w, std::int64_t rows, std::int64_t cols, void* aux) {
+  const detail::TypeKernels& k = table()[t];
+  if (k.prepare_aux == nullptr || rows <= 0) return;
+  k.prepare_aux(static_cast<const std::uint8_t*>(w), row_bytes(t, cols), rows, cols, static_cast<std::uint8_t*>(aux));
+}
+
 void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std::int64_t n, float* y,
-                 std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+                 std::int64_t ldy, std::int64_t r0, std::int64_t r1, const void* aux) {
   if (r1 <= r0 || n <= 0) return;
   const detail::TypeKernels& k = table()[t];
   const std::size_t wrb = row_bytes(t, cols);
@@ -211,12 +250,22 @@ void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std
   const auto* ab = static_cast<const std::uint8_t*>(act);
   const std::int64_t tr = k.tile_rows;
   const std::int64_t ta = k.tile_acts;
+  // The side table of the 16-row group a tile starts (nullptr unless the tile starts on a group boundary).
+  const auto* xb = static_cast<const std::uint8_t*>(aux);
+  const std::size_t group_bytes = xb != nullptr && k.tile_aux != nullptr ? k.aux_group_bytes(cols) : 0;
+  const auto tile = [&](std::int64_t r, int nr, const std::uint8_t* a, int nc, float* yt) {
+    const std::uint8_t* wt = wb + static_cast<std::size_t>(r) * wrb;
+    if (k.tile_aux != nullptr) {
+      const std::uint8_t* at = group_bytes != 0 && r % 16 == 0 ? xb + static_cast<std::size_t>(r / 16) * group_bytes
+                                                               : nullptr;
+      k.tile_aux(wt, wrb, nr, a, arb, nc, cols, yt, ldy, at);
+    } else {
+      k.tile(wt, wrb, nr, a, arb, nc, cols, yt, ldy);
+    }
+  };
   if (n == 1) {
     const std::int64_t dr = k.decode_rows;
-    for (std::int64_t r = r0; r < r1; r += dr) {
-      k.tile(wb + static_cast<std::size_t>(r) * wrb, wrb, static_cast<int>(std::min(dr, r1 - r)), ab, arb, 1, cols,
-             y + r, ldy);
-    }
+    for (std::int64_t r = r0; r < r1; r += dr) tile(r, static_cast<int>(std::min(dr, r1 - r)), ab, 1, y + r);
     return;
   }
   // Prefill: a block of weight rows (kWeightBlockBytes, a multiple of the tile's rows) is read from memory once and
@@ -229,10 +278,7 @@ void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std
       const int nc = static_cast<int>(std::min(ta, n - c));
       const std::uint8_t* ac = ab + static_cast<std::size_t>(c) * arb;
       float* yc = y + c * ldy;
-      for (std::int64_t r = rb; r < re; r += tr) {
-        k.tile(wb + static_cast<std::size_t>(r) * wrb, wrb, static_cast<int>(std::min(tr, re - r)), ac, arb, nc,
-               cols, yc + r, ldy);
-      }
+      for (std::int64_t r = rb; r < re; r += tr) tile(r, static_cast<int>(std::min(tr, re - r)), ac, nc, yc + r);
     }
   }
 }

@@ -14,12 +14,13 @@
 namespace tandem::kernels {
 
 // scalar: the reference. avx2: AVX2 + FMA + F16C. avx512: that and AVX-512 F/BW/VL/VNNI. avx512bf16: that and
-// AVX512_BF16 (only the bf16 tile differs). Each path is a table of its own (docs/kernels.md, "CPU kernels").
-enum class Isa : std::uint8_t { scalar, avx2, avx512, avx512bf16 };
+// AVX512_BF16 (only the bf16 tile differs). amx: that and AMX-INT8 (the q8_0-activation block types on tiles).
+// Each path is a table of its own (docs/kernels.md, "CPU kernels").
+enum class Isa : std::uint8_t { scalar, avx2, avx512, avx512bf16, amx };
 std::string_view isa_name(Isa i);
-Isa detected_isa();  // best the CPU supports and this build has
+Isa detected_isa();  // best the CPU supports and this build has (amx only when asked for: TANDEM_KERNELS=amx)
 bool isa_supported(Isa i);  // this CPU and this build can run it
-// Selected for this process: TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16 in the environment forces one (one this
+// Selected for this process: TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16|amx in the environment forces one (one this
 // CPU or build lacks falls back to the detected ISA), else detected_isa().
 Isa active_isa();
 void set_isa_for_testing(Isa i);
@@ -32,7 +33,15 @@ void quantize_act(WType t, const float* x, std::int64_t ldx, std::int64_t n, std
 // row_bytes(t, cols) bytes, contiguous. y has row stride ldy floats. Cache-blocked when n > 1. cols must be a
 // positive multiple of the type's block size (asserted). Each y[i][r] is a function of W row r and act row i only,
 // bit for bit: splitting [r0, r1) across threads or batching activation rows never changes a result.
+// `aux` (optional): the matrix's side table from prepare_aux, for kernels that read one (aux_bytes > 0); results
+// are the same without it, only slower.
 void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std::int64_t n, float* y,
-                 std::int64_t ldy, std::int64_t r0, std::int64_t r1);
+                 std::int64_t ldy, std::int64_t r0, std::int64_t r1, const void* aux = nullptr);
+
+// A side table the active kernels read beside a weight matrix of type t (rows x cols), derived from its bytes once
+// (at load): the amx path keeps each 16-row group's block scales together, which decode would otherwise gather from
+// every row at every step. 0 when the active kernels want none. Counted by the caller as host memory.
+std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols);
+void prepare_aux(WType t, const void* w, std::int64_t rows, std::int64_t cols, void* aux);
 
 }  // namespace tandem::kernels

@@ -120,6 +120,72 @@ struct FloatTile512 {
   }
 };
 
+// ---- 32-element blocks: two blocks per vector (kernels_avx512.cc, kernels_amx.cc) -------------------------------
+
+// Two blocks' 32 bytes side by side (b1 == nullptr: zeros in the upper half).
+template <class B>
+inline __m512i two_q8(const B* b0, const B* b1) {
+  const __m256i lo = load256(b0->qs);
+  return b1 ? _mm512_inserti64x4(_mm512_castsi256_si512(lo), load256(b1->qs), 1) : _mm512_zextsi256_si512(lo);
+}
+
+// The 32 nibbles of each of two blocks in element order (element j < 16: low nibble of qs[j], j >= 16: high nibble
+// of qs[j - 16]): 128-bit lanes [qs0, qs0, qs1, qs1], shifted by 0 / 4 per 64-bit pair, masked.
+inline __m512i two_nibbles(const std::uint8_t* qs0, const std::uint8_t* qs1) {
+  const __m256i b0 = _mm256_broadcastsi128_si256(load128(qs0));
+  const __m256i b1 = qs1 ? _mm256_broadcastsi128_si256(load128(qs1)) : _mm256_setzero_si256();
+  const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1);
+  const __m512i shifted = _mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+  return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0F));
+}
+
+// The fifth bits of two q5 blocks as 0x10 in the bytes of their elements (bit j of qh is element j's).
+template <class B>
+inline __m512i two_fifth_bits(const B* b0, const B* b1) {
+  std::uint32_t h0 = 0, h1 = 0;
+  std::memcpy(&h0, b0->qh, 4);
+  if (b1) std::memcpy(&h1, b1->qh, 4);
+  const __mmask64 m = static_cast<__mmask64>(h0) | (static_cast<__mmask64>(h1) << 32);
+  return _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10));
+}
+
+// Level sources: the weights' unsigned bytes u = level + kOffset for two blocks.
+struct Q8_0Levels512 {
+  using Block = BlockQ8_0;
+  static constexpr int kOffset = 128;
+  static __m512i row(const Block* b0, const Block* b1) {
+    return _mm512_xor_si512(two_q8(b0, b1), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+struct Q4_0Levels512 {
+  using Block = BlockQ4_0;
+  static constexpr int kOffset = 8;
+  static __m512i row(const Block* b0, const Block* b1) { return two_nibbles(b0->qs, b1 ? b1->qs : nullptr); }
+};
+struct Q5_0Levels512 {
+  using Block = BlockQ5_0;
+  static constexpr int kOffset = 16;
+  static __m512i row(const Block* b0, const Block* b1) {
+    return _mm512_or_si512(two_nibbles(b0->qs, b1 ? b1->qs : nullptr), two_fifth_bits(b0, b1));
+  }
+};
+struct IQ4NLLevels512 {
+  using Block = BlockIQ4_NL;
+  static constexpr int kOffset = 128;
+  static __m512i row(const Block* b0, const Block* b1) {
+    const __m512i table = _mm512_broadcast_i32x4(load128(kIq4NlValues));
+    const __m512i w = _mm512_shuffle_epi8(table, two_nibbles(b0->qs, b1 ? b1->qs : nullptr));
+    return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+
+// Two f16 scales as 16 floats: d0 in lanes 0-7, d1 in lanes 8-15 (f16 +0 for a missing block).
+inline __m512 two_scales(std::uint16_t d0, std::uint16_t d1) {
+  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(d0))),
+                                            _mm_set1_epi16(static_cast<short>(d1)), 1);
+  return _mm512_cvtph_ps(h);
+}
+
 // Register blocks of the 512-bit tiles (32 vector registers): float 4 x 4 (16 accumulators + 4 activation
 // vectors); the integer types 4 x 4 (16 accumulators, and per activation its bytes, its offset term and its
 // scales). Measured on the prefill benchmark (2048x768, n = 128, one thread): integer 4 x 4 5-7 % above 4 x 3 and

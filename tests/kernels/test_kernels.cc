@@ -32,7 +32,7 @@ using Bytes = std::vector<std::uint8_t>;
 
 std::string tname(WType t) { return std::string(wtype_name(t)); }
 
-constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16};
+constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx};
 
 // The ISAs this machine can run; the scalar path always. The first call says which paths will not run here (a
 // machine without AVX-512 reports it rather than passing those checks silently).
@@ -160,20 +160,22 @@ TEST(KernelsDispatch, IsaNamesAndSelection) {
   EXPECT_EQ(isa_name(Isa::avx2), "avx2");
   EXPECT_EQ(isa_name(Isa::avx512), "avx512");
   EXPECT_EQ(isa_name(Isa::avx512bf16), "avx512bf16");
+  EXPECT_EQ(isa_name(Isa::amx), "amx");
   set_isa_for_testing(Isa::scalar);
   EXPECT_EQ(active_isa(), Isa::scalar);
-  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
     set_isa_for_testing(i);
     EXPECT_EQ(active_isa(), isa_supported(i) ? i : detected_isa()) << isa_name(i);  // else the fallback
   }
   set_isa_for_testing(detected_isa());
   // The paths nest: each needs what the one before it needs.
   EXPECT_TRUE(isa_supported(Isa::scalar));
+  if (isa_supported(Isa::amx)) EXPECT_TRUE(isa_supported(Isa::avx512bf16));
   if (isa_supported(Isa::avx512bf16)) EXPECT_TRUE(isa_supported(Isa::avx512));
   if (isa_supported(Isa::avx512)) EXPECT_TRUE(isa_supported(Isa::avx2));
   Isa best = Isa::scalar;
   for (Isa i : kAllIsas)
-    if (isa_supported(i)) best = i;
+    if (isa_supported(i) && i != Isa::amx) best = i;  // amx only when asked for
   EXPECT_EQ(detected_isa(), best);
 #if defined(__x86_64__)
   // F16C from CPUID leaf 1 (ECX bit 29): clang 14 has no "f16c" name for __builtin_cpu_supports.
@@ -203,7 +205,7 @@ void expect_env_selects(const char* value, Isa expected) {
 
 TEST(KernelsDispatch, EnvironmentOverride) {
   expect_env_selects("scalar", Isa::scalar);
-  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     expect_env_selects(std::string(isa_name(i)).c_str(), isa_supported(i) ? i : detected_isa());
   expect_env_selects("no-such-isa", detected_isa());
   expect_env_selects("", detected_isa());
@@ -360,6 +362,45 @@ TEST(KernelsMatmul, PathsAgreeWithinTheirTolerance) {
     for (std::size_t q = p + 1; q < simd.size(); ++q)
       std::printf("worst |%s - %s| / tolerance: %.3g\n", std::string(isa_name(simd[p])).c_str(),
                   std::string(isa_name(simd[q])).c_str(), worst[p * simd.size() + q]);
+}
+
+// The AMX path computes the 32-element block types with q8_0 activations in the reference's own order and roundings
+// (an exact integer per block, then sum += float(sumi) * (d_w * d_a)): equal to vec_dot_ref bit for bit, decode and
+// prefill, short and long rows (longer than the 4096 columns one call's tiles cover at a time), partial groups of
+// weight and activation rows.
+TEST(KernelsMatmul, AmxBlockTypesEqualTheReferenceBitForBit) {
+  if (!isa_supported(Isa::amx)) GTEST_SKIP() << "NOT RUN: this CPU (or kernel) gives no AMX-INT8";
+  IsaScope scope(Isa::amx);
+  std::mt19937 rng(29);
+  for (WType t : {WType::q8_0, WType::q4_0, WType::q5_0, WType::iq4_nl}) {
+    for (std::int64_t cols : {32, 96, 768, 4096, 4160, 8224}) {
+      for (std::int64_t n : {1, 3, 16, 17, 40}) {
+        SCOPED_TRACE(tname(t) + " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
+        const std::int64_t rows = 21;
+        const Bytes w = random_weights(rng, t, rows, cols);
+        const Bytes a = random_acts(rng, t, n, cols);
+        std::vector<float> y(static_cast<std::size_t>(rows * n));
+        matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, rows);
+        // With the side table (the engine's case: whole 16-row groups), and split at a group boundary.
+        const std::size_t aux = aux_bytes(t, rows, cols);
+        ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16 * (cols / 32) * 32));
+        Bytes x(aux, 0xEE);
+        prepare_aux(t, w.data(), rows, cols, x.data());
+        std::vector<float> yx(static_cast<std::size_t>(rows * n), -1.f);
+        matmul_rows(t, w.data(), cols, a.data(), n, yx.data(), rows, 0, 16, x.data());
+        matmul_rows(t, w.data(), cols, a.data(), n, yx.data(), rows, 16, rows, x.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), yx.data(), y.size() * sizeof(float))) << "the side table changed a result";
+        for (std::int64_t i = 0; i < n; ++i) {
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
+                                          a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
+            ASSERT_TRUE(same_bits(y[i * rows + r], ref)) << "act " << i << " row " << r << ": " << y[i * rows + r]
+                                                         << " vs " << ref;
+          }
+        }
+      }
+    }
+  }
 }
 
 // Blocks whose scales are 1 and whose levels are small: every partial sum is an integer below 2^24, so any
@@ -634,6 +675,18 @@ TEST(KernelsMatmul, LargePrefillMatchesReference) {
               << "act " << i << " row " << r;
         }
       }
+    }
+  }
+}
+
+// Only the amx path asks for a side table; every other path reads the matrix alone.
+TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : kAllWTypes) {
+      const bool amx_type = t == WType::q8_0 || t == WType::q4_0 || t == WType::q5_0 || t == WType::iq4_nl;
+      const std::int64_t cols = block_elems(t) == 1 ? 64 : 2 * QK_K;
+      EXPECT_EQ(aux_bytes(t, 33, cols) > 0, isa == Isa::amx && amx_type) << isa_name(isa) << " " << tname(t);
     }
   }
 }
