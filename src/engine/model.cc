@@ -257,7 +257,8 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
                                                 : std::min(opts.accel_layers, cfg.num_layers);
     const bool head_on_cpu = accel_n < cfg.num_layers;
     auto w = [&](const std::string& name, bool cpu = true) { return make_weight(tensor(name), opts.dtype, copied, cpu); };
-    im.embed = w("model.embed_tokens.weight", head_on_cpu);  // lookups need no side table; the tied head does
+    // Lookups need no side table; the tied head (a copy of this Weight) does.
+    im.embed = w("model.embed_tokens.weight", head_on_cpu && cfg.tie_word_embeddings);
     // Gemma's Hugging Face norms hold w and apply 1 + w (computed once here, in f32, as transformers does).
     auto norm = [&](const std::string& name) {
       at::Tensor t = vector_f32(tensor(name));

@@ -22,8 +22,9 @@ constexpr int kRows = 16;    // weight rows per call (B tile columns)
 constexpr int kActs = 128;   // activation rows per call, in groups of 16 (A tile rows)
 
 // The tile configuration (palette 1): tmm0 = C (acts x 16 int32), tmm1 = A (acts x 32 bytes), tmm2 = B (8 x 64
-// bytes). Only the row count of A and C changes (the last activation group of a call may be short); each thread
-// keeps the count it loaded and reloads only on a change.
+// bytes). Loaded at the start of every call and again when the last activation group of the call is short: other
+// code on the thread (oneDNN inside LibTorch may use AMX too) can have released or replaced the configuration since
+// the previous call, so none is assumed to survive between calls.
 struct alignas(64) TileConfig {
   std::uint8_t palette = 1;
   std::uint8_t start_row = 0;
@@ -34,8 +35,6 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 inline void configure(int acts) {
-  thread_local int loaded = 0;
-  if (loaded == acts) return;
   TileConfig c;
   c.rows[0] = static_cast<std::uint8_t>(acts);
   c.colsb[0] = 64;
@@ -44,7 +43,6 @@ inline void configure(int acts) {
   c.rows[2] = 8;
   c.colsb[2] = 64;
   _tile_loadconfig(&c);
-  loaded = acts;
 }
 
 // A block's 32 signed levels in element order, per type.
@@ -222,9 +220,13 @@ void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
         _mm512_store_si512(dst + 64 * g, _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(g)), src, 4));
       _mm512_store_ps(dw + ib * kRows, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
     }
+    int configured = 0;  // the activation count the tiles are configured for in this call (0: not yet)
     for (std::int64_t m0 = 0; m0 < nc; m0 += 16) {
       const int mg = static_cast<int>(std::min<std::int64_t>(16, nc - m0));
-      configure(mg);
+      if (mg != configured) {
+        configure(mg);
+        configured = mg;
+      }
       __m512 s[16];
       for (int m = 0; m < mg; ++m) s[m] = _mm512_load_ps(sums + (m0 + m) * kRows);
       alignas(64) std::int32_t c[16][16];
@@ -248,6 +250,7 @@ void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
       for (int m = 0; m < mg; ++m) _mm512_store_ps(sums + (m0 + m) * kRows, s[m]);
     }
   }
+  _tile_release();  // the tile state is not kept between calls (see configure)
   for (int m = 0; m < nc; ++m)
     for (int r = 0; r < nr; ++r) y[m * ldy + r] = sums[m * kRows + r];
 }
