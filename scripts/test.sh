@@ -17,6 +17,9 @@ log=$(mktemp)
 # that leaves files behind fills the disk of a machine that runs the suite again and again (a run writes several
 # GB of model files), so what is left is a failure, listed, and removed.
 scratch=$(mktemp -d /tmp/tandem-tests.XXXXXX)
+# Like /tmp itself (world-writable, sticky): tests run clients as other users (tests/systemd/dbus_policy.sh's
+# "nobody" and "daemon" reach a bus socket made under it).
+chmod 1777 "$scratch"
 TMPDIR=$scratch meson test -C "$BUILD" --print-errorlogs --num-processes "${TANDEM_TEST_JOBS:-2}" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 leftover=$(find "$scratch" -mindepth 1 -maxdepth 1 | wc -l)
