@@ -70,26 +70,16 @@ struct Q8ActTile512 {
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const Block* wr[R];
     const BlockQ8_0* ac[C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const Block*>(w + r * wrb);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_0*>(a + c * arb);
+    row_ptrs(wr, w, wrb);
+    row_ptrs(ac, a, arb);
     __m512 acc[R][C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) {
-      TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-    }
+    zero_acc(acc);
     const std::int64_t nb = cols / QK8_0;
     const std::size_t pf = prefetch_offset(R, wrb);
     std::int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) step<true>(wr, ac, ib, pf, acc);
     if (ib < nb) step<false>(wr, ac, ib, pf, acc);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) {
-      TANDEM_UNROLL
-      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum16(acc[r][c]);
-    }
+    store_sums(acc, y, ldy);
   }
 };
 
@@ -160,18 +150,13 @@ struct Q81ActTile512 {
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const Block* wr[R];
     const BlockQ8_1* ac[C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const Block*>(w + r * wrb);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_1*>(a + c * arb);
+    row_ptrs(wr, w, wrb);
+    row_ptrs(ac, a, arb);
     __m512 acc[R][C];
+    zero_acc(acc);
     __m512 mins[R];
     TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) {
-      mins[r] = _mm512_setzero_ps();
-      TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-    }
+    for (int r = 0; r < R; ++r) mins[r] = _mm512_setzero_ps();
     const std::int64_t nb = cols / QK8_1;
     const std::size_t pf = prefetch_offset(R, wrb);
     std::int64_t ib = 0;

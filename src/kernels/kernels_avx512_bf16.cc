@@ -29,16 +29,10 @@ struct BF16DotTile512 {
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const std::uint16_t* wr[R];
     const std::uint16_t* ac[C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const std::uint16_t*>(w + r * wrb);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const std::uint16_t*>(a + c * arb);
+    row_ptrs(wr, w, wrb);
+    row_ptrs(ac, a, arb);
     __m512 acc[R][C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) {
-      TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-    }
+    zero_acc(acc);
     const std::size_t pf = prefetch_offset(R, wrb);
     std::int64_t k = 0;
     for (; k + 32 <= cols; k += 32) {
@@ -47,11 +41,7 @@ struct BF16DotTile512 {
       step<false>(wr, ac, k, 32, acc);
     }
     if (k < cols) step<true>(wr, ac, k, static_cast<int>(cols - k), acc);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) {
-      TANDEM_UNROLL
-      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum16(acc[r][c]);
-    }
+    store_sums(acc, y, ldy);
   }
 };
 

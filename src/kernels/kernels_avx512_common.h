@@ -29,6 +29,30 @@ inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __mmask32 first32(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
 inline __mmask16 first16(int n) { return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1); }
 
+// A tile's set-up and end, the same in every 512-bit tile: its R weight rows' and C activation rows' pointers, the
+// R x C accumulators at zero, and each accumulator's fixed-order sum stored to y[c * ldy + r].
+template <class T, int N>
+inline void row_ptrs(const T* (&p)[N], const std::uint8_t* base, std::size_t stride) {
+  TANDEM_UNROLL
+  for (int i = 0; i < N; ++i) p[i] = reinterpret_cast<const T*>(base + i * stride);
+}
+template <int R, int C>
+inline void zero_acc(__m512 (&acc)[R][C]) {
+  TANDEM_UNROLL
+  for (int r = 0; r < R; ++r) {
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+}
+template <int R, int C>
+inline void store_sums(const __m512 (&acc)[R][C], float* y, std::int64_t ldy) {
+  TANDEM_UNROLL
+  for (int c = 0; c < C; ++c) {
+    TANDEM_UNROLL
+    for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum16(acc[r][c]);
+  }
+}
+
 // Float sources: kStep elements per step (one cache line), delivered as kHalves vectors of 16 floats; `n` < kStep
 // is the count of valid elements in a partial step (masked loads). Weights and activations are loaded alike, so
 // the products pair up whatever lane an element lands in.
@@ -94,16 +118,10 @@ struct FloatTile512 {
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const T* wr[R];
     const T* ac[C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * wrb);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const T*>(a + c * arb);
+    row_ptrs(wr, w, wrb);
+    row_ptrs(ac, a, arb);
     __m512 acc[R][C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) {
-      TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-    }
+    zero_acc(acc);
     const std::size_t pf = prefetch_offset(R, wrb);
     std::int64_t k = 0;
     for (; k + Src::kStep <= cols; k += Src::kStep) {
@@ -112,11 +130,7 @@ struct FloatTile512 {
       step<false>(wr, ac, k, Src::kStep, acc);
     }
     if (k < cols) step<true>(wr, ac, k, static_cast<int>(cols - k), acc);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) {
-      TANDEM_UNROLL
-      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum16(acc[r][c]);
-    }
+    store_sums(acc, y, ldy);
   }
 };
 
