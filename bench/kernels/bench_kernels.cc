@@ -116,7 +116,10 @@ void BM_Decode(benchmark::State& state, WType t, Shape s) {
   // The side table the active kernels read beside each matrix (the engine makes it at load; none on most paths).
   const std::size_t aux = aux_bytes(t, s.rows, s.cols);
   std::vector<std::uint8_t> x(aux * copies);
+  const double tp = thread_seconds();
   for (std::size_t c = 0; aux != 0 && c < copies; ++c) prepare_aux(t, w.data() + c * matrix, s.rows, s.cols, x.data() + c * aux);
+  // How fast the load makes it (bytes of the matrix per second, cold: each copy is read once).
+  if (aux != 0) state.counters["aux_GB/s"] = static_cast<double>(matrix * copies) / 1e9 / (thread_seconds() - tp);
   std::vector<float> y(static_cast<std::size_t>(s.rows));
   std::size_t k = 0;
   const double t0 = thread_seconds();

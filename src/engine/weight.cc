@@ -59,8 +59,10 @@ Weight make_weight(const weights::TensorView& tv, ComputeDType d, std::uint64_t&
     w.data = static_cast<const std::byte*>(w.host.data_ptr());
     copied += tv.data.size();
   }
-  // The side table the active CPU kernels read beside this matrix (the amx path: each 16-row group's block scales
-  // together), made once here from the bytes the kernels will read; host memory like a converted copy.
+  // The side table the active CPU kernels read beside this matrix (the amx path: the matrix repacked in 16-row
+  // groups), made once here from the bytes the kernels will read; host memory like a converted copy. The file's
+  // pages are not needed by the kernels after this (they stay in the page cache, clean, until the kernel reclaims
+  // them).
   if (const std::size_t aux = cpu_compute && w.rows > 0 ? kernels::aux_bytes(w.type, w.rows, w.cols) : 0; aux > 0) {
     w.aux = at::empty({static_cast<std::int64_t>(aux)}, at::TensorOptions().dtype(at::kByte));
     kernels::prepare_aux(w.type, w.data, w.rows, w.cols, w.aux.data_ptr());

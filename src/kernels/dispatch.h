@@ -65,8 +65,9 @@ const KernelTable& avx2_table();
 const KernelTable& avx512_table();
 // The same with the bf16 tile on AVX512_BF16's vdpbf16ps (kernels_avx512_bf16.cc). Call only when the CPU has it too.
 const KernelTable& avx512bf16_table();
-// The avx512bf16 table with AMX-INT8 tiles for q8_0, q4_0, q5_0 and iq4_nl (kernels_amx.cc). Call only when the
-// CPU has AMX-TILE and AMX-INT8 and the kernel granted this process the tile data (kernels.cc).
+// The avx512bf16 table with AMX-INT8 tiles for q8_0, q4_0, q5_0 and iq4_nl, on matrices repacked at load
+// (kernels_amx.cc). Call only when the CPU has AMX-TILE and AMX-INT8 and the kernel granted this process the tile
+// data (kernels.cc).
 const KernelTable& amx_table();
 #endif
 

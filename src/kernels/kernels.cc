@@ -202,11 +202,10 @@ std::string_view isa_name(Isa i) {
   return "unknown";
 }
 
-// amx is never chosen by itself: its prefill is ~3x the avx512 path's, but decoding one or two sequences runs
-// 0.6-0.75x as fast until the weights are repacked at load (docs/kernels.md, "The AMX path"), so it is asked for
-// with TANDEM_KERNELS=amx.
+// The best path this CPU runs; amx included (its q8_0, q4_0, q5_0 and iq4_nl matrices are repacked at load:
+// docs/kernels.md, "The AMX path").
 Isa detected_isa() {
-  for (Isa i : {Isa::avx512bf16, Isa::avx512, Isa::avx2})
+  for (Isa i : {Isa::amx, Isa::avx512bf16, Isa::avx512, Isa::avx2})
     if (cpu_has(i)) return i;
   return Isa::scalar;
 }

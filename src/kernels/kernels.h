@@ -18,7 +18,7 @@ namespace tandem::kernels {
 // Each path is a table of its own (docs/kernels.md, "CPU kernels").
 enum class Isa : std::uint8_t { scalar, avx2, avx512, avx512bf16, amx };
 std::string_view isa_name(Isa i);
-Isa detected_isa();  // best the CPU supports and this build has (amx only when asked for: TANDEM_KERNELS=amx)
+Isa detected_isa();  // the best the CPU supports and this build has
 bool isa_supported(Isa i);  // this CPU and this build can run it
 // Selected for this process: TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16|amx in the environment forces one (one this
 // CPU or build lacks falls back to the detected ISA), else detected_isa().
@@ -39,8 +39,9 @@ void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std
                  std::int64_t ldy, std::int64_t r0, std::int64_t r1, const void* aux = nullptr);
 
 // A side table the active kernels read beside a weight matrix of type t (rows x cols), derived from its bytes once
-// (at load): the amx path keeps each 16-row group's block scales together, which decode would otherwise gather from
-// every row at every step. 0 when the active kernels want none. Counted by the caller as host memory.
+// (at load) and never written back: the amx path's is the whole matrix repacked in 16-row groups in the order its
+// tiles read (the matrix's bytes plus 6-11 %; docs/kernels.md, "The AMX path"). 0 when the active kernels want
+// none. Counted by the caller as host memory.
 std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols);
 void prepare_aux(WType t, const void* w, std::int64_t rows, std::int64_t cols, void* aux);
 

@@ -9,8 +9,13 @@
 // row stride; B: the block's levels) gives the exact integer dot product of every (activation, weight row) pair,
 // and the block's float step is done for 16 weight rows at once, in the reference's order and roundings:
 // sum += float(sumi) * (d_w * d_a) (vec_dot_ref in quant_blocks32.cc; no fused multiply-add). The result of every
-// element is therefore the reference's, bit for bit, whatever the tile shape, the thread split or the batch — and
-// decode (one activation row) runs the same code with a one-row A tile.
+// element is therefore the reference's, bit for bit, whatever the tile shape, the thread split or the batch.
+//
+// The matrix's side table (kernels.h, aux_bytes) is the whole matrix again, repacked at load into the order these
+// tiles read (the packed layout below): decode streams it front to back instead of sixteen rows at once, and prefill
+// gets its B tiles with a few vector operations per block instead of a transposition. Tiles without it (a range that
+// does not start on a 16-row group, a matrix bound for an accelerator) read the rows as they are, with the same
+// results.
 #include <immintrin.h>
 
 #include "kernels/kernels_avx512_common.h"
@@ -18,11 +23,14 @@
 namespace tandem::kernels::detail {
 namespace {
 
-constexpr int kRows = 16;    // weight rows per call (B tile columns)
+constexpr int kRows = 16;    // weight rows of a group (B tile columns)
+// A call covers up to kGroups groups (tile_rows, decode_rows): the activations' preparation (their scales for
+// prefill, their unsigned bytes for decode) is shared by the groups.
+constexpr int kGroups = 4;
 constexpr int kActs = 128;   // activation rows per call, in groups of 16 (A tile rows)
 
 // The tile configuration (palette 1): tmm0 = C (acts x 16 int32), tmm1 = A (acts x 32 bytes), tmm2 = B (8 x 64
-// bytes). Loaded at the start of every call and again when the last activation group of the call is short: other
+// bytes), and the same again in tmm3-5. Loaded at the start of every call and again when the last activation group of the call is short: other
 // code on the thread (oneDNN inside LibTorch may use AMX too) can have released or replaced the configuration since
 // the previous call, so none is assumed to survive between calls.
 struct alignas(64) TileConfig {
@@ -36,19 +44,28 @@ static_assert(sizeof(TileConfig) == 64);
 
 inline void configure(int acts) {
   TileConfig c;
-  c.rows[0] = static_cast<std::uint8_t>(acts);
-  c.colsb[0] = 64;
-  c.rows[1] = static_cast<std::uint8_t>(acts);
-  c.colsb[1] = 32;
-  c.rows[2] = 8;
-  c.colsb[2] = 64;
+  for (int t : {0, 3}) {  // two sets, so that one block's tiles run while the previous block's sums are read
+    c.rows[t] = static_cast<std::uint8_t>(acts);
+    c.colsb[t] = 64;
+    c.rows[t + 1] = static_cast<std::uint8_t>(acts);
+    c.colsb[t + 1] = 32;
+    c.rows[t + 2] = 8;
+    c.colsb[t + 2] = 64;
+  }
   _tile_loadconfig(&c);
 }
 
-// A block's 32 signed levels in element order, per type.
+// The packed layout's types (below).
+struct PackQ8_0;
+struct PackQ4_0;
+struct PackQ5_0;
+struct PackIQ4_NL;
+
+// A block's 32 signed levels in element order, per type, and its packed layout.
 struct Q8_0Src {
   using Block = BlockQ8_0;
   using Levels = Q8_0Levels512;
+  using Pack = PackQ8_0;
   static __m256i levels(const Block& b) { return load256(b.qs); }
 };
 // 4-bit: element j < 16 is the low nibble of qs[j], j >= 16 the high nibble of qs[j - 16].
@@ -61,11 +78,13 @@ inline __m256i nibbles32(const std::uint8_t* qs) {
 struct Q4_0Src {
   using Block = BlockQ4_0;
   using Levels = Q4_0Levels512;
+  using Pack = PackQ4_0;
   static __m256i levels(const Block& b) { return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8)); }
 };
 struct Q5_0Src {
   using Block = BlockQ5_0;
   using Levels = Q5_0Levels512;
+  using Pack = PackQ5_0;
   static __m256i levels(const Block& b) {
     std::uint32_t qh;
     std::memcpy(&qh, b.qh, 4);
@@ -76,6 +95,7 @@ struct Q5_0Src {
 struct IQ4NLSrc {
   using Block = BlockIQ4_NL;
   using Levels = IQ4NLLevels512;
+  using Pack = PackIQ4_NL;
   static __m256i levels(const Block& b) { return _mm256_shuffle_epi8(iq4_table(), nibbles32(b.qs)); }
 };
 
@@ -106,29 +126,223 @@ inline __m512 row_scales(const std::uint8_t* first_d, std::size_t wrb, int nr) {
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
 }
 
-// The side table (kernels.h, aux_bytes): per 16-row group, for each block the 16 rows' f16 scales side by side.
-std::size_t aux_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK8_0) * 32; }
+// ---- the packed layout (the side table) ------------------------------------------------------------------------
+//
+// Per 16-row group, block after block: the 16 rows' f16 scales (32 bytes), the 16 rows' sums of the block's levels
+// (int16, 32 bytes), then the levels in AMX's B order — B row g (g = 0..7) holds elements 4g..4g+3 of each weight
+// row, row r at bytes 4r..4r+3 — as codes:
+//   q8_0: 8 rows of 64 bytes, the levels themselves;
+//   q4_0, iq4_nl: 4 vectors of 64 bytes, vector k holding B row k's 4-bit indices in its low nibbles and B row
+//     k + 4's in its high nibbles (q4_0's level is the index - 8; iq4_nl's goes through the table);
+//   q5_0: those 256 bytes of low 4 bits, then 8 masks of 64 bits: bit i of mask g is the fifth bit of B row g's
+//     byte i (the level is the index - 16).
+// A group's block takes 16 times the block's bytes plus 32 (576, 320, 320 and 384 bytes: the side table is the
+// matrix plus 6 % for q8_0, 11 % for q4_0 and iq4_nl, 9 % for q5_0). Rows past the matrix's end in its last group
+// have scale 0, code 0 and sum 0.
+struct PackQ8_0 {
+  using Block = BlockQ8_0;
+  static constexpr std::size_t kCodeBytes = 512;
+  static __m256i codes(const Block& b) { return load256(b.qs); }
+  static __m256i levels(__m256i codes) { return codes; }
+  static void encode(const std::uint8_t* bq, std::uint8_t* out) { std::memcpy(out, bq, 512); }
+  static void signed_rows(const std::uint8_t* p, __m512i (&s)[8]) {
+    TANDEM_UNROLL
+    for (int g = 0; g < 8; ++g) s[g] = load512(p + 64 * g);
+  }
+};
 
-template <class Block>
-void prepare_scales(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
-  const std::int64_t nb = cols / QK8_0;
-  auto* out = reinterpret_cast<std::uint16_t*>(aux);
-  for (std::int64_t g = 0; g < (rows + 15) / 16; ++g)
-    for (std::int64_t ib = 0; ib < nb; ++ib)
-      for (std::int64_t r = 0; r < 16; ++r) {
-        const std::int64_t row = 16 * g + r;
-        *out++ = row < rows ? reinterpret_cast<const Block*>(w + static_cast<std::size_t>(row) * wrb)[ib].d : 0;
-      }
+// The nibble encoding and decoding of the packed layout (bq: B rows 0..7 of 64 codes; the low 4 bits are packed).
+inline void encode_nibbles(const std::uint8_t* bq, std::uint8_t* out) {
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  for (int k = 0; k < 4; ++k) {
+    const __m512i lo = _mm512_and_si512(load512(bq + 64 * k), m);
+    const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(load512(bq + 64 * (k + 4)), m), 4);
+    _mm512_storeu_si512(out + 64 * k, _mm512_or_si512(lo, hi));
+  }
+}
+inline void decode_nibbles(const std::uint8_t* p, __m512i (&u)[8]) {
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  TANDEM_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const __m512i v = load512(p + 64 * k);
+    u[k] = _mm512_and_si512(v, m);
+    u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+  }
 }
 
-inline __m512 group_scales(const std::uint8_t* aux, std::int64_t ib) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(aux + ib * 32)));
+struct PackQ4_0 {
+  using Block = BlockQ4_0;
+  static constexpr std::size_t kCodeBytes = 256;
+  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
+  static __m256i levels(__m256i codes) { return _mm256_sub_epi8(codes, _mm256_set1_epi8(8)); }
+  static void encode(const std::uint8_t* bq, std::uint8_t* out) { encode_nibbles(bq, out); }
+  static void signed_rows(const std::uint8_t* p, __m512i (&s)[8]) {
+    decode_nibbles(p, s);
+    TANDEM_UNROLL
+    for (int g = 0; g < 8; ++g) s[g] = _mm512_sub_epi8(s[g], _mm512_set1_epi8(8));
+  }
+};
+
+struct PackIQ4_NL {
+  using Block = BlockIQ4_NL;
+  static constexpr std::size_t kCodeBytes = 256;
+  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
+  static __m256i levels(__m256i codes) { return _mm256_shuffle_epi8(iq4_table(), codes); }
+  static void encode(const std::uint8_t* bq, std::uint8_t* out) { encode_nibbles(bq, out); }
+  static void signed_rows(const std::uint8_t* p, __m512i (&s)[8]) {
+    decode_nibbles(p, s);
+    const __m512i table = _mm512_broadcast_i32x4(load128(kIq4NlValues));
+    TANDEM_UNROLL
+    for (int g = 0; g < 8; ++g) s[g] = _mm512_shuffle_epi8(table, s[g]);
+  }
+};
+
+struct PackQ5_0 {
+  using Block = BlockQ5_0;
+  static constexpr std::size_t kCodeBytes = 256 + 64;
+  static __m256i codes(const Block& b) {
+    std::uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    return _mm256_or_si256(nibbles32(b.qs), _mm256_maskz_mov_epi8(static_cast<__mmask32>(qh), _mm256_set1_epi8(0x10)));
+  }
+  static __m256i levels(__m256i codes) { return _mm256_sub_epi8(codes, _mm256_set1_epi8(16)); }
+  static void encode(const std::uint8_t* bq, std::uint8_t* out) {
+    encode_nibbles(bq, out);
+    for (int g = 0; g < 8; ++g) {
+      const std::uint64_t m = _mm512_test_epi8_mask(load512(bq + 64 * g), _mm512_set1_epi8(0x10));
+      std::memcpy(out + 256 + 8 * g, &m, 8);
+    }
+  }
+  static void signed_rows(const std::uint8_t* p, __m512i (&s)[8]) {
+    decode_nibbles(p, s);
+    TANDEM_UNROLL
+    for (int g = 0; g < 8; ++g) {
+      std::uint64_t m;
+      std::memcpy(&m, p + 256 + 8 * g, 8);
+      const __m512i fifth = _mm512_maskz_mov_epi8(static_cast<__mmask64>(m), _mm512_set1_epi8(0x10));
+      s[g] = _mm512_sub_epi8(_mm512_or_si512(s[g], fifth), _mm512_set1_epi8(16));
+    }
+  }
+};
+
+constexpr std::size_t kPackedHead = 64;  // scales and level sums
+
+template <class P>
+constexpr std::size_t packed_block_bytes() { return kPackedHead + P::kCodeBytes; }
+
+template <class P>
+std::size_t packed_group_bytes(std::int64_t cols) {
+  return static_cast<std::size_t>(cols / QK8_0) * packed_block_bytes<P>();
+}
+
+// The packed layout of a matrix: per group and block, each row's 32 codes in element order and the sum of its
+// levels (|sum| <= 32 * 128: int16), the codes moved into B order four bytes at a time (B row g, row r <- elements
+// 4g..4g+3), then encoded.
+template <class P>
+void prepare_packed(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+  using Block = typename P::Block;
+  const std::int64_t nb = cols / QK8_0;
+  std::uint8_t* out = aux;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
+    for (std::int64_t ib = 0; ib < nb; ++ib) {
+      alignas(64) std::uint16_t d[kRows] = {};
+      alignas(64) std::int16_t sum[kRows] = {};
+      alignas(64) std::uint32_t c[kRows][8] = {};
+      for (int r = 0; r < nr; ++r) {
+        const Block* row = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r0 + r) * wrb);
+        if (ib + 8 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + ib + 8), _MM_HINT_T0);
+        const Block& b = row[ib];
+        d[r] = b.d;
+        const __m256i code = P::codes(b);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(c[r]), code);
+        // Σ level = Σ (level + 128) - 32 * 128, the first from sums of absolute differences against 0.
+        const __m256i u = _mm256_xor_si256(P::levels(code), _mm256_set1_epi8(static_cast<char>(0x80)));
+        const __m256i sad = _mm256_sad_epu8(u, _mm256_setzero_si256());
+        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+        sum[r] = static_cast<std::int16_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2))) - 32 * 128);
+      }
+      alignas(64) std::uint32_t bq[8][16];
+      for (int g = 0; g < 8; ++g)
+        for (int r = 0; r < kRows; ++r) bq[g][r] = c[r][g];
+      std::memcpy(out, d, 32);
+      std::memcpy(out + 32, sum, 32);
+      P::encode(reinterpret_cast<const std::uint8_t*>(bq), out + kPackedHead);
+      out += packed_block_bytes<P>();
+    }
+  }
+}
+
+// Decode from the packed layout: NC (1-3) activations against nr rows (up to kGroups 16-row groups, group_bytes
+// apart in the table). The activations' bytes are made unsigned once per call (u = a + 128, a ^ 0x80) for all the
+// groups; per block and activation, vpdpbusd of its bytes 4g..4g+3 in every lane with B row g's signed levels sums,
+// lane r, row r's exact Σ u·l = Σ a·l + 128 · Σl, and the stored level sum takes off the second term. Then the
+// reference's float step.
+template <class P, int NC>
+void packed_decode(const std::uint8_t* aux, std::size_t group_bytes, int nr, const std::uint8_t* a, std::size_t arb,
+                   std::int64_t nb, float* y, std::int64_t ldy) {
+  constexpr std::int64_t kMaxBlocks = 256;  // activation bytes held per piece (8 KiB per activation)
+  constexpr std::size_t kPrefetchBlocks = 32;
+  constexpr std::size_t kB = packed_block_bytes<P>();
+  const int ng = (nr + kRows - 1) / kRows;
+  __m512 sums[kGroups][NC];
+  for (int g = 0; g < ng; ++g)
+    for (int c = 0; c < NC; ++c) sums[g][c] = _mm512_setzero_ps();
+  alignas(64) std::uint8_t au[NC][kMaxBlocks * 32];
+  alignas(64) float da[NC][kMaxBlocks];
+  for (std::int64_t p0 = 0; p0 < nb; p0 += kMaxBlocks) {
+    const std::int64_t pn = std::min(kMaxBlocks, nb - p0);
+    for (int c = 0; c < NC; ++c) {
+      const auto* act = reinterpret_cast<const BlockQ8_0*>(a + static_cast<std::size_t>(c) * arb) + p0;
+      for (std::int64_t ib = 0; ib < pn; ++ib) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(au[c] + 32 * ib),
+                           _mm256_xor_si256(load256(act[ib].qs), _mm256_set1_epi8(static_cast<char>(0x80))));
+        da[c][ib] = h2f(act[ib].d);
+      }
+    }
+    for (int g = 0; g < ng; ++g) {
+      __m512 sum[NC];
+      TANDEM_UNROLL
+      for (int c = 0; c < NC; ++c) sum[c] = sums[g][c];
+      const std::uint8_t* grp = aux + static_cast<std::size_t>(g) * group_bytes;
+      for (std::int64_t ib = 0; ib < pn; ++ib) {
+        const std::uint8_t* p = grp + static_cast<std::size_t>(p0 + ib) * kB;
+        TANDEM_UNROLL
+        for (std::size_t l = 0; l < kB; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBlocks * kB + l), _MM_HINT_T0);
+        __m512i lv[8];
+        P::signed_rows(p + kPackedHead, lv);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        const __m512i shift =
+            _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))), 7);
+        TANDEM_UNROLL
+        for (int c = 0; c < NC; ++c) {
+          const std::uint8_t* ab = au[c] + 32 * ib;
+          __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+          TANDEM_UNROLL
+          for (int k = 0; k < 8; ++k) {
+            std::int32_t q;
+            std::memcpy(&q, ab + 4 * k, 4);
+            if (k < 4) lo = _mm512_dpbusd_epi32(lo, _mm512_set1_epi32(q), lv[k]);
+            else hi = _mm512_dpbusd_epi32(hi, _mm512_set1_epi32(q), lv[k]);
+          }
+          const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(lo, hi), shift);
+          const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(da[c][ib]));  // d_w * d_a
+          sum[c] = _mm512_add_ps(sum[c], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), scale));
+        }
+      }
+      TANDEM_UNROLL
+      for (int c = 0; c < NC; ++c) sums[g][c] = sum[c];
+    }
+  }
+  for (int g = 0; g < ng; ++g)
+    for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy + g * kRows, first16(nr - g * kRows), sums[g][c]);
 }
 
 template <class L, bool kPair>
 __attribute__((always_inline)) inline void exact_step(const std::uint8_t* w, std::size_t wrb, int nr,
                                                       const BlockQ8_0* a0, std::int64_t ib, std::size_t pf,
-                                                      const std::uint8_t* aux, __m512& sum) {
+                                                      __m512& sum) {
   using Block = typename L::Block;
   const __m512i av = two_q8(a0, kPair ? a0 + 1 : nullptr);
   const __m512i init = _mm512_sub_epi32(
@@ -148,11 +362,11 @@ __attribute__((always_inline)) inline void exact_step(const std::uint8_t* w, std
   __m512i p0, p1;
   reduce_rows(v, p0, p1);
   const auto* d0 = w + static_cast<std::size_t>(ib) * sizeof(Block);  // d is each block's first field
-  const __m512 w0 = aux ? group_scales(aux, ib) : row_scales(d0, wrb, nr);
+  const __m512 w0 = row_scales(d0, wrb, nr);
   const __m512 s0 = _mm512_mul_ps(w0, _mm512_set1_ps(h2f(a0->d)));
   sum = _mm512_add_ps(sum, _mm512_mul_ps(_mm512_cvtepi32_ps(p0), s0));
   if constexpr (kPair) {
-    const __m512 w1 = aux ? group_scales(aux, ib + 1) : row_scales(d0 + sizeof(Block), wrb, nr);
+    const __m512 w1 = row_scales(d0 + sizeof(Block), wrb, nr);
     const __m512 s1 = _mm512_mul_ps(w1, _mm512_set1_ps(h2f(a0[1].d)));
     sum = _mm512_add_ps(sum, _mm512_mul_ps(_mm512_cvtepi32_ps(p1), s1));
   }
@@ -162,63 +376,164 @@ __attribute__((always_inline)) inline void exact_step(const std::uint8_t* w, std
 // avx512 tiles' unsigned levels from the -offset·Σa start, reduced per row), then sum += float(sumi) * (d_w * d_a)
 // with lanes = rows, block after block.
 template <class L>
-void exact_rows(const std::uint8_t* w, std::size_t wrb, int nr, const BlockQ8_0* act, std::int64_t nb, float* y,
-                const std::uint8_t* aux) {
+void exact_rows(const std::uint8_t* w, std::size_t wrb, int nr, const BlockQ8_0* act, std::int64_t nb, float* y) {
   __m512 sum = _mm512_setzero_ps();
   const std::size_t pf = prefetch_offset(16, wrb);
   std::int64_t ib = 0;
-  for (; ib + 2 <= nb; ib += 2) exact_step<L, true>(w, wrb, nr, act + ib, ib, pf, aux, sum);
-  if (ib < nb) exact_step<L, false>(w, wrb, nr, act + ib, ib, pf, aux, sum);
+  for (; ib + 2 <= nb; ib += 2) exact_step<L, true>(w, wrb, nr, act + ib, ib, pf, sum);
+  if (ib < nb) exact_step<L, false>(w, wrb, nr, act + ib, ib, pf, sum);
   _mm512_mask_storeu_ps(y, first16(nr), sum);
 }
 
-// Activation counts below this run exact_rows once per activation instead of the tiles (same results): the
-// tiles' per-call rearrangement of the weights costs more than it saves for so few (measured: decode).
+// Prefill's pieces: blocks of a row handled per pass (rows longer than kPieceBlocks * 32 columns go in pieces, the
+// sums running on from piece to piece in the same order).
+constexpr std::int64_t kPieceBlocks = 32;
+
+// The scales of a group of up to 16 activations (MG of them, or n when MG is 0), block by block: per block the 16
+// f16 values side by side (plain 16-bit moves), then one conversion. `a`: the first activation at the piece's first
+// block.
+template <int MG>
+void act_scales(const std::uint8_t* a, std::size_t arb, int n, std::int64_t pn, float (*da)[16]) {
+  for (std::int64_t ib = 0; ib < pn; ++ib) {
+    alignas(32) std::uint16_t h[16] = {};
+    const std::uint8_t* d = a + static_cast<std::size_t>(ib) * sizeof(BlockQ8_0);
+    TANDEM_UNROLL
+    for (int m = 0; m < (MG > 0 ? MG : 16); ++m)
+      if (MG > 0 || m < n) std::memcpy(&h[m], d + static_cast<std::size_t>(m) * arb, 2);
+    _mm512_store_ps(da[ib], _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+  }
+}
+
+// One group of up to 16 activations (MG of them, or n when MG is 0) against a piece's pn blocks of 16 weight rows
+// (bbuf: B tiles, dw: scales): per block one TDPBSSD gives the exact integer of every pair, then the float step,
+// sum += float(sumi) * (d_w * d_a), for each activation over the 16 rows at once. The two tile sets alternate, so
+// the tiles compute block ib + 1 while the vector units do block ib's float step. `a`: the group's first activation
+// at the piece's first block; `da` its scales (act_scales); `sums` its running sums (16 per activation).
+template <int MG>
+void act_group(const std::uint8_t* a, std::size_t arb, int n, const float (*da)[16], const std::int8_t* bbuf,
+               const float* dw, std::int64_t pn, float* sums) {
+  __m512 s[16];
+  TANDEM_UNROLL
+  for (int m = 0; m < (MG > 0 ? MG : 16); ++m)
+    if (MG > 0 || m < n) s[m] = _mm512_load_ps(sums + m * kRows);
+  alignas(64) std::int32_t c[2][16][16];
+  const auto* qs = a + offsetof(BlockQ8_0, qs);
+  const auto tiles_even = [&](std::int64_t ib) {
+    _tile_zero(0);
+    _tile_loadd(1, qs + static_cast<std::size_t>(ib) * sizeof(BlockQ8_0), static_cast<long>(arb));
+    _tile_loadd(2, bbuf + ib * 512, 64);
+    _tile_dpbssd(0, 1, 2);
+    _tile_stored(0, c[0], 64);
+  };
+  const auto tiles_odd = [&](std::int64_t ib) {
+    _tile_zero(3);
+    _tile_loadd(4, qs + static_cast<std::size_t>(ib) * sizeof(BlockQ8_0), static_cast<long>(arb));
+    _tile_loadd(5, bbuf + ib * 512, 64);
+    _tile_dpbssd(3, 4, 5);
+    _tile_stored(3, c[1], 64);
+  };
+  const auto floats = [&](std::int64_t ib, const std::int32_t (&ct)[16][16]) {
+    const __m512 dwv = _mm512_load_ps(dw + ib * kRows);
+    TANDEM_UNROLL
+    for (int m = 0; m < (MG > 0 ? MG : 16); ++m) {
+      if (MG > 0 || m < n) {
+        const __m512 scale = _mm512_mul_ps(dwv, _mm512_set1_ps(da[ib][m]));  // d_w * d_a
+        const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(ct[m]));
+        s[m] = _mm512_add_ps(s[m], _mm512_mul_ps(p, scale));  // sum += float(sumi) * (d_w * d_a)
+      }
+    }
+  };
+  if (pn > 0) tiles_even(0);
+  for (std::int64_t ib = 0; ib < pn; ib += 2) {
+    if (ib + 1 < pn) tiles_odd(ib + 1);
+    floats(ib, c[0]);
+    if (ib + 1 < pn) {
+      if (ib + 2 < pn) tiles_even(ib + 2);
+      floats(ib + 1, c[1]);
+    }
+  }
+  TANDEM_UNROLL
+  for (int m = 0; m < (MG > 0 ? MG : 16); ++m)
+    if (MG > 0 || m < n) _mm512_store_ps(sums + m * kRows, s[m]);
+}
+
+// Activation counts below this take the vector forms (packed_decode, or exact_rows without the side table)
+// instead of the tiles (same results): a tile call's set-up costs more than it saves for so few (measured: decode).
 constexpr int kTileMinActs = 4;
 
 template <class S>
 void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
               std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
   using Block = typename S::Block;
+  using P = typename S::Pack;
+  constexpr std::size_t kB = packed_block_bytes<P>();
   const std::int64_t nb = cols / QK8_0;
+  const std::size_t group_bytes = packed_group_bytes<P>(cols);
+  const int ng = (nr + kRows - 1) / kRows;
   if (nc < kTileMinActs) {
-    for (int c = 0; c < nc; ++c)
-      exact_rows<typename S::Levels>(w, wrb, nr, reinterpret_cast<const BlockQ8_0*>(a + static_cast<std::size_t>(c) * arb),
-                                     nb, y + c * ldy, aux);
+    if (aux != nullptr) {
+      switch (nc) {
+        case 1: packed_decode<P, 1>(aux, group_bytes, nr, a, arb, nb, y, ldy); return;
+        case 2: packed_decode<P, 2>(aux, group_bytes, nr, a, arb, nb, y, ldy); return;
+        default: packed_decode<P, 3>(aux, group_bytes, nr, a, arb, nb, y, ldy); return;
+      }
+    }
+    for (int g = 0; g < ng; ++g)
+      for (int c = 0; c < nc; ++c)
+        exact_rows<typename S::Levels>(w + static_cast<std::size_t>(g) * kRows * wrb, wrb,
+                                       std::min(kRows, nr - g * kRows),
+                                       reinterpret_cast<const BlockQ8_0*>(a + static_cast<std::size_t>(c) * arb), nb,
+                                       y + c * ldy + g * kRows);
     return;
   }
-  // Per call, on the stack: the B tiles and weight scales of up to kMaxBlocks blocks of the 16 rows (rows longer
-  // than 4096 columns go in pieces, the sums running on from piece to piece in the same order), and the running
-  // sums of every (activation, weight row) pair.
-  constexpr std::int64_t kMaxBlocks = 128;
-  alignas(64) std::int8_t bbuf[kMaxBlocks * 512];
-  alignas(64) float dw[kMaxBlocks * kRows];
-  alignas(64) float sums[kActs * kRows];
-  for (int i = 0; i < nc * kRows; ++i) sums[i] = 0.f;
+  // Per call, on the stack: per group the B tiles and weight scales of a piece's blocks, and the running sums of
+  // every (activation, weight row) pair.
+  alignas(64) std::int8_t bbuf[kGroups][kPieceBlocks * 512];
+  alignas(64) float dw[kGroups][kPieceBlocks * kRows];
+  alignas(64) float sums[kGroups][kActs * kRows];
+  alignas(64) float da[kPieceBlocks][16];
+  for (int g = 0; g < ng; ++g)
+    for (int i = 0; i < nc * kRows; ++i) sums[g][i] = 0.f;
 
-  for (std::int64_t p0 = 0; p0 < nb; p0 += kMaxBlocks) {
-    const std::int64_t pn = std::min(kMaxBlocks, nb - p0);
-    // Rearrange: for block ib, B row g, column r: levels 4g..4g+3 of weight row r (zeros past nr).
-    for (std::int64_t ib = 0; ib < pn; ++ib) {
-      alignas(32) std::int8_t lv[kRows][32];
-      alignas(32) std::uint16_t d16[kRows];
-      for (int r = 0; r < kRows; ++r) {
-        if (r < nr) {
-          const Block& b = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * wrb)[p0 + ib];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(lv[r]), S::levels(b));
-          d16[r] = b.d;
-        } else {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(lv[r]), _mm256_setzero_si256());
-          d16[r] = 0;
+  for (std::int64_t p0 = 0; p0 < nb; p0 += kPieceBlocks) {
+    const std::int64_t pn = std::min(kPieceBlocks, nb - p0);
+    for (int g = 0; g < ng; ++g) {
+      if (aux != nullptr) {
+        // From the packed layout: the signed levels of B rows 0..7 and the scales, a few operations per block.
+        for (std::int64_t ib = 0; ib < pn; ++ib) {
+          const std::uint8_t* p = aux + static_cast<std::size_t>(g) * group_bytes + static_cast<std::size_t>(p0 + ib) * kB;
+          __m512i sv[8];
+          P::signed_rows(p + kPackedHead, sv);
+          std::int8_t* dst = bbuf[g] + ib * 512;
+          TANDEM_UNROLL
+          for (int k = 0; k < 8; ++k) _mm512_store_si512(dst + 64 * k, sv[k]);
+          _mm512_store_ps(dw[g] + ib * kRows, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
         }
+        continue;
       }
-      // Transpose 16 rows x 8 dwords into 8 rows x 16 dwords.
-      const auto* src = reinterpret_cast<const std::uint32_t*>(lv);
-      const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
-      std::int8_t* dst = bbuf + ib * 512;
-      for (int g = 0; g < 8; ++g)
-        _mm512_store_si512(dst + 64 * g, _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(g)), src, 4));
-      _mm512_store_ps(dw + ib * kRows, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
+      // From the rows: for block ib, B row k, column r: levels 4k..4k+3 of weight row r (zeros past the rows).
+      const std::uint8_t* wg = w + static_cast<std::size_t>(g) * kRows * wrb;
+      const int rows_g = std::min(kRows, nr - g * kRows);
+      for (std::int64_t ib = 0; ib < pn; ++ib) {
+        alignas(32) std::int8_t lv[kRows][32];
+        alignas(32) std::uint16_t d16[kRows];
+        for (int r = 0; r < kRows; ++r) {
+          if (r < rows_g) {
+            const Block& b = reinterpret_cast<const Block*>(wg + static_cast<std::size_t>(r) * wrb)[p0 + ib];
+            _mm256_store_si256(reinterpret_cast<__m256i*>(lv[r]), S::levels(b));
+            d16[r] = b.d;
+          } else {
+            _mm256_store_si256(reinterpret_cast<__m256i*>(lv[r]), _mm256_setzero_si256());
+            d16[r] = 0;
+          }
+        }
+        alignas(64) std::uint32_t bq[8][16];
+        const auto* src = reinterpret_cast<const std::uint32_t*>(lv);
+        for (int k = 0; k < 8; ++k)
+          for (int r = 0; r < kRows; ++r) bq[k][r] = src[r * 8 + k];
+        std::memcpy(bbuf[g] + ib * 512, bq, 512);
+        _mm512_store_ps(dw[g] + ib * kRows, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
+      }
     }
     int configured = 0;  // the activation count the tiles are configured for in this call (0: not yet)
     for (std::int64_t m0 = 0; m0 < nc; m0 += 16) {
@@ -227,51 +542,40 @@ void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
         configure(mg);
         configured = mg;
       }
-      __m512 s[16];
-      for (int m = 0; m < mg; ++m) s[m] = _mm512_load_ps(sums + (m0 + m) * kRows);
-      alignas(64) std::int32_t c[16][16];
-      for (std::int64_t ib = 0; ib < pn; ++ib) {
-        const std::uint8_t* ablk = a + static_cast<std::size_t>(m0) * arb +
-                                   static_cast<std::size_t>(p0 + ib) * sizeof(BlockQ8_0);
-        _tile_zero(0);
-        _tile_loadd(1, ablk + offsetof(BlockQ8_0, qs), static_cast<long>(arb));
-        _tile_loadd(2, bbuf + ib * 512, 64);
-        _tile_dpbssd(0, 1, 2);
-        _tile_stored(0, c, 64);
-        const __m512 dwv = _mm512_load_ps(dw + ib * kRows);
-        for (int m = 0; m < mg; ++m) {
-          std::uint16_t dah;
-          std::memcpy(&dah, ablk + static_cast<std::size_t>(m) * arb, 2);
-          const __m512 scale = _mm512_mul_ps(dwv, _mm512_set1_ps(h2f(dah)));  // d_w * d_a
-          const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(c[m]));
-          s[m] = _mm512_add_ps(s[m], _mm512_mul_ps(p, scale));  // sum += float(sumi) * (d_w * d_a)
-        }
+      const std::uint8_t* am = a + static_cast<std::size_t>(m0) * arb + static_cast<std::size_t>(p0) * sizeof(BlockQ8_0);
+      if (mg == 16) act_scales<16>(am, arb, 16, pn, da);
+      else act_scales<0>(am, arb, mg, pn, da);
+      for (int g = 0; g < ng; ++g) {
+        if (mg == 16) act_group<16>(am, arb, 16, da, bbuf[g], dw[g], pn, sums[g] + m0 * kRows);
+        else act_group<0>(am, arb, mg, da, bbuf[g], dw[g], pn, sums[g] + m0 * kRows);
       }
-      for (int m = 0; m < mg; ++m) _mm512_store_ps(sums + (m0 + m) * kRows, s[m]);
     }
   }
   _tile_release();  // the tile state is not kept between calls (see configure)
-  for (int m = 0; m < nc; ++m)
-    for (int r = 0; r < nr; ++r) y[m * ldy + r] = sums[m * kRows + r];
+  for (int g = 0; g < ng; ++g) {
+    const int rows_g = std::min(kRows, nr - g * kRows);
+    for (int m = 0; m < nc; ++m)
+      for (int r = 0; r < rows_g; ++r) y[m * ldy + g * kRows + r] = sums[g][m * kRows + r];
+  }
 }
 
 KernelTable make_amx_table() {
   KernelTable t = avx512bf16_table();
   t.isa = Isa::amx;
-  auto set = [&](WType type, TileAuxFn tile, PrepareAuxFn prepare) {
+  auto set = [&](WType type, TileAuxFn tile, PrepareAuxFn prepare, std::size_t (*group_bytes)(std::int64_t)) {
     TypeKernels& k = t.types[static_cast<int>(type)];
     k.tile = nullptr;
     k.tile_aux = tile;
     k.prepare_aux = prepare;
-    k.aux_group_bytes = aux_group_bytes;
-    k.decode_rows = kRows;
-    k.tile_rows = kRows;
+    k.aux_group_bytes = group_bytes;
+    k.decode_rows = kGroups * kRows;
+    k.tile_rows = kGroups * kRows;
     k.tile_acts = kActs;
   };
-  set(WType::q8_0, amx_tile<Q8_0Src>, prepare_scales<BlockQ8_0>);
-  set(WType::q4_0, amx_tile<Q4_0Src>, prepare_scales<BlockQ4_0>);
-  set(WType::q5_0, amx_tile<Q5_0Src>, prepare_scales<BlockQ5_0>);
-  set(WType::iq4_nl, amx_tile<IQ4NLSrc>, prepare_scales<BlockIQ4_NL>);
+  set(WType::q8_0, amx_tile<Q8_0Src>, prepare_packed<PackQ8_0>, packed_group_bytes<PackQ8_0>);
+  set(WType::q4_0, amx_tile<Q4_0Src>, prepare_packed<PackQ4_0>, packed_group_bytes<PackQ4_0>);
+  set(WType::q5_0, amx_tile<Q5_0Src>, prepare_packed<PackQ5_0>, packed_group_bytes<PackQ5_0>);
+  set(WType::iq4_nl, amx_tile<IQ4NLSrc>, prepare_packed<PackIQ4_NL>, packed_group_bytes<PackIQ4_NL>);
   return t;
 }
 

@@ -170,12 +170,18 @@ TEST(KernelsDispatch, IsaNamesAndSelection) {
   set_isa_for_testing(detected_isa());
   // The paths nest: each needs what the one before it needs.
   EXPECT_TRUE(isa_supported(Isa::scalar));
-  if (isa_supported(Isa::amx)) EXPECT_TRUE(isa_supported(Isa::avx512bf16));
-  if (isa_supported(Isa::avx512bf16)) EXPECT_TRUE(isa_supported(Isa::avx512));
-  if (isa_supported(Isa::avx512)) EXPECT_TRUE(isa_supported(Isa::avx2));
+  if (isa_supported(Isa::amx)) {
+    EXPECT_TRUE(isa_supported(Isa::avx512bf16));
+  }
+  if (isa_supported(Isa::avx512bf16)) {
+    EXPECT_TRUE(isa_supported(Isa::avx512));
+  }
+  if (isa_supported(Isa::avx512)) {
+    EXPECT_TRUE(isa_supported(Isa::avx2));
+  }
   Isa best = Isa::scalar;
   for (Isa i : kAllIsas)
-    if (isa_supported(i) && i != Isa::amx) best = i;  // amx only when asked for
+    if (isa_supported(i)) best = i;
   EXPECT_EQ(detected_isa(), best);
 #if defined(__x86_64__)
   // F16C from CPUID leaf 1 (ECX bit 29): clang 14 has no "f16c" name for __builtin_cpu_supports.
@@ -366,36 +372,45 @@ TEST(KernelsMatmul, PathsAgreeWithinTheirTolerance) {
 
 // The AMX path computes the 32-element block types with q8_0 activations in the reference's own order and roundings
 // (an exact integer per block, then sum += float(sumi) * (d_w * d_a)): equal to vec_dot_ref bit for bit, decode and
-// prefill, short and long rows (longer than the 4096 columns one call's tiles cover at a time), partial groups of
-// weight and activation rows.
+// prefill, from the packed side table and from the rows, short and long rows (longer than the 1,024 columns a
+// prefill pass and the 8,192 a decode pass cover at a time), partial groups of weight and activation rows.
 TEST(KernelsMatmul, AmxBlockTypesEqualTheReferenceBitForBit) {
   if (!isa_supported(Isa::amx)) GTEST_SKIP() << "NOT RUN: this CPU (or kernel) gives no AMX-INT8";
   IsaScope scope(Isa::amx);
   std::mt19937 rng(29);
   for (WType t : {WType::q8_0, WType::q4_0, WType::q5_0, WType::iq4_nl}) {
     for (std::int64_t cols : {32, 96, 768, 4096, 4160, 8224}) {
-      for (std::int64_t n : {1, 3, 16, 17, 40}) {
-        SCOPED_TRACE(tname(t) + " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
-        const std::int64_t rows = 21;
-        const Bytes w = random_weights(rng, t, rows, cols);
-        const Bytes a = random_acts(rng, t, n, cols);
-        std::vector<float> y(static_cast<std::size_t>(rows * n));
-        matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, rows);
-        // With the side table (the engine's case: whole 16-row groups), and split at a group boundary.
-        const std::size_t aux = aux_bytes(t, rows, cols);
-        ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16 * (cols / 32) * 32));
-        Bytes x(aux, 0xEE);
-        prepare_aux(t, w.data(), rows, cols, x.data());
-        std::vector<float> yx(static_cast<std::size_t>(rows * n), -1.f);
-        matmul_rows(t, w.data(), cols, a.data(), n, yx.data(), rows, 0, 16, x.data());
-        matmul_rows(t, w.data(), cols, a.data(), n, yx.data(), rows, 16, rows, x.data());
-        ASSERT_EQ(0, std::memcmp(y.data(), yx.data(), y.size() * sizeof(float))) << "the side table changed a result";
-        for (std::int64_t i = 0; i < n; ++i) {
-          for (std::int64_t r = 0; r < rows; ++r) {
-            const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
-                                          a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
-            ASSERT_TRUE(same_bits(y[i * rows + r], ref)) << "act " << i << " row " << r << ": " << y[i * rows + r]
-                                                         << " vs " << ref;
+      // 21 rows: part of a call's four 16-row groups; 85: two calls, the second's last group short.
+      for (std::int64_t rows : {21, 85}) {
+        for (std::int64_t n : {1, 2, 3, 16, 17, 40}) {
+          SCOPED_TRACE(tname(t) + " cols=" + std::to_string(cols) + " rows=" + std::to_string(rows) +
+                       " n=" + std::to_string(n));
+          const Bytes w = random_weights(rng, t, rows, cols);
+          const Bytes a = random_acts(rng, t, n, cols);
+          std::vector<float> y(static_cast<std::size_t>(rows * n));
+          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, rows);
+          // With the side table — the matrix packed in 16-row groups: the matrix's bytes in whole groups and 32
+          // more per group and block — (the engine's case: ranges on group boundaries), split at a group boundary;
+          // and a range that starts inside a group, whose tiles read the rows instead.
+          const std::size_t aux = aux_bytes(t, rows, cols);
+          ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (16 * row_bytes(t, cols) + 32 * (cols / 32)));
+          Bytes x(aux, 0xEE);
+          prepare_aux(t, w.data(), rows, cols, x.data());
+          std::vector<float> yx(static_cast<std::size_t>(rows * n), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, yx.data(), rows, 0, 16, x.data());
+          matmul_rows(t, w.data(), cols, a.data(), n, yx.data(), rows, 16, rows, x.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), yx.data(), y.size() * sizeof(float))) << "the side table changed a result";
+          std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
+          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), yu.data(), y.size() * sizeof(float))) << "a range inside a group differs";
+          for (std::int64_t i = 0; i < n; ++i) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
+                                            a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
+              ASSERT_TRUE(same_bits(y[i * rows + r], ref))
+                  << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
+            }
           }
         }
       }
