@@ -151,25 +151,6 @@ struct PackQ8_0 {
   }
 };
 
-// The nibble encoding and decoding of the packed layout (bq: B rows 0..7 of 64 codes; the low 4 bits are packed).
-inline void encode_nibbles(const std::uint8_t* bq, std::uint8_t* out) {
-  const __m512i m = _mm512_set1_epi8(0x0F);
-  for (int k = 0; k < 4; ++k) {
-    const __m512i lo = _mm512_and_si512(load512(bq + 64 * k), m);
-    const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(load512(bq + 64 * (k + 4)), m), 4);
-    _mm512_storeu_si512(out + 64 * k, _mm512_or_si512(lo, hi));
-  }
-}
-inline void decode_nibbles(const std::uint8_t* p, __m512i (&u)[8]) {
-  const __m512i m = _mm512_set1_epi8(0x0F);
-  TANDEM_UNROLL
-  for (int k = 0; k < 4; ++k) {
-    const __m512i v = load512(p + 64 * k);
-    u[k] = _mm512_and_si512(v, m);
-    u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-  }
-}
-
 struct PackQ4_0 {
   using Block = BlockQ4_0;
   static constexpr std::size_t kCodeBytes = 256;
@@ -309,7 +290,7 @@ void packed_decode(const std::uint8_t* aux, std::size_t group_bytes, int nr, con
         const std::uint8_t* p = grp + static_cast<std::size_t>(p0 + ib) * kB;
         TANDEM_UNROLL
         for (std::size_t l = 0; l < kB; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBlocks * kB + l), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBlocks * kB + l), _MM_HINT_T1);
         __m512i lv[8];
         P::signed_rows(p + kPackedHead, lv);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

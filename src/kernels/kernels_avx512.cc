@@ -17,6 +17,7 @@
 // bits only: the products and integer sums are exact on both, the float accumulation runs over 16 lanes (two blocks
 // apart) instead of 8 (docs/kernels.md, "Paths and their differences").
 #include "kernels/kernels_avx512_common.h"
+#include "kernels/kernels_avx512_k.h"
 
 namespace tandem::kernels::detail {
 namespace {
@@ -198,6 +199,7 @@ KernelTable make_avx512_table() {
   set_tile<IQ4NLTile512, kInt512>(t, WType::iq4_nl);
   set_tile<Q4_1Tile512, kInt512>(t, WType::q4_1);
   set_tile<Q5_1Tile512, kInt512>(t, WType::q5_1);
+  t.types[static_cast<int>(WType::q4_K)] = avx512_superblock_kernels(WType::q4_K);
   return t;
 }
 

@@ -200,6 +200,26 @@ inline __m512 two_scales(std::uint16_t d0, std::uint16_t d1) {
   return _mm512_cvtph_ps(h);
 }
 
+// The packed layouts' 4-bit codes (kernels_amx.cc, kernels_avx512_k.cc): 8 B rows of 64 codes (bq) in 256 bytes,
+// vector k holding B row k in its low nibbles and B row k + 4 in its high nibbles (only the codes' low 4 bits kept).
+inline void encode_nibbles(const std::uint8_t* bq, std::uint8_t* out) {
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  for (int k = 0; k < 4; ++k) {
+    const __m512i lo = _mm512_and_si512(load512(bq + 64 * k), m);
+    const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(load512(bq + 64 * (k + 4)), m), 4);
+    _mm512_storeu_si512(out + 64 * k, _mm512_or_si512(lo, hi));
+  }
+}
+inline void decode_nibbles(const std::uint8_t* p, __m512i (&u)[8]) {
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  TANDEM_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const __m512i v = load512(p + 64 * k);
+    u[k] = _mm512_and_si512(v, m);
+    u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+  }
+}
+
 // Register blocks of the 512-bit tiles (32 vector registers): float 4 x 4 (16 accumulators + 4 activation
 // vectors); the integer types 4 x 4 (16 accumulators, and per activation its bytes, its offset term and its
 // scales). Measured on the prefill benchmark (2048x768, n = 128, one thread): integer 4 x 4 5-7 % above 4 x 3 and

@@ -694,14 +694,71 @@ TEST(KernelsMatmul, LargePrefillMatchesReference) {
   }
 }
 
-// Only the amx path asks for a side table; every other path reads the matrix alone.
+// The side tables (packed copies of the matrix) and where they are asked for: the amx path's 32-element block types,
+// and q4_K on every AVX-512 path; every other path and type reads the matrix alone.
+bool packed_on(Isa isa, WType t) {
+  const bool amx_type = t == WType::q8_0 || t == WType::q4_0 || t == WType::q5_0 || t == WType::iq4_nl;
+  const bool avx512 = isa == Isa::avx512 || isa == Isa::avx512bf16 || isa == Isa::amx;
+  return (isa == Isa::amx && amx_type) || (avx512 && t == WType::q4_K);
+}
+
 TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
   for (Isa isa : runnable_isas()) {
     IsaScope scope(isa);
     for (WType t : kAllWTypes) {
-      const bool amx_type = t == WType::q8_0 || t == WType::q4_0 || t == WType::q5_0 || t == WType::iq4_nl;
       const std::int64_t cols = block_elems(t) == 1 ? 64 : 2 * QK_K;
-      EXPECT_EQ(aux_bytes(t, 33, cols) > 0, isa == Isa::amx && amx_type) << isa_name(isa) << " " << tname(t);
+      EXPECT_EQ(aux_bytes(t, 33, cols) > 0, packed_on(isa, t)) << isa_name(isa) << " " << tname(t);
+    }
+  }
+}
+
+// q4_K on the AVX-512 paths' packed copy computes the reference's integers exactly and its float step in its order
+// (sum += d * float(isum) - dmin * float(msum)): equal to vec_dot_ref bit for bit, decode and prefill, from the
+// packed copy and (with the AVX2 tiles) from the rows, partial groups, two calls, 1 to 8 activations per call.
+TEST(KernelsMatmul, PackedQ4KEqualsTheReferenceBitForBit) {
+  std::vector<Isa> isas;
+  for (Isa isa : runnable_isas())
+    if (packed_on(isa, WType::q4_K)) isas.push_back(isa);
+  if (isas.empty()) GTEST_SKIP() << "NOT RUN: this CPU has no AVX-512 VNNI path";
+  std::mt19937 rng(31);
+  const WType t = WType::q4_K;
+  for (Isa isa : isas) {
+    IsaScope scope(isa);
+    for (std::int64_t cols : {256, 768, 4096}) {
+      for (std::int64_t rows : {21, 85}) {
+        for (std::int64_t n : {1, 3, 8, 9, 20}) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + " cols=" + std::to_string(cols) + " rows=" + std::to_string(rows) +
+                       " n=" + std::to_string(n));
+          const Bytes w = random_weights(rng, t, rows, cols);
+          const Bytes a = random_acts(rng, t, n, cols);
+          const std::size_t aux = aux_bytes(t, rows, cols);
+          ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (cols / QK_K) * 2368);
+          Bytes x(aux, 0xEE);
+          prepare_aux(t, w.data(), rows, cols, x.data());
+          std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, 16, x.data());
+          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 16, rows, x.data());
+          for (std::int64_t i = 0; i < n; ++i) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
+                                            a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
+              ASSERT_TRUE(same_bits(y[i * rows + r], ref))
+                  << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
+            }
+          }
+          // A range inside a group reads the rows (the AVX2 tiles): within their tolerance of the same values.
+          std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
+          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
+          for (std::int64_t i = 0; i < n; ++i) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
+              const std::uint8_t* ai = a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols);
+              ASSERT_NEAR(yu[i * rows + r], y[i * rows + r], tolerance(t, wr, ai, cols)) << "act " << i << " row " << r;
+            }
+          }
+        }
+      }
     }
   }
 }

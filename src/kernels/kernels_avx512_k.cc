@@ -1,0 +1,185 @@
+// AVX-512 VNNI kernels of the 256-element super-block types on matrices repacked at load (q4_K): built with the
+// avx512 flags like kernels_avx512.cc (its header comment and the ODR note in kernels_avx2.cc), called only after
+// the CPU check. Without the side table (a range that does not start on a 16-row group, a matrix bound for an
+// accelerator) the AVX2 tiles run instead.
+//
+// The packed layout, per 16-row group and super-block — the side table (kernels.h, aux_bytes) is the matrix in this
+// order, 2,368 bytes per group and super-block against the rows' 2,304 (+2.8 %):
+//   [0, 32)     the 16 rows' d (f16)          [32, 64)    their dmin (f16)
+//   [64, 192)   sub-block j's 6-bit scales, 16 bytes per j (row r at byte r)
+//   [192, 320)  sub-block j's 6-bit mins, the same way
+//   [320, 2368) sub-block j's levels (0..15) in AMX's B order, 256 bytes per j: B row k (k = 0..7) holds elements
+//               4k..4k+3 of each row (row r at bytes 4r..4r+3); vector k (64 bytes) holds B row k in its low
+//               nibbles and B row k + 4 in its high nibbles.
+// So one vpdpbusd of B row k (unsigned levels) with an activation's bytes 4k..4k+3 in every lane adds four products
+// to each of the 16 rows' lanes: no reduction across lanes, and no offset (q4_K's levels are unsigned already).
+//
+// Per super-block and activation the row lanes get the reference's integers exactly — isum = Σ_j sc_j Σ_k q_k a_k
+// (vpmullo by the scale vector of sub-block j) and msum = Σ_j m_j (bsums[2j] + bsums[2j+1]) (vpdpwssd of (m_j, m_j)
+// with the two bsums) — and then its float step, sum += d * float(isum) - dmin * float(msum) with d = d_w * d_a and
+// dmin = dmin_w * d_a, no fused multiply-add: vec_dot_ref's own order and roundings (quant.cc), so these results
+// equal the reference's bit for bit whatever the tile shape, the thread split or the batch.
+#include "kernels/kernels_avx512_k.h"
+
+#include "kernels/kernels_avx2_k.h"
+#include "kernels/kernels_avx512_common.h"
+
+namespace tandem::kernels::detail {
+namespace {
+
+constexpr int kRows = 16;    // weight rows of a group (vector lanes)
+constexpr int kGroups = 4;   // groups per call (decode_rows, tile_rows)
+constexpr int kActs = 8;     // activations per call (tile_acts)
+
+constexpr std::size_t kQ4KHead = 320;
+constexpr std::size_t kQ4KBytes = kQ4KHead + 8 * 256;  // per group and super-block
+
+std::size_t q4k_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * kQ4KBytes; }
+
+// 6-bit scale and min of sub-block j (0..7) of a q4_K block (ggml's get_scale_min_k4).
+inline void scale_min_k4(int j, const std::uint8_t* q, std::uint8_t* sc, std::uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+void prepare_q4k(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+  const std::int64_t nb = cols / QK_K;
+  std::uint8_t* out = aux;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
+    for (std::int64_t i = 0; i < nb; ++i) {
+      alignas(64) std::uint8_t head[kQ4KHead] = {};
+      alignas(64) std::uint32_t bq[8][8][kRows] = {};  // [sub-block][B row][weight row]: four levels
+      auto* d = reinterpret_cast<std::uint16_t*>(head);
+      for (int r = 0; r < nr; ++r) {
+        const auto* row = reinterpret_cast<const BlockQ4_K*>(w + static_cast<std::size_t>(r0 + r) * wrb);
+        if (i + 2 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 2), _MM_HINT_T0);
+        const BlockQ4_K& b = row[i];
+        d[r] = b.d;
+        d[kRows + r] = b.dmin;
+        for (int j = 0; j < 8; ++j) scale_min_k4(j, b.scales, &head[64 + 16 * j + r], &head[192 + 16 * j + r]);
+        // Sub-block j's 32 levels: nibble j % 2 of qs[32 (j / 2) .. + 32), as q4_0's 4-bit codes.
+        for (int j = 0; j < 8; ++j) {
+          const __m256i bits = load256(b.qs + 32 * (j / 2));
+          const __m256i lv = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bits, 4) : bits, _mm256_set1_epi8(0x0F));
+          alignas(32) std::uint32_t v[8];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(v), lv);
+          for (int k = 0; k < 8; ++k) bq[j][k][r] = v[k];
+        }
+      }
+      std::memcpy(out, head, kQ4KHead);
+      for (int j = 0; j < 8; ++j) encode_nibbles(reinterpret_cast<const std::uint8_t*>(bq[j]), out + kQ4KHead + 256 * j);
+      out += kQ4KBytes;
+    }
+  }
+}
+
+// NC activations against one packed group of nr rows (see the file comment).
+template <int NC>
+void q4k_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+               std::int64_t ldy) {
+  constexpr std::size_t kPrefetch = 4 * kQ4KBytes;
+  __m512 sum[NC];
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) sum[c] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kQ4KBytes;
+    for (std::size_t l = 0; l < kQ4KBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
+    __m512i isum[NC], msum[NC];
+    TANDEM_UNROLL
+    for (int c = 0; c < NC; ++c) isum[c] = msum[c] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      __m512i wv[8];
+      decode_nibbles(p + kQ4KHead + 256 * j, wv);
+      const __m512i sc = _mm512_cvtepu8_epi32(load128(p + 64 + 16 * j));
+      const __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * j));
+      const __m512i mm = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));  // (m_j, m_j) as int16
+      TANDEM_UNROLL
+      for (int c = 0; c < NC; ++c) {
+        const std::int8_t* q = ac[c][i].qs + 32 * j;
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        TANDEM_UNROLL
+        for (int k = 0; k < 8; ++k) {
+          std::int32_t a4;
+          std::memcpy(&a4, q + 4 * k, 4);
+          if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
+          else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
+        }
+        isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), sc));
+        std::int32_t b2;
+        std::memcpy(&b2, ac[c][i].bsums + 2 * j, 4);
+        msum[c] = _mm512_dpwssd_epi32(msum[c], mm, _mm512_set1_epi32(b2));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    TANDEM_UNROLL
+    for (int c = 0; c < NC; ++c) {
+      const __m512 ad = _mm512_set1_ps(ac[c][i].d);
+      const __m512 d = _mm512_mul_ps(dw, ad);
+      const __m512 dmin = _mm512_mul_ps(dmw, ad);
+      const __m512 t = _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum[c])),
+                                     _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[c])));
+      sum[c] = _mm512_add_ps(sum[c], t);  // sumf += d * float(isum) - dmin * float(msum)
+    }
+  }
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
+}
+
+using GroupFn = void (*)(const std::uint8_t*, int, const BlockQ8_K* const*, std::int64_t, float*, std::int64_t);
+constexpr GroupFn kQ4KGroup[kActs] = {q4k_group<1>, q4k_group<2>, q4k_group<3>, q4k_group<4>,
+                                      q4k_group<5>, q4k_group<6>, q4k_group<7>, q4k_group<8>};
+
+// The AVX2 tile, for calls without the side table, within its own shapes.
+void base_tiles(const TypeKernels& base, const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a,
+                std::size_t arb, int nc, std::int64_t cols, float* y, std::int64_t ldy) {
+  const int rs = nc == 1 ? base.decode_rows : base.tile_rows;
+  for (int c = 0; c < nc; c += base.tile_acts)
+    for (int r = 0; r < nr; r += rs)
+      base.tile(w + static_cast<std::size_t>(r) * wrb, wrb, std::min(rs, nr - r), a + static_cast<std::size_t>(c) * arb,
+                arb, std::min(base.tile_acts, nc - c), cols, y + c * ldy + r, ldy);
+}
+
+const TypeKernels& q4k_base() {
+  static const TypeKernels base = avx2_superblock_kernels(WType::q4_K);
+  return base;
+}
+
+void q4k_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
+              std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
+  if (aux == nullptr) {
+    base_tiles(q4k_base(), w, wrb, nr, a, arb, nc, cols, y, ldy);
+    return;
+  }
+  const std::int64_t nb = cols / QK_K;
+  const std::size_t group_bytes = q4k_group_bytes(cols);
+  const BlockQ8_K* ac[kActs];
+  for (int c = 0; c < nc; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + static_cast<std::size_t>(c) * arb);
+  for (int g = 0; g * kRows < nr; ++g)
+    kQ4KGroup[nc - 1](aux + static_cast<std::size_t>(g) * group_bytes, std::min(kRows, nr - g * kRows), ac, nb,
+                      y + g * kRows, ldy);
+}
+
+}  // namespace
+
+TypeKernels avx512_superblock_kernels(WType t) {
+  TypeKernels k = avx2_superblock_kernels(t);
+  if (t == WType::q4_K) {
+    k.tile = nullptr;
+    k.tile_aux = q4k_tile;
+    k.prepare_aux = prepare_q4k;
+    k.aux_group_bytes = q4k_group_bytes;
+    k.decode_rows = kGroups * kRows;
+    k.tile_rows = kGroups * kRows;
+    k.tile_acts = kActs;
+  }
+  return k;
+}
+
+}  // namespace tandem::kernels::detail
