@@ -132,9 +132,135 @@ void q4k_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
   for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
 }
 
+// ---- q6_K ---------------------------------------------------------------------------------------------------
+//
+// Per 16-row group and super-block, 3,360 bytes (the rows' 16 x 210: no growth):
+//   [0, 32)      the 16 rows' d (f16)
+//   [32, 288)    sub-block j's (16 elements) int8 scales, 16 bytes per j (row r at byte r)
+//   [288, 3360)  per unit u of 32 elements (sub-blocks 2u and 2u + 1), 384 bytes: the low 4 bits of the levels
+//                (0..63) in B order, nibble-packed as q4_K's (256 bytes), then their top 2 bits in two vectors of 64
+//                bytes: bits 2k..2k+1 of byte i of vector v are those of B row 4v + k's byte i.
+// Per super-block and activation: isum = Σ_j sc_j Σ_k q_k a_k - 32 Σ_j sc_j bsums_j (the -32 of every level through
+// the bsums; vpmullo and vpdpwssd), exact, the reference's integer; then sum += (d_w * d_a) * float(isum).
+constexpr std::size_t kQ6KHead = 288;
+constexpr std::size_t kQ6KUnit = 384;
+constexpr std::size_t kQ6KBytes = kQ6KHead + 8 * kQ6KUnit;
+
+std::size_t q6k_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * kQ6KBytes; }
+
+void prepare_q6k(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+  const std::int64_t nb = cols / QK_K;
+  std::uint8_t* out = aux;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
+    for (std::int64_t i = 0; i < nb; ++i) {
+      alignas(64) std::uint8_t head[kQ6KHead] = {};
+      alignas(64) std::uint32_t bq[8][8][kRows] = {};  // [unit][B row][weight row]: four levels
+      auto* d = reinterpret_cast<std::uint16_t*>(head);
+      for (int r = 0; r < nr; ++r) {
+        const auto* row = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r0 + r) * wrb);
+        if (i + 2 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 2), _MM_HINT_T0);
+        const BlockQ6_K& b = row[i];
+        d[r] = b.d;
+        for (int j = 0; j < 16; ++j) head[32 + 16 * j + r] = static_cast<std::uint8_t>(b.scales[j]);
+        // Unit u: half u / 4 (ql[64 half ..], qh[32 half ..]), quarter u % 4 (ql or ql + 32, low or high nibble;
+        // bits 2 quarter of qh).
+        for (int u = 0; u < 8; ++u) {
+          const int half = u / 4, quarter = u % 4;
+          const __m256i ql = load256(b.ql + 64 * half + 32 * (quarter & 1));
+          const __m256i low = _mm256_and_si256(quarter < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
+          const __m256i high = _mm256_and_si256(_mm256_srli_epi16(load256(b.qh + 32 * half), 2 * quarter),
+                                                _mm256_set1_epi8(0x03));
+          alignas(32) std::uint32_t v[8];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_or_si256(low, _mm256_slli_epi16(high, 4)));
+          for (int k = 0; k < 8; ++k) bq[u][k][r] = v[k];
+        }
+      }
+      std::memcpy(out, head, kQ6KHead);
+      for (int u = 0; u < 8; ++u) {
+        std::uint8_t* o = out + kQ6KHead + kQ6KUnit * u;
+        const auto* codes = reinterpret_cast<const std::uint8_t*>(bq[u]);
+        encode_nibbles(codes, o);
+        for (int v = 0; v < 2; ++v) {
+          __m512i top = _mm512_setzero_si512();
+          for (int k = 0; k < 4; ++k) {
+            const __m512i hi2 = _mm512_and_si512(_mm512_srli_epi16(load512(codes + 64 * (4 * v + k)), 4),
+                                                 _mm512_set1_epi8(0x03));
+            top = _mm512_or_si512(top, _mm512_sllv_epi16(hi2, _mm512_set1_epi16(static_cast<short>(2 * k))));
+          }
+          _mm512_storeu_si512(o + 256 + 64 * v, top);
+        }
+      }
+      out += kQ6KBytes;
+    }
+  }
+}
+
+// Unit u's 8 B rows of levels (0..63) from the packed bytes at p.
+inline void q6k_unit(const std::uint8_t* p, __m512i (&w)[8]) {
+  decode_nibbles(p, w);
+  const __m512i m = _mm512_set1_epi8(0x30);
+  TANDEM_UNROLL
+  for (int v = 0; v < 2; ++v) {
+    const __m512i x = load512(p + 256 + 64 * v);
+    w[4 * v + 0] = _mm512_or_si512(w[4 * v + 0], _mm512_and_si512(_mm512_slli_epi16(x, 4), m));
+    w[4 * v + 1] = _mm512_or_si512(w[4 * v + 1], _mm512_and_si512(_mm512_slli_epi16(x, 2), m));
+    w[4 * v + 2] = _mm512_or_si512(w[4 * v + 2], _mm512_and_si512(x, m));
+    w[4 * v + 3] = _mm512_or_si512(w[4 * v + 3], _mm512_and_si512(_mm512_srli_epi16(x, 2), m));
+  }
+}
+
+template <int NC>
+void q6k_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+               std::int64_t ldy) {
+  constexpr std::size_t kPrefetch = 4 * kQ6KBytes;
+  __m512 sum[NC];
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) sum[c] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kQ6KBytes;
+    for (std::size_t l = 0; l < kQ6KBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
+    __m512i isum[NC], corr[NC];
+    TANDEM_UNROLL
+    for (int c = 0; c < NC; ++c) isum[c] = corr[c] = _mm512_setzero_si512();
+    for (int u = 0; u < 8; ++u) {
+      __m512i wv[8];
+      q6k_unit(p + kQ6KHead + kQ6KUnit * u, wv);
+      const __m512i sa = _mm512_cvtepi8_epi32(load128(p + 32 + 16 * (2 * u)));
+      const __m512i sb = _mm512_cvtepi8_epi32(load128(p + 32 + 16 * (2 * u + 1)));
+      const __m512i pair = _mm512_or_si512(_mm512_and_si512(sa, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sb, 16));
+      TANDEM_UNROLL
+      for (int c = 0; c < NC; ++c) {
+        const std::int8_t* q = ac[c][i].qs + 32 * u;
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        TANDEM_UNROLL
+        for (int k = 0; k < 8; ++k) {
+          std::int32_t a4;
+          std::memcpy(&a4, q + 4 * k, 4);
+          if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
+          else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
+        }
+        isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(lo, sa), _mm512_mullo_epi32(hi, sb)));
+        std::int32_t b2;
+        std::memcpy(&b2, ac[c][i].bsums + 2 * u, 4);
+        corr[c] = _mm512_dpwssd_epi32(corr[c], pair, _mm512_set1_epi32(b2));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    TANDEM_UNROLL
+    for (int c = 0; c < NC; ++c) {
+      const __m512i total = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(corr[c], 5));  // - 32 Σ sc_j bsums_j
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(ac[c][i].d));
+      sum[c] = _mm512_add_ps(sum[c], _mm512_mul_ps(d, _mm512_cvtepi32_ps(total)));  // sumf += d * float(isum)
+    }
+  }
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
+}
+
+// ---- the tiles -------------------------------------------------------------------------------------------------
+
 using GroupFn = void (*)(const std::uint8_t*, int, const BlockQ8_K* const*, std::int64_t, float*, std::int64_t);
-constexpr GroupFn kQ4KGroup[kActs] = {q4k_group<1>, q4k_group<2>, q4k_group<3>, q4k_group<4>,
-                                      q4k_group<5>, q4k_group<6>, q4k_group<7>, q4k_group<8>};
 
 // The AVX2 tile, for calls without the side table, within its own shapes.
 void base_tiles(const TypeKernels& base, const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a,
@@ -146,39 +272,63 @@ void base_tiles(const TypeKernels& base, const std::uint8_t* w, std::size_t wrb,
                 arb, std::min(base.tile_acts, nc - c), cols, y + c * ldy + r, ldy);
 }
 
-const TypeKernels& q4k_base() {
-  static const TypeKernels base = avx2_superblock_kernels(WType::q4_K);
-  return base;
-}
-
-void q4k_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
-              std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
-  if (aux == nullptr) {
-    base_tiles(q4k_base(), w, wrb, nr, a, arb, nc, cols, y, ldy);
-    return;
+// One packed type: its group bytes, its group kernels for 1..kActs activations, and its AVX2 entry.
+template <WType T, std::size_t (*GroupBytes)(std::int64_t), template <int> class G>
+struct Packed {
+  static const TypeKernels& base() {
+    static const TypeKernels k = avx2_superblock_kernels(T);
+    return k;
   }
-  const std::int64_t nb = cols / QK_K;
-  const std::size_t group_bytes = q4k_group_bytes(cols);
-  const BlockQ8_K* ac[kActs];
-  for (int c = 0; c < nc; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + static_cast<std::size_t>(c) * arb);
-  for (int g = 0; g * kRows < nr; ++g)
-    kQ4KGroup[nc - 1](aux + static_cast<std::size_t>(g) * group_bytes, std::min(kRows, nr - g * kRows), ac, nb,
-                      y + g * kRows, ldy);
+  static void tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
+                   std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
+    if (aux == nullptr) {
+      base_tiles(base(), w, wrb, nr, a, arb, nc, cols, y, ldy);
+      return;
+    }
+    static constexpr GroupFn kGroup[kActs] = {G<1>::run, G<2>::run, G<3>::run, G<4>::run,
+                                              G<5>::run, G<6>::run, G<7>::run, G<8>::run};
+    const std::int64_t nb = cols / QK_K;
+    const std::size_t group_bytes = GroupBytes(cols);
+    const BlockQ8_K* ac[kActs];
+    for (int c = 0; c < nc; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + static_cast<std::size_t>(c) * arb);
+    for (int g = 0; g * kRows < nr; ++g)
+      kGroup[nc - 1](aux + static_cast<std::size_t>(g) * group_bytes, std::min(kRows, nr - g * kRows), ac, nb,
+                     y + g * kRows, ldy);
+  }
+};
+
+template <int NC>
+struct Q4KGroup {
+  static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+                  std::int64_t ldy) {
+    q4k_group<NC>(g, nr, ac, nb, y, ldy);
+  }
+};
+template <int NC>
+struct Q6KGroup {
+  static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+                  std::int64_t ldy) {
+    q6k_group<NC>(g, nr, ac, nb, y, ldy);
+  }
+};
+
+template <class P>
+void set_packed(TypeKernels& k, PrepareAuxFn prepare, std::size_t (*group_bytes)(std::int64_t)) {
+  k.tile = nullptr;
+  k.tile_aux = P::tile;
+  k.prepare_aux = prepare;
+  k.aux_group_bytes = group_bytes;
+  k.decode_rows = kGroups * kRows;
+  k.tile_rows = kGroups * kRows;
+  k.tile_acts = kActs;
 }
 
 }  // namespace
 
 TypeKernels avx512_superblock_kernels(WType t) {
   TypeKernels k = avx2_superblock_kernels(t);
-  if (t == WType::q4_K) {
-    k.tile = nullptr;
-    k.tile_aux = q4k_tile;
-    k.prepare_aux = prepare_q4k;
-    k.aux_group_bytes = q4k_group_bytes;
-    k.decode_rows = kGroups * kRows;
-    k.tile_rows = kGroups * kRows;
-    k.tile_acts = kActs;
-  }
+  if (t == WType::q4_K) set_packed<Packed<WType::q4_K, q4k_group_bytes, Q4KGroup>>(k, prepare_q4k, q4k_group_bytes);
+  if (t == WType::q6_K) set_packed<Packed<WType::q6_K, q6k_group_bytes, Q6KGroup>>(k, prepare_q6k, q6k_group_bytes);
   return k;
 }
 

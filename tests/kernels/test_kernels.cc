@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -695,11 +696,11 @@ TEST(KernelsMatmul, LargePrefillMatchesReference) {
 }
 
 // The side tables (packed copies of the matrix) and where they are asked for: the amx path's 32-element block types,
-// and q4_K on every AVX-512 path; every other path and type reads the matrix alone.
+// and q4_K and q6_K on every AVX-512 path; every other path and type reads the matrix alone.
 bool packed_on(Isa isa, WType t) {
   const bool amx_type = t == WType::q8_0 || t == WType::q4_0 || t == WType::q5_0 || t == WType::iq4_nl;
   const bool avx512 = isa == Isa::avx512 || isa == Isa::avx512bf16 || isa == Isa::amx;
-  return (isa == Isa::amx && amx_type) || (avx512 && t == WType::q4_K);
+  return (isa == Isa::amx && amx_type) || (avx512 && (t == WType::q4_K || t == WType::q6_K));
 }
 
 TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
@@ -712,27 +713,30 @@ TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
   }
 }
 
-// q4_K on the AVX-512 paths' packed copy computes the reference's integers exactly and its float step in its order
-// (sum += d * float(isum) - dmin * float(msum)): equal to vec_dot_ref bit for bit, decode and prefill, from the
-// packed copy and (with the AVX2 tiles) from the rows, partial groups, two calls, 1 to 8 activations per call.
-TEST(KernelsMatmul, PackedQ4KEqualsTheReferenceBitForBit) {
+// q4_K and q6_K on the AVX-512 paths' packed copies compute the reference's integers exactly and its float step in
+// its order (sum += d * float(isum) - dmin * float(msum); sum += d * float(isum)): equal to vec_dot_ref bit for bit,
+// decode and prefill, partial groups, two calls, 1 to 8 activations per call; from the rows (the AVX2 tiles) within
+// their tolerance.
+TEST(KernelsMatmul, PackedSuperBlocksEqualTheReferenceBitForBit) {
   std::vector<Isa> isas;
   for (Isa isa : runnable_isas())
     if (packed_on(isa, WType::q4_K)) isas.push_back(isa);
   if (isas.empty()) GTEST_SKIP() << "NOT RUN: this CPU has no AVX-512 VNNI path";
   std::mt19937 rng(31);
-  const WType t = WType::q4_K;
-  for (Isa isa : isas) {
+  std::vector<std::pair<Isa, WType>> cases;
+  for (Isa isa : isas)
+    for (WType t : {WType::q4_K, WType::q6_K}) cases.emplace_back(isa, t);
+  for (const auto& [isa, t] : cases) {
     IsaScope scope(isa);
     for (std::int64_t cols : {256, 768, 4096}) {
       for (std::int64_t rows : {21, 85}) {
         for (std::int64_t n : {1, 3, 8, 9, 20}) {
-          SCOPED_TRACE(std::string(isa_name(isa)) + " cols=" + std::to_string(cols) + " rows=" + std::to_string(rows) +
-                       " n=" + std::to_string(n));
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols) +
+                       " rows=" + std::to_string(rows) + " n=" + std::to_string(n));
           const Bytes w = random_weights(rng, t, rows, cols);
           const Bytes a = random_acts(rng, t, n, cols);
           const std::size_t aux = aux_bytes(t, rows, cols);
-          ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (cols / QK_K) * 2368);
+          ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (cols / QK_K) * (t == WType::q4_K ? 2368 : 3360));
           Bytes x(aux, 0xEE);
           prepare_aux(t, w.data(), rows, cols, x.data());
           std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
