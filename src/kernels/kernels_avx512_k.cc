@@ -1,24 +1,16 @@
-// AVX-512 VNNI kernels of the 256-element super-block types on matrices repacked at load (q4_K): built with the
-// avx512 flags like kernels_avx512.cc (its header comment and the ODR note in kernels_avx2.cc), called only after
-// the CPU check. Without the side table (a range that does not start on a 16-row group, a matrix bound for an
-// accelerator) the AVX2 tiles run instead.
+// AVX-512 VNNI kernels of the 256-element super-block types on matrices repacked at load (q4_K, q5_K, q6_K,
+// iq4_xs): built with the avx512 flags like kernels_avx512.cc (its header comment and the ODR note in
+// kernels_avx2.cc), called only after the CPU check. Without the side table (a range that does not start on a 16-row
+// group, a matrix bound for an accelerator) the AVX2 tiles run instead.
 //
-// The packed layout, per 16-row group and super-block — the side table (kernels.h, aux_bytes) is the matrix in this
-// order, 2,368 bytes per group and super-block against the rows' 2,304 (+2.8 %):
-//   [0, 32)     the 16 rows' d (f16)          [32, 64)    their dmin (f16)
-//   [64, 192)   sub-block j's 6-bit scales, 16 bytes per j (row r at byte r)
-//   [192, 320)  sub-block j's 6-bit mins, the same way
-//   [320, 2368) sub-block j's levels (0..15) in AMX's B order, 256 bytes per j: B row k (k = 0..7) holds elements
-//               4k..4k+3 of each row (row r at bytes 4r..4r+3); vector k (64 bytes) holds B row k in its low
-//               nibbles and B row k + 4 in its high nibbles.
-// So one vpdpbusd of B row k (unsigned levels) with an activation's bytes 4k..4k+3 in every lane adds four products
-// to each of the 16 rows' lanes: no reduction across lanes, and no offset (q4_K's levels are unsigned already).
-//
-// Per super-block and activation the row lanes get the reference's integers exactly — isum = Σ_j sc_j Σ_k q_k a_k
-// (vpmullo by the scale vector of sub-block j) and msum = Σ_j m_j (bsums[2j] + bsums[2j+1]) (vpdpwssd of (m_j, m_j)
-// with the two bsums) — and then its float step, sum += d * float(isum) - dmin * float(msum) with d = d_w * d_a and
-// dmin = dmin_w * d_a, no fused multiply-add: vec_dot_ref's own order and roundings (quant.cc), so these results
-// equal the reference's bit for bit whatever the tile shape, the thread split or the batch.
+// The side table (kernels.h, aux_bytes) is the matrix again in 16-row groups, per group and super-block a head of
+// scales and then the levels in AMX's B order: B row k (k = 0..7) of a 32-element unit holds its elements 4k..4k+3
+// of each weight row, row r at bytes 4r..4r+3 (each type's layout is at its kind below). So one vpdpbusd of B row k
+// (the levels as unsigned bytes) with an activation's bytes 4k..4k+3 in every lane adds four products to each of the
+// 16 rows' lanes: no reduction across lanes. Per super-block and activation the row lanes get the reference's
+// integers exactly (the sub-block scales by vpmullo, mins and offsets through the activation's bsums by vpdpwssd),
+// then its float step in its order, no fused multiply-add: vec_dot_ref's results (quant.cc, quant_iq4.cc) bit for
+// bit, whatever the tile shape, the thread split or the batch.
 #include "kernels/kernels_avx512_k.h"
 
 #include "kernels/kernels_avx2_k.h"
@@ -31,13 +23,19 @@ constexpr int kRows = 16;    // weight rows of a group (vector lanes)
 constexpr int kGroups = 4;   // groups per call (decode_rows, tile_rows)
 constexpr int kActs = 8;     // activations per call (tile_acts)
 
-constexpr std::size_t kQ4KHead = 320;
-constexpr std::size_t kQ4KBytes = kQ4KHead + 8 * 256;  // per group and super-block
+// ---- q4_K, q5_K, iq4_xs: 8 sub-blocks of 32 ------------------------------------------------------------------
+//
+// Per 16-row group and super-block: a head (scales), then per sub-block j its 32 levels in B order, nibble-packed
+// (256 bytes), for q5_K followed by 8 masks of 64 bits (bit i of mask k: the fifth bit of B row k's byte i).
+//   q4_K, q5_K head (320 bytes): d [0, 32), dmin [32, 64) (f16), the 6-bit scales [64, 192) and mins [192, 320),
+//     16 bytes per sub-block (row r at byte r). 2,368 / 2,880 bytes per group and super-block (the rows': 2,304 /
+//     2,816).
+//   iq4_xs head (160 bytes): d [0, 32), the signed scales ls - 32 [32, 160) as q4_K's. 2,208 bytes (the rows':
+//     2,176). Its levels are table values (signed): the kernel takes them as u = value + 128 and the bsums take the
+//     128 back off.
 
-std::size_t q4k_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * kQ4KBytes; }
-
-// 6-bit scale and min of sub-block j (0..7) of a q4_K block (ggml's get_scale_min_k4).
-inline void scale_min_k4(int j, const std::uint8_t* q, std::uint8_t* sc, std::uint8_t* m) {
+// 6-bit scale and min of sub-block j (0..7) of a q4_K / q5_K block (ggml's get_scale_min_k4).
+inline void k4_scale_min(int j, const std::uint8_t* q, std::uint8_t* sc, std::uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -47,58 +45,164 @@ inline void scale_min_k4(int j, const std::uint8_t* q, std::uint8_t* sc, std::ui
   }
 }
 
-void prepare_q4k(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+template <class Block>
+inline __m256i k4_low(const Block& b, int j) {  // sub-block j's low 4 bits: nibble j % 2 of qs[32 (j / 2) ..]
+  const __m256i bits = load256(b.qs + 32 * (j / 2));
+  return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bits, 4) : bits, _mm256_set1_epi8(0x0F));
+}
+
+struct Q4KKind {
+  using Block = BlockQ4_K;
+  static constexpr WType kType = WType::q4_K;
+  static constexpr std::size_t kHead = 320, kSub = 256;
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    std::memcpy(h + 32 + 2 * r, &b.dmin, 2);
+    for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, &h[64 + 16 * j + r], &h[192 + 16 * j + r]);
+  }
+  static __m256i codes(const Block& b, int j) { return k4_low(b, j); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
+  static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepu8_epi32(load128(p + 64 + 16 * j)); }
+  static __m512i pair(const std::uint8_t* p, int j, __m512i) {  // (m_j, m_j) as int16
+    const __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * j));
+    return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+  }
+  // sumf += d * float(isum) - dmin * float(msum), d = d_w * d_a, dmin = dmin_w * d_a.
+  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i msum) {
+    const __m512 ad = _mm512_set1_ps(da);
+    const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), ad);
+    const __m512 dmin = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))), ad);
+    return _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum)));
+  }
+};
+
+struct Q5KKind : Q4KKind {
+  using Block = BlockQ5_K;
+  static constexpr WType kType = WType::q5_K;
+  static constexpr std::size_t kSub = 256 + 64;
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    std::memcpy(h + 32 + 2 * r, &b.dmin, 2);
+    for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, &h[64 + 16 * j + r], &h[192 + 16 * j + r]);
+  }
+  // The fifth bit of element l of sub-block j is bit j of qh[l].
+  static __m256i codes(const Block& b, int j) {
+    const __m256i fifth = _mm256_and_si256(_mm256_srli_epi16(load256(b.qh), j), _mm256_set1_epi8(1));
+    return _mm256_or_si256(k4_low(b, j), _mm256_slli_epi16(fifth, 4));
+  }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    decode_nibbles(p, w);
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      std::uint64_t m;
+      std::memcpy(&m, p + 256 + 8 * k, 8);
+      w[k] = _mm512_or_si512(w[k], _mm512_maskz_mov_epi8(static_cast<__mmask64>(m), _mm512_set1_epi8(0x10)));
+    }
+  }
+};
+
+struct IQ4XSKind {
+  using Block = BlockIQ4_XS;
+  static constexpr WType kType = WType::iq4_xs;
+  static constexpr std::size_t kHead = 160, kSub = 256;
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    for (int j = 0; j < 8; ++j) {
+      const int lo = (b.scales_l[j / 2] >> 4 * (j % 2)) & 0xF;
+      const int hi = (b.scales_h >> 2 * j) & 3;
+      h[32 + 16 * j + r] = static_cast<std::uint8_t>((lo | (hi << 4)) - 32);
+    }
+  }
+  static __m256i codes(const Block& b, int j) {  // sub-block j: q4_0's nibble order over qs[16 j ..]
+    const __m128i q = load128(b.qs + 16 * j);
+    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+  }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {  // u = value + 128
+    decode_nibbles(p, w);
+    const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(load128(kIq4NlValues)),
+                                           _mm512_set1_epi8(static_cast<char>(0x80)));
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_shuffle_epi8(table, w[k]);
+  }
+  static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepi8_epi32(load128(p + 32 + 16 * j)); }
+  static __m512i pair(const std::uint8_t*, int, __m512i sc) {  // (s_j, s_j) as int16
+    const __m512i lo = _mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF));
+    return _mm512_or_si512(lo, _mm512_slli_epi32(sc, 16));
+  }
+  // isum = Σ_j s_j Σ u·a - 128 Σ_j s_j (bsums[2j] + bsums[2j+1]); sumf += (d_w * d_a) * float(isum).
+  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i msum) {
+    const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+                                   _mm512_set1_ps(da));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_slli_epi32(msum, 7))));
+  }
+};
+
+template <class K>
+constexpr std::size_t k32_bytes() { return K::kHead + 8 * K::kSub; }  // per group and super-block
+
+template <class K>
+std::size_t k32_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * k32_bytes<K>(); }
+
+template <class K>
+void prepare_k32(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+  using Block = typename K::Block;
   const std::int64_t nb = cols / QK_K;
   std::uint8_t* out = aux;
   for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
     const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
     for (std::int64_t i = 0; i < nb; ++i) {
-      alignas(64) std::uint8_t head[kQ4KHead] = {};
+      alignas(64) std::uint8_t head[K::kHead] = {};
       alignas(64) std::uint32_t bq[8][8][kRows] = {};  // [sub-block][B row][weight row]: four levels
-      auto* d = reinterpret_cast<std::uint16_t*>(head);
       for (int r = 0; r < nr; ++r) {
-        const auto* row = reinterpret_cast<const BlockQ4_K*>(w + static_cast<std::size_t>(r0 + r) * wrb);
+        const auto* row = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r0 + r) * wrb);
         if (i + 2 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 2), _MM_HINT_T0);
-        const BlockQ4_K& b = row[i];
-        d[r] = b.d;
-        d[kRows + r] = b.dmin;
-        for (int j = 0; j < 8; ++j) scale_min_k4(j, b.scales, &head[64 + 16 * j + r], &head[192 + 16 * j + r]);
-        // Sub-block j's 32 levels: nibble j % 2 of qs[32 (j / 2) .. + 32), as q4_0's 4-bit codes.
+        const Block& b = row[i];
+        K::head(b, r, head);
         for (int j = 0; j < 8; ++j) {
-          const __m256i bits = load256(b.qs + 32 * (j / 2));
-          const __m256i lv = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bits, 4) : bits, _mm256_set1_epi8(0x0F));
           alignas(32) std::uint32_t v[8];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(v), lv);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(v), K::codes(b, j));
           for (int k = 0; k < 8; ++k) bq[j][k][r] = v[k];
         }
       }
-      std::memcpy(out, head, kQ4KHead);
-      for (int j = 0; j < 8; ++j) encode_nibbles(reinterpret_cast<const std::uint8_t*>(bq[j]), out + kQ4KHead + 256 * j);
-      out += kQ4KBytes;
+      std::memcpy(out, head, K::kHead);
+      for (int j = 0; j < 8; ++j) {
+        const auto* codes = reinterpret_cast<const std::uint8_t*>(bq[j]);
+        std::uint8_t* o = out + K::kHead + K::kSub * j;
+        encode_nibbles(codes, o);
+        for (std::size_t k = 0; 256 + 8 * k < K::kSub; ++k) {  // q5_K: the fifth bits
+          const std::uint64_t m = _mm512_test_epi8_mask(load512(codes + 64 * k), _mm512_set1_epi8(0x10));
+          std::memcpy(o + 256 + 8 * k, &m, 8);
+        }
+      }
+      out += k32_bytes<K>();
     }
   }
 }
 
-// NC activations against one packed group of nr rows (see the file comment).
-template <int NC>
-void q4k_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+// NC activations against one packed group of nr rows: per sub-block j, vpdpbusd of B row k's unsigned levels with
+// the activation's bytes 4k..4k+3 in every lane, times the scale vector (vpmullo) into isum; the mins (or the
+// offset) through vpdpwssd of their int16 pairs with the bsums; then the type's float step.
+template <class K, int NC>
+void k32_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
                std::int64_t ldy) {
-  constexpr std::size_t kPrefetch = 4 * kQ4KBytes;
+  constexpr std::size_t kBytes = k32_bytes<K>();
+  constexpr std::size_t kPrefetch = 4 * kBytes;
   __m512 sum[NC];
   TANDEM_UNROLL
   for (int c = 0; c < NC; ++c) sum[c] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < nb; ++i) {
-    const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kQ4KBytes;
-    for (std::size_t l = 0; l < kQ4KBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
+    const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kBytes;
+    for (std::size_t l = 0; l < kBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
     __m512i isum[NC], msum[NC];
     TANDEM_UNROLL
     for (int c = 0; c < NC; ++c) isum[c] = msum[c] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       __m512i wv[8];
-      decode_nibbles(p + kQ4KHead + 256 * j, wv);
-      const __m512i sc = _mm512_cvtepu8_epi32(load128(p + 64 + 16 * j));
-      const __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * j));
-      const __m512i mm = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));  // (m_j, m_j) as int16
+      K::levels(p + K::kHead + K::kSub * j, wv);
+      const __m512i sc = K::scale(p, j);
+      const __m512i mm = K::pair(p, j, sc);
       TANDEM_UNROLL
       for (int c = 0; c < NC; ++c) {
         const std::int8_t* q = ac[c][i].qs + 32 * j;
@@ -116,17 +220,8 @@ void q4k_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
         msum[c] = _mm512_dpwssd_epi32(msum[c], mm, _mm512_set1_epi32(b2));
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
     TANDEM_UNROLL
-    for (int c = 0; c < NC; ++c) {
-      const __m512 ad = _mm512_set1_ps(ac[c][i].d);
-      const __m512 d = _mm512_mul_ps(dw, ad);
-      const __m512 dmin = _mm512_mul_ps(dmw, ad);
-      const __m512 t = _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum[c])),
-                                     _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[c])));
-      sum[c] = _mm512_add_ps(sum[c], t);  // sumf += d * float(isum) - dmin * float(msum)
-    }
+    for (int c = 0; c < NC; ++c) sum[c] = _mm512_add_ps(sum[c], K::step(p, ac[c][i].d, isum[c], msum[c]));
   }
   TANDEM_UNROLL
   for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
@@ -297,13 +392,18 @@ struct Packed {
   }
 };
 
-template <int NC>
-struct Q4KGroup {
-  static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
-                  std::int64_t ldy) {
-    q4k_group<NC>(g, nr, ac, nb, y, ldy);
-  }
+template <class K>
+struct K32 {
+  template <int NC>
+  struct Group {
+    static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+                    std::int64_t ldy) {
+      k32_group<K, NC>(g, nr, ac, nb, y, ldy);
+    }
+  };
+  using P = Packed<K::kType, k32_group_bytes<K>, Group>;
 };
+
 template <int NC>
 struct Q6KGroup {
   static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
@@ -327,7 +427,9 @@ void set_packed(TypeKernels& k, PrepareAuxFn prepare, std::size_t (*group_bytes)
 
 TypeKernels avx512_superblock_kernels(WType t) {
   TypeKernels k = avx2_superblock_kernels(t);
-  if (t == WType::q4_K) set_packed<Packed<WType::q4_K, q4k_group_bytes, Q4KGroup>>(k, prepare_q4k, q4k_group_bytes);
+  if (t == WType::q4_K) set_packed<K32<Q4KKind>::P>(k, prepare_k32<Q4KKind>, k32_group_bytes<Q4KKind>);
+  if (t == WType::q5_K) set_packed<K32<Q5KKind>::P>(k, prepare_k32<Q5KKind>, k32_group_bytes<Q5KKind>);
+  if (t == WType::iq4_xs) set_packed<K32<IQ4XSKind>::P>(k, prepare_k32<IQ4XSKind>, k32_group_bytes<IQ4XSKind>);
   if (t == WType::q6_K) set_packed<Packed<WType::q6_K, q6k_group_bytes, Q6KGroup>>(k, prepare_q6k, q6k_group_bytes);
   return k;
 }
