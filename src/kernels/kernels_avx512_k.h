@@ -1,7 +1,7 @@
 // Internal to the kernels library: the AVX-512 entries of the 256-element super-block weight types, from
-// kernels_avx512_k.cc, for the AVX-512 tables (kernels_avx512.cc): q4_K, q5_K, q6_K and iq4_xs on matrices repacked at
-// load, the others
-// the AVX2 entries (kernels_avx2_k.h). Call only when the CPU has AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C.
+// kernels_avx512_k.cc, for the AVX-512 tables (kernels_avx512.cc): q4_K, q5_K, q6_K and iq4_xs on matrices repacked
+// at load, the others the AVX2 entries (kernels_avx2_k.h). Call only when the CPU has AVX-512 F/BW/VL/VNNI, AVX2,
+// FMA and F16C.
 #pragma once
 
 #include "kernels/dispatch.h"
