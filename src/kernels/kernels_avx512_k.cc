@@ -227,103 +227,241 @@ void k32_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
   for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
 }
 
-// ---- q6_K ---------------------------------------------------------------------------------------------------
+// ---- q6_K, q3_K, q2_K: 16 sub-blocks of 16 -------------------------------------------------------------------
 //
-// Per 16-row group and super-block, 3,360 bytes (the rows' 16 x 210: no growth):
-//   [0, 32)      the 16 rows' d (f16)
-//   [32, 288)    sub-block j's (16 elements) int8 scales, 16 bytes per j (row r at byte r)
-//   [288, 3360)  per unit u of 32 elements (sub-blocks 2u and 2u + 1), 384 bytes: the low 4 bits of the levels
-//                (0..63) in B order, nibble-packed as q4_K's (256 bytes), then their top 2 bits in two vectors of 64
-//                bytes: bits 2k..2k+1 of byte i of vector v are those of B row 4v + k's byte i.
-// Per super-block and activation: isum = Σ_j sc_j Σ_k q_k a_k - 32 Σ_j sc_j bsums_j (the -32 of every level through
-// the bsums; vpmullo and vpdpwssd), exact, the reference's integer; then sum += (d_w * d_a) * float(isum).
-constexpr std::size_t kQ6KHead = 288;
-constexpr std::size_t kQ6KUnit = 384;
-constexpr std::size_t kQ6KBytes = kQ6KHead + 8 * kQ6KUnit;
+// Per 16-row group and super-block: a head (d, and dmin for q2_K; the sub-block scales, 16 bytes per sub-block, row
+// r at byte r), then per unit u of 32 elements (sub-blocks 2u and 2u + 1) its levels in B order, as planes:
+//   a nibble plane (256 bytes: vector k holds B row k in its low nibbles, B row k + 4 in its high ones),
+//   a 2-bit plane (128 bytes: bits 2k..2k+1 of byte i of vector v are those of B row 4v + k's byte i),
+//   a bit plane (64 bytes: bit i of mask k is that of B row k's byte i).
+//   q6_K (levels 0..63, offset 32): nibbles, then the top 2 bits as a 2-bit plane; head d [0, 32), scales int8
+//     [32, 288). 3,360 bytes per group and super-block, the rows' 16 x 210.
+//   q3_K (levels 0..7, offset 4): the low 2 bits, then the third as a bit plane; head d, the signed 6-bit scales
+//     (-32..31). 1,824 bytes (the rows': 1,760).
+//   q2_K (levels 0..3): the 2-bit plane; head d [0, 32), dmin [32, 64), the scales' bytes (scale in the low nibble,
+//     min in the high) [64, 320). 1,344 bytes, the rows' 16 x 84.
+// Per super-block and activation: isum = Σ_j sc_j Σ_k q_k a_k by vpmullo; the offset's share (offset Σ_j sc_j
+// bsums_j) or q2_K's msum = Σ_j m_j bsums_j by vpdpwssd of int16 pairs with the bsums; then the type's float step.
 
-std::size_t q6k_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * kQ6KBytes; }
-
-void prepare_q6k(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
-  const std::int64_t nb = cols / QK_K;
-  std::uint8_t* out = aux;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
-    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
-    for (std::int64_t i = 0; i < nb; ++i) {
-      alignas(64) std::uint8_t head[kQ6KHead] = {};
-      alignas(64) std::uint32_t bq[8][8][kRows] = {};  // [unit][B row][weight row]: four levels
-      auto* d = reinterpret_cast<std::uint16_t*>(head);
-      for (int r = 0; r < nr; ++r) {
-        const auto* row = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r0 + r) * wrb);
-        if (i + 2 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 2), _MM_HINT_T0);
-        const BlockQ6_K& b = row[i];
-        d[r] = b.d;
-        for (int j = 0; j < 16; ++j) head[32 + 16 * j + r] = static_cast<std::uint8_t>(b.scales[j]);
-        // Unit u: half u / 4 (ql[64 half ..], qh[32 half ..]), quarter u % 4 (ql or ql + 32, low or high nibble;
-        // bits 2 quarter of qh).
-        for (int u = 0; u < 8; ++u) {
-          const int half = u / 4, quarter = u % 4;
-          const __m256i ql = load256(b.ql + 64 * half + 32 * (quarter & 1));
-          const __m256i low = _mm256_and_si256(quarter < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
-          const __m256i high = _mm256_and_si256(_mm256_srli_epi16(load256(b.qh + 32 * half), 2 * quarter),
-                                                _mm256_set1_epi8(0x03));
-          alignas(32) std::uint32_t v[8];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_or_si256(low, _mm256_slli_epi16(high, 4)));
-          for (int k = 0; k < 8; ++k) bq[u][k][r] = v[k];
-        }
-      }
-      std::memcpy(out, head, kQ6KHead);
-      for (int u = 0; u < 8; ++u) {
-        std::uint8_t* o = out + kQ6KHead + kQ6KUnit * u;
-        const auto* codes = reinterpret_cast<const std::uint8_t*>(bq[u]);
-        encode_nibbles(codes, o);
-        for (int v = 0; v < 2; ++v) {
-          __m512i top = _mm512_setzero_si512();
-          for (int k = 0; k < 4; ++k) {
-            const __m512i hi2 = _mm512_and_si512(_mm512_srli_epi16(load512(codes + 64 * (4 * v + k)), 4),
-                                                 _mm512_set1_epi8(0x03));
-            top = _mm512_or_si512(top, _mm512_sllv_epi16(hi2, _mm512_set1_epi16(static_cast<short>(2 * k))));
-          }
-          _mm512_storeu_si512(o + 256 + 64 * v, top);
-        }
-      }
-      out += kQ6KBytes;
+// The 2-bit plane: encoding (bits `sh`.. of the codes) and decoding (into bits 0..1 or, shifted, 4..5 of w).
+inline void encode_two_bits(const std::uint8_t* codes, int sh, std::uint8_t* out) {
+  for (int v = 0; v < 2; ++v) {
+    __m512i top = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      const __m512i two = _mm512_and_si512(_mm512_srli_epi16(load512(codes + 64 * (4 * v + k)), sh),
+                                           _mm512_set1_epi8(0x03));
+      top = _mm512_or_si512(top, _mm512_sllv_epi16(two, _mm512_set1_epi16(static_cast<short>(2 * k))));
     }
+    _mm512_storeu_si512(out + 64 * v, top);
   }
 }
-
-// Unit u's 8 B rows of levels (0..63) from the packed bytes at p.
-inline void q6k_unit(const std::uint8_t* p, __m512i (&w)[8]) {
-  decode_nibbles(p, w);
+inline void encode_bit(const std::uint8_t* codes, int sh, std::uint8_t* out) {
+  for (int k = 0; k < 8; ++k) {
+    const std::uint64_t m = _mm512_test_epi8_mask(load512(codes + 64 * k), _mm512_set1_epi8(static_cast<char>(1 << sh)));
+    std::memcpy(out + 8 * k, &m, 8);
+  }
+}
+// Bits 0..1 of B rows 0..7 (into w, which it sets).
+inline void two_bits_low(const std::uint8_t* p, __m512i (&w)[8]) {
+  const __m512i m = _mm512_set1_epi8(0x03);
+  TANDEM_UNROLL
+  for (int v = 0; v < 2; ++v) {
+    const __m512i x = load512(p + 64 * v);
+    w[4 * v + 0] = _mm512_and_si512(x, m);
+    w[4 * v + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 2), m);
+    w[4 * v + 2] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m);
+    w[4 * v + 3] = _mm512_and_si512(_mm512_srli_epi16(x, 6), m);
+  }
+}
+// Bits 4..5 of B rows 0..7, or-ed into w.
+inline void two_bits_high(const std::uint8_t* p, __m512i (&w)[8]) {
   const __m512i m = _mm512_set1_epi8(0x30);
   TANDEM_UNROLL
   for (int v = 0; v < 2; ++v) {
-    const __m512i x = load512(p + 256 + 64 * v);
+    const __m512i x = load512(p + 64 * v);
     w[4 * v + 0] = _mm512_or_si512(w[4 * v + 0], _mm512_and_si512(_mm512_slli_epi16(x, 4), m));
     w[4 * v + 1] = _mm512_or_si512(w[4 * v + 1], _mm512_and_si512(_mm512_slli_epi16(x, 2), m));
     w[4 * v + 2] = _mm512_or_si512(w[4 * v + 2], _mm512_and_si512(x, m));
     w[4 * v + 3] = _mm512_or_si512(w[4 * v + 3], _mm512_and_si512(_mm512_srli_epi16(x, 2), m));
   }
 }
+// The bit plane, as `value` in the bytes whose bit is set, or-ed into w.
+inline void bit_plane(const std::uint8_t* p, char value, __m512i (&w)[8]) {
+  TANDEM_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    std::uint64_t m;
+    std::memcpy(&m, p + 8 * k, 8);
+    w[k] = _mm512_or_si512(w[k], _mm512_maskz_mov_epi8(static_cast<__mmask64>(m), _mm512_set1_epi8(value)));
+  }
+}
 
-template <int NC>
-void q6k_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+// Two sub-blocks' int32 vectors as the int16 pairs (a, b) of vpdpwssd.
+inline __m512i int16_pairs(__m512i a, __m512i b) {
+  return _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(b, 16));
+}
+inline __m512 f16x16(const std::uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// The 2-bit field of element k (unit u = k / 32) in q2_K / q3_K's qs: qs[32 (u / 4) + k % 32] >> 2 (u % 4).
+template <class Block>
+inline __m256i two_bit_codes(const Block& b, int u) {
+  return _mm256_and_si256(_mm256_srli_epi16(load256(b.qs + 32 * (u / 4)), 2 * (u % 4)), _mm256_set1_epi8(0x03));
+}
+
+struct Q6KKind {
+  using Block = BlockQ6_K;
+  static constexpr WType kType = WType::q6_K;
+  static constexpr std::size_t kHead = 288, kUnit = 384;
+  static constexpr int kOffsetShift = 5;  // offset 32
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    for (int j = 0; j < 16; ++j) h[32 + 16 * j + r] = static_cast<std::uint8_t>(b.scales[j]);
+  }
+  // Unit u: half u / 4 (ql[64 half ..], qh[32 half ..]), quarter u % 4 (ql or ql + 32, its low or high nibble;
+  // bits 2 quarter of qh).
+  static __m256i codes(const Block& b, int u) {
+    const int half = u / 4, quarter = u % 4;
+    const __m256i ql = load256(b.ql + 64 * half + 32 * (quarter & 1));
+    const __m256i low = _mm256_and_si256(quarter < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
+    const __m256i high =
+        _mm256_and_si256(_mm256_srli_epi16(load256(b.qh + 32 * half), 2 * quarter), _mm256_set1_epi8(0x03));
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+  }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
+    encode_nibbles(codes, out);
+    encode_two_bits(codes, 4, out + 256);
+  }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    decode_nibbles(p, w);
+    two_bits_high(p + 256, w);
+  }
+  static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepi8_epi32(load128(p + 32 + 16 * j)); }
+  static __m512i pair(const std::uint8_t*, int, __m512i sa, __m512i sb) { return int16_pairs(sa, sb); }
+  // isum - 32 Σ_j sc_j bsums_j; sumf += (d_w * d_a) * float(isum).
+  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i corr) {
+    const __m512 d = _mm512_mul_ps(f16x16(p), _mm512_set1_ps(da));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_slli_epi32(corr, kOffsetShift))));
+  }
+};
+
+struct Q3KKind {
+  using Block = BlockQ3_K;
+  static constexpr WType kType = WType::q3_K;
+  static constexpr std::size_t kHead = 288, kUnit = 128 + 64;
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    for (int j = 0; j < 16; ++j) {
+      const int low = j < 8 ? b.scales[j] & 0xF : b.scales[j - 8] >> 4;
+      const int high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+      h[32 + 16 * j + r] = static_cast<std::uint8_t>((low | (high << 4)) - 32);
+    }
+  }
+  // Code = two bits + 4 * (bit u of hmask[k % 32]): the level + 4.
+  static __m256i codes(const Block& b, int u) {
+    const __m256i third = _mm256_and_si256(_mm256_srli_epi16(load256(b.hmask), u), _mm256_set1_epi8(1));
+    return _mm256_or_si256(two_bit_codes(b, u), _mm256_slli_epi16(third, 2));
+  }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
+    encode_two_bits(codes, 0, out);
+    encode_bit(codes, 2, out + 128);
+  }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    two_bits_low(p, w);
+    bit_plane(p + 128, 0x04, w);
+  }
+  static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepi8_epi32(load128(p + 32 + 16 * j)); }
+  static __m512i pair(const std::uint8_t*, int, __m512i sa, __m512i sb) { return int16_pairs(sa, sb); }
+  // isum - 4 Σ_j sc_j bsums_j; sumf += (d_w * d_a) * float(isum).
+  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i corr) {
+    const __m512 d = _mm512_mul_ps(f16x16(p), _mm512_set1_ps(da));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_slli_epi32(corr, 2))));
+  }
+};
+
+struct Q2KKind {
+  using Block = BlockQ2_K;
+  static constexpr WType kType = WType::q2_K;
+  static constexpr std::size_t kHead = 320, kUnit = 128;
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    std::memcpy(h + 32 + 2 * r, &b.dmin, 2);
+    for (int j = 0; j < 16; ++j) h[64 + 16 * j + r] = b.scales[j];
+  }
+  static __m256i codes(const Block& b, int u) { return two_bit_codes(b, u); }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_two_bits(codes, 0, out); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { two_bits_low(p, w); }
+  static __m512i scale(const std::uint8_t* p, int j) {
+    return _mm512_and_si512(_mm512_cvtepu8_epi32(load128(p + 64 + 16 * j)), _mm512_set1_epi32(0x0F));
+  }
+  static __m512i pair(const std::uint8_t* p, int u, __m512i, __m512i) {  // the mins (m_2u, m_2u+1)
+    const __m512i ma = _mm512_srli_epi32(_mm512_cvtepu8_epi32(load128(p + 64 + 16 * (2 * u))), 4);
+    const __m512i mb = _mm512_srli_epi32(_mm512_cvtepu8_epi32(load128(p + 64 + 16 * (2 * u + 1))), 4);
+    return int16_pairs(ma, mb);
+  }
+  // sumf += d * float(isum) - dmin * float(msum), d = d_w * d_a, dmin = dmin_w * d_a.
+  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i msum) {
+    const __m512 ad = _mm512_set1_ps(da);
+    const __m512 d = _mm512_mul_ps(f16x16(p), ad);
+    const __m512 dmin = _mm512_mul_ps(f16x16(p + 32), ad);
+    return _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum)));
+  }
+};
+
+template <class K>
+constexpr std::size_t k16_bytes() { return K::kHead + 8 * K::kUnit; }  // per group and super-block
+
+template <class K>
+std::size_t k16_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * k16_bytes<K>(); }
+
+template <class K>
+void prepare_k16(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+  using Block = typename K::Block;
+  const std::int64_t nb = cols / QK_K;
+  std::uint8_t* out = aux;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
+    for (std::int64_t i = 0; i < nb; ++i) {
+      alignas(64) std::uint8_t head[K::kHead] = {};
+      alignas(64) std::uint32_t bq[8][8][kRows] = {};  // [unit][B row][weight row]: four codes
+      for (int r = 0; r < nr; ++r) {
+        const auto* row = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r0 + r) * wrb);
+        if (i + 2 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 2), _MM_HINT_T0);
+        const Block& b = row[i];
+        K::head(b, r, head);
+        for (int u = 0; u < 8; ++u) {
+          alignas(32) std::uint32_t v[8];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(v), K::codes(b, u));
+          for (int k = 0; k < 8; ++k) bq[u][k][r] = v[k];
+        }
+      }
+      std::memcpy(out, head, K::kHead);
+      for (int u = 0; u < 8; ++u) K::encode(reinterpret_cast<const std::uint8_t*>(bq[u]), out + K::kHead + K::kUnit * u);
+      out += k16_bytes<K>();
+    }
+  }
+}
+
+template <class K, int NC>
+void k16_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
                std::int64_t ldy) {
-  constexpr std::size_t kPrefetch = 4 * kQ6KBytes;
+  constexpr std::size_t kBytes = k16_bytes<K>();
+  constexpr std::size_t kPrefetch = 4 * kBytes;
   __m512 sum[NC];
   TANDEM_UNROLL
   for (int c = 0; c < NC; ++c) sum[c] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < nb; ++i) {
-    const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kQ6KBytes;
-    for (std::size_t l = 0; l < kQ6KBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
+    const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kBytes;
+    for (std::size_t l = 0; l < kBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
     __m512i isum[NC], corr[NC];
     TANDEM_UNROLL
     for (int c = 0; c < NC; ++c) isum[c] = corr[c] = _mm512_setzero_si512();
     for (int u = 0; u < 8; ++u) {
       __m512i wv[8];
-      q6k_unit(p + kQ6KHead + kQ6KUnit * u, wv);
-      const __m512i sa = _mm512_cvtepi8_epi32(load128(p + 32 + 16 * (2 * u)));
-      const __m512i sb = _mm512_cvtepi8_epi32(load128(p + 32 + 16 * (2 * u + 1)));
-      const __m512i pair = _mm512_or_si512(_mm512_and_si512(sa, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sb, 16));
+      K::levels(p + K::kHead + K::kUnit * u, wv);
+      const __m512i sa = K::scale(p, 2 * u);
+      const __m512i sb = K::scale(p, 2 * u + 1);
+      const __m512i pair = K::pair(p, u, sa, sb);
       TANDEM_UNROLL
       for (int c = 0; c < NC; ++c) {
         const std::int8_t* q = ac[c][i].qs + 32 * u;
@@ -341,13 +479,8 @@ void q6k_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
         corr[c] = _mm512_dpwssd_epi32(corr[c], pair, _mm512_set1_epi32(b2));
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     TANDEM_UNROLL
-    for (int c = 0; c < NC; ++c) {
-      const __m512i total = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(corr[c], 5));  // - 32 Σ sc_j bsums_j
-      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(ac[c][i].d));
-      sum[c] = _mm512_add_ps(sum[c], _mm512_mul_ps(d, _mm512_cvtepi32_ps(total)));  // sumf += d * float(isum)
-    }
+    for (int c = 0; c < NC; ++c) sum[c] = _mm512_add_ps(sum[c], K::step(p, ac[c][i].d, isum[c], corr[c]));
   }
   TANDEM_UNROLL
   for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
@@ -404,12 +537,16 @@ struct K32 {
   using P = Packed<K::kType, k32_group_bytes<K>, Group>;
 };
 
-template <int NC>
-struct Q6KGroup {
-  static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
-                  std::int64_t ldy) {
-    q6k_group<NC>(g, nr, ac, nb, y, ldy);
-  }
+template <class K>
+struct K16 {
+  template <int NC>
+  struct Group {
+    static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+                    std::int64_t ldy) {
+      k16_group<K, NC>(g, nr, ac, nb, y, ldy);
+    }
+  };
+  using P = Packed<K::kType, k16_group_bytes<K>, Group>;
 };
 
 template <class P>
@@ -430,7 +567,9 @@ TypeKernels avx512_superblock_kernels(WType t) {
   if (t == WType::q4_K) set_packed<K32<Q4KKind>::P>(k, prepare_k32<Q4KKind>, k32_group_bytes<Q4KKind>);
   if (t == WType::q5_K) set_packed<K32<Q5KKind>::P>(k, prepare_k32<Q5KKind>, k32_group_bytes<Q5KKind>);
   if (t == WType::iq4_xs) set_packed<K32<IQ4XSKind>::P>(k, prepare_k32<IQ4XSKind>, k32_group_bytes<IQ4XSKind>);
-  if (t == WType::q6_K) set_packed<Packed<WType::q6_K, q6k_group_bytes, Q6KGroup>>(k, prepare_q6k, q6k_group_bytes);
+  if (t == WType::q6_K) set_packed<K16<Q6KKind>::P>(k, prepare_k16<Q6KKind>, k16_group_bytes<Q6KKind>);
+  if (t == WType::q3_K) set_packed<K16<Q3KKind>::P>(k, prepare_k16<Q3KKind>, k16_group_bytes<Q3KKind>);
+  if (t == WType::q2_K) set_packed<K16<Q2KKind>::P>(k, prepare_k16<Q2KKind>, k16_group_bytes<Q2KKind>);
   return k;
 }
 
