@@ -486,9 +486,125 @@ void k16_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
   for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
 }
 
+// ---- q4_1, q5_1: blocks of 32 with a min, q8_1 activations ----------------------------------------------------
+//
+// Per 16-row group and block: d [0, 32) and m [32, 64) (f16), then the levels (0..15 / 0..31) in B order as a nibble
+// plane (256 bytes), for q5_1 followed by the fifth bits as a bit plane (64 bytes): 320 / 384 bytes, the rows' 16 x
+// 20 / 16 x 24. Per block and activation: sumi = Σ q·a exactly (8 vpdpbusd, the levels unsigned already), then the
+// reference's float step, sumf += float(sumi) * (d_w * d_a) + m_w * s_a.
+struct Q41Kind {
+  using Block = BlockQ4_1;
+  static constexpr WType kType = WType::q4_1;
+  static constexpr std::size_t kCode = 256;
+  static __m256i codes(const Block& b) {
+    const __m128i q = load128(b.qs);
+    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+  }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
+};
+struct Q51Kind {
+  using Block = BlockQ5_1;
+  static constexpr WType kType = WType::q5_1;
+  static constexpr std::size_t kCode = 256 + 64;
+  static __m256i codes(const Block& b) {
+    const __m128i q = load128(b.qs);
+    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+    std::uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const __m256i fifth = _mm256_maskz_mov_epi8(static_cast<__mmask32>(qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), fifth);
+  }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
+    encode_nibbles(codes, out);
+    encode_bit(codes, 4, out + 256);
+  }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    decode_nibbles(p, w);
+    bit_plane(p + 256, 0x10, w);
+  }
+};
+
+template <class K>
+constexpr std::size_t b32_bytes() { return 64 + K::kCode; }  // per group and block
+
+template <class K>
+std::size_t b32_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK4_1) * b32_bytes<K>(); }
+
+template <class K>
+void prepare_b32(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+  using Block = typename K::Block;
+  const std::int64_t nb = cols / QK4_1;
+  std::uint8_t* out = aux;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
+    for (std::int64_t i = 0; i < nb; ++i) {
+      alignas(64) std::uint8_t head[64] = {};
+      alignas(64) std::uint32_t bq[8][kRows] = {};  // [B row][weight row]: four codes
+      for (int r = 0; r < nr; ++r) {
+        const auto* row = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r0 + r) * wrb);
+        if (i + 8 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 8), _MM_HINT_T0);
+        const Block& b = row[i];
+        std::memcpy(head + 2 * r, &b.d, 2);
+        std::memcpy(head + 32 + 2 * r, &b.m, 2);
+        alignas(32) std::uint32_t v[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(v), K::codes(b));
+        for (int k = 0; k < 8; ++k) bq[k][r] = v[k];
+      }
+      std::memcpy(out, head, 64);
+      K::encode(reinterpret_cast<const std::uint8_t*>(bq), out + 64);
+      out += b32_bytes<K>();
+    }
+  }
+}
+
+template <class K, int NC>
+void b32_group(const std::uint8_t* grp, int nr, const BlockQ8_1* const* ac, std::int64_t nb, float* y,
+               std::int64_t ldy) {
+  constexpr std::size_t kBytes = b32_bytes<K>();
+  constexpr std::size_t kPrefetch = 8 * kBytes;
+  __m512 sum[NC];
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) sum[c] = _mm512_setzero_ps();
+  for (std::int64_t ib = 0; ib < nb; ++ib) {
+    const std::uint8_t* p = grp + static_cast<std::size_t>(ib) * kBytes;
+    TANDEM_UNROLL
+    for (std::size_t l = 0; l < kBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
+    __m512i wv[8];
+    K::levels(p + 64, wv);
+    const __m512 dw = f16x16(p);
+    const __m512 mw = f16x16(p + 32);
+    TANDEM_UNROLL
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8_1& ab = ac[c][ib];
+      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+      TANDEM_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        std::int32_t a4;
+        std::memcpy(&a4, ab.qs + 4 * k, 4);
+        if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
+        else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
+      }
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(h2f(ab.d)));  // d_w * d_a
+      const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), scale),
+                                     _mm512_mul_ps(mw, _mm512_set1_ps(h2f(ab.s))));  // + m_w * s_a
+      sum[c] = _mm512_add_ps(sum[c], t);
+    }
+  }
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
+}
+
 // ---- the tiles -------------------------------------------------------------------------------------------------
 
-using GroupFn = void (*)(const std::uint8_t*, int, const BlockQ8_K* const*, std::int64_t, float*, std::int64_t);
+template <class Act>
+using GroupFn = void (*)(const std::uint8_t*, int, const Act* const*, std::int64_t, float*, std::int64_t);
+
+// The entries the packed tiles fall back on without the side table, by type (set once, with the tables).
+TypeKernels g_base[kWTypeCount];
 
 // The AVX2 tile, for calls without the side table, within its own shapes.
 void base_tiles(const TypeKernels& base, const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a,
@@ -500,25 +616,22 @@ void base_tiles(const TypeKernels& base, const std::uint8_t* w, std::size_t wrb,
                 arb, std::min(base.tile_acts, nc - c), cols, y + c * ldy + r, ldy);
 }
 
-// One packed type: its group bytes, its group kernels for 1..kActs activations, and its AVX2 entry.
-template <WType T, std::size_t (*GroupBytes)(std::int64_t), template <int> class G>
+// One packed type: its activation block (elements per block), its group bytes, its group kernels for 1..kActs
+// activations; g_base[T] where the copy is absent.
+template <WType T, class Act, std::int64_t kElems, std::size_t (*GroupBytes)(std::int64_t), template <int> class G>
 struct Packed {
-  static const TypeKernels& base() {
-    static const TypeKernels k = avx2_superblock_kernels(T);
-    return k;
-  }
   static void tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
                    std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
     if (aux == nullptr) {
-      base_tiles(base(), w, wrb, nr, a, arb, nc, cols, y, ldy);
+      base_tiles(g_base[static_cast<int>(T)], w, wrb, nr, a, arb, nc, cols, y, ldy);
       return;
     }
-    static constexpr GroupFn kGroup[kActs] = {G<1>::run, G<2>::run, G<3>::run, G<4>::run,
-                                              G<5>::run, G<6>::run, G<7>::run, G<8>::run};
-    const std::int64_t nb = cols / QK_K;
+    static constexpr GroupFn<Act> kGroup[kActs] = {G<1>::run, G<2>::run, G<3>::run, G<4>::run,
+                                                   G<5>::run, G<6>::run, G<7>::run, G<8>::run};
+    const std::int64_t nb = cols / kElems;
     const std::size_t group_bytes = GroupBytes(cols);
-    const BlockQ8_K* ac[kActs];
-    for (int c = 0; c < nc; ++c) ac[c] = reinterpret_cast<const BlockQ8_K*>(a + static_cast<std::size_t>(c) * arb);
+    const Act* ac[kActs];
+    for (int c = 0; c < nc; ++c) ac[c] = reinterpret_cast<const Act*>(a + static_cast<std::size_t>(c) * arb);
     for (int g = 0; g * kRows < nr; ++g)
       kGroup[nc - 1](aux + static_cast<std::size_t>(g) * group_bytes, std::min(kRows, nr - g * kRows), ac, nb,
                      y + g * kRows, ldy);
@@ -534,7 +647,7 @@ struct K32 {
       k32_group<K, NC>(g, nr, ac, nb, y, ldy);
     }
   };
-  using P = Packed<K::kType, k32_group_bytes<K>, Group>;
+  using P = Packed<K::kType, BlockQ8_K, QK_K, k32_group_bytes<K>, Group>;
 };
 
 template <class K>
@@ -546,11 +659,24 @@ struct K16 {
       k16_group<K, NC>(g, nr, ac, nb, y, ldy);
     }
   };
-  using P = Packed<K::kType, k16_group_bytes<K>, Group>;
+  using P = Packed<K::kType, BlockQ8_K, QK_K, k16_group_bytes<K>, Group>;
+};
+
+template <class K>
+struct B32 {
+  template <int NC>
+  struct Group {
+    static void run(const std::uint8_t* g, int nr, const BlockQ8_1* const* ac, std::int64_t nb, float* y,
+                    std::int64_t ldy) {
+      b32_group<K, NC>(g, nr, ac, nb, y, ldy);
+    }
+  };
+  using P = Packed<K::kType, BlockQ8_1, QK4_1, b32_group_bytes<K>, Group>;
 };
 
 template <class P>
-void set_packed(TypeKernels& k, PrepareAuxFn prepare, std::size_t (*group_bytes)(std::int64_t)) {
+void set_packed(WType t, TypeKernels& k, PrepareAuxFn prepare, std::size_t (*group_bytes)(std::int64_t)) {
+  g_base[static_cast<int>(t)] = k;
   k.tile = nullptr;
   k.tile_aux = P::tile;
   k.prepare_aux = prepare;
@@ -564,12 +690,18 @@ void set_packed(TypeKernels& k, PrepareAuxFn prepare, std::size_t (*group_bytes)
 
 TypeKernels avx512_superblock_kernels(WType t) {
   TypeKernels k = avx2_superblock_kernels(t);
-  if (t == WType::q4_K) set_packed<K32<Q4KKind>::P>(k, prepare_k32<Q4KKind>, k32_group_bytes<Q4KKind>);
-  if (t == WType::q5_K) set_packed<K32<Q5KKind>::P>(k, prepare_k32<Q5KKind>, k32_group_bytes<Q5KKind>);
-  if (t == WType::iq4_xs) set_packed<K32<IQ4XSKind>::P>(k, prepare_k32<IQ4XSKind>, k32_group_bytes<IQ4XSKind>);
-  if (t == WType::q6_K) set_packed<K16<Q6KKind>::P>(k, prepare_k16<Q6KKind>, k16_group_bytes<Q6KKind>);
-  if (t == WType::q3_K) set_packed<K16<Q3KKind>::P>(k, prepare_k16<Q3KKind>, k16_group_bytes<Q3KKind>);
-  if (t == WType::q2_K) set_packed<K16<Q2KKind>::P>(k, prepare_k16<Q2KKind>, k16_group_bytes<Q2KKind>);
+  if (t == WType::q4_K) set_packed<K32<Q4KKind>::P>(t, k, prepare_k32<Q4KKind>, k32_group_bytes<Q4KKind>);
+  if (t == WType::q5_K) set_packed<K32<Q5KKind>::P>(t, k, prepare_k32<Q5KKind>, k32_group_bytes<Q5KKind>);
+  if (t == WType::iq4_xs) set_packed<K32<IQ4XSKind>::P>(t, k, prepare_k32<IQ4XSKind>, k32_group_bytes<IQ4XSKind>);
+  if (t == WType::q6_K) set_packed<K16<Q6KKind>::P>(t, k, prepare_k16<Q6KKind>, k16_group_bytes<Q6KKind>);
+  if (t == WType::q3_K) set_packed<K16<Q3KKind>::P>(t, k, prepare_k16<Q3KKind>, k16_group_bytes<Q3KKind>);
+  if (t == WType::q2_K) set_packed<K16<Q2KKind>::P>(t, k, prepare_k16<Q2KKind>, k16_group_bytes<Q2KKind>);
+  return k;
+}
+
+TypeKernels avx512_minned_kernels(WType t, TypeKernels k) {
+  if (t == WType::q4_1) set_packed<B32<Q41Kind>::P>(t, k, prepare_b32<Q41Kind>, b32_group_bytes<Q41Kind>);
+  if (t == WType::q5_1) set_packed<B32<Q51Kind>::P>(t, k, prepare_b32<Q51Kind>, b32_group_bytes<Q51Kind>);
   return k;
 }
 

@@ -10,5 +10,8 @@
 namespace tandem::kernels::detail {
 
 TypeKernels avx512_superblock_kernels(WType t);  // {} for the other types
+// q4_1 and q5_1 on matrices repacked at load, falling back on `k` (the table's entry) without the copy; `k` itself
+// for the other types.
+TypeKernels avx512_minned_kernels(WType t, TypeKernels k);
 
 }  // namespace tandem::kernels::detail

@@ -696,13 +696,13 @@ TEST(KernelsMatmul, LargePrefillMatchesReference) {
 }
 
 // The side tables (packed copies of the matrix) and where they are asked for: the amx path's 32-element block types,
-// and the super-block types (q2_K .. q6_K, iq4_xs) on every AVX-512 path; every other path and type reads the
-// matrix alone.
+// and the super-block types (q2_K .. q6_K, iq4_xs), q4_1 and q5_1 on every AVX-512 path; every other path and type
+// reads the matrix alone.
 bool packed_on(Isa isa, WType t) {
   const bool amx_type = t == WType::q8_0 || t == WType::q4_0 || t == WType::q5_0 || t == WType::iq4_nl;
   const bool avx512 = isa == Isa::avx512 || isa == Isa::avx512bf16 || isa == Isa::amx;
   const bool packed_k = t == WType::q4_K || t == WType::q5_K || t == WType::q6_K || t == WType::q2_K ||
-                        t == WType::q3_K || t == WType::iq4_xs;
+                        t == WType::q3_K || t == WType::iq4_xs || t == WType::q4_1 || t == WType::q5_1;
   return (isa == Isa::amx && amx_type) || (avx512 && packed_k);
 }
 
@@ -716,11 +716,11 @@ TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
   }
 }
 
-// The super-block types on the AVX-512 paths' packed copies compute the reference's integers exactly and their
-// float step in its order (sum += d * float(isum) - dmin * float(msum); sum += d * float(isum)): equal to vec_dot_ref bit for bit,
-// decode and prefill, partial groups, two calls, 1 to 8 activations per call; from the rows (the AVX2 tiles) within
-// their tolerance.
-TEST(KernelsMatmul, PackedSuperBlocksEqualTheReferenceBitForBit) {
+// The super-block types, q4_1 and q5_1 on the AVX-512 paths' packed copies compute the reference's integers exactly
+// and its float step in its order (e.g. sum += d * float(isum) - dmin * float(msum)): equal to vec_dot_ref bit for
+// bit, decode and prefill, partial groups, two calls, 1 to 8 activations per call; from the rows (the tiles of the
+// table the packed entry replaced) within their tolerance.
+TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
   std::vector<Isa> isas;
   for (Isa isa : runnable_isas())
     if (packed_on(isa, WType::q4_K)) isas.push_back(isa);
@@ -728,7 +728,8 @@ TEST(KernelsMatmul, PackedSuperBlocksEqualTheReferenceBitForBit) {
   std::mt19937 rng(31);
   std::vector<std::pair<Isa, WType>> cases;
   for (Isa isa : isas)
-    for (WType t : {WType::q4_K, WType::q5_K, WType::q6_K, WType::q2_K, WType::q3_K, WType::iq4_xs})
+    for (WType t : {WType::q4_K, WType::q5_K, WType::q6_K, WType::q2_K, WType::q3_K, WType::iq4_xs, WType::q4_1,
+                    WType::q5_1})
       cases.emplace_back(isa, t);
   for (const auto& [isa, t] : cases) {
     IsaScope scope(isa);
@@ -740,9 +741,11 @@ TEST(KernelsMatmul, PackedSuperBlocksEqualTheReferenceBitForBit) {
           const Bytes w = random_weights(rng, t, rows, cols);
           const Bytes a = random_acts(rng, t, n, cols);
           const std::size_t aux = aux_bytes(t, rows, cols);
-          // Per group and super-block: 16 rows' bytes and the layout's growth (q4_K, q5_K and q3_K 64, iq4_xs 32).
-          const std::size_t growth = t == WType::q6_K || t == WType::q2_K ? 0 : t == WType::iq4_xs ? 32 : 64;
-          ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (cols / QK_K) * (16 * row_bytes(t, QK_K) + growth));
+          // Per group: 16 rows' bytes and per super-block the layout's growth (q4_K, q5_K and q3_K 64, iq4_xs 32).
+          const std::size_t growth = t == WType::q4_K || t == WType::q5_K || t == WType::q3_K ? 64
+                                     : t == WType::iq4_xs                                    ? 32
+                                                                                             : 0;
+          ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (16 * row_bytes(t, cols) + growth * (cols / QK_K)));
           Bytes x(aux, 0xEE);
           prepare_aux(t, w.data(), rows, cols, x.data());
           std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
@@ -756,7 +759,7 @@ TEST(KernelsMatmul, PackedSuperBlocksEqualTheReferenceBitForBit) {
                   << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
             }
           }
-          // A range inside a group reads the rows (the AVX2 tiles): within their tolerance of the same values.
+          // A range inside a group reads the rows (the replaced tiles): within their tolerance of the same values.
           std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
           matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
           matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
