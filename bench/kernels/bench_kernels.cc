@@ -6,8 +6,10 @@
 //   Prefill/<type>/<rows>x<cols>/n:128: 128 activation rows, activation quantization included, weights warm.
 //     GFLOP/s (2 * rows * cols * n per call); x_f32 = over the f32 kernels' prefill of the same shape.
 //
-//   bench_kernels [--quick] [--warm] [google-benchmark flags]   TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernels
+//   bench_kernels [--quick] [--warm] [--rows] [google-benchmark flags]   TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16|amx
+//   picks the kernels
 // Times are this thread's CPU time. --warm decodes one copy of each matrix (cache-resident: kernel speed alone).
+// --rows: no side tables (the packed copies the engine makes at load), so the kernels read the rows as stored.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@ using namespace tandem::kernels;
 
 bool g_quick = false;
 bool g_warm = false;  // --warm: decode weights that fit in L3 (kernel speed without the memory bound)
+bool g_rows = false;  // --rows: no side tables
 std::size_t g_cold_bytes = std::size_t{256} << 20;
 double g_stream_gbps = 0;
 double g_f32_prefill_gflops = 0;
@@ -114,7 +117,7 @@ void BM_Decode(benchmark::State& state, WType t, Shape s) {
   const std::vector<std::uint8_t> w = make_weights(t, s, copies);
   const std::vector<std::uint8_t> a = make_acts(t, 1, s.cols);
   // The side table the active kernels read beside each matrix (the engine makes it at load; none on most paths).
-  const std::size_t aux = aux_bytes(t, s.rows, s.cols);
+  const std::size_t aux = g_rows ? 0 : aux_bytes(t, s.rows, s.cols);
   std::vector<std::uint8_t> x(aux * copies);
   const double tp = thread_seconds();
   for (std::size_t c = 0; aux != 0 && c < copies; ++c) prepare_aux(t, w.data() + c * matrix, s.rows, s.cols, x.data() + c * aux);
@@ -157,7 +160,7 @@ struct Prefill {
         x(gaussian(static_cast<std::size_t>(kPrefillRows * shape.cols), 1.f, 5)),
         a(act_row_bytes(type, shape.cols) * static_cast<std::size_t>(kPrefillRows)),
         y(static_cast<std::size_t>(kPrefillRows * shape.rows)),
-        aux(aux_bytes(type, shape.rows, shape.cols)) {
+        aux(g_rows ? 0 : aux_bytes(type, shape.rows, shape.cols)) {
     if (!aux.empty()) prepare_aux(t, w.data(), s.rows, s.cols, aux.data());
   }
 
@@ -208,6 +211,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) g_quick = true;
     else if (std::strcmp(argv[i], "--warm") == 0) g_warm = true;
+    else if (std::strcmp(argv[i], "--rows") == 0) g_rows = true;
     else rest.push_back(argv[i]);
   }
   int rargc = static_cast<int>(rest.size());
