@@ -125,18 +125,38 @@ at::Tensor Model::Impl::softcap(at::Tensor x, const std::optional<double>& cap) 
   return x.div_(*cap).tanh_().mul_(*cap);
 }
 
-// q: [n, H, hd] at positions pos0.., keys/values: [L, kvh, hd] for positions 0..L-1. Causal (and through the sliding
-// window when the layer `slides`). → [n, H*hd]
-at::Tensor Model::Impl::attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                                  std::int64_t pos0, bool slides) const {
+// q: [n, H, hd] at positions pos0.., the keys/values of positions 0..L-1. Causal (and through the sliding window when
+// the layer `slides`). → [n, H*hd]
+at::Tensor Model::Impl::attention(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides) const {
+  const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
+  const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  if (kv.slots != nullptr && q.size(0) == 1 && q.is_cpu() && q.scalar_type() == at::kFloat &&
+      kv.keys.scalar_type() == at::kFloat && kv.keys.is_contiguous() && kv.values.is_contiguous()) {
+    // A decode row on the CPU: straight from the pool's rows, no gather and no operator calls.
+    const at::Tensor qc = q.contiguous();
+    const std::int64_t H = q.size(1), hd = q.size(2);
+    at::Tensor out = at::empty({1, H * hd}, qc.options());
+    if (attn_scratch.size() < static_cast<std::size_t>(kv.length)) attn_scratch.resize(static_cast<std::size_t>(kv.length));
+    const auto& cap = cfg().attn_softcap;
+    kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd, kv.keys.data_ptr<float>(),
+                              kv.values.data_ptr<float>(), kv.slots, pos0, window, static_cast<float>(scale),
+                              cap ? static_cast<float>(*cap) : 0.0F, attn_scratch.data(), out.data_ptr<float>());
+    return out;
+  }
+  at::Tensor keys = kv.keys, values = kv.values;
+  if (kv.slots != nullptr) {  // the item's rows gathered from the pool
+    const at::Tensor idx = at::from_blob(const_cast<std::int64_t*>(kv.slots), {kv.length},
+                                         at::TensorOptions().dtype(at::kLong))
+                               .to(kv.keys.device());
+    keys = kv.keys.index_select(0, idx);
+    values = kv.values.index_select(0, idx);
+  }
   const std::int64_t n = q.size(0), H = q.size(1), hd = q.size(2);
   const std::int64_t kvh = keys.size(1), L = keys.size(0), g = H / kvh;
   const at::Tensor qh = q.to(at::kFloat).view({n, kvh, g, hd}).permute({1, 2, 0, 3}).reshape({kvh, g * n, hd});
   const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
   const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
-  const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
   at::Tensor scores = softcap(at::bmm(qh, kt).mul_(scale), cfg().attn_softcap);
-  const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
   if (n > 1 || pos0 + n < L || (window > 0 && L > window)) {
     // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i, and with a sliding window W also
     // j > pos0 + i - W (the W most recent positions, the query's own included)
@@ -212,16 +232,15 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
   const at::Tensor v = biased(lin(h, l.wv), bv).view({N, c.num_kv_heads, c.head_dim});
   at::Tensor attn;
   if (items.size() == 1) {
-    const auto [keys, values] = kv_step(items[0], li, k, v, accel);
-    attn = attention(q, keys, values, spans[items[0]].pos0, slides);
+    attn = attention(q, kv_step(items[0], li, k, v, accel), spans[items[0]].pos0, slides);
   } else {
     std::vector<at::Tensor> parts;
     parts.reserve(items.size());
     std::int64_t off = 0;
     for (std::size_t i : items) {
       const std::int64_t n = spans[i].n;
-      const auto [keys, values] = kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n), accel);
-      parts.push_back(attention(q.narrow(0, off, n), keys, values, spans[i].pos0, slides));
+      parts.push_back(attention(q.narrow(0, off, n), kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n), accel),
+                                spans[i].pos0, slides));
       off += n;
     }
     attn = at::cat(parts, 0);
@@ -553,11 +572,16 @@ Result<std::vector<Result<std::vector<float>>>> Model::forward_batch(std::span<c
         const std::size_t j = li - static_cast<std::size_t>(hk.from);
         hk.k[j].narrow(0, l.pos0, l.n).copy_(k);
         hk.v[j].narrow(0, l.pos0, l.n).copy_(v);
-        return std::pair{hk.k[j].narrow(0, 0, need), hk.v[j].narrow(0, 0, need)};
+        return Impl::KvView{hk.k[j].narrow(0, 0, need), hk.v[j].narrow(0, 0, need)};
       }
       const bool acc = im.kv.k(li).is_cuda();
       im.kv.write(li, acc ? fresh_acc[item] : fresh[item], k, v);
-      return im.kv.read(li, acc ? all_acc[item] : all[item]);
+      if (im.kv.k(li).is_cpu()) {  // read in place by attention()
+        const Live& l = live[item];
+        return Impl::KvView{im.kv.k(li), im.kv.v(li), l.slots.data(), l.pos0 + l.n};
+      }
+      auto [keys, values] = im.kv.read(li, acc ? all_acc[item] : all[item]);
+      return Impl::KvView{std::move(keys), std::move(values)};
     });
     const float* p = logits.data_ptr<float>();
     const std::int64_t vocab = logits.size(1);
@@ -590,7 +614,7 @@ Result<std::vector<float>> Model::forward_reference(std::span<const TokenId> tok
     c10::InferenceMode guard;
     const std::vector<Impl::RowSpan> spans{{0, static_cast<std::int64_t>(ids->size()), true, im.accel ? im.accel_layers : 0}};
     at::Tensor logits = im.run(*ids, spans, [](std::size_t, std::size_t, const at::Tensor& k, const at::Tensor& v, bool) {
-      return std::pair{k, v};
+      return Impl::KvView{k, v};
     });
     const float* p = logits.data_ptr<float>();
     return std::vector<float>(p, p + logits.numel());

@@ -80,6 +80,7 @@ struct Model::Impl {
   bool longrope_long = false;  // LongRoPE: the long factors are in use (max_context > original)
   bool rope_interleaved = false;  // GGUF llama: rotate pairs (2i, 2i+1); HF: rotate halves (i, i + hd/2)
   std::vector<std::byte> act_buf;  // prepared activations of the current matmul (guarded by compute_mu)
+  mutable std::vector<float> attn_scratch;  // a decode row's attention scores (guarded by compute_mu)
   std::uint64_t dequant_ws = 0;   // largest accelerator dequantization workspace of one matrix
 
   // Paged KV pool (kv_pool.h): per layer [num_blocks * block_size, kv_heads, head_dim] for K and for V.
@@ -136,8 +137,16 @@ struct Model::Impl {
   std::pair<at::Tensor, at::Tensor> rope_tables(const std::vector<std::int64_t>& pos, const at::Tensor& inv) const;
   // act(gate) × up with the configured activation (SiLU or GELU-tanh), in place into gate on the CPU.
   at::Tensor act_mul(const at::Tensor& gate, const at::Tensor& up) const;
-  at::Tensor attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, std::int64_t pos0,
-                       bool slides) const;
+  // What one item's attention reads in a layer: its keys and values ([L, kv heads, head_dim], positions 0..L-1)
+  // or, with `slots`, the KV pool's storage and the slot of each of its positions (length of them), read in place.
+  struct KvView {
+    at::Tensor keys, values;
+    const std::int64_t* slots = nullptr;
+    std::int64_t length = 0;
+  };
+  // Causal attention of q [n, heads, head_dim] at positions pos0.. over `kv` → [n, heads · head_dim]. A decode row
+  // (n = 1) on the CPU reads the pool in place (kernels::attention_decode); otherwise ATen, over the gathered rows.
+  at::Tensor attention(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides) const;
   // cap · tanh(x / cap) in place (Gemma's soft-capping) when cap is set.
   static at::Tensor softcap(at::Tensor x, const std::optional<double>& cap);
   // One item of a ragged batch: n new tokens at positions pos0.. (see run()).

@@ -46,15 +46,25 @@ struct TypeKernels {
   std::size_t (*aux_group_bytes)(std::int64_t cols) = nullptr;  // side-table bytes per 16 weight rows
 };
 
+// kernels.h attention_decode on one path.
+using AttentionFn = void (*)(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
+                             const float* k, const float* v, const std::int64_t* slots, std::int64_t pos,
+                             std::int64_t window, float scale, float cap, float* scratch, float* out);
+
 struct KernelTable {
   Isa isa = Isa::scalar;
   TypeKernels types[kWTypeCount];  // indexed by WType's value
+  AttentionFn attention = nullptr;
 
   const TypeKernels& operator[](WType t) const { return types[static_cast<int>(t)]; }
 };
 
 // The scalar reference: quantize_act_ref and vec_dot_ref, one element at a time (kernels.cc).
 const KernelTable& scalar_table();
+// The reference attention (kernels.cc; the SIMD paths call it for head sizes they do not take).
+void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
+                   const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
+                   float cap, float* scratch, float* out);
 #if defined(TANDEM_KERNELS_HAVE_AVX2)
 // AVX2 + FMA + F16C (kernels_avx2.cc). Call only when the CPU has all three.
 const KernelTable& avx2_table();

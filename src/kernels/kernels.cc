@@ -12,7 +12,9 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <initializer_list>
+#include <limits>
 
 #include "kernels/dispatch.h"
 #include "kernels/quant.h"
@@ -41,9 +43,43 @@ constexpr TypeKernels ref_kernels() {
   return {ref_quantize_act<T>, ref_tile<T>, 1, 1, 1};
 }
 
+}  // namespace
+
+// The reference attention: scores and sums in double, std::exp, key after key.
+void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
+                   const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
+                   float cap, float* scratch, float* out) {
+  const std::int64_t group = heads / kv_heads, row = kv_heads * hd;
+  const std::int64_t first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + h * hd;
+    const std::int64_t off = (h / group) * hd;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = first; j <= pos; ++j) {
+      const float* kj = k + slots[j] * row + off;
+      double dot = 0;
+      for (std::int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qh[e]) * kj[e];
+      float s = static_cast<float>(dot) * scale;
+      if (cap > 0.0F) s = cap * std::tanh(s / cap);
+      scratch[j] = s;
+      mx = std::max(mx, s);
+    }
+    double sum = 0;
+    for (std::int64_t j = first; j <= pos; ++j) sum += (scratch[j] = std::exp(scratch[j] - mx));
+    for (std::int64_t e = 0; e < hd; ++e) {
+      double acc = 0;
+      for (std::int64_t j = first; j <= pos; ++j) acc += static_cast<double>(scratch[j]) * v[slots[j] * row + off + e];
+      out[h * hd + e] = static_cast<float>(acc / sum);
+    }
+  }
+}
+
+namespace {
+
 constexpr KernelTable make_scalar_table() {
   KernelTable t;
   t.isa = Isa::scalar;
+  t.attention = ref_attention;
   t.types[static_cast<int>(WType::f32)] = ref_kernels<WType::f32>();
   t.types[static_cast<int>(WType::f16)] = ref_kernels<WType::f16>();
   t.types[static_cast<int>(WType::bf16)] = ref_kernels<WType::bf16>();
@@ -224,6 +260,12 @@ void quantize_act(WType t, const float* x, std::int64_t ldx, std::int64_t n, std
   assert(arb > 0 && "cols must be a positive multiple of the type's block size");
   auto* out = static_cast<std::uint8_t*>(act);
   for (std::int64_t i = 0; i < n; ++i) k.quantize_act(x + i * ldx, out + static_cast<std::size_t>(i) * arb, cols);
+}
+
+void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
+                      const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
+                      float cap, float* scratch, float* out) {
+  table().attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
 }
 
 std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols) {

@@ -45,4 +45,15 @@ void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std
 std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols);
 void prepare_aux(WType t, const void* w, std::int64_t rows, std::int64_t cols, void* aux);
 
+// One query row's attention over a paged KV pool (a decode step), on the active path: q [heads][hd] at position
+// pos; the keys and values of position j <= pos in pool rows slots[j] of kv_heads × hd floats (k, v: the pool's
+// storage); query head h reads kv head h / (heads / kv_heads). Visible: j <= pos, and j > pos − window when
+// window > 0. Per head: score_j = dot(q_h, k_j) · scale, cap · tanh(score / cap) when cap > 0; softmax; out_h =
+// Σ_j p_j · v_j. `scratch`: pos + 1 floats. Each head's result depends on its own row and pool rows only (the same
+// operations whatever else the step holds); paths differ from each other and from the reference (double sums,
+// std::exp) in the last bits only.
+void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
+                      const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
+                      float cap, float* scratch, float* out);
+
 }  // namespace tandem::kernels

@@ -85,6 +85,83 @@ inline __m256i iq4_table() {
   return _mm256_broadcastsi128_si256(load128(kIq4NlValues));
 }
 
+// ---- attention of a decode row (kernels.h attention_decode) ----------------------------------------------------
+
+// exp(x) for x <= 0: Cephes' expf as exp512_nonpositive (kernels_avx512_common.h), 2^n built in the exponent bits.
+inline __m256 exp256_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3F));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341F)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375F), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4F), r);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4F);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507E-3F));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073E-3F));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894E-2F));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459E-1F));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201E-1F));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0F)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// As attention_512 with 8 lanes; head sizes that are not multiples of 8 (or above 256) go to the reference.
+inline void attention_256(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
+                          const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
+                          float scale, float cap, float* scratch, float* out) {
+  if (hd % 8 != 0 || hd > 256) {
+    ref_attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+    return;
+  }
+  const std::int64_t group = heads / kv_heads, row = kv_heads * hd;
+  const std::int64_t first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+  const int nv = static_cast<int>(hd / 8);
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + h * hd;
+    const std::int64_t off = (h / group) * hd;
+    float mx = -__builtin_inff();
+    for (std::int64_t j = first; j <= pos; ++j) {
+      const float* kj = k + slots[j] * row + off;
+      __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kj));
+      for (int i = 1; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * i), _mm256_loadu_ps(kj + 8 * i), acc);
+      float sc = hsum8(acc) * scale;
+      if (cap > 0.0F) sc = cap * __builtin_tanhf(sc / cap);
+      scratch[j] = sc;
+      mx = sc > mx ? sc : mx;
+    }
+    // exp 8 keys at a time; the last few (fewer than 8) through a zero-padded copy.
+    __m256 sumv = _mm256_setzero_ps();
+    const __m256 mxv = _mm256_set1_ps(mx);
+    std::int64_t j = first;
+    for (; j + 8 <= pos + 1; j += 8) {
+      const __m256 e = exp256_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scratch + j), mxv));
+      _mm256_storeu_ps(scratch + j, e);
+      sumv = _mm256_add_ps(sumv, e);
+    }
+    if (j <= pos) {
+      alignas(32) float t[8];
+      const int left = static_cast<int>(pos + 1 - j);
+      for (int l = 0; l < 8; ++l) t[l] = l < left ? scratch[j + l] : mx;
+      __m256 e = exp256_nonpositive(_mm256_sub_ps(_mm256_load_ps(t), mxv));
+      _mm256_store_ps(t, e);
+      for (int l = left; l < 8; ++l) t[l] = 0.0F;
+      for (int l = 0; l < left; ++l) scratch[j + l] = t[l];
+      sumv = _mm256_add_ps(sumv, _mm256_load_ps(t));
+    }
+    const __m256 sum = _mm256_set1_ps(hsum8(sumv));
+    for (int i0 = 0; i0 < nv; i0 += 4) {
+      const int ni = nv - i0 < 4 ? nv - i0 : 4;
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (std::int64_t jj = first; jj <= pos; ++jj) {
+        const __m256 p = _mm256_set1_ps(scratch[jj]);
+        const float* vj = v + slots[jj] * row + off + 8 * i0;
+        for (int i = 0; i < ni; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * i), acc[i]);
+      }
+      for (int i = 0; i < ni; ++i) _mm256_storeu_ps(out + h * hd + 8 * (i0 + i), _mm256_div_ps(acc[i], sum));
+    }
+  }
+}
+
 // Register blocks. Decode tiles (one activation) take more weight rows: independent accumulator chains and
 // several row streams in flight (k-quant tiles do their rows one after the other; two per call measured a little
 // faster than one). Prefill tiles share each loaded weight vector among C activations and each

@@ -190,6 +190,7 @@ void set_tile(KernelTable& t, WType type) {
 KernelTable make_avx512_table() {
   KernelTable t = avx2_table();
   t.isa = Isa::avx512;
+  t.attention = attention_512;
   set_tile<F32Tile512, kFloat512>(t, WType::f32);
   set_tile<F16Tile512, kFloat512>(t, WType::f16);
   set_tile<BF16WidenTile512, kFloat512>(t, WType::bf16);

@@ -220,6 +220,81 @@ inline void decode_nibbles(const std::uint8_t* p, __m512i (&u)[8]) {
   }
 }
 
+// ---- attention of a decode row (kernels.h attention_decode) ----------------------------------------------------
+
+// exp(x) for x <= 0 (softmax's arguments): Cephes' expf — x = n ln 2 + r, |r| <= ln 2 / 2, a degree-6 polynomial,
+// times 2^n (vscalefps); x below -87.3 taken as -87.3 (exp of it, 1.2e-38, is still normal). About 2 ulp.
+inline __m512 exp512_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3F));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341F)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375F), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4F), r);
+  __m512 y = _mm512_set1_ps(1.9875691500E-4F);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3F));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3F));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2F));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1F));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1F));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0F)));
+  return _mm512_scalef_ps(y, n);
+}
+
+// Per head: scores by 16-lane FMA chains over the head's elements (the last vector masked), hsum16, scaled and
+// capped; exp of score − max 16 keys at a time, their sum in 16 lanes then hsum16; out = (Σ_j e_j v_j) / sum with
+// the weighted sums in FMA chains over j, 64 elements at a time. Head sizes above 256 go to the reference.
+inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
+                          const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
+                          float scale, float cap, float* scratch, float* out) {
+  if (hd > 256) {
+    ref_attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+    return;
+  }
+  const std::int64_t group = heads / kv_heads, row = kv_heads * hd;
+  const std::int64_t first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+  const int nv = static_cast<int>((hd + 15) / 16);
+  const __mmask16 last = first16(static_cast<int>(hd - 16 * (nv - 1)));
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + h * hd;
+    const std::int64_t off = (h / group) * hd;
+    __m512 qv[16];
+    for (int i = 0; i < nv; ++i) qv[i] = _mm512_maskz_loadu_ps(i + 1 < nv ? __mmask16(0xFFFF) : last, qh + 16 * i);
+    float mx = -__builtin_inff();
+    for (std::int64_t j = first; j <= pos; ++j) {
+      const float* kj = k + slots[j] * row + off;
+      __m512 acc = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(nv > 1 ? __mmask16(0xFFFF) : last, kj));
+      for (int i = 1; i < nv; ++i)
+        acc = _mm512_fmadd_ps(qv[i], _mm512_maskz_loadu_ps(i + 1 < nv ? __mmask16(0xFFFF) : last, kj + 16 * i), acc);
+      float sc = hsum16(acc) * scale;
+      if (cap > 0.0F) sc = cap * __builtin_tanhf(sc / cap);
+      scratch[j] = sc;
+      mx = sc > mx ? sc : mx;
+    }
+    __m512 sumv = _mm512_setzero_ps();
+    const __m512 mxv = _mm512_set1_ps(mx);
+    for (std::int64_t j = first; j <= pos; j += 16) {
+      const __mmask16 m = first16(static_cast<int>(pos + 1 - j));
+      const __m512 e = _mm512_maskz_mov_ps(m, exp512_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scratch + j), mxv)));
+      _mm512_mask_storeu_ps(scratch + j, m, e);
+      sumv = _mm512_add_ps(sumv, e);
+    }
+    const __m512 sum = _mm512_set1_ps(hsum16(sumv));
+    for (int i0 = 0; i0 < nv; i0 += 4) {
+      const int ni = nv - i0 < 4 ? nv - i0 : 4;
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (std::int64_t j = first; j <= pos; ++j) {
+        const __m512 p = _mm512_set1_ps(scratch[j]);
+        const float* vj = v + slots[j] * row + off + 16 * i0;
+        for (int i = 0; i < ni; ++i)
+          acc[i] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(i0 + i + 1 < nv ? __mmask16(0xFFFF) : last, vj + 16 * i), acc[i]);
+      }
+      for (int i = 0; i < ni; ++i)
+        _mm512_mask_storeu_ps(out + h * hd + 16 * (i0 + i), i0 + i + 1 < nv ? __mmask16(0xFFFF) : last,
+                              _mm512_div_ps(acc[i], sum));
+    }
+  }
+}
+
 // Register blocks of the 512-bit tiles (32 vector registers): float 4 x 4 (16 accumulators + 4 activation
 // vectors); the integer types 4 x 4 (16 accumulators, and per activation its bytes, its offset term and its
 // scales). Measured on the prefill benchmark (2048x768, n = 128, one thread): integer 4 x 4 5-7 % above 4 x 3 and

@@ -776,6 +776,57 @@ TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
   }
 }
 
+// attention_decode on every path against the reference (double sums, std::exp): grouped heads, head sizes with and
+// without a partial vector (20, 80, 96) and beyond the SIMD paths' 256 (the reference then), a sliding window, soft
+// capping, large scores (exp's range), positions read through shuffled pool slots — the other pool rows hold NaN, so
+// a read outside the item's slots shows.
+TEST(KernelsAttention, EveryPathMatchesTheReference) {
+  struct Case {
+    std::int64_t heads, kv_heads, hd, pos, window;
+    float cap, spread;
+  };
+  const Case cases[] = {{4, 4, 64, 0, 0, 0.F, 1.F},   {8, 2, 64, 37, 0, 0.F, 1.F},  {6, 3, 80, 300, 0, 0.F, 1.F},
+                        {4, 1, 96, 129, 16, 0.F, 1.F}, {2, 2, 256, 70, 0, 50.F, 1.F}, {3, 3, 20, 9, 4, 0.F, 1.F},
+                        {2, 1, 64, 200, 0, 0.F, 8.F},  {2, 2, 320, 33, 0, 0.F, 1.F}};
+  std::mt19937 rng(41);
+  std::normal_distribution<float> g(0.F, 1.F);
+  for (Isa isa : runnable_isas()) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
+                   " hd=" + std::to_string(c.hd) + " pos=" + std::to_string(c.pos));
+      const std::int64_t row = c.kv_heads * c.hd, slots_n = 2 * (c.pos + 1) + 3;
+      std::vector<float> k(static_cast<std::size_t>(slots_n * row), std::nanf("")), v = k;
+      std::vector<std::int64_t> perm(static_cast<std::size_t>(slots_n));
+      for (std::int64_t i = 0; i < slots_n; ++i) perm[static_cast<std::size_t>(i)] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      const std::vector<std::int64_t> slots(perm.begin(), perm.begin() + c.pos + 1);
+      for (std::int64_t s : slots)
+        for (std::int64_t e = 0; e < row; ++e) {
+          k[static_cast<std::size_t>(s * row + e)] = g(rng) * c.spread;
+          v[static_cast<std::size_t>(s * row + e)] = g(rng);
+        }
+      std::vector<float> q(static_cast<std::size_t>(c.heads * c.hd));
+      for (auto& x : q) x = g(rng);
+      const float scale = 1.F / std::sqrt(static_cast<float>(c.hd));
+      std::vector<float> scratch(static_cast<std::size_t>(c.pos + 1)), out(q.size()), ref(q.size());
+      {
+        IsaScope reference(Isa::scalar);
+        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k.data(), v.data(), slots.data(), c.pos, c.window,
+                         scale, c.cap, scratch.data(), ref.data());
+      }
+      {
+        IsaScope scope(isa);
+        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k.data(), v.data(), slots.data(), c.pos, c.window,
+                         scale, c.cap, scratch.data(), out.data());
+      }
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(ref[i]));
+        ASSERT_NEAR(out[i], ref[i], 2e-5 * (1.0 + std::fabs(ref[i]))) << "element " << i;
+      }
+    }
+  }
+}
+
 TEST(KernelsMatmul, EmptyRangesWriteNothing) {
   std::mt19937 rng(71);
   for (Isa isa : runnable_isas()) {
