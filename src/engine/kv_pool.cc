@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
+
 namespace tandem::engine {
 
 std::uint64_t KvPool::layer_bytes(std::int64_t row, at::ScalarType st) const {
@@ -72,8 +74,30 @@ KvStats KvPool::stats() const {
 }
 
 void KvPool::write(std::size_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v) {
-  k_[layer].index_copy_(0, slots, k);
-  v_[layer].index_copy_(0, slots, v);
+  at::Tensor& ks = k_[layer];
+  at::Tensor& vs = v_[layer];
+  if (ks.is_cpu() && slots.is_cpu() && k.is_cpu() && v.is_cpu() && k.scalar_type() == ks.scalar_type() &&
+      v.scalar_type() == vs.scalar_type() && slots.scalar_type() == at::kLong) {
+    // On the CPU a row copy per position (a decode step writes one row per layer: no operator call for it).
+    const at::Tensor kc = k.contiguous(), vc = v.contiguous(), sc = slots.contiguous();
+    const std::int64_t n = sc.numel();
+    const std::size_t row = static_cast<std::size_t>(ks.numel() / ks.size(0)) * ks.element_size();
+    TORCH_CHECK(kc.numel() * kc.element_size() == static_cast<std::int64_t>(row) * n && vc.numel() == kc.numel(),
+                "KvPool::write: rows do not match the pool's");
+    const auto* s = sc.data_ptr<std::int64_t>();
+    auto* kd = static_cast<std::byte*>(ks.data_ptr());
+    auto* vd = static_cast<std::byte*>(vs.data_ptr());
+    const auto* kp = static_cast<const std::byte*>(kc.data_ptr());
+    const auto* vp = static_cast<const std::byte*>(vc.data_ptr());
+    for (std::int64_t i = 0; i < n; ++i) TORCH_CHECK(s[i] >= 0 && s[i] < ks.size(0), "KvPool::write: slot outside the pool");
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::memcpy(kd + static_cast<std::size_t>(s[i]) * row, kp + static_cast<std::size_t>(i) * row, row);
+      std::memcpy(vd + static_cast<std::size_t>(s[i]) * row, vp + static_cast<std::size_t>(i) * row, row);
+    }
+    return;
+  }
+  ks.index_copy_(0, slots, k);
+  vs.index_copy_(0, slots, v);
 }
 
 std::pair<at::Tensor, at::Tensor> KvPool::read(std::size_t layer, const at::Tensor& slots) const {

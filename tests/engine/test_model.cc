@@ -9,6 +9,9 @@
 #include <fstream>
 #include <thread>
 
+#include <ATen/ATen.h>
+
+#include "engine/kv_pool.h"
 #include "model_fixture.h"
 
 using namespace tandem;
@@ -273,6 +276,25 @@ TEST(Model, KvPoolExhaustionIsTypedAndReleaseReturnsBlocks) {
   EXPECT_EQ(m->kv_stats().used_blocks, 0);
   EXPECT_EQ(m->kv_stats().sequences, 0u);
   s1->reset();  // destroying a released sequence is harmless
+}
+
+// The pool's storage on the CPU: rows written to their slots (a row copy each) read back from them; a slot outside
+// the pool is refused (a c10::Error, which the forward maps to a typed error) and writes nothing.
+TEST(Model, KvPoolWritesRowsToTheirSlots) {
+  engine::KvPool pool(4, 4);  // 16 slots
+  ASSERT_TRUE(pool.add_layer({2, 3}, at::kFloat, at::Device(at::kCPU), nullptr).ok());
+  pool.k(0).fill_(-1.F);
+  pool.v(0).fill_(-1.F);
+  const at::Tensor k = at::arange(12, at::kFloat).view({2, 2, 3}), v = k + 100.F;
+  const at::Tensor slots = at::tensor(std::vector<std::int64_t>{5, 1}, at::kLong);
+  pool.write(0, slots, k, v);
+  const auto [rk, rv] = pool.read(0, slots);
+  EXPECT_TRUE(at::equal(rk, k));
+  EXPECT_TRUE(at::equal(rv, v));
+  EXPECT_EQ(pool.k(0)[0][0][0].item<float>(), -1.F);  // untouched
+  const at::Tensor bad = at::tensor(std::vector<std::int64_t>{16}, at::kLong);
+  EXPECT_THROW(pool.write(0, bad, k.narrow(0, 0, 1), v.narrow(0, 0, 1)), c10::Error);
+  EXPECT_THROW(pool.write(0, slots, k.narrow(0, 0, 1), v.narrow(0, 0, 1)), c10::Error);  // 1 row for 2 slots
 }
 
 TEST(Model, LoadErrorsAreTyped) {
