@@ -1,0 +1,206 @@
+// The kernels over packed copies made at load (kernels.h aux_bytes / prepare_aux: the amx path's 32-element block
+// types, the AVX-512 paths' super-block types, q4_1 and q5_1) against the reference, bit for bit, and where the copies
+// are asked for; and a decode row's attention (attention_decode) on every path against the reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernel_test_util.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+#include "kernels/types.h"
+
+namespace tandem::kernels {
+namespace {
+
+using namespace tandem::kernels::testing;
+
+// The AMX path computes the 32-element block types with q8_0 activations in the reference's own order and roundings
+// (an exact integer per block, then sum += float(sumi) * (d_w * d_a)): equal to vec_dot_ref bit for bit, decode and
+// prefill, from the packed side table and from the rows, short and long rows (longer than the 1,024 columns a
+// prefill pass and the 8,192 a decode pass cover at a time), partial groups of weight and activation rows.
+TEST(KernelsMatmul, AmxBlockTypesEqualTheReferenceBitForBit) {
+  if (!isa_supported(Isa::amx)) GTEST_SKIP() << "NOT RUN: this CPU (or kernel) gives no AMX-INT8";
+  IsaScope scope(Isa::amx);
+  std::mt19937 rng(29);
+  for (WType t : {WType::q8_0, WType::q4_0, WType::q5_0, WType::iq4_nl}) {
+    for (std::int64_t cols : {32, 96, 768, 4096, 4160, 8224}) {
+      // 21 rows: part of a call's four 16-row groups; 85: two calls, the second's last group short.
+      for (std::int64_t rows : {21, 85}) {
+        for (std::int64_t n : {1, 2, 3, 16, 17, 40}) {
+          SCOPED_TRACE(tname(t) + " cols=" + std::to_string(cols) + " rows=" + std::to_string(rows) +
+                       " n=" + std::to_string(n));
+          const Bytes w = random_weights(rng, t, rows, cols);
+          const Bytes a = random_acts(rng, t, n, cols);
+          std::vector<float> y(static_cast<std::size_t>(rows * n));
+          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, rows);
+          // With the side table — the matrix packed in 16-row groups: the matrix's bytes in whole groups and 32
+          // more per group and block — (the engine's case: ranges on group boundaries), split at a group boundary;
+          // and a range that starts inside a group, whose tiles read the rows instead.
+          const std::size_t aux = aux_bytes(t, rows, cols);
+          ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (16 * row_bytes(t, cols) + 32 * (cols / 32)));
+          Bytes x(aux, 0xEE);
+          prepare_aux(t, w.data(), rows, cols, x.data());
+          std::vector<float> yx(static_cast<std::size_t>(rows * n), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, yx.data(), rows, 0, 16, x.data());
+          matmul_rows(t, w.data(), cols, a.data(), n, yx.data(), rows, 16, rows, x.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), yx.data(), y.size() * sizeof(float))) << "the side table changed a result";
+          std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
+          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), yu.data(), y.size() * sizeof(float))) << "a range inside a group differs";
+          for (std::int64_t i = 0; i < n; ++i) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
+                                            a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
+              ASSERT_TRUE(same_bits(y[i * rows + r], ref))
+                  << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The side tables (packed copies of the matrix) and where they are asked for: the amx path's 32-element block types,
+// and the super-block types (q2_K .. q6_K, iq4_xs), q4_1 and q5_1 on every AVX-512 path; every other path and type
+// reads the matrix alone.
+bool packed_on(Isa isa, WType t) {
+  const bool amx_type = t == WType::q8_0 || t == WType::q4_0 || t == WType::q5_0 || t == WType::iq4_nl;
+  const bool avx512 = isa == Isa::avx512 || isa == Isa::avx512bf16 || isa == Isa::amx;
+  const bool packed_k = t == WType::q4_K || t == WType::q5_K || t == WType::q6_K || t == WType::q2_K ||
+                        t == WType::q3_K || t == WType::iq4_xs || t == WType::q4_1 || t == WType::q5_1;
+  return (isa == Isa::amx && amx_type) || (avx512 && packed_k);
+}
+
+TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : kAllWTypes) {
+      const std::int64_t cols = block_elems(t) == 1 ? 64 : 2 * QK_K;
+      EXPECT_EQ(aux_bytes(t, 33, cols) > 0, packed_on(isa, t)) << isa_name(isa) << " " << tname(t);
+    }
+  }
+}
+
+// The super-block types, q4_1 and q5_1 on the AVX-512 paths' packed copies compute the reference's integers exactly
+// and its float step in its order (e.g. sum += d * float(isum) - dmin * float(msum)): equal to vec_dot_ref bit for
+// bit, decode and prefill, partial groups, two calls, 1 to 8 activations per call; from the rows (the tiles of the
+// table the packed entry replaced) within their tolerance.
+TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
+  std::vector<Isa> isas;
+  for (Isa isa : runnable_isas())
+    if (packed_on(isa, WType::q4_K)) isas.push_back(isa);
+  if (isas.empty()) GTEST_SKIP() << "NOT RUN: this CPU has no AVX-512 VNNI path";
+  std::mt19937 rng(31);
+  std::vector<std::pair<Isa, WType>> cases;
+  for (Isa isa : isas)
+    for (WType t : {WType::q4_K, WType::q5_K, WType::q6_K, WType::q2_K, WType::q3_K, WType::iq4_xs, WType::q4_1,
+                    WType::q5_1})
+      cases.emplace_back(isa, t);
+  for (const auto& [isa, t] : cases) {
+    IsaScope scope(isa);
+    for (std::int64_t cols : {256, 768, 4096}) {
+      for (std::int64_t rows : {21, 85}) {
+        for (std::int64_t n : {1, 3, 8, 9, 20}) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols) +
+                       " rows=" + std::to_string(rows) + " n=" + std::to_string(n));
+          const Bytes w = random_weights(rng, t, rows, cols);
+          const Bytes a = random_acts(rng, t, n, cols);
+          const std::size_t aux = aux_bytes(t, rows, cols);
+          // Per group: 16 rows' bytes and per super-block the layout's growth (q4_K, q5_K and q3_K 64, iq4_xs 32).
+          const std::size_t growth = t == WType::q4_K || t == WType::q5_K || t == WType::q3_K ? 64
+                                     : t == WType::iq4_xs                                    ? 32
+                                                                                             : 0;
+          ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (16 * row_bytes(t, cols) + growth * (cols / QK_K)));
+          Bytes x(aux, 0xEE);
+          prepare_aux(t, w.data(), rows, cols, x.data());
+          std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, 16, x.data());
+          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 16, rows, x.data());
+          for (std::int64_t i = 0; i < n; ++i) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
+                                            a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
+              ASSERT_TRUE(same_bits(y[i * rows + r], ref))
+                  << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
+            }
+          }
+          // A range inside a group reads the rows (the replaced tiles): within their tolerance of the same values.
+          std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
+          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
+          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
+          for (std::int64_t i = 0; i < n; ++i) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
+              const std::uint8_t* ai = a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols);
+              ASSERT_NEAR(yu[i * rows + r], y[i * rows + r], tolerance(t, wr, ai, cols)) << "act " << i << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// attention_decode on every path against the reference (double sums, std::exp): grouped heads, head sizes with and
+// without a partial vector (20, 80, 96) and beyond the SIMD paths' 256 (the reference then), a sliding window, soft
+// capping, large scores (exp's range), positions read through shuffled pool slots — the other pool rows hold NaN, so
+// a read outside the item's slots shows.
+TEST(KernelsAttention, EveryPathMatchesTheReference) {
+  struct Case {
+    std::int64_t heads, kv_heads, hd, pos, window;
+    float cap, spread;
+  };
+  const Case cases[] = {{4, 4, 64, 0, 0, 0.F, 1.F},   {8, 2, 64, 37, 0, 0.F, 1.F},  {6, 3, 80, 300, 0, 0.F, 1.F},
+                        {4, 1, 96, 129, 16, 0.F, 1.F}, {2, 2, 256, 70, 0, 50.F, 1.F}, {3, 3, 20, 9, 4, 0.F, 1.F},
+                        {2, 1, 64, 200, 0, 0.F, 8.F},  {2, 2, 320, 33, 0, 0.F, 1.F}};
+  std::mt19937 rng(41);
+  std::normal_distribution<float> g(0.F, 1.F);
+  for (Isa isa : runnable_isas()) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
+                   " hd=" + std::to_string(c.hd) + " pos=" + std::to_string(c.pos));
+      const std::int64_t row = c.kv_heads * c.hd, slots_n = 2 * (c.pos + 1) + 3;
+      std::vector<float> k(static_cast<std::size_t>(slots_n * row), std::nanf("")), v = k;
+      std::vector<std::int64_t> perm(static_cast<std::size_t>(slots_n));
+      for (std::int64_t i = 0; i < slots_n; ++i) perm[static_cast<std::size_t>(i)] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      const std::vector<std::int64_t> slots(perm.begin(), perm.begin() + c.pos + 1);
+      for (std::int64_t s : slots)
+        for (std::int64_t e = 0; e < row; ++e) {
+          k[static_cast<std::size_t>(s * row + e)] = g(rng) * c.spread;
+          v[static_cast<std::size_t>(s * row + e)] = g(rng);
+        }
+      std::vector<float> q(static_cast<std::size_t>(c.heads * c.hd));
+      for (auto& x : q) x = g(rng);
+      const float scale = 1.F / std::sqrt(static_cast<float>(c.hd));
+      std::vector<float> scratch(static_cast<std::size_t>(c.pos + 1)), out(q.size()), ref(q.size());
+      {
+        IsaScope reference(Isa::scalar);
+        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k.data(), v.data(), slots.data(), c.pos, c.window,
+                         scale, c.cap, scratch.data(), ref.data());
+      }
+      {
+        IsaScope scope(isa);
+        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k.data(), v.data(), slots.data(), c.pos, c.window,
+                         scale, c.cap, scratch.data(), out.data());
+      }
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(ref[i]));
+        ASSERT_NEAR(out[i], ref[i], 2e-5 * (1.0 + std::fabs(ref[i]))) << "element " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels
