@@ -23,225 +23,7 @@ constexpr int kRows = 16;    // weight rows of a group (vector lanes)
 constexpr int kGroups = 4;   // groups per call (decode_rows, tile_rows)
 constexpr int kActs = 8;     // activations per call (tile_acts)
 
-// ---- q4_K, q5_K, iq4_xs: 8 sub-blocks of 32 ------------------------------------------------------------------
-//
-// Per 16-row group and super-block: a head (scales), then per sub-block j its 32 levels in B order, nibble-packed
-// (256 bytes), for q5_K followed by 8 masks of 64 bits (bit i of mask k: the fifth bit of B row k's byte i).
-//   q4_K, q5_K head (320 bytes): d [0, 32), dmin [32, 64) (f16), the 6-bit scales [64, 192) and mins [192, 320),
-//     16 bytes per sub-block (row r at byte r). 2,368 / 2,880 bytes per group and super-block (the rows': 2,304 /
-//     2,816).
-//   iq4_xs head (160 bytes): d [0, 32), the signed scales ls - 32 [32, 160) as q4_K's. 2,208 bytes (the rows':
-//     2,176). Its levels are table values (signed): the kernel takes them as u = value + 128 and the bsums take the
-//     128 back off.
-
-// 6-bit scale and min of sub-block j (0..7) of a q4_K / q5_K block (ggml's get_scale_min_k4).
-inline void k4_scale_min(int j, const std::uint8_t* q, std::uint8_t* sc, std::uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    *m = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-template <class Block>
-inline __m256i k4_low(const Block& b, int j) {  // sub-block j's low 4 bits: nibble j % 2 of qs[32 (j / 2) ..]
-  const __m256i bits = load256(b.qs + 32 * (j / 2));
-  return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bits, 4) : bits, _mm256_set1_epi8(0x0F));
-}
-
-struct Q4KKind {
-  using Block = BlockQ4_K;
-  static constexpr WType kType = WType::q4_K;
-  static constexpr std::size_t kHead = 320, kSub = 256;
-  static void head(const Block& b, int r, std::uint8_t* h) {
-    std::memcpy(h + 2 * r, &b.d, 2);
-    std::memcpy(h + 32 + 2 * r, &b.dmin, 2);
-    for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, &h[64 + 16 * j + r], &h[192 + 16 * j + r]);
-  }
-  static __m256i codes(const Block& b, int j) { return k4_low(b, j); }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
-  static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepu8_epi32(load128(p + 64 + 16 * j)); }
-  static __m512i pair(const std::uint8_t* p, int j, __m512i) {  // (m_j, m_j) as int16
-    const __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * j));
-    return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
-  }
-  // sumf += d * float(isum) - dmin * float(msum), d = d_w * d_a, dmin = dmin_w * d_a.
-  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i msum) {
-    const __m512 ad = _mm512_set1_ps(da);
-    const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), ad);
-    const __m512 dmin = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))), ad);
-    return _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum)));
-  }
-};
-
-struct Q5KKind : Q4KKind {
-  using Block = BlockQ5_K;
-  static constexpr WType kType = WType::q5_K;
-  static constexpr std::size_t kSub = 256 + 64;
-  static void head(const Block& b, int r, std::uint8_t* h) {
-    std::memcpy(h + 2 * r, &b.d, 2);
-    std::memcpy(h + 32 + 2 * r, &b.dmin, 2);
-    for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, &h[64 + 16 * j + r], &h[192 + 16 * j + r]);
-  }
-  // The fifth bit of element l of sub-block j is bit j of qh[l].
-  static __m256i codes(const Block& b, int j) {
-    const __m256i fifth = _mm256_and_si256(_mm256_srli_epi16(load256(b.qh), j), _mm256_set1_epi8(1));
-    return _mm256_or_si256(k4_low(b, j), _mm256_slli_epi16(fifth, 4));
-  }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
-    decode_nibbles(p, w);
-    TANDEM_UNROLL
-    for (int k = 0; k < 8; ++k) {
-      std::uint64_t m;
-      std::memcpy(&m, p + 256 + 8 * k, 8);
-      w[k] = _mm512_or_si512(w[k], _mm512_maskz_mov_epi8(static_cast<__mmask64>(m), _mm512_set1_epi8(0x10)));
-    }
-  }
-};
-
-struct IQ4XSKind {
-  using Block = BlockIQ4_XS;
-  static constexpr WType kType = WType::iq4_xs;
-  static constexpr std::size_t kHead = 160, kSub = 256;
-  static void head(const Block& b, int r, std::uint8_t* h) {
-    std::memcpy(h + 2 * r, &b.d, 2);
-    for (int j = 0; j < 8; ++j) {
-      const int lo = (b.scales_l[j / 2] >> 4 * (j % 2)) & 0xF;
-      const int hi = (b.scales_h >> 2 * j) & 3;
-      h[32 + 16 * j + r] = static_cast<std::uint8_t>((lo | (hi << 4)) - 32);
-    }
-  }
-  static __m256i codes(const Block& b, int j) {  // sub-block j: q4_0's nibble order over qs[16 j ..]
-    const __m128i q = load128(b.qs + 16 * j);
-    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-  }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {  // u = value + 128
-    decode_nibbles(p, w);
-    const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(load128(kIq4NlValues)),
-                                           _mm512_set1_epi8(static_cast<char>(0x80)));
-    TANDEM_UNROLL
-    for (int k = 0; k < 8; ++k) w[k] = _mm512_shuffle_epi8(table, w[k]);
-  }
-  static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepi8_epi32(load128(p + 32 + 16 * j)); }
-  static __m512i pair(const std::uint8_t*, int, __m512i sc) {  // (s_j, s_j) as int16
-    const __m512i lo = _mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF));
-    return _mm512_or_si512(lo, _mm512_slli_epi32(sc, 16));
-  }
-  // isum = Σ_j s_j Σ u·a - 128 Σ_j s_j (bsums[2j] + bsums[2j+1]); sumf += (d_w * d_a) * float(isum).
-  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i msum) {
-    const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
-                                   _mm512_set1_ps(da));
-    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_slli_epi32(msum, 7))));
-  }
-};
-
-template <class K>
-constexpr std::size_t k32_bytes() { return K::kHead + 8 * K::kSub; }  // per group and super-block
-
-template <class K>
-std::size_t k32_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * k32_bytes<K>(); }
-
-template <class K>
-void prepare_k32(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
-  using Block = typename K::Block;
-  const std::int64_t nb = cols / QK_K;
-  std::uint8_t* out = aux;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
-    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
-    for (std::int64_t i = 0; i < nb; ++i) {
-      alignas(64) std::uint8_t head[K::kHead] = {};
-      alignas(64) std::uint32_t bq[8][8][kRows] = {};  // [sub-block][B row][weight row]: four levels
-      for (int r = 0; r < nr; ++r) {
-        const auto* row = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r0 + r) * wrb);
-        if (i + 2 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 2), _MM_HINT_T0);
-        const Block& b = row[i];
-        K::head(b, r, head);
-        for (int j = 0; j < 8; ++j) {
-          alignas(32) std::uint32_t v[8];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(v), K::codes(b, j));
-          for (int k = 0; k < 8; ++k) bq[j][k][r] = v[k];
-        }
-      }
-      std::memcpy(out, head, K::kHead);
-      for (int j = 0; j < 8; ++j) {
-        const auto* codes = reinterpret_cast<const std::uint8_t*>(bq[j]);
-        std::uint8_t* o = out + K::kHead + K::kSub * j;
-        encode_nibbles(codes, o);
-        for (std::size_t k = 0; 256 + 8 * k < K::kSub; ++k) {  // q5_K: the fifth bits
-          const std::uint64_t m = _mm512_test_epi8_mask(load512(codes + 64 * k), _mm512_set1_epi8(0x10));
-          std::memcpy(o + 256 + 8 * k, &m, 8);
-        }
-      }
-      out += k32_bytes<K>();
-    }
-  }
-}
-
-// NC activations against one packed group of nr rows: per sub-block j, vpdpbusd of B row k's unsigned levels with
-// the activation's bytes 4k..4k+3 in every lane, times the scale vector (vpmullo) into isum; the mins (or the
-// offset) through vpdpwssd of their int16 pairs with the bsums; then the type's float step.
-template <class K, int NC>
-void k32_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
-               std::int64_t ldy) {
-  constexpr std::size_t kBytes = k32_bytes<K>();
-  constexpr std::size_t kPrefetch = 4 * kBytes;
-  __m512 sum[NC];
-  TANDEM_UNROLL
-  for (int c = 0; c < NC; ++c) sum[c] = _mm512_setzero_ps();
-  for (std::int64_t i = 0; i < nb; ++i) {
-    const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kBytes;
-    for (std::size_t l = 0; l < kBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
-    __m512i isum[NC], msum[NC];
-    TANDEM_UNROLL
-    for (int c = 0; c < NC; ++c) isum[c] = msum[c] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      __m512i wv[8];
-      K::levels(p + K::kHead + K::kSub * j, wv);
-      const __m512i sc = K::scale(p, j);
-      const __m512i mm = K::pair(p, j, sc);
-      TANDEM_UNROLL
-      for (int c = 0; c < NC; ++c) {
-        const std::int8_t* q = ac[c][i].qs + 32 * j;
-        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-        TANDEM_UNROLL
-        for (int k = 0; k < 8; ++k) {
-          std::int32_t a4;
-          std::memcpy(&a4, q + 4 * k, 4);
-          if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
-          else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
-        }
-        isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), sc));
-        std::int32_t b2;
-        std::memcpy(&b2, ac[c][i].bsums + 2 * j, 4);
-        msum[c] = _mm512_dpwssd_epi32(msum[c], mm, _mm512_set1_epi32(b2));
-      }
-    }
-    TANDEM_UNROLL
-    for (int c = 0; c < NC; ++c) sum[c] = _mm512_add_ps(sum[c], K::step(p, ac[c][i].d, isum[c], msum[c]));
-  }
-  TANDEM_UNROLL
-  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
-}
-
-// ---- q6_K, q3_K, q2_K: 16 sub-blocks of 16 -------------------------------------------------------------------
-//
-// Per 16-row group and super-block: a head (d, and dmin for q2_K; the sub-block scales, 16 bytes per sub-block, row
-// r at byte r), then per unit u of 32 elements (sub-blocks 2u and 2u + 1) its levels in B order, as planes:
-//   a nibble plane (256 bytes: vector k holds B row k in its low nibbles, B row k + 4 in its high ones),
-//   a 2-bit plane (128 bytes: bits 2k..2k+1 of byte i of vector v are those of B row 4v + k's byte i),
-//   a bit plane (64 bytes: bit i of mask k is that of B row k's byte i).
-//   q6_K (levels 0..63, offset 32): nibbles, then the top 2 bits as a 2-bit plane; head d [0, 32), scales int8
-//     [32, 288). 3,360 bytes per group and super-block, the rows' 16 x 210.
-//   q3_K (levels 0..7, offset 4): the low 2 bits, then the third as a bit plane; head d, the signed 6-bit scales
-//     (-32..31). 1,824 bytes (the rows': 1,760).
-//   q2_K (levels 0..3): the 2-bit plane; head d [0, 32), dmin [32, 64), the scales' bytes (scale in the low nibble,
-//     min in the high) [64, 320). 1,344 bytes, the rows' 16 x 84.
-// Per super-block and activation: isum = Σ_j sc_j Σ_k q_k a_k by vpmullo; the offset's share (offset Σ_j sc_j
-// bsums_j) or q2_K's msum = Σ_j m_j bsums_j by vpdpwssd of int16 pairs with the bsums; then the type's float step.
+// ---- bit planes of the packed layouts --------------------------------------------------------------------
 
 // The 2-bit plane: encoding (bits `sh`.. of the codes) and decoding (into bits 0..1 or, shifted, 4..5 of w).
 inline void encode_two_bits(const std::uint8_t* codes, int sh, std::uint8_t* out) {
@@ -302,6 +84,221 @@ inline __m512i int16_pairs(__m512i a, __m512i b) {
 inline __m512 f16x16(const std::uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+
+// ---- q4_K, q5_K, iq4_xs: 8 sub-blocks of 32 ------------------------------------------------------------------
+//
+// Per 16-row group and super-block: a head (scales), then per sub-block j its 32 levels in B order, nibble-packed
+// (256 bytes), for q5_K followed by 8 masks of 64 bits (bit i of mask k: the fifth bit of B row k's byte i).
+//   q4_K, q5_K head (320 bytes): d [0, 32), dmin [32, 64) (f16), the 6-bit scales [64, 192) and mins [192, 320),
+//     16 bytes per sub-block (row r at byte r). 2,368 / 2,880 bytes per group and super-block (the rows': 2,304 /
+//     2,816).
+//   iq4_xs head (160 bytes): d [0, 32), the signed scales ls - 32 [32, 160) as q4_K's. 2,208 bytes (the rows':
+//     2,176). Its levels are table values (signed): the kernel takes them as u = value + 128 and the bsums take the
+//     128 back off.
+
+// 6-bit scale and min of sub-block j (0..7) of a q4_K / q5_K block (ggml's get_scale_min_k4).
+inline void k4_scale_min(int j, const std::uint8_t* q, std::uint8_t* sc, std::uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+template <class Block>
+inline __m256i k4_low(const Block& b, int j) {  // sub-block j's low 4 bits: nibble j % 2 of qs[32 (j / 2) ..]
+  const __m256i bits = load256(b.qs + 32 * (j / 2));
+  return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bits, 4) : bits, _mm256_set1_epi8(0x0F));
+}
+
+struct Q4KKind {
+  using Block = BlockQ4_K;
+  static constexpr WType kType = WType::q4_K;
+  static constexpr std::size_t kHead = 320, kUnit = 256;
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    std::memcpy(h + 32 + 2 * r, &b.dmin, 2);
+    for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, &h[64 + 16 * j + r], &h[192 + 16 * j + r]);
+  }
+  static __m256i codes(const Block& b, int j) { return k4_low(b, j); }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
+  static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepu8_epi32(load128(p + 64 + 16 * j)); }
+  static __m512i pair(const std::uint8_t* p, int j, __m512i) {  // (m_j, m_j) as int16
+    const __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * j));
+    return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+  }
+  // sumf += d * float(isum) - dmin * float(msum), d = d_w * d_a, dmin = dmin_w * d_a.
+  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i msum) {
+    const __m512 ad = _mm512_set1_ps(da);
+    const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), ad);
+    const __m512 dmin = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))), ad);
+    return _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum)));
+  }
+};
+
+struct Q5KKind : Q4KKind {
+  using Block = BlockQ5_K;
+  static constexpr WType kType = WType::q5_K;
+  static constexpr std::size_t kUnit = 256 + 64;
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    std::memcpy(h + 32 + 2 * r, &b.dmin, 2);
+    for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, &h[64 + 16 * j + r], &h[192 + 16 * j + r]);
+  }
+  // The fifth bit of element l of sub-block j is bit j of qh[l].
+  static __m256i codes(const Block& b, int j) {
+    const __m256i fifth = _mm256_and_si256(_mm256_srli_epi16(load256(b.qh), j), _mm256_set1_epi8(1));
+    return _mm256_or_si256(k4_low(b, j), _mm256_slli_epi16(fifth, 4));
+  }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
+    encode_nibbles(codes, out);
+    encode_bit(codes, 4, out + 256);
+  }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    decode_nibbles(p, w);
+    bit_plane(p + 256, 0x10, w);
+  }
+};
+
+struct IQ4XSKind {
+  using Block = BlockIQ4_XS;
+  static constexpr WType kType = WType::iq4_xs;
+  static constexpr std::size_t kHead = 160, kUnit = 256;
+  static void head(const Block& b, int r, std::uint8_t* h) {
+    std::memcpy(h + 2 * r, &b.d, 2);
+    for (int j = 0; j < 8; ++j) {
+      const int lo = (b.scales_l[j / 2] >> 4 * (j % 2)) & 0xF;
+      const int hi = (b.scales_h >> 2 * j) & 3;
+      h[32 + 16 * j + r] = static_cast<std::uint8_t>((lo | (hi << 4)) - 32);
+    }
+  }
+  static __m256i codes(const Block& b, int j) {  // sub-block j: q4_0's nibble order over qs[16 j ..]
+    const __m128i q = load128(b.qs + 16 * j);
+    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+  }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {  // u = value + 128
+    decode_nibbles(p, w);
+    const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(load128(kIq4NlValues)),
+                                           _mm512_set1_epi8(static_cast<char>(0x80)));
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_shuffle_epi8(table, w[k]);
+  }
+  static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepi8_epi32(load128(p + 32 + 16 * j)); }
+  static __m512i pair(const std::uint8_t*, int, __m512i sc) {  // (s_j, s_j) as int16
+    const __m512i lo = _mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF));
+    return _mm512_or_si512(lo, _mm512_slli_epi32(sc, 16));
+  }
+  // isum = Σ_j s_j Σ u·a - 128 Σ_j s_j (bsums[2j] + bsums[2j+1]); sumf += (d_w * d_a) * float(isum).
+  static __m512 step(const std::uint8_t* p, float da, __m512i isum, __m512i msum) {
+    const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+                                   _mm512_set1_ps(da));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_slli_epi32(msum, 7))));
+  }
+};
+
+// The super-block kinds' layout (q4_K .. iq4_xs, and q6_K .. q2_K below): per group and super-block the head, then 8
+// units of 32 elements (K::kUnit bytes each, encoded by K::encode from the codes in B order).
+template <class K>
+constexpr std::size_t sb_bytes() { return K::kHead + 8 * K::kUnit; }
+
+template <class K>
+std::size_t sb_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * sb_bytes<K>(); }
+
+template <class K>
+void prepare_sb(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+  using Block = typename K::Block;
+  const std::int64_t nb = cols / QK_K;
+  std::uint8_t* out = aux;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
+    for (std::int64_t i = 0; i < nb; ++i) {
+      alignas(64) std::uint8_t head[K::kHead] = {};
+      alignas(64) std::uint32_t bq[8][8][kRows] = {};  // [unit][B row][weight row]: four codes
+      for (int r = 0; r < nr; ++r) {
+        const auto* row = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r0 + r) * wrb);
+        if (i + 2 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 2), _MM_HINT_T0);
+        const Block& b = row[i];
+        K::head(b, r, head);
+        for (int u = 0; u < 8; ++u) {
+          alignas(32) std::uint32_t v[8];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(v), K::codes(b, u));
+          for (int k = 0; k < 8; ++k) bq[u][k][r] = v[k];
+        }
+      }
+      std::memcpy(out, head, K::kHead);
+      for (int u = 0; u < 8; ++u) K::encode(reinterpret_cast<const std::uint8_t*>(bq[u]), out + K::kHead + K::kUnit * u);
+      out += sb_bytes<K>();
+    }
+  }
+}
+
+// NC activations against one packed group of nr rows: per sub-block j, vpdpbusd of B row k's unsigned levels with
+// the activation's bytes 4k..4k+3 in every lane, times the scale vector (vpmullo) into isum; the mins (or the
+// offset) through vpdpwssd of their int16 pairs with the bsums; then the type's float step.
+template <class K, int NC>
+void k32_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
+               std::int64_t ldy) {
+  constexpr std::size_t kBytes = sb_bytes<K>();
+  constexpr std::size_t kPrefetch = 4 * kBytes;
+  __m512 sum[NC];
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) sum[c] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kBytes;
+    for (std::size_t l = 0; l < kBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
+    __m512i isum[NC], msum[NC];
+    TANDEM_UNROLL
+    for (int c = 0; c < NC; ++c) isum[c] = msum[c] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      __m512i wv[8];
+      K::levels(p + K::kHead + K::kUnit * j, wv);
+      const __m512i sc = K::scale(p, j);
+      const __m512i mm = K::pair(p, j, sc);
+      TANDEM_UNROLL
+      for (int c = 0; c < NC; ++c) {
+        const std::int8_t* q = ac[c][i].qs + 32 * j;
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        TANDEM_UNROLL
+        for (int k = 0; k < 8; ++k) {
+          std::int32_t a4;
+          std::memcpy(&a4, q + 4 * k, 4);
+          if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
+          else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
+        }
+        isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), sc));
+        std::int32_t b2;
+        std::memcpy(&b2, ac[c][i].bsums + 2 * j, 4);
+        msum[c] = _mm512_dpwssd_epi32(msum[c], mm, _mm512_set1_epi32(b2));
+      }
+    }
+    TANDEM_UNROLL
+    for (int c = 0; c < NC; ++c) sum[c] = _mm512_add_ps(sum[c], K::step(p, ac[c][i].d, isum[c], msum[c]));
+  }
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
+}
+
+// ---- q6_K, q3_K, q2_K: 16 sub-blocks of 16 -------------------------------------------------------------------
+//
+// Per 16-row group and super-block: a head (d, and dmin for q2_K; the sub-block scales, 16 bytes per sub-block, row
+// r at byte r), then per unit u of 32 elements (sub-blocks 2u and 2u + 1) its levels in B order, as planes:
+//   a nibble plane (256 bytes: vector k holds B row k in its low nibbles, B row k + 4 in its high ones),
+//   a 2-bit plane (128 bytes: bits 2k..2k+1 of byte i of vector v are those of B row 4v + k's byte i),
+//   a bit plane (64 bytes: bit i of mask k is that of B row k's byte i).
+//   q6_K (levels 0..63, offset 32): nibbles, then the top 2 bits as a 2-bit plane; head d [0, 32), scales int8
+//     [32, 288). 3,360 bytes per group and super-block, the rows' 16 x 210.
+//   q3_K (levels 0..7, offset 4): the low 2 bits, then the third as a bit plane; head d, the signed 6-bit scales
+//     (-32..31). 1,824 bytes (the rows': 1,760).
+//   q2_K (levels 0..3): the 2-bit plane; head d [0, 32), dmin [32, 64), the scales' bytes (scale in the low nibble,
+//     min in the high) [64, 320). 1,344 bytes, the rows' 16 x 84.
+// Per super-block and activation: isum = Σ_j sc_j Σ_k q_k a_k by vpmullo; the offset's share (offset Σ_j sc_j
+// bsums_j) or q2_K's msum = Σ_j m_j bsums_j by vpdpwssd of int16 pairs with the bsums; then the type's float step.
 
 // The 2-bit field of element k (unit u = k / 32) in q2_K / q3_K's qs: qs[32 (u / 4) + k % 32] >> 2 (u % 4).
 template <class Block>
@@ -408,44 +405,10 @@ struct Q2KKind {
   }
 };
 
-template <class K>
-constexpr std::size_t k16_bytes() { return K::kHead + 8 * K::kUnit; }  // per group and super-block
-
-template <class K>
-std::size_t k16_group_bytes(std::int64_t cols) { return static_cast<std::size_t>(cols / QK_K) * k16_bytes<K>(); }
-
-template <class K>
-void prepare_k16(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
-  using Block = typename K::Block;
-  const std::int64_t nb = cols / QK_K;
-  std::uint8_t* out = aux;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
-    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
-    for (std::int64_t i = 0; i < nb; ++i) {
-      alignas(64) std::uint8_t head[K::kHead] = {};
-      alignas(64) std::uint32_t bq[8][8][kRows] = {};  // [unit][B row][weight row]: four codes
-      for (int r = 0; r < nr; ++r) {
-        const auto* row = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r0 + r) * wrb);
-        if (i + 2 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 2), _MM_HINT_T0);
-        const Block& b = row[i];
-        K::head(b, r, head);
-        for (int u = 0; u < 8; ++u) {
-          alignas(32) std::uint32_t v[8];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(v), K::codes(b, u));
-          for (int k = 0; k < 8; ++k) bq[u][k][r] = v[k];
-        }
-      }
-      std::memcpy(out, head, K::kHead);
-      for (int u = 0; u < 8; ++u) K::encode(reinterpret_cast<const std::uint8_t*>(bq[u]), out + K::kHead + K::kUnit * u);
-      out += k16_bytes<K>();
-    }
-  }
-}
-
 template <class K, int NC>
 void k16_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
                std::int64_t ldy) {
-  constexpr std::size_t kBytes = k16_bytes<K>();
+  constexpr std::size_t kBytes = sb_bytes<K>();
   constexpr std::size_t kPrefetch = 4 * kBytes;
   __m512 sum[NC];
   TANDEM_UNROLL
@@ -647,7 +610,7 @@ struct K32 {
       k32_group<K, NC>(g, nr, ac, nb, y, ldy);
     }
   };
-  using P = Packed<K::kType, BlockQ8_K, QK_K, k32_group_bytes<K>, Group>;
+  using P = Packed<K::kType, BlockQ8_K, QK_K, sb_group_bytes<K>, Group>;
 };
 
 template <class K>
@@ -659,7 +622,7 @@ struct K16 {
       k16_group<K, NC>(g, nr, ac, nb, y, ldy);
     }
   };
-  using P = Packed<K::kType, BlockQ8_K, QK_K, k16_group_bytes<K>, Group>;
+  using P = Packed<K::kType, BlockQ8_K, QK_K, sb_group_bytes<K>, Group>;
 };
 
 template <class K>
@@ -690,12 +653,12 @@ void set_packed(WType t, TypeKernels& k, PrepareAuxFn prepare, std::size_t (*gro
 
 TypeKernels avx512_superblock_kernels(WType t) {
   TypeKernels k = avx2_superblock_kernels(t);
-  if (t == WType::q4_K) set_packed<K32<Q4KKind>::P>(t, k, prepare_k32<Q4KKind>, k32_group_bytes<Q4KKind>);
-  if (t == WType::q5_K) set_packed<K32<Q5KKind>::P>(t, k, prepare_k32<Q5KKind>, k32_group_bytes<Q5KKind>);
-  if (t == WType::iq4_xs) set_packed<K32<IQ4XSKind>::P>(t, k, prepare_k32<IQ4XSKind>, k32_group_bytes<IQ4XSKind>);
-  if (t == WType::q6_K) set_packed<K16<Q6KKind>::P>(t, k, prepare_k16<Q6KKind>, k16_group_bytes<Q6KKind>);
-  if (t == WType::q3_K) set_packed<K16<Q3KKind>::P>(t, k, prepare_k16<Q3KKind>, k16_group_bytes<Q3KKind>);
-  if (t == WType::q2_K) set_packed<K16<Q2KKind>::P>(t, k, prepare_k16<Q2KKind>, k16_group_bytes<Q2KKind>);
+  if (t == WType::q4_K) set_packed<K32<Q4KKind>::P>(t, k, prepare_sb<Q4KKind>, sb_group_bytes<Q4KKind>);
+  if (t == WType::q5_K) set_packed<K32<Q5KKind>::P>(t, k, prepare_sb<Q5KKind>, sb_group_bytes<Q5KKind>);
+  if (t == WType::iq4_xs) set_packed<K32<IQ4XSKind>::P>(t, k, prepare_sb<IQ4XSKind>, sb_group_bytes<IQ4XSKind>);
+  if (t == WType::q6_K) set_packed<K16<Q6KKind>::P>(t, k, prepare_sb<Q6KKind>, sb_group_bytes<Q6KKind>);
+  if (t == WType::q3_K) set_packed<K16<Q3KKind>::P>(t, k, prepare_sb<Q3KKind>, sb_group_bytes<Q3KKind>);
+  if (t == WType::q2_K) set_packed<K16<Q2KKind>::P>(t, k, prepare_sb<Q2KKind>, sb_group_bytes<Q2KKind>);
   return k;
 }
 
