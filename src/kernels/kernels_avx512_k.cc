@@ -601,41 +601,36 @@ struct Packed {
   }
 };
 
-template <class K>
-struct K32 {
+// The packed entry of kind K whose group kernel is Call::run<K, NC> (the three kernels below), on activation blocks
+// Act of kElems elements.
+template <class K, class Call, class Act, std::int64_t kElems, std::size_t (*GroupBytes)(std::int64_t)>
+struct Via {
   template <int NC>
   struct Group {
-    static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
-                    std::int64_t ldy) {
-      k32_group<K, NC>(g, nr, ac, nb, y, ldy);
+    static void run(const std::uint8_t* g, int nr, const Act* const* ac, std::int64_t nb, float* y, std::int64_t ldy) {
+      Call::template run<K, NC>(g, nr, ac, nb, y, ldy);
     }
   };
-  using P = Packed<K::kType, BlockQ8_K, QK_K, sb_group_bytes<K>, Group>;
+  using P = Packed<K::kType, Act, kElems, GroupBytes, Group>;
 };
-
+struct K32Call {
+  template <class K, int NC, class... A>
+  static void run(A... a) { k32_group<K, NC>(a...); }
+};
+struct K16Call {
+  template <class K, int NC, class... A>
+  static void run(A... a) { k16_group<K, NC>(a...); }
+};
+struct B32Call {
+  template <class K, int NC, class... A>
+  static void run(A... a) { b32_group<K, NC>(a...); }
+};
 template <class K>
-struct K16 {
-  template <int NC>
-  struct Group {
-    static void run(const std::uint8_t* g, int nr, const BlockQ8_K* const* ac, std::int64_t nb, float* y,
-                    std::int64_t ldy) {
-      k16_group<K, NC>(g, nr, ac, nb, y, ldy);
-    }
-  };
-  using P = Packed<K::kType, BlockQ8_K, QK_K, sb_group_bytes<K>, Group>;
-};
-
+using K32 = Via<K, K32Call, BlockQ8_K, QK_K, sb_group_bytes<K>>;
 template <class K>
-struct B32 {
-  template <int NC>
-  struct Group {
-    static void run(const std::uint8_t* g, int nr, const BlockQ8_1* const* ac, std::int64_t nb, float* y,
-                    std::int64_t ldy) {
-      b32_group<K, NC>(g, nr, ac, nb, y, ldy);
-    }
-  };
-  using P = Packed<K::kType, BlockQ8_1, QK4_1, b32_group_bytes<K>, Group>;
-};
+using K16 = Via<K, K16Call, BlockQ8_K, QK_K, sb_group_bytes<K>>;
+template <class K>
+using B32 = Via<K, B32Call, BlockQ8_1, QK4_1, b32_group_bytes<K>>;
 
 template <class P>
 void set_packed(WType t, TypeKernels& k, PrepareAuxFn prepare, std::size_t (*group_bytes)(std::int64_t)) {
