@@ -45,19 +45,22 @@ struct BF16Src {
 };
 
 // One accumulator chain of 8 lanes per output element: acc = fma(w, x, acc) over the steps of kStep elements in
-// order (the source's halves in order within a step), a zero-padded last step for cols % kStep, then hsum8.
-template <class Src, int R, int C>
+// order (the source's halves in order within a step), a zero-padded last step for cols % kStep, then hsum8. ASrc
+// loads the activations (f16 weights: f32 activations, put in the same lanes as the weights' elements).
+template <class Src, int R, int C, class ASrc = Src>
 struct FloatTile {
   using T = typename Src::T;
+  using TA = typename ASrc::T;
+  static_assert(ASrc::kHalves == Src::kHalves, "weights and activations step alike");
   static constexpr int kStep = 8 * Src::kHalves;
   static constexpr int kLine = 64 / sizeof(T);  // elements per cache line: 1, 2 or 4 steps
 
-  static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, __m256 (&acc)[R][C]) {
+  static inline void step(const T* const* wr, const TA* const* ac, std::int64_t k, __m256 (&acc)[R][C]) {
     TANDEM_UNROLL
     for (int h = 0; h < Src::kHalves; ++h) {
       __m256 xv[C];
       TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) xv[c] = Src::load(ac[c] + k, h);
+      for (int c = 0; c < C; ++c) xv[c] = ASrc::load(ac[c] + k, h);
       TANDEM_UNROLL
       for (int r = 0; r < R; ++r) {
         const __m256 wv = Src::load(wr[r] + k, h);
@@ -70,11 +73,11 @@ struct FloatTile {
   static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const T* wr[R];
-    const T* ac[C];
+    const TA* ac[C];
     TANDEM_UNROLL
     for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * wrb);
     TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const T*>(a + c * arb);
+    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const TA*>(a + c * arb);
     __m256 acc[R][C];
     TANDEM_UNROLL
     for (int r = 0; r < R; ++r) {
@@ -92,20 +95,20 @@ struct FloatTile {
     for (; k + kStep <= cols; k += kStep) step(wr, ac, k, acc);
     if (k < cols) {
       T wt[R][kStep];
-      T at[C][kStep];
+      TA at[C][kStep];
       const T* wp[R];
-      const T* ap[C];
+      const TA* ap[C];
       std::memset(wt, 0, sizeof(wt));
       std::memset(at, 0, sizeof(at));
-      const std::size_t bytes = static_cast<std::size_t>(cols - k) * sizeof(T);
+      const auto left = static_cast<std::size_t>(cols - k);
       TANDEM_UNROLL
       for (int r = 0; r < R; ++r) {
-        std::memcpy(wt[r], wr[r] + k, bytes);
+        std::memcpy(wt[r], wr[r] + k, left * sizeof(T));
         wp[r] = wt[r];
       }
       TANDEM_UNROLL
       for (int c = 0; c < C; ++c) {
-        std::memcpy(at[c], ac[c] + k, bytes);
+        std::memcpy(at[c], ac[c] + k, left * sizeof(TA));
         ap[c] = at[c];
       }
       step(wp, ap, 0, acc);
@@ -121,7 +124,7 @@ struct FloatTile {
 template <int R, int C>
 using F32Tile = FloatTile<F32Src, R, C>;
 template <int R, int C>
-using F16Tile = FloatTile<F16Src, R, C>;
+using F16Tile = FloatTile<F16Src, R, C, F32Src>;
 template <int R, int C>
 using BF16Tile = FloatTile<BF16Src, R, C>;
 

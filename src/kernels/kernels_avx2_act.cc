@@ -45,9 +45,10 @@ void store_f32(const float* x, void* out, std::int64_t cols) {
   std::memcpy(out, x, static_cast<std::size_t>(cols) * sizeof(float));
 }
 
-// f32 -> f16, round to nearest even (F16C); NaN becomes sign | 0x7E00 as f32_to_f16 does.
+// f32 -> f16, round to nearest even (F16C; NaN becomes sign | 0x7E00 as f32_to_f16 does), widened back to f32: the
+// f16 weights' activation format (their tiles then widen only the weights).
 void quantize_f16(const float* x, void* out, std::int64_t cols) {
-  auto* y = static_cast<std::uint16_t*>(out);
+  auto* y = static_cast<float*>(out);
   std::int64_t k = 0;
   for (; k + 8 <= cols; k += 8) {
     const __m256 v = _mm256_loadu_ps(x + k);
@@ -60,9 +61,9 @@ void quantize_f16(const float* x, void* out, std::int64_t cols) {
       const __m128i n16 = _mm_packs_epi32(_mm256_castsi256_si128(n32), _mm256_extracti128_si256(n32, 1));
       h = _mm_blendv_epi8(h, qnan, n16);
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + k), h);
+    _mm256_storeu_ps(y + k, _mm256_cvtph_ps(h));
   }
-  for (; k < cols; ++k) y[k] = f32_to_f16(x[k]);
+  for (; k < cols; ++k) y[k] = f16_to_f32(f32_to_f16(x[k]));
 }
 
 // f32 -> bf16 as f32_to_bf16: round to nearest even, NaN keeps its upper half with the quiet bit set.

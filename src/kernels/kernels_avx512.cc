@@ -25,7 +25,7 @@ namespace {
 template <int R, int C>
 using F32Tile512 = FloatTile512<F32Src512, R, C>;
 template <int R, int C>
-using F16Tile512 = FloatTile512<F16Src512, R, C>;
+using F16Tile512 = FloatTile512<F16Src512, R, C, F32ActOfF16Src512>;
 template <int R, int C>
 using BF16WidenTile512 = FloatTile512<BF16Src512, R, C>;
 

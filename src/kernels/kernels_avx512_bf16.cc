@@ -35,6 +35,24 @@ struct BF16DotTile512 {
     zero_acc(acc);
     const std::size_t pf = prefetch_offset(R, wrb);
     std::int64_t k = 0;
+    // Rows of whole cache lines that start s elements past a line (a GGUF tensor on a 32-byte boundary): the first
+    // step puts elements 0 .. 31 - s in 16-bit slots s .. 31, so every later weight load reads one line instead of
+    // two halves (as the f32 tile, kernels_avx512_common.h). Element k's slot is (k + s) % 32 in every tile shape.
+    const int s = wrb % 64 == 0 ? static_cast<int>(reinterpret_cast<std::uintptr_t>(w) % 64 / 2) : 0;
+    if (s != 0) {
+      const std::int64_t first = cols < 32 - s ? cols : 32 - s;
+      const __mmask32 m = first32(static_cast<int>(s + first)) & ~first32(s);
+      __m512i xv[C];
+      TANDEM_UNROLL
+      for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_epi16(m, back(ac[c], s));
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m512i wv = _mm512_maskz_loadu_epi16(m, back(wr[r], s));
+        TANDEM_UNROLL
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv, (__m512bh)xv[c]);
+      }
+      k = first;
+    }
     for (; k + 32 <= cols; k += 32) {
       TANDEM_UNROLL
       for (int r = 0; r < R; ++r) prefetch(wr[r] + k, pf);

@@ -53,6 +53,35 @@ inline void store_sums(const __m512 (&acc)[R][C], float* y, std::int64_t ldy) {
   }
 }
 
+// A 4 x 4 tile's 16 sums at once, each with hsum16's additions in its order (lanes i and i + 8, then i and i + 4,
+// i and i + 2, i and i + 1), four to sixteen accumulators' lanes per instruction: 30 shuffles and 15 additions
+// where sixteen hsum16 take 64 and 64. Lane 4c + r of the last vector is acc[r][c].
+inline void store_sums(const __m512 (&acc)[4][4], float* y, std::int64_t ldy) {
+  constexpr int kLo = _MM_SHUFFLE(1, 0, 1, 0), kHi = _MM_SHUFFLE(3, 2, 3, 2);  // 128-bit blocks 0,1 | 2,3
+  constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
+  __m512 l1[8];
+  TANDEM_UNROLL
+  for (int i = 0; i < 8; ++i) {  // lanes i and i + 8 of two accumulators: [a's 8 | b's 8]
+    const __m512 a = acc[i / 2][(2 * i) % 4], b = acc[i / 2][(2 * i) % 4 + 1];
+    l1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, kLo), _mm512_shuffle_f32x4(a, b, kHi));
+  }
+  __m512 l2[4];
+  TANDEM_UNROLL
+  for (int i = 0; i < 4; ++i)  // i and i + 4: [a's 4 | b's 4 | c's 4 | d's 4]
+    l2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(l1[2 * i], l1[2 * i + 1], kEven),
+                          _mm512_shuffle_f32x4(l1[2 * i], l1[2 * i + 1], kOdd));
+  __m512 l3[2];
+  TANDEM_UNROLL
+  for (int i = 0; i < 2; ++i)  // i and i + 2, within each 128-bit block
+    l3[i] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], kEven), _mm512_shuffle_ps(l3[0], l3[1], kOdd));
+  alignas(64) float out[16];
+  _mm512_store_ps(out, sums);
+  TANDEM_UNROLL
+  for (int c = 0; c < 4; ++c) _mm_storeu_ps(y + c * ldy, _mm_load_ps(out + 4 * c));
+}
+
 // Float sources: kStep elements per step (one cache line), delivered as kHalves vectors of 16 floats; `n` < kStep
 // is the count of valid elements in a partial step (masked loads). Weights and activations are loaded alike, so
 // the products pair up whatever lane an element lands in.
@@ -60,13 +89,19 @@ struct F32Src512 {
   using T = float;
   static constexpr int kStep = 16;
   static constexpr int kHalves = 1;
+  static constexpr bool kPhased = true;  // FloatTile512's first step lines the steps up with the cache lines
   static __m512 load(const float* p, int) { return _mm512_loadu_ps(p); }
+  // Elements [lo, hi) of a step read from p (the others off: nothing is read for them).
+  static __m512 load_lanes(const float* p, int, int lo, int hi) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>(first16(hi) & ~first16(lo)), p);
+  }
   static __m512 load_part(const float* p, int, int n) { return _mm512_maskz_loadu_ps(first16(n), p); }
 };
 struct F16Src512 {
   using T = std::uint16_t;
   static constexpr int kStep = 32;
   static constexpr int kHalves = 2;
+  static constexpr bool kPhased = false;
   static __m512 load(const std::uint16_t* p, int h) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 * h)));
   }
@@ -75,12 +110,26 @@ struct F16Src512 {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first16(left < 0 ? 0 : left), p + 16 * h));
   }
 };
+// f32 activations of f16 weights (f16-rounded values held as f32), in F16Src512's lanes: half h is elements
+// 16h..16h+15 of the step.
+struct F32ActOfF16Src512 {
+  using T = float;
+  static constexpr int kStep = 32;
+  static constexpr int kHalves = 2;
+  static constexpr bool kPhased = false;
+  static __m512 load(const float* p, int h) { return _mm512_loadu_ps(p + 16 * h); }
+  static __m512 load_part(const float* p, int h, int n) {
+    const int left = n - 16 * h;
+    return _mm512_maskz_loadu_ps(first16(left < 0 ? 0 : left), p + 16 * h);
+  }
+};
 // bf16 widened to f32 by interleaving zeros below each 16-bit value (half 0: the low four of each 128-bit lane's
 // eight, half 1: the high four).
 struct BF16Src512 {
   using T = std::uint16_t;
   static constexpr int kStep = 32;
   static constexpr int kHalves = 2;
+  static constexpr bool kPhased = true;
   static __m512 widen(__m512i v, int h) {
     const __m512i z = _mm512_setzero_si512();
     return _mm512_castsi512_ps(h == 0 ? _mm512_unpacklo_epi16(z, v) : _mm512_unpackhi_epi16(z, v));
@@ -89,22 +138,33 @@ struct BF16Src512 {
   static __m512 load_part(const std::uint16_t* p, int h, int n) {
     return widen(_mm512_maskz_loadu_epi16(first32(n), p), h);
   }
+  static __m512 load_lanes(const std::uint16_t* p, int h, int lo, int hi) {
+    return widen(_mm512_maskz_loadu_epi16(first32(hi) & ~first32(lo), p), h);
+  }
 };
+
+// The address s elements before p, for a masked load whose lanes below s are off (they read nothing).
+template <class T>
+inline const T* back(const T* p, int s) {
+  return reinterpret_cast<const T*>(reinterpret_cast<std::uintptr_t>(p) - static_cast<std::uintptr_t>(s) * sizeof(T));
+}
 
 // One accumulator chain of 16 lanes per output element: acc = fma(w, x, acc) over the steps in order (a source's
 // halves in order within a step), the partial last step with masked loads, then hsum16. The operations for one
-// (row, activation) pair are the same for every R and C.
-template <class Src, int R, int C>
+// (row, activation) pair are the same for every R and C. ASrc loads the activations (f16 weights: f32).
+template <class Src, int R, int C, class ASrc = Src>
 struct FloatTile512 {
   using T = typename Src::T;
+  using TA = typename ASrc::T;
+  static_assert(ASrc::kStep == Src::kStep && ASrc::kHalves == Src::kHalves, "weights and activations step alike");
 
   template <bool kPart>
-  static inline void step(const T* const* wr, const T* const* ac, std::int64_t k, int n, __m512 (&acc)[R][C]) {
+  static inline void step(const T* const* wr, const TA* const* ac, std::int64_t k, int n, __m512 (&acc)[R][C]) {
     TANDEM_UNROLL
     for (int h = 0; h < Src::kHalves; ++h) {
       __m512 xv[C];
       TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) xv[c] = kPart ? Src::load_part(ac[c] + k, h, n) : Src::load(ac[c] + k, h);
+      for (int c = 0; c < C; ++c) xv[c] = kPart ? ASrc::load_part(ac[c] + k, h, n) : ASrc::load(ac[c] + k, h);
       TANDEM_UNROLL
       for (int r = 0; r < R; ++r) {
         const __m512 wv = kPart ? Src::load_part(wr[r] + k, h, n) : Src::load(wr[r] + k, h);
@@ -117,13 +177,36 @@ struct FloatTile512 {
   static void run(const std::uint8_t* w, std::size_t wrb, const std::uint8_t* a, std::size_t arb,
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const T* wr[R];
-    const T* ac[C];
+    const TA* ac[C];
     row_ptrs(wr, w, wrb);
     row_ptrs(ac, a, arb);
     __m512 acc[R][C];
     zero_acc(acc);
     const std::size_t pf = prefetch_offset(R, wrb);
     std::int64_t k = 0;
+    if constexpr (Src::kPhased && ASrc::kPhased) {
+      // Rows of whole cache lines that start s elements past a line (a GGUF tensor on a 32-byte boundary; a
+      // safetensors file's data anywhere): the first step puts elements 0 .. kStep - 1 - s in element slots
+      // s .. kStep - 1, so every later step's weight loads read one line each instead of two halves. Element k's slot
+      // is (k + s) % kStep in every tile shape and call: s belongs to the matrix (where it lies), not to the call.
+      const int s = wrb % 64 == 0 ? static_cast<int>(reinterpret_cast<std::uintptr_t>(w) % 64 / sizeof(T)) : 0;
+      if (s != 0) {
+        const int first = cols < Src::kStep - s ? static_cast<int>(cols) : Src::kStep - s;
+        TANDEM_UNROLL
+        for (int h = 0; h < Src::kHalves; ++h) {
+          __m512 xv[C];
+          TANDEM_UNROLL
+          for (int c = 0; c < C; ++c) xv[c] = ASrc::load_lanes(back(ac[c], s), h, s, s + first);
+          TANDEM_UNROLL
+          for (int r = 0; r < R; ++r) {
+            const __m512 wv = Src::load_lanes(back(wr[r], s), h, s, s + first);
+            TANDEM_UNROLL
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
+          }
+        }
+        k = first;
+      }
+    }
     for (; k + Src::kStep <= cols; k += Src::kStep) {
       TANDEM_UNROLL
       for (int r = 0; r < R; ++r) prefetch(wr[r] + k, pf);

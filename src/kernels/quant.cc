@@ -470,14 +470,15 @@ float vec_dot_q6_K(std::int64_t nb, const BlockQ6_K* w, const BlockQ8_K* a) {
 
 // Float types: each product rounded to f32 (exact for f16 x f16 and bf16 x bf16 in the normal range), summed in
 // double, the total rounded to f32 once: ggml's scalar ggml_vec_dot_f16 / _bf16 / _f32.
-template <typename T, float (*to_f32)(T)>
-float vec_dot_float(std::int64_t n, const T* w, const T* a) {
+inline float f32_identity(float f) { return f; }
+
+// (f16 weights take their activations as f16-rounded values held as f32: the same products.)
+template <typename T, float (*to_f32)(T), typename A = T, float (*act_f32)(A) = to_f32>
+float vec_dot_float(std::int64_t n, const T* w, const A* a) {
   double sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(to_f32(w[i]) * to_f32(a[i]));
+  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(to_f32(w[i]) * act_f32(a[i]));
   return static_cast<float>(sum);
 }
-
-inline float f32_identity(float f) { return f; }
 
 }  // namespace
 
@@ -542,7 +543,11 @@ void dequantize_row(WType t, const void* in, float* y, std::int64_t n) {
 void quantize_act_ref(WType t, const float* x, void* out, std::int64_t n) {
   switch (traits(t).act) {
     case AType::f32: quantize_row(WType::f32, x, out, n); return;
-    case AType::f16: quantize_row(WType::f16, x, out, n); return;
+    case AType::f16: {  // rounded to f16, held as f32
+      auto* y = static_cast<float*>(out);
+      for (std::int64_t i = 0; i < n; ++i) y[i] = f16_to_f32(f32_to_f16(x[i]));
+      return;
+    }
     case AType::bf16: quantize_row(WType::bf16, x, out, n); return;
     case AType::q8_0: quantize_act_q8_0(x, static_cast<BlockQ8_0*>(out), n / QK8_0); return;
     case AType::q8_K: quantize_q8_K(x, static_cast<BlockQ8_K*>(out), n / QK_K); return;
@@ -556,8 +561,8 @@ float vec_dot_ref(WType t, std::int64_t n, const void* w_row, const void* act_ro
       return vec_dot_float<float, f32_identity>(n, static_cast<const float*>(w_row),
                                                 static_cast<const float*>(act_row));
     case WType::f16:
-      return vec_dot_float<f16_bits, f16_to_f32>(n, static_cast<const f16_bits*>(w_row),
-                                                 static_cast<const f16_bits*>(act_row));
+      return vec_dot_float<f16_bits, f16_to_f32, float, f32_identity>(n, static_cast<const f16_bits*>(w_row),
+                                                                       static_cast<const float*>(act_row));
     case WType::bf16:
       return vec_dot_float<bf16_bits, bf16_to_f32>(n, static_cast<const bf16_bits*>(w_row),
                                                    static_cast<const bf16_bits*>(act_row));

@@ -44,7 +44,7 @@ struct ActFormat {
 constexpr ActFormat act_format(AType a) {
   switch (a) {
     case AType::f32: return {1, 4};
-    case AType::f16: return {1, 2};
+    case AType::f16: return {1, 4};  // f16-rounded values held as f32 (the tiles widen no activation)
     case AType::bf16: return {1, 2};
     case AType::q8_0: return {QK8_0, sizeof(BlockQ8_0)};
     case AType::q8_K: return {QK_K, sizeof(BlockQ8_K)};

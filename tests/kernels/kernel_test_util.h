@@ -97,8 +97,9 @@ inline std::vector<double> decode_act(WType t, const std::uint8_t* act, std::int
       a[k] = static_cast<double>(f16_to_f32(b[k / QK8_1].d)) * b[k / QK8_1].qs[k % QK8_1];
     return a;
   }
-  // The other activation formats are laid out as a weight type: f32 / f16 / bf16 as themselves, q8_0 as q8_0.
-  const WType as = traits(t).act == AType::q8_0 ? WType::q8_0 : t;
+  // The other activation formats are laid out as a weight type: f32 / bf16 as themselves, q8_0 as q8_0, f16's as
+  // f32 (f16-rounded values held as f32).
+  const WType as = traits(t).act == AType::q8_0 ? WType::q8_0 : traits(t).act == AType::f16 ? WType::f32 : t;
   std::vector<float> f(static_cast<std::size_t>(cols));
   dequantize_row(as, act, f.data(), cols);
   for (std::int64_t k = 0; k < cols; ++k) a[k] = f[k];

@@ -454,6 +454,61 @@ TEST(KernelsMatmul, BatchRowsEqualSingleRowsBitForBit) {
   }
 }
 
+// Float weight rows at every offset past a cache line (a GGUF tensor lies on a 32-byte boundary, a safetensors
+// file's data anywhere; the AVX-512 f32 and bf16 tiles line their steps up with the rows' offset): within the
+// tolerance of the reference, batch rows equal single rows and thread splits equal one call bit for bit, and the
+// activations' own offset changes nothing (the lanes follow the weights only). Rows of whole lines and not.
+TEST(KernelsMatmul, FloatRowsAtEveryOffsetPastALine) {
+  std::mt19937 rng(47);
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (WType t : {WType::f32, WType::bf16, WType::f16}) {
+      const int elem = static_cast<int>(row_bytes(t, 1));
+      const std::int64_t line = 64 / elem;
+      for (std::int64_t cols : {line, 3 * line, 5 * line, std::int64_t{37}, std::int64_t{3}}) {
+        const std::int64_t rows = 19, n = 9;
+        const std::size_t rb = row_bytes(t, cols), arb = act_row_bytes(t, cols);
+        const Bytes w0 = random_weights(rng, t, rows, cols);
+        const Bytes a0 = random_acts(rng, t, n, cols);
+        for (int phase = 0; phase < 64; phase += elem) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols) +
+                       " offset=" + std::to_string(phase));
+          // The matrix at `phase` bytes past a line; the activations at the same offset, and at another one.
+          Bytes wbuf(w0.size() + 128), abuf(a0.size() + 128), abuf2(a0.size() + 128);
+          const auto place = [](Bytes& buf, const Bytes& src, std::size_t off) {
+            const std::size_t to_line = (64 - reinterpret_cast<std::uintptr_t>(buf.data()) % 64) % 64;
+            std::memcpy(buf.data() + to_line + off, src.data(), src.size());
+            return buf.data() + to_line + off;
+          };
+          const std::uint8_t* w = place(wbuf, w0, static_cast<std::size_t>(phase));
+          const std::uint8_t* a = place(abuf, a0, static_cast<std::size_t>(phase));
+          const std::uint8_t* a2 = place(abuf2, a0, static_cast<std::size_t>((phase + 5 * elem) % 64));
+          std::vector<float> y(static_cast<std::size_t>(n * rows)), y2(y.size());
+          matmul_rows(t, w, cols, a, n, y.data(), rows, 0, rows);
+          matmul_rows(t, w, cols, a2, n, y2.data(), rows, 0, rows);
+          ASSERT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(float))) << "the activations' offset";
+          for (std::int64_t i = 0; i < n; ++i) {
+            std::vector<float> y1(static_cast<std::size_t>(rows));
+            matmul_rows(t, w, cols, a + static_cast<std::size_t>(i) * arb, 1, y1.data(), rows, 0, rows);
+            for (std::int64_t r = 0; r < rows; ++r) {
+              ASSERT_TRUE(same_bits(y[i * rows + r], y1[r])) << "act " << i << " row " << r;
+              const std::uint8_t* wr = w + static_cast<std::size_t>(r) * rb;
+              const std::uint8_t* ai = a + static_cast<std::size_t>(i) * arb;
+              ASSERT_NEAR(y1[r], vec_dot_ref(t, cols, wr, ai), tolerance(t, wr, ai, cols)) << "act " << i << " row " << r;
+            }
+          }
+          for (std::int64_t cut : {1, 7, 16, 18}) {
+            std::vector<float> ys(y.size(), -1.f);
+            matmul_rows(t, w, cols, a, n, ys.data(), rows, 0, cut);
+            matmul_rows(t, w, cols, a, n, ys.data(), rows, cut, rows);
+            ASSERT_EQ(0, std::memcmp(ys.data(), y.data(), y.size() * sizeof(float))) << "cut " << cut;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Splitting the rows into 1-4 disjoint ranges (run on as many threads, as the engine's WorkerPool does) gives the
 // same floats as one call; so does every two-way cut.
 TEST(KernelsMatmul, ThreadSplitsEqualOneCall) {

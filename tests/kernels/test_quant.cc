@@ -55,18 +55,18 @@ std::vector<double> decode_act(WType t, const Bytes& act, std::size_t n) {
   std::vector<double> a(n);
   switch (traits(t).act) {
     case AType::f32:
+    case AType::f16:  // f16-rounded values held as f32
       for (std::size_t i = 0; i < n; ++i) {
         float f;
         std::memcpy(&f, act.data() + 4 * i, 4);
         a[i] = f;
       }
       break;
-    case AType::f16:
     case AType::bf16:
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t h;
         std::memcpy(&h, act.data() + 2 * i, 2);
-        a[i] = traits(t).act == AType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+        a[i] = bf16_to_f32(h);
       }
       break;
     case AType::q8_0: {
@@ -180,7 +180,7 @@ TEST(KernelsTypes, RowBytes) {
   EXPECT_EQ(row_bytes(WType::q6_K, 0), 0u);
 
   EXPECT_EQ(act_row_bytes(WType::f32, 7), 28u);
-  EXPECT_EQ(act_row_bytes(WType::f16, 7), 14u);
+  EXPECT_EQ(act_row_bytes(WType::f16, 7), 28u);  // f16-rounded values held as f32
   EXPECT_EQ(act_row_bytes(WType::bf16, 7), 14u);
   EXPECT_EQ(act_row_bytes(WType::q8_0, 64), 68u);
   EXPECT_EQ(act_row_bytes(WType::q4_0, 64), 68u);
@@ -570,7 +570,13 @@ TEST(KernelsAct, FormatsPerWeightType) {
     quantize_act_ref(t, x.data(), act.data(), 256);
     switch (traits(t).act) {
       case AType::f32: EXPECT_EQ(act, quantize(WType::f32, x)); break;
-      case AType::f16: EXPECT_EQ(act, quantize(WType::f16, x)); break;
+      case AType::f16: {  // the f16 rounding, widened back to f32
+        const Bytes h = quantize(WType::f16, x);
+        std::vector<float> widened(256);
+        dequantize_row(WType::f16, h.data(), widened.data(), 256);
+        EXPECT_EQ(act, quantize(WType::f32, widened));
+        break;
+      }
       case AType::bf16: EXPECT_EQ(act, quantize(WType::bf16, x)); break;
       case AType::q8_0: {
         // llama.cpp's x86 activation quantizer: scale f16(amax / 127), q = x * (127 / amax) rounded to even.
