@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/kernels.h"
@@ -11,6 +12,10 @@
 namespace tandem::engine {
 
 using kernels::WType;
+
+namespace {
+constexpr std::uintptr_t kCacheLine = 64;
+}  // namespace
 
 bool is_float_type(WType t) { return t == WType::f32 || t == WType::f16 || t == WType::bf16; }
 
@@ -88,15 +93,27 @@ at::Tensor Weight::cpu_tensor() const {
 at::Tensor cpu_linear(const at::Tensor& x, const Weight& w, WorkerPool& pool, std::vector<std::byte>& act_buf) {
   const at::Tensor xf = x.to(at::kFloat).contiguous();
   const std::int64_t n = xf.size(0), rows = w.rows, cols = w.cols;
+  // The prepared rows start where a float tile's 64-byte loads of them read whole cache lines: on a line, or for
+  // f32 and bf16 weights at the weight rows' own offset past one (their AVX-512 tiles line their steps up with
+  // those, kernels_avx512_common.h). f32 weights take x's floats in place when they already lie so.
   const std::size_t arb = kernels::act_row_bytes(w.type, cols);
-  if (act_buf.size() < arb * static_cast<std::size_t>(n)) act_buf.resize(arb * static_cast<std::size_t>(n));
-  kernels::quantize_act(w.type, xf.data_ptr<float>(), cols, n, cols, act_buf.data());
+  const auto address = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  const bool phased = (w.type == WType::f32 || w.type == WType::bf16) && arb % kCacheLine == 0;
+  const std::uintptr_t phase = phased ? address(w.data) % kCacheLine : std::uintptr_t{0};
+  const void* act = xf.data_ptr<float>();
+  if (w.type != WType::f32 || address(act) % kCacheLine != phase) {
+    const std::size_t need = arb * static_cast<std::size_t>(n) + 2 * kCacheLine;
+    if (act_buf.size() < need) act_buf.resize(need);
+    const std::uintptr_t at = (address(act_buf.data()) + kCacheLine - 1) / kCacheLine * kCacheLine + phase;
+    kernels::quantize_act(w.type, xf.data_ptr<float>(), cols, n, cols, reinterpret_cast<void*>(at));
+    act = reinterpret_cast<const void*>(at);
+  }
   at::Tensor out = at::empty({n, rows}, at::TensorOptions().dtype(at::kFloat));
   float* y = out.data_ptr<float>();
   const void* aux = w.aux.defined() ? w.aux.data_ptr() : nullptr;
   const int T = pool.size();
   if (T == 1 || rows < 64) {
-    kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, 0, rows, aux);
+    kernels::matmul_rows(w.type, w.data, cols, act, n, y, rows, 0, rows, aux);
     return out;
   }
   // Row ranges on 16-row boundaries (whole register tiles); each output element is computed the same way whatever
@@ -104,7 +121,7 @@ at::Tensor cpu_linear(const at::Tensor& x, const Weight& w, WorkerPool& pool, st
   const std::int64_t tiles = (rows + 15) / 16;
   pool.run([&](int i) {
     const std::int64_t r0 = std::min(rows, tiles * i / T * 16), r1 = std::min(rows, tiles * (i + 1) / T * 16);
-    if (r0 < r1) kernels::matmul_rows(w.type, w.data, cols, act_buf.data(), n, y, rows, r0, r1, aux);
+    if (r0 < r1) kernels::matmul_rows(w.type, w.data, cols, act, n, y, rows, r0, r1, aux);
   });
   return out;
 }
