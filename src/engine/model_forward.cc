@@ -28,6 +28,10 @@ struct DeviceFault {
   Error error;
 };
 
+// Row operations of a prompt chunk (norms, rotary, SiLU) go to the worker pool in ranges of this many rows; a decode
+// step's few rows stay on the calling thread (waking the workers would cost more than the rows).
+constexpr std::int64_t kRowGrain = 16;
+
 }  // namespace
 
 // x @ W^T. On the CPU through Tandem's kernels (kernels.h): the activations are prepared once for the weight
@@ -55,8 +59,12 @@ at::Tensor Model::Impl::rmsnorm(const at::Tensor& x, const at::Tensor& w) const 
   if (x.is_cpu() && w.is_cpu() && w.scalar_type() == at::kFloat) {
     const at::Tensor xf = x.to(at::kFloat).contiguous();
     at::Tensor out = at::empty_like(xf);
-    kernels::rmsnorm_rows(xf.data_ptr<float>(), w.data_ptr<float>(), xf.size(0), xf.size(1),
-                          static_cast<float>(cfg().rms_norm_eps), out.data_ptr<float>());
+    const std::int64_t d = xf.size(1);
+    const float* xp = xf.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    pool->split(xf.size(0), kRowGrain, [&](std::int64_t b, std::int64_t e) {
+      kernels::rmsnorm_rows(xp + b * d, w.data_ptr<float>(), e - b, d, static_cast<float>(cfg().rms_norm_eps), op + b * d);
+    });
     return out;
   }
   const at::Tensor xf = x.to(at::kFloat);
@@ -86,8 +94,11 @@ std::pair<at::Tensor, at::Tensor> Model::Impl::rope_tables(const std::vector<std
 at::Tensor Model::Impl::apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
   const std::int64_t n = x.size(0), h = x.size(1), hd = x.size(2), half = hd / 2;
   if (x.is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous()) {
-    kernels::rope_rows(x.data_ptr<float>(), n, h, half, cos.data_ptr<float>(), sin.data_ptr<float>(),
-                       rope_interleaved);
+    float* xp = x.data_ptr<float>();
+    const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+    pool->split(n, kRowGrain, [&](std::int64_t b, std::int64_t e) {
+      kernels::rope_rows(xp + b * h * hd, e - b, h, half, cp + b * half, sp + b * half, rope_interleaved);
+    });
     return x;
   }
   const at::Tensor xf = x.to(at::kFloat);
@@ -109,8 +120,11 @@ at::Tensor Model::Impl::apply_rope(const at::Tensor& x, const at::Tensor& cos, c
 at::Tensor Model::Impl::act_mul(const at::Tensor& gate, const at::Tensor& up) const {
   const bool gelu = cfg().activation == weights::Activation::gelu_tanh;
   if (gate.is_cpu() && gate.scalar_type() == at::kFloat && gate.is_contiguous() && up.is_contiguous()) {
-    (gelu ? kernels::gelu_tanh_mul : kernels::silu_mul)(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(),
-                                                        gate.data_ptr<float>());
+    const auto fn = gelu ? kernels::gelu_tanh_mul : kernels::silu_mul;
+    const std::int64_t d = gate.dim() > 1 ? gate.size(-1) : gate.numel();
+    float* g = gate.data_ptr<float>();
+    const float* u = up.data_ptr<float>();
+    pool->split(gate.numel() / d, kRowGrain, [&](std::int64_t b, std::int64_t e) { fn(g + b * d, u + b * d, (e - b) * d, g + b * d); });
     return gate;
   }
   return (gelu ? at::gelu(gate, "tanh") : at::silu(gate)) * up;
@@ -156,7 +170,7 @@ at::Tensor Model::Impl::attention(const at::Tensor& q, const KvView& kv, std::in
   const at::Tensor qh = q.to(at::kFloat).view({n, kvh, g, hd}).permute({1, 2, 0, 3}).reshape({kvh, g * n, hd});
   const at::Tensor kt = keys.to(at::kFloat).permute({1, 2, 0});  // [kvh, hd, L]
   const at::Tensor vh = values.to(at::kFloat).permute({1, 0, 2});  // [kvh, L, hd]
-  at::Tensor scores = softcap(at::bmm(qh, kt).mul_(scale), cfg().attn_softcap);
+  at::Tensor mask;
   if (n > 1 || pos0 + n < L || (window > 0 && L > window)) {
     // key j is visible to query i (absolute position pos0 + i) iff j <= pos0 + i, and with a sliding window W also
     // j > pos0 + i - W (the W most recent positions, the query's own included)
@@ -165,12 +179,26 @@ at::Tensor Model::Impl::attention(const at::Tensor& q, const KvView& kv, std::in
     const at::Tensor kj = at::arange(0, L, on.dtype(at::kLong)).unsqueeze(0);
     at::Tensor hidden = kj > qi;
     if (window > 0) hidden = hidden.logical_or(kj <= qi - window);
-    const at::Tensor mask = at::zeros({n, L}, on.dtype(at::kFloat))
-                                .masked_fill_(hidden, -std::numeric_limits<float>::infinity());
-    scores = scores.view({kvh, g, n, L}).add_(mask).view({kvh, g * n, L});
+    mask = at::zeros({n, L}, on.dtype(at::kFloat)).masked_fill_(hidden, -std::numeric_limits<float>::infinity());
   }
-  const at::Tensor probs = at::softmax(scores, -1);
-  const at::Tensor out = at::bmm(probs, vh);  // [kvh, g*n, hd]
+  // KV heads [h0, h1): scores, mask, softmax, weighted values into their rows of `out`. Each head's values depend
+  // on its own rows only, so on the CPU the heads are split across the worker pool (the same result as one call).
+  at::Tensor out = at::empty({kvh, g * n, hd}, qh.options());  // [kvh, g*n, hd]
+  const auto heads = [&](std::int64_t h0, std::int64_t h1) {
+    const std::int64_t c = h1 - h0;
+    at::Tensor scores = softcap(at::bmm(qh.narrow(0, h0, c), kt.narrow(0, h0, c)).mul_(scale), cfg().attn_softcap);
+    if (mask.defined()) scores = scores.view({c, g, n, L}).add_(mask).view({c, g * n, L});
+    at::Tensor part = out.narrow(0, h0, c);
+    at::bmm_out(part, at::softmax(scores, -1), vh.narrow(0, h0, c));
+  };
+  if (q.is_cpu()) {
+    pool->split(kvh, 1, [&](std::int64_t h0, std::int64_t h1) {
+      c10::InferenceMode guard;  // thread-local: the workers' ATen calls run in it too
+      heads(h0, h1);
+    });
+  } else {
+    heads(0, kvh);
+  }
   return out.view({kvh, g, n, hd}).permute({2, 0, 1, 3}).reshape({n, H * hd}).to(q.scalar_type());
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -26,6 +27,31 @@ class WorkerPool {
   // Runs fn(0) .. fn(size()-1), chunk 0 on the calling thread; returns when all are done. Not reentrant: one
   // run() at a time per pool (callers serialize; the engine holds the model's compute lock).
   void run(const std::function<void(int)>& fn);
+
+  // Runs fn(begin, end) over [0, n) cut into size() contiguous ranges whose bounds are multiples of `grain` (a
+  // range may be empty; the last takes the rest), range 0 on the calling thread; all of it on the caller when n is
+  // below 2 * grain or the pool has one thread. For row operations whose rows do not depend on each other: the
+  // result is the same whatever the cut. An exception thrown by fn is rethrown here once every range has ended.
+  template <class F>
+  void split(std::int64_t n, std::int64_t grain, F&& fn) {
+    const int t = size();
+    if (t == 1 || n < 2 * grain) {
+      if (n > 0) fn(std::int64_t{0}, n);
+      return;
+    }
+    const std::int64_t units = (n + grain - 1) / grain;
+    std::vector<std::exception_ptr> failed(static_cast<std::size_t>(t));
+    run([&](int i) {
+      const std::int64_t b = units * i / t * grain, e = i + 1 == t ? n : units * (i + 1) / t * grain;
+      try {
+        if (b < e) fn(b, e < n ? e : n);
+      } catch (...) {
+        failed[static_cast<std::size_t>(i)] = std::current_exception();
+      }
+    });
+    for (const auto& f : failed)
+      if (f) std::rethrow_exception(f);
+  }
 
  private:
   void loop(int index);
