@@ -111,11 +111,14 @@ double stream_read_gbps(const std::vector<std::uint8_t>& buf, std::size_t stream
   return best;
 }
 
-void BM_Decode(benchmark::State& state, WType t, Shape s) {
+// A decode step of n activation rows (n = 1: one stream; 4 - 16: continuous batching's steps) over cold weights:
+// GB/s of matrix read, and x_bound against the streaming read right after. A batched step at x_bound near 1 costs
+// what one row costs: the kernels keep up with memory.
+void BM_Decode(benchmark::State& state, WType t, Shape s, std::int64_t n) {
   const std::size_t matrix = row_bytes(t, s.cols) * static_cast<std::size_t>(s.rows);
   const std::size_t copies = g_warm ? 1 : std::max<std::size_t>(2, g_cold_bytes / matrix);
   const std::vector<std::uint8_t> w = make_weights(t, s, copies);
-  const std::vector<std::uint8_t> a = make_acts(t, 1, s.cols);
+  const std::vector<std::uint8_t> a = make_acts(t, n, s.cols);
   // The side table the active kernels read beside each matrix (the engine makes it at load; none on most paths).
   const std::size_t aux = g_rows ? 0 : aux_bytes(t, s.rows, s.cols);
   std::vector<std::uint8_t> x(aux * copies);
@@ -123,11 +126,11 @@ void BM_Decode(benchmark::State& state, WType t, Shape s) {
   for (std::size_t c = 0; aux != 0 && c < copies; ++c) prepare_aux(t, w.data() + c * matrix, s.rows, s.cols, x.data() + c * aux);
   // How fast the load makes it (bytes of the matrix per second, cold: each copy is read once).
   if (aux != 0) state.counters["aux_GB/s"] = static_cast<double>(matrix * copies) / 1e9 / (thread_seconds() - tp);
-  std::vector<float> y(static_cast<std::size_t>(s.rows));
+  std::vector<float> y(static_cast<std::size_t>(s.rows * n));
   std::size_t k = 0;
   const double t0 = thread_seconds();
   for (auto _ : state) {
-    matmul_rows(t, w.data() + k * matrix, s.cols, a.data(), 1, y.data(), s.rows, 0, s.rows,
+    matmul_rows(t, w.data() + k * matrix, s.cols, a.data(), n, y.data(), s.rows, 0, s.rows,
                 aux != 0 ? x.data() + k * aux : nullptr);
     benchmark::DoNotOptimize(y.data());
     k = k + 1 == copies ? 0 : k + 1;
@@ -255,7 +258,17 @@ int main(int argc, char** argv) {
   for (WType t : kAllWTypes) {
     const std::string tn(wtype_name(t));
     for (Shape s : decode_shapes) {
-      benchmark::RegisterBenchmark(("Decode/" + tn + "/" + shape_name(s)).c_str(), BM_Decode, t, s)
+      benchmark::RegisterBenchmark(("Decode/" + tn + "/" + shape_name(s)).c_str(), BM_Decode, t, s, 1)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(min_time)
+          ->ComputeStatistics("best_rate", best);
+    }
+  }
+  for (WType t : kAllWTypes) {
+    const std::string tn(wtype_name(t));
+    for (std::int64_t n : {4, 8, 16}) {
+      benchmark::RegisterBenchmark(("Batch/" + tn + "/" + shape_name(prefill_shape) + "/n:" + std::to_string(n)).c_str(),
+                                   BM_Decode, t, prefill_shape, n)
           ->Unit(benchmark::kMicrosecond)
           ->MinTime(min_time)
           ->ComputeStatistics("best_rate", best);
