@@ -369,6 +369,8 @@ void exact_rows(const std::uint8_t* w, std::size_t wrb, int nr, const BlockQ8_0*
 // Prefill's pieces: blocks of a row handled per pass (rows longer than kPieceBlocks * 32 columns go in pieces, the
 // sums running on from piece to piece in the same order).
 constexpr std::int64_t kPieceBlocks = 32;
+// Blocks prefetched ahead while the B tiles are built from the packed layout.
+constexpr std::int64_t kAheadBlocks = 8;
 
 // The scales of a group of up to 16 activations (MG of them, or n when MG is 0), block by block: per block the 16
 // f16 values side by side (plain 16-bit moves), then one conversion. `a`: the first activation at the piece's first
@@ -441,6 +443,10 @@ void act_group(const std::uint8_t* a, std::size_t arb, int n, const float (*da)[
 // Activation counts below this take the vector forms (packed_decode, or exact_rows without the side table)
 // instead of the tiles (same results): a tile call's set-up costs more than it saves for so few (measured: decode).
 constexpr int kTileMinActs = 4;
+// With the packed layout the vector form keeps up with memory for more activations (continuous batching's steps):
+// measured per matrix (bench_kernels' Batch/...), the tiles' per-block set-up (B tiles built, C stored and read back
+// for the float step) cost more than the vector form below this count.
+constexpr int kTileMinActsPacked = 17;
 
 template <class S>
 void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
@@ -451,14 +457,25 @@ void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
   const std::int64_t nb = cols / QK8_0;
   const std::size_t group_bytes = packed_group_bytes<P>(cols);
   const int ng = (nr + kRows - 1) / kRows;
-  if (nc < kTileMinActs) {
-    if (aux != nullptr) {
-      switch (nc) {
-        case 1: packed_decode<P, 1>(aux, group_bytes, nr, a, arb, nb, y, ldy); return;
-        case 2: packed_decode<P, 2>(aux, group_bytes, nr, a, arb, nb, y, ldy); return;
-        default: packed_decode<P, 3>(aux, group_bytes, nr, a, arb, nb, y, ldy); return;
+  if (aux != nullptr && nc < kTileMinActsPacked) {
+    // Up to 8 activations per pass over the groups (a second pass reads them from L2).
+    for (int c0 = 0; c0 < nc; c0 += 8) {
+      const std::uint8_t* ac = a + static_cast<std::size_t>(c0) * arb;
+      float* yc = y + c0 * ldy;
+      switch (std::min(8, nc - c0)) {
+        case 1: packed_decode<P, 1>(aux, group_bytes, nr, ac, arb, nb, yc, ldy); break;
+        case 2: packed_decode<P, 2>(aux, group_bytes, nr, ac, arb, nb, yc, ldy); break;
+        case 3: packed_decode<P, 3>(aux, group_bytes, nr, ac, arb, nb, yc, ldy); break;
+        case 4: packed_decode<P, 4>(aux, group_bytes, nr, ac, arb, nb, yc, ldy); break;
+        case 5: packed_decode<P, 5>(aux, group_bytes, nr, ac, arb, nb, yc, ldy); break;
+        case 6: packed_decode<P, 6>(aux, group_bytes, nr, ac, arb, nb, yc, ldy); break;
+        case 7: packed_decode<P, 7>(aux, group_bytes, nr, ac, arb, nb, yc, ldy); break;
+        default: packed_decode<P, 8>(aux, group_bytes, nr, ac, arb, nb, yc, ldy); break;
       }
     }
+    return;
+  }
+  if (nc < kTileMinActs) {
     for (int g = 0; g < ng; ++g)
       for (int c = 0; c < nc; ++c)
         exact_rows<typename S::Levels>(w + static_cast<std::size_t>(g) * kRows * wrb, wrb,
@@ -476,13 +493,23 @@ void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
   for (int g = 0; g < ng; ++g)
     for (int i = 0; i < nc * kRows; ++i) sums[g][i] = 0.f;
 
+  int configured = 0;  // the activation count the tiles are configured for in this call (0: not yet)
   for (std::int64_t p0 = 0; p0 < nb; p0 += kPieceBlocks) {
     const std::int64_t pn = std::min(kPieceBlocks, nb - p0);
-    for (int g = 0; g < ng; ++g) {
+    // Group g's B tiles and scales for the piece's blocks.
+    const auto build = [&](int g) {
       if (aux != nullptr) {
-        // From the packed layout: the signed levels of B rows 0..7 and the scales, a few operations per block.
+        // From the packed layout: the signed levels of B rows 0..7 and the scales, a few operations per block. The
+        // blocks kAhead on in reading order (this group's, then the next group's) are prefetched: with few
+        // activations this loop is what waits on memory.
+        const std::uint8_t* grp = aux + static_cast<std::size_t>(g) * group_bytes;
         for (std::int64_t ib = 0; ib < pn; ++ib) {
-          const std::uint8_t* p = aux + static_cast<std::size_t>(g) * group_bytes + static_cast<std::size_t>(p0 + ib) * kB;
+          const std::uint8_t* p = grp + static_cast<std::size_t>(p0 + ib) * kB;
+          const std::int64_t ahead = ib + kAheadBlocks;
+          const std::uint8_t* q = ahead < pn || g + 1 == ng ? p + kAheadBlocks * kB
+                                                            : grp + group_bytes + static_cast<std::size_t>(p0 + ahead - pn) * kB;
+          TANDEM_UNROLL
+          for (std::size_t l = 0; l < kB; l += 64) _mm_prefetch(reinterpret_cast<const char*>(q + l), _MM_HINT_T0);
           __m512i sv[8];
           P::signed_rows(p + kPackedHead, sv);
           std::int8_t* dst = bbuf[g] + ib * 512;
@@ -490,7 +517,7 @@ void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
           for (int k = 0; k < 8; ++k) _mm512_store_si512(dst + 64 * k, sv[k]);
           _mm512_store_ps(dw[g] + ib * kRows, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
         }
-        continue;
+        return;
       }
       // From the rows: for block ib, B row k, column r: levels 4k..4k+3 of weight row r (zeros past the rows).
       const std::uint8_t* wg = w + static_cast<std::size_t>(g) * kRows * wrb;
@@ -515,20 +542,39 @@ void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
         std::memcpy(bbuf[g] + ib * 512, bq, 512);
         _mm512_store_ps(dw[g] + ib * kRows, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
       }
-    }
-    int configured = 0;  // the activation count the tiles are configured for in this call (0: not yet)
-    for (std::int64_t m0 = 0; m0 < nc; m0 += 16) {
+    };
+    // Activation group m0 (up to 16) against the groups' tiles: g0 only, or all of them (g0 < 0).
+    const auto acts = [&](std::int64_t m0, int g0) {
       const int mg = static_cast<int>(std::min<std::int64_t>(16, nc - m0));
       if (mg != configured) {
         configure(mg);
         configured = mg;
       }
       const std::uint8_t* am = a + static_cast<std::size_t>(m0) * arb + static_cast<std::size_t>(p0) * sizeof(BlockQ8_0);
-      if (mg == 16) act_scales<16>(am, arb, 16, pn, da);
-      else act_scales<0>(am, arb, mg, pn, da);
-      for (int g = 0; g < ng; ++g) {
+      for (int g = g0 < 0 ? 0 : g0; g < (g0 < 0 ? ng : g0 + 1); ++g) {
         if (mg == 16) act_group<16>(am, arb, 16, da, bbuf[g], dw[g], pn, sums[g] + m0 * kRows);
         else act_group<0>(am, arb, mg, da, bbuf[g], dw[g], pn, sums[g] + m0 * kRows);
+      }
+    };
+    const auto scales = [&](std::int64_t m0) {
+      const int mg = static_cast<int>(std::min<std::int64_t>(16, nc - m0));
+      const std::uint8_t* am = a + static_cast<std::size_t>(m0) * arb + static_cast<std::size_t>(p0) * sizeof(BlockQ8_0);
+      if (mg == 16) act_scales<16>(am, arb, 16, pn, da);
+      else act_scales<0>(am, arb, mg, pn, da);
+    };
+    if (nc <= 16) {
+      // One activation group (continuous batching's steps): each group's tiles used as soon as they are built, while
+      // they are in L1.
+      scales(0);
+      for (int g = 0; g < ng; ++g) {
+        build(g);
+        acts(0, g);
+      }
+    } else {
+      for (int g = 0; g < ng; ++g) build(g);
+      for (std::int64_t m0 = 0; m0 < nc; m0 += 16) {
+        scales(m0);
+        acts(m0, -1);
       }
     }
   }
