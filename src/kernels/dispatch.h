@@ -51,10 +51,17 @@ using AttentionFn = void (*)(const float* q, std::int64_t heads, std::int64_t kv
                              const float* k, const float* v, const std::int64_t* slots, std::int64_t pos,
                              std::int64_t window, float scale, float cap, float* scratch, float* out);
 
+// The same over a pool of f16 keys and values (IEEE binary16 bits).
+using AttentionF16Fn = void (*)(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
+                                const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots,
+                                std::int64_t pos, std::int64_t window, float scale, float cap, float* scratch,
+                                float* out);
+
 struct KernelTable {
   Isa isa = Isa::scalar;
   TypeKernels types[kWTypeCount];  // indexed by WType's value
   AttentionFn attention = nullptr;
+  AttentionF16Fn attention_f16 = nullptr;
 
   const TypeKernels& operator[](WType t) const { return types[static_cast<int>(t)]; }
 };
@@ -65,6 +72,9 @@ const KernelTable& scalar_table();
 void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
                    const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
                    float cap, float* scratch, float* out);
+void ref_attention_f16(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
+                       const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
+                       std::int64_t window, float scale, float cap, float* scratch, float* out);
 #if defined(TANDEM_KERNELS_HAVE_AVX2)
 // AVX2 + FMA + F16C (kernels_avx2.cc). Call only when the CPU has all three.
 const KernelTable& avx2_table();

@@ -45,10 +45,16 @@ constexpr TypeKernels ref_kernels() {
 
 }  // namespace
 
-// The reference attention: scores and sums in double, std::exp, key after key.
-void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
-                   const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
-                   float cap, float* scratch, float* out) {
+namespace {
+
+inline float kv_value(float x) { return x; }
+inline float kv_value(std::uint16_t h) { return f16_to_f32(h); }
+
+// The reference attention: scores and sums in double, std::exp, key after key; f32 or f16 keys and values.
+template <class KV>
+void ref_attention_of(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const KV* k,
+                      const KV* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
+                      float cap, float* scratch, float* out) {
   const std::int64_t group = heads / kv_heads, row = kv_heads * hd;
   const std::int64_t first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
   for (std::int64_t h = 0; h < heads; ++h) {
@@ -56,9 +62,9 @@ void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, st
     const std::int64_t off = (h / group) * hd;
     float mx = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = first; j <= pos; ++j) {
-      const float* kj = k + slots[j] * row + off;
+      const KV* kj = k + slots[j] * row + off;
       double dot = 0;
-      for (std::int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qh[e]) * kj[e];
+      for (std::int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qh[e]) * kv_value(kj[e]);
       float s = static_cast<float>(dot) * scale;
       if (cap > 0.0F) s = cap * std::tanh(s / cap);
       scratch[j] = s;
@@ -68,10 +74,25 @@ void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, st
     for (std::int64_t j = first; j <= pos; ++j) sum += (scratch[j] = std::exp(scratch[j] - mx));
     for (std::int64_t e = 0; e < hd; ++e) {
       double acc = 0;
-      for (std::int64_t j = first; j <= pos; ++j) acc += static_cast<double>(scratch[j]) * v[slots[j] * row + off + e];
+      for (std::int64_t j = first; j <= pos; ++j)
+        acc += static_cast<double>(scratch[j]) * kv_value(v[slots[j] * row + off + e]);
       out[h * hd + e] = static_cast<float>(acc / sum);
     }
   }
+}
+
+}  // namespace
+
+void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
+                   const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
+                   float cap, float* scratch, float* out) {
+  ref_attention_of(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+}
+
+void ref_attention_f16(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
+                       const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
+                       std::int64_t window, float scale, float cap, float* scratch, float* out) {
+  ref_attention_of(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
 }
 
 namespace {
@@ -80,6 +101,7 @@ constexpr KernelTable make_scalar_table() {
   KernelTable t;
   t.isa = Isa::scalar;
   t.attention = ref_attention;
+  t.attention_f16 = ref_attention_f16;
   t.types[static_cast<int>(WType::f32)] = ref_kernels<WType::f32>();
   t.types[static_cast<int>(WType::f16)] = ref_kernels<WType::f16>();
   t.types[static_cast<int>(WType::bf16)] = ref_kernels<WType::bf16>();
@@ -266,6 +288,12 @@ void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads,
                       const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
                       float cap, float* scratch, float* out) {
   table().attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+}
+
+void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
+                      const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
+                      std::int64_t window, float scale, float cap, float* scratch, float* out) {
+  table().attention_f16(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
 }
 
 std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols) {

@@ -55,5 +55,9 @@ void prepare_aux(WType t, const void* w, std::int64_t rows, std::int64_t cols, v
 void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
                       const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
                       float cap, float* scratch, float* out);
+// The same over a pool of f16 keys and values (IEEE binary16 bits; each read as its exact f32 value).
+void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
+                      const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
+                      std::int64_t window, float scale, float cap, float* scratch, float* out);
 
 }  // namespace tandem::kernels

@@ -377,7 +377,8 @@ KernelTable make_avx2_table() {
   t.types[static_cast<int>(WType::q4_1)] = entry<Q4_1Tile, kQ4_0>(quantize_q8_1);
   t.types[static_cast<int>(WType::q5_1)] = entry<Q5_1Tile, kQ4_0>(quantize_q8_1);
   t.types[static_cast<int>(WType::iq4_nl)] = entry<IQ4NLTile, kQ4_0>(quantize_q8_0);
-  t.attention = attention_256;
+  t.attention = attention_256<float>;
+  t.attention_f16 = attention_256<std::uint16_t>;
   for (WType k : {WType::q4_K, WType::q5_K, WType::q6_K, WType::q2_K, WType::q3_K, WType::iq4_xs})
     t.types[static_cast<int>(k)] = avx2_superblock_kernels(k);
   return t;

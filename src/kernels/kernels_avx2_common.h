@@ -105,12 +105,30 @@ inline __m256 exp256_nonpositive(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-// As attention_512 with 8 lanes; head sizes that are not multiples of 8 (or above 256) go to the reference.
-inline void attention_256(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
-                          const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
+// The reference attention for either pool element type (dispatch.h).
+inline void ref_attention_kv(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
+                             const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
+                             float scale, float cap, float* scratch, float* out) {
+  ref_attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+}
+inline void ref_attention_kv(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
+                             const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots,
+                             std::int64_t pos, std::int64_t window, float scale, float cap, float* scratch, float* out) {
+  ref_attention_f16(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+}
+
+// 8 keys' or values' elements as f32: f32 as they are, f16 widened exactly (F16C).
+inline __m256 kv_load256(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 kv_load256(const std::uint16_t* p) { return _mm256_cvtph_ps(load128(p)); }
+
+// As attention_512 with 8 lanes; head sizes that are not multiples of 8 (or above 256) go to the reference. KV: f32
+// or f16 (std::uint16_t) pool elements.
+template <class KV>
+inline void attention_256(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const KV* k,
+                          const KV* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
                           float scale, float cap, float* scratch, float* out) {
   if (hd % 8 != 0 || hd > 256) {
-    ref_attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+    ref_attention_kv(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
     return;
   }
   const std::int64_t group = heads / kv_heads, row = kv_heads * hd;
@@ -121,9 +139,9 @@ inline void attention_256(const float* q, std::int64_t heads, std::int64_t kv_he
     const std::int64_t off = (h / group) * hd;
     float mx = -__builtin_inff();
     for (std::int64_t j = first; j <= pos; ++j) {
-      const float* kj = k + slots[j] * row + off;
-      __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kj));
-      for (int i = 1; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * i), _mm256_loadu_ps(kj + 8 * i), acc);
+      const KV* kj = k + slots[j] * row + off;
+      __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qh), kv_load256(kj));
+      for (int i = 1; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * i), kv_load256(kj + 8 * i), acc);
       float sc = hsum8(acc) * scale;
       if (cap > 0.0F) sc = cap * __builtin_tanhf(sc / cap);
       scratch[j] = sc;
@@ -154,8 +172,8 @@ inline void attention_256(const float* q, std::int64_t heads, std::int64_t kv_he
       __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
       for (std::int64_t jj = first; jj <= pos; ++jj) {
         const __m256 p = _mm256_set1_ps(scratch[jj]);
-        const float* vj = v + slots[jj] * row + off + 8 * i0;
-        for (int i = 0; i < ni; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * i), acc[i]);
+        const KV* vj = v + slots[jj] * row + off + 8 * i0;
+        for (int i = 0; i < ni; ++i) acc[i] = _mm256_fmadd_ps(p, kv_load256(vj + 8 * i), acc[i]);
       }
       for (int i = 0; i < ni; ++i) _mm256_storeu_ps(out + h * hd + 8 * (i0 + i), _mm256_div_ps(acc[i], sum));
     }

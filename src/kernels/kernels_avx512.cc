@@ -190,7 +190,8 @@ void set_tile(KernelTable& t, WType type) {
 KernelTable make_avx512_table() {
   KernelTable t = avx2_table();
   t.isa = Isa::avx512;
-  t.attention = attention_512;
+  t.attention = attention_512<float>;
+  t.attention_f16 = attention_512<std::uint16_t>;
   set_tile<F32Tile512, kFloat512>(t, WType::f32);
   set_tile<F16Tile512, kFloat512>(t, WType::f16);
   set_tile<BF16WidenTile512, kFloat512>(t, WType::bf16);

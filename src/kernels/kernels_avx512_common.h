@@ -323,14 +323,20 @@ inline __m512 exp512_nonpositive(__m512 x) {
   return _mm512_scalef_ps(y, n);
 }
 
+// 16 keys' or values' elements as f32 (lanes off in m read as 0, nothing read for them): f32 as they are, f16
+// widened exactly.
+inline __m512 kv_load512(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 kv_load512(const std::uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+
 // Per head: scores by 16-lane FMA chains over the head's elements (the last vector masked), hsum16, scaled and
 // capped; exp of score − max 16 keys at a time, their sum in 16 lanes then hsum16; out = (Σ_j e_j v_j) / sum with
 // the weighted sums in FMA chains over j, 64 elements at a time. Head sizes above 256 go to the reference.
-inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
-                          const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
+template <class KV>
+inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const KV* k,
+                          const KV* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
                           float scale, float cap, float* scratch, float* out) {
   if (hd > 256) {
-    ref_attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+    ref_attention_kv(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
     return;
   }
   const std::int64_t group = heads / kv_heads, row = kv_heads * hd;
@@ -344,10 +350,10 @@ inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_he
     for (int i = 0; i < nv; ++i) qv[i] = _mm512_maskz_loadu_ps(i + 1 < nv ? __mmask16(0xFFFF) : last, qh + 16 * i);
     float mx = -__builtin_inff();
     for (std::int64_t j = first; j <= pos; ++j) {
-      const float* kj = k + slots[j] * row + off;
-      __m512 acc = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(nv > 1 ? __mmask16(0xFFFF) : last, kj));
+      const KV* kj = k + slots[j] * row + off;
+      __m512 acc = _mm512_mul_ps(qv[0], kv_load512(kj, nv > 1 ? __mmask16(0xFFFF) : last));
       for (int i = 1; i < nv; ++i)
-        acc = _mm512_fmadd_ps(qv[i], _mm512_maskz_loadu_ps(i + 1 < nv ? __mmask16(0xFFFF) : last, kj + 16 * i), acc);
+        acc = _mm512_fmadd_ps(qv[i], kv_load512(kj + 16 * i, i + 1 < nv ? __mmask16(0xFFFF) : last), acc);
       float sc = hsum16(acc) * scale;
       if (cap > 0.0F) sc = cap * __builtin_tanhf(sc / cap);
       scratch[j] = sc;
@@ -367,9 +373,9 @@ inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_he
       __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
       for (std::int64_t j = first; j <= pos; ++j) {
         const __m512 p = _mm512_set1_ps(scratch[j]);
-        const float* vj = v + slots[j] * row + off + 16 * i0;
+        const KV* vj = v + slots[j] * row + off + 16 * i0;
         for (int i = 0; i < ni; ++i)
-          acc[i] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(i0 + i + 1 < nv ? __mmask16(0xFFFF) : last, vj + 16 * i), acc[i]);
+          acc[i] = _mm512_fmadd_ps(p, kv_load512(vj + 16 * i, i0 + i + 1 < nv ? __mmask16(0xFFFF) : last), acc[i]);
       }
       for (int i = 0; i < ni; ++i)
         _mm512_mask_storeu_ps(out + h * hd + 16 * (i0 + i), i0 + i + 1 < nv ? __mmask16(0xFFFF) : last,

@@ -154,7 +154,7 @@ TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
 // attention_decode on every path against the reference (double sums, std::exp): grouped heads, head sizes with and
 // without a partial vector (20, 80, 96) and beyond the SIMD paths' 256 (the reference then), a sliding window, soft
 // capping, large scores (exp's range), positions read through shuffled pool slots — the other pool rows hold NaN, so
-// a read outside the item's slots shows.
+// a read outside the item's slots shows. The pool in f32 and in f16.
 TEST(KernelsAttention, EveryPathMatchesTheReference) {
   struct Case {
     std::int64_t heads, kv_heads, hd, pos, window;
@@ -197,6 +197,33 @@ TEST(KernelsAttention, EveryPathMatchesTheReference) {
       for (std::size_t i = 0; i < out.size(); ++i) {
         ASSERT_TRUE(std::isfinite(ref[i]));
         ASSERT_NEAR(out[i], ref[i], 2e-5 * (1.0 + std::fabs(ref[i]))) << "element " << i;
+      }
+      // The same pool in f16 (the CPU layers' KV pool): each path within the same bound of the f16 reference, and
+      // the f16 reference exactly the f32 reference over the f16-rounded values (the widening is exact).
+      std::vector<std::uint16_t> k16(k.size()), v16(v.size());
+      std::vector<float> kr(k.size()), vr(v.size());
+      for (std::size_t i = 0; i < k.size(); ++i) {
+        k16[i] = f32_to_f16(k[i]);
+        v16[i] = f32_to_f16(v[i]);
+        kr[i] = f16_to_f32(k16[i]);
+        vr[i] = f16_to_f32(v16[i]);
+      }
+      std::vector<float> out16(q.size()), ref16(q.size()), ref_rounded(q.size());
+      {
+        IsaScope reference(Isa::scalar);
+        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k16.data(), v16.data(), slots.data(), c.pos, c.window,
+                         scale, c.cap, scratch.data(), ref16.data());
+        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, kr.data(), vr.data(), slots.data(), c.pos, c.window,
+                         scale, c.cap, scratch.data(), ref_rounded.data());
+      }
+      {
+        IsaScope scope(isa);
+        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k16.data(), v16.data(), slots.data(), c.pos, c.window,
+                         scale, c.cap, scratch.data(), out16.data());
+      }
+      for (std::size_t i = 0; i < out16.size(); ++i) {
+        ASSERT_TRUE(same_bits(ref16[i], ref_rounded[i])) << "f16 reference, element " << i;
+        ASSERT_NEAR(out16[i], ref16[i], 2e-5 * (1.0 + std::fabs(ref16[i]))) << "f16 pool, element " << i;
       }
     }
   }
