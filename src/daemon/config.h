@@ -69,6 +69,7 @@ struct ModelConfig {
   std::string dir;                   // model directory (HF layout); absolute, or relative to the config file's dir
   std::string revision;              // label, part of the fingerprint; <= 128 bytes
   std::string dtype = "auto";        // auto | f32 | bf16 | f16 (how float weights are held; engine/model.h)
+  std::string kv_cache = "f16";      // f16 | f32: the CPU layers' KV cache (engine/model.h KvCacheType)
   std::string template_name;         // "" = the model's own chat_template (raw if none); raw | llama2 | chatml | zephyr
   SamplingDefaults sampling;
   // CPU replica mode: warm | mmap | on_demand, or auto (ReplicaModePolicy from measured times).

@@ -395,6 +395,7 @@ const std::vector<Section<M>>& model_schema() {
            TANDEM_TEXT(M, "dir", dir, text(path_rule, true)),
            TANDEM_TEXT(M, "revision", revision, text(revision_rule)),
            TANDEM_TEXT(M, "dtype", dtype, choice({"auto", "f32", "bf16", "f16"})),
+           TANDEM_TEXT(M, "kv_cache", kv_cache, choice({"f16", "f32"})),
            TANDEM_TEXT(M, "template", template_name, choice({"", "raw", "llama2", "chatml", "zephyr"})),
            TANDEM_FIELD(M, "replica_mode", choice({"auto", "warm", "mmap", "on_demand"}),
                         replica_mode_text(c.replica_mode),

@@ -235,8 +235,11 @@ Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare_llm(const ModelCon
   e->cfg = mc;
   auto dt = engine::parse_compute_dtype(mc.dtype);
   if (!dt) return fail(Errc::invalid_argument, "model " + mc.name + ": " + dt.error().message);
+  auto kv = engine::parse_kv_cache_type(mc.kv_cache);
+  if (!kv) return fail(Errc::invalid_argument, "model " + mc.name + ": " + kv.error().message);
   engine::LoadOptions o;
   o.dtype = *dt;
+  o.cpu_kv = *kv;
   o.kv_block_size = static_cast<int>(cfg_.policy.estimator.kv_block_tokens);
   o.max_context = static_cast<int>(mc.max_context);
   o.revision = mc.revision;
@@ -281,6 +284,7 @@ Result<std::unique_ptr<PreparedModel>> EngineBackend::prepare_llm(const ModelCon
   ModelInfo info;
   info.name = mc.name;
   info.shape = shape_of(mc.name, *model, *dt);
+  info.shape.cpu_kv_elem_bytes = *kv == engine::KvCacheType::f16 ? 2 : 4;
   info.revision = mc.revision;
   info.dtype = std::string(engine::compute_dtype_name(*dt));
   info.template_name = std::string(gen::template_name(model->prompt_template()));

@@ -76,10 +76,12 @@ KvStats KvPool::stats() const {
 void KvPool::write(std::size_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v) {
   at::Tensor& ks = k_[layer];
   at::Tensor& vs = v_[layer];
-  if (ks.is_cpu() && slots.is_cpu() && k.is_cpu() && v.is_cpu() && k.scalar_type() == ks.scalar_type() &&
-      v.scalar_type() == vs.scalar_type() && slots.scalar_type() == at::kLong) {
-    // On the CPU a row copy per position (a decode step writes one row per layer: no operator call for it).
-    const at::Tensor kc = k.contiguous(), vc = v.contiguous(), sc = slots.contiguous();
+  if (ks.is_cpu() && slots.is_cpu() && k.is_cpu() && v.is_cpu() && slots.scalar_type() == at::kLong) {
+    // On the CPU a row copy per position (a decode step writes one row per layer: no operator call for it), after
+    // one conversion to the pool's element type when the rows come in another (f32 rows into an f16 pool: rounded
+    // to nearest even).
+    const at::Tensor kc = k.to(ks.scalar_type()).contiguous(), vc = v.to(vs.scalar_type()).contiguous();
+    const at::Tensor sc = slots.contiguous();
     const std::int64_t n = sc.numel();
     const std::size_t row = static_cast<std::size_t>(ks.numel() / ks.size(0)) * ks.element_size();
     TORCH_CHECK(kc.numel() * kc.element_size() == static_cast<std::int64_t>(row) * n && vc.numel() == kc.numel(),

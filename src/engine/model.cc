@@ -76,6 +76,14 @@ Result<ComputeDType> parse_compute_dtype(std::string_view s) {
   return fail(Errc::invalid_argument, "unknown compute dtype '" + std::string(s) + "' (auto, f32, bf16, f16)");
 }
 
+std::string_view kv_cache_type_name(KvCacheType t) { return t == KvCacheType::f32 ? "f32" : "f16"; }
+
+Result<KvCacheType> parse_kv_cache_type(std::string_view s) {
+  for (auto t : {KvCacheType::f16, KvCacheType::f32})
+    if (kv_cache_type_name(t) == s) return t;
+  return fail(Errc::invalid_argument, "unknown KV cache type '" + std::string(s) + "' (f16, f32)");
+}
+
 // The types the matrices are held in (after any load-time conversion), as "type:count" in kAllWTypes order;
 // norms are always f32. What decides the CPU kernels' results, so it is part of the fingerprint (the
 // requested dtype is not: `auto` and `f32` on an f32 file are the same replica).
@@ -341,11 +349,14 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
       TANDEM_TRY(im.place_on_accelerator());
     }
 
-    // KV pool: accelerator layers in the activation dtype there (accounted at Site::kv_pool), CPU layers in f32
-    // (what the CPU computes in).
+    // KV pool: accelerator layers in the activation dtype there (accounted at Site::kv_pool), CPU layers in
+    // opts.cpu_kv: f32 (the rows as computed), or f16 (llama.cpp's default cache type and the daemon's: half the
+    // bytes to hold and to read per decode step; the rows rounded to f16 as they are stored and widened exactly as
+    // they are read).
+    const at::ScalarType cpu_kv = opts.cpu_kv == KvCacheType::f32 ? at::kFloat : at::kHalf;
     for (int i = 0; i < cfg.num_layers; ++i) {
       const bool on_accel = i < im.accel_layers;
-      const at::ScalarType st = on_accel ? im.dtype : at::kFloat;
+      const at::ScalarType st = on_accel ? im.dtype : cpu_kv;
       const std::uint64_t layer_kv_bytes = im.kv.layer_bytes(std::int64_t{cfg.num_kv_heads} * cfg.head_dim, st);
       auto a = im.kv.add_layer({cfg.num_kv_heads, cfg.head_dim}, st, on_accel ? im.accel_dev : at::Device(at::kCPU),
                                on_accel ? im.accel.get() : nullptr);
@@ -416,6 +427,7 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
         {"accel_activations", std::string(opts.dtype == ComputeDType::bf16  ? "bf16"
                                           : opts.dtype == ComputeDType::f16 ? "f16"
                                                                             : "f32")},
+        {"cpu_kv", std::string(kv_cache_type_name(opts.cpu_kv))},
     };
     for (auto& p : im.text_fingerprint(*m)) parts.push_back(std::move(p));
     im.fingerprint = gen::Fingerprint::make(std::move(parts));

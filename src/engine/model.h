@@ -32,6 +32,13 @@ enum class ComputeDType { auto_, f32, bf16, f16 };
 std::string_view compute_dtype_name(ComputeDType d);
 Result<ComputeDType> parse_compute_dtype(std::string_view s);  // "auto", "f32", "bf16", "f16"
 
+// The element type of the CPU layers' KV cache: f16 (llama.cpp's and Ollama's default: half the memory, and half
+// the bytes a decode step reads, each row rounded to nearest even as it is stored) or f32 (the rows as computed).
+// Accelerator layers keep theirs in the compute dtype.
+enum class KvCacheType { f16, f32 };
+std::string_view kv_cache_type_name(KvCacheType t);
+Result<KvCacheType> parse_kv_cache_type(std::string_view s);  // "f16", "f32"
+
 struct LoadOptions {
   ComputeDType dtype = ComputeDType::auto_;
   int threads = 1;                        // intra-op threads for matmuls (set per model, applied on each call)
@@ -42,6 +49,7 @@ struct LoadOptions {
   std::string revision;                   // optional revision label, part of the fingerprint
   std::string template_name;              // "" = from tokenizer_config.json's chat template, else raw
   bool prefault = false;                  // touch every weight page at load (replica mode "warm")
+  KvCacheType cpu_kv = KvCacheType::f32;  // the CPU layers' KV cache (the daemon's default is f16: config.md)
 
   // Placement. Without an accelerator everything runs on the CPU over the mmap'd weights. With one, layers
   // [0, accel_layers) have their weights copied to it and their KV blocks on it; layers [accel_layers, n) stay on

@@ -144,17 +144,26 @@ at::Tensor Model::Impl::softcap(at::Tensor x, const std::optional<double>& cap) 
 at::Tensor Model::Impl::attention(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides) const {
   const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
   const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  const at::ScalarType kv_type = kv.keys.scalar_type();
   if (kv.slots != nullptr && q.size(0) == 1 && q.is_cpu() && q.scalar_type() == at::kFloat &&
-      kv.keys.scalar_type() == at::kFloat && kv.keys.is_contiguous() && kv.values.is_contiguous()) {
-    // A decode row on the CPU: straight from the pool's rows, no gather and no operator calls.
+      (kv_type == at::kFloat || kv_type == at::kHalf) && kv.values.scalar_type() == kv_type &&
+      kv.keys.is_contiguous() && kv.values.is_contiguous()) {
+    // A decode row on the CPU: straight from the pool's rows (f16, or f32), no gather and no operator calls.
     const at::Tensor qc = q.contiguous();
     const std::int64_t H = q.size(1), hd = q.size(2);
     at::Tensor out = at::empty({1, H * hd}, qc.options());
     if (attn_scratch.size() < static_cast<std::size_t>(kv.length)) attn_scratch.resize(static_cast<std::size_t>(kv.length));
-    const auto& cap = cfg().attn_softcap;
-    kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd, kv.keys.data_ptr<float>(),
-                              kv.values.data_ptr<float>(), kv.slots, pos0, window, static_cast<float>(scale),
-                              cap ? static_cast<float>(*cap) : 0.0F, attn_scratch.data(), out.data_ptr<float>());
+    const float cap = cfg().attn_softcap ? static_cast<float>(*cfg().attn_softcap) : 0.0F;
+    if (kv_type == at::kHalf) {
+      kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd,
+                                static_cast<const std::uint16_t*>(kv.keys.data_ptr()),
+                                static_cast<const std::uint16_t*>(kv.values.data_ptr()), kv.slots, pos0, window,
+                                static_cast<float>(scale), cap, attn_scratch.data(), out.data_ptr<float>());
+    } else {
+      kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd, kv.keys.data_ptr<float>(),
+                                kv.values.data_ptr<float>(), kv.slots, pos0, window, static_cast<float>(scale), cap,
+                                attn_scratch.data(), out.data_ptr<float>());
+    }
     return out;
   }
   at::Tensor keys = kv.keys, values = kv.values;

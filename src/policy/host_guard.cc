@@ -30,6 +30,7 @@ HostJobEstimate estimate_host_job(const ModelShape& m, const RequestShape& r, co
                                   const HostGuardConfig& cfg) {
   ModelShape cpu = m;
   cpu.act_elem_bytes = cfg.cpu_act_elem_bytes;
+  cpu.kv_elem_bytes = m.cpu_kv_elem_bytes;
   MemoryBreakdown b = MemoryEstimator(est).estimate(cpu, r, /*weights_resident=*/true);
   HostJobEstimate e;
   e.model = m.name;
@@ -52,6 +53,7 @@ HostJobEstimate estimate_host_hybrid(const ModelShape& m, const RequestShape& r,
   ModelShape cpu = m;
   cpu.layers = host_layers;
   cpu.act_elem_bytes = cfg.cpu_act_elem_bytes;
+  cpu.kv_elem_bytes = m.cpu_kv_elem_bytes;
   MemoryBreakdown b = MemoryEstimator(est).estimate(cpu, r, /*weights_resident=*/true);  // logits included
   e.kv_bytes = b.kv_bytes;
   e.activation_bytes = sat_add(b.activation_bytes, b.fragmentation_bytes);

@@ -33,6 +33,9 @@ Status ModelShape::validate() const {
   if (kv_elem_bytes != 1 && kv_elem_bytes != 2 && kv_elem_bytes != 4) {
     return fail(Errc::invalid_argument, "model.kv_elem_bytes must be 1, 2 or 4, got " + std::to_string(kv_elem_bytes));
   }
+  if (cpu_kv_elem_bytes != 2 && cpu_kv_elem_bytes != 4) {
+    return fail(Errc::invalid_argument, "model.cpu_kv_elem_bytes must be 2 or 4, got " + std::to_string(cpu_kv_elem_bytes));
+  }
   if (act_elem_bytes != 2 && act_elem_bytes != 4) {
     return fail(Errc::invalid_argument, "model.act_elem_bytes must be 2 or 4, got " + std::to_string(act_elem_bytes));
   }

@@ -24,7 +24,8 @@ struct ModelShape {
   std::uint32_t head_dim = 0;
   std::uint32_t vocab = 0;
   std::uint32_t weight_bits = 16;    // bits per weight element (4, 8, 16, 32); quantization scales not counted
-  std::uint32_t kv_elem_bytes = 2;   // bytes per KV cache element
+  std::uint32_t kv_elem_bytes = 2;   // bytes per KV cache element (on the accelerator)
+  std::uint32_t cpu_kv_elem_bytes = 2;  // bytes per KV cache element of the CPU layers (engine KvCacheType; f16)
   std::uint32_t act_elem_bytes = 2;  // bytes per activation element
   bool tied_embeddings = false;      // lm_head shares the embedding matrix
   std::uint64_t weights_bytes_override = 0;  // measured size of the weight files; 0 = compute from the shape

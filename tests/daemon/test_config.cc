@@ -53,6 +53,7 @@ TEST(DaemonConfig, ParsesEverySection) {
   EXPECT_EQ(big.dir, "/srv/models/big");
   EXPECT_EQ(big.revision, "v1.2");
   EXPECT_EQ(big.dtype, "bf16");
+  EXPECT_EQ(big.kv_cache, "f32");
   EXPECT_EQ(big.template_name, "chatml");
   EXPECT_EQ(big.replica_mode, policy::ReplicaMode::on_demand);
   EXPECT_TRUE(big.gpu);

@@ -81,6 +81,7 @@ TEST(DaemonConfig, EveryRangeViolationNamesFileKeyAndRange) {
        "model[0].name: must be 1-64 characters of [A-Za-z0-9_.-], got \"bad name\"", true},
       {model_with("dtype = \"f64\""),
        "model[\"m\"].dtype: must be one of \"auto\", \"f32\", \"bf16\", \"f16\", got \"f64\"", true},
+      {model_with("kv_cache = \"q8_0\""), "model[\"m\"].kv_cache: must be one of \"f16\", \"f32\", got \"q8_0\"", true},
       {model_with("template = \"alpaca\""),
        "model[\"m\"].template: must be one of \"\", \"raw\", \"llama2\", \"chatml\", \"zephyr\", got \"alpaca\"", true},
       {model_with("replica_mode = \"on-demand\""),
@@ -276,7 +277,7 @@ TEST(DaemonConfig, UnknownKeysAreErrorsListingTheAllowedOnes) {
       {"[headroom]\nfresh_for = 5", "unknown key 'headroom.fresh_for' (allowed: fresh_for_ms, max_age_ms, "
                                     "stale_discount_fraction)"},
       {model_with("gpu_layer = 3"),
-       "unknown key 'model[\"m\"].gpu_layer' (allowed: name, dir, revision, dtype, template, replica_mode, gpu, "
+       "unknown key 'model[\"m\"].gpu_layer' (allowed: name, dir, revision, dtype, kv_cache, template, replica_mode, gpu, "
        "gpu_layers, fallback, cpu_threads, keep_alive_s, priority, gpu_threads, max_context, max_sequences, sampling)",
        true},
       {model_with("", "temp = 1"),

@@ -39,6 +39,7 @@ inline void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.dir, b.dir);
   EXPECT_EQ(a.revision, b.revision);
   EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.kv_cache, b.kv_cache);
   EXPECT_EQ(a.template_name, b.template_name);
   EXPECT_EQ(a.sampling.temperature, b.sampling.temperature);
   EXPECT_EQ(a.sampling.top_k, b.sampling.top_k);
@@ -196,6 +197,7 @@ name = "big"
 dir = "/srv/models/big"
 revision = "v1.2"
 dtype = "bf16"
+kv_cache = "f32"
 template = "chatml"
 replica_mode = "on_demand"
 gpu = true

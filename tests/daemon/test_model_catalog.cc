@@ -50,6 +50,8 @@ TEST_F(Fixture, ReconfigurePlansByTable) {
   ModelConfig chat_moved = model("chat", "/models/chat-v2");
   ModelConfig chat_dtype = model("chat");
   chat_dtype.dtype = "bf16";
+  ModelConfig chat_kv = model("chat");
+  chat_kv.kv_cache = "f32";
   struct Row {
     const char* what;
     std::vector<ModelConfig> wanted;
@@ -63,6 +65,7 @@ TEST_F(Fixture, ReconfigurePlansByTable) {
       {"keep_alive and priority only", {chat_retuned, model("clip")}, {}, {}, {"chat"}},
       {"dir changed: replaced", {chat_moved, model("clip")}, {}, {"chat"}, {}},
       {"dtype changed: replaced", {chat_dtype, model("clip")}, {}, {"chat"}, {}},
+      {"kv_cache changed: replaced", {chat_kv, model("clip")}, {}, {"chat"}, {}},
   };
   for (const auto& row : rows) {
     ModelCatalog k;

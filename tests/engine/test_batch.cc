@@ -52,6 +52,7 @@ struct BatchCase {
   bool quantized;
   int threads;
   const char* preset = "test";  // f32 models: the architecture (Gemma: GELU-tanh, post-norms, soft caps, two RoPE bases)
+  engine::KvCacheType kv = engine::KvCacheType::f32;  // the CPU layers' KV cache
 };
 
 std::string f32_model(const char* preset) {
@@ -62,7 +63,9 @@ class ForwardBatch : public ::testing::TestWithParam<BatchCase> {};
 
 TEST_P(ForwardBatch, EachItemsLogitsEqualItsForwardAlone) {
   const auto& p = GetParam();
-  auto m = load(p.quantized ? q8_model() : f32_model(p.preset), opts(p.threads));
+  engine::LoadOptions lo = opts(p.threads);
+  lo.cpu_kv = p.kv;
+  auto m = load(p.quantized ? q8_model() : f32_model(p.preset), lo);
   ASSERT_TRUE(m);
   const auto ps = prompts(*m);
   // Alone: each prompt as one prefill, then 3 decode steps feeding fixed tokens.
@@ -112,7 +115,9 @@ INSTANTIATE_TEST_SUITE_P(Types, ForwardBatch,
                          ::testing::Values(BatchCase{"f32_1thread", false, 1}, BatchCase{"f32_2threads", false, 2},
                                            BatchCase{"q8_0_1thread", true, 1}, BatchCase{"q8_0_2threads", true, 2},
                                            BatchCase{"gemma2_f32", false, 2, "gemma2"},
-                                           BatchCase{"gemma3_f32", false, 2, "gemma3"}),
+                                           BatchCase{"gemma3_f32", false, 2, "gemma3"},
+                                           BatchCase{"f32_kv_f16", false, 1, "test", engine::KvCacheType::f16},
+                                           BatchCase{"q8_0_2threads_kv_f16", true, 2, "test", engine::KvCacheType::f16}),
                          [](const auto& i) { return i.param.name; });
 
 TEST(ForwardBatch, AllLogitsItemsAndPerItemErrors) {

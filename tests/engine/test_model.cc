@@ -297,6 +297,55 @@ TEST(Model, KvPoolWritesRowsToTheirSlots) {
   EXPECT_THROW(pool.write(0, slots, k.narrow(0, 0, 1), v.narrow(0, 0, 1)), c10::Error);  // 1 row for 2 slots
 }
 
+// An f16 pool takes f32 rows rounded to nearest even (as ATen's conversion): what is read back is the f16 value.
+TEST(Model, KvPoolRoundsF32RowsIntoAnF16Pool) {
+  engine::KvPool pool(4, 4);
+  ASSERT_TRUE(pool.add_layer({2, 3}, at::kHalf, at::Device(at::kCPU), nullptr).ok());
+  // 1 + 2^-11 is a tie between two f16 values (1 and 1 + 2^-10): to even, 1; 1 + 3 * 2^-11 rounds up to 1 + 2^-9.
+  const at::Tensor k = at::tensor(std::vector<float>{1.F + 0x1p-11F, 1.F + 3 * 0x1p-11F, -2.5F, 65504.F, 1e-8F, 0.1F,
+                                                     3.F, 4.F, 5.F, 6.F, 7.F, 8.F})
+                           .view({2, 2, 3});
+  const at::Tensor v = -k;
+  const at::Tensor slots = at::tensor(std::vector<std::int64_t>{7, 2}, at::kLong);
+  pool.write(0, slots, k, v);
+  const auto [rk, rv] = pool.read(0, slots);
+  EXPECT_EQ(rk.scalar_type(), at::kHalf);
+  EXPECT_TRUE(at::equal(rk, k.to(at::kHalf)));
+  EXPECT_TRUE(at::equal(rv, v.to(at::kHalf)));
+  EXPECT_EQ(rk[0][0][0].item<float>(), 1.F);
+  EXPECT_EQ(rk[0][0][1].item<float>(), 1.F + 0x1p-9F);
+  EXPECT_EQ(pool.layer_bytes(6, at::kHalf) * 2, pool.layer_bytes(6, at::kFloat));
+}
+
+// The daemon's default KV cache (f16) against f32: the pool half the bytes, logits of a prefill and of decode steps
+// within 2e-3 of f32's (the rounding of K and V to f16, 2^-11 relative), and a fingerprint of its own.
+TEST(Model, F16KvCacheHalvesThePoolAndStaysCloseToF32) {
+  const std::string dir = make_model("f32");
+  std::vector<engine::TokenId> toks;
+  for (int i = 0; i < 30; ++i) toks.push_back(static_cast<engine::TokenId>(150 + 53 * i % 30000));
+  engine::LoadOptions lo;
+  lo.threads = 2;
+  auto m32 = load(dir, lo);
+  lo.cpu_kv = engine::KvCacheType::f16;
+  auto m16 = load(dir, lo);
+  ASSERT_TRUE(m32 && m16);
+  EXPECT_EQ(m16->load_stats().kv_pool_bytes * 2, m32->load_stats().kv_pool_bytes);
+  EXPECT_NE(m16->fingerprint(), m32->fingerprint());
+  auto s32 = m32->new_sequence();
+  auto s16 = m16->new_sequence();
+  auto p32 = m32->forward(**s32, std::span(toks).first(10), true);
+  auto p16 = m16->forward(**s16, std::span(toks).first(10), true);
+  ASSERT_TRUE(p32.ok() && p16.ok());
+  EXPECT_LT(max_abs_diff(*p16, *p32), 2e-3) << "prefill";
+  EXPECT_GT(max_abs_diff(*p16, *p32), 0.F) << "the f16 pool is in use";
+  for (std::size_t t = 10; t < toks.size(); ++t) {
+    auto l32 = m32->forward(**s32, std::span(toks).subspan(t, 1));
+    auto l16 = m16->forward(**s16, std::span(toks).subspan(t, 1));
+    ASSERT_TRUE(l32.ok() && l16.ok());
+    EXPECT_LT(max_abs_diff(*l16, *l32), 2e-3) << "decode " << t;
+  }
+}
+
 TEST(Model, LoadErrorsAreTyped) {
   EXPECT_EQ(engine::Model::load("/nonexistent/model", {}).error().code, Errc::not_found);
   engine::LoadOptions lo;

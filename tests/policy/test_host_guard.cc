@@ -152,6 +152,12 @@ TEST(HostGuard, EstimateUsesF32ActivationsAndHostKv) {
   ModelShape f32 = m;
   f32.act_elem_bytes = 4;
   EXPECT_EQ(e.activation_bytes, MemoryEstimator(EstimatorConfig{16, 0.0}).estimate(f32, r, true).activation_bytes);
+  // The host KV is the CPU layers' cache type (kv_cache = "f32": twice the f16 default), whatever the accelerator's.
+  m.cpu_kv_elem_bytes = 4;
+  m.kv_elem_bytes = 2;
+  EXPECT_EQ(estimate_host_job(m, r, EstimatorConfig{16, 0.0}, HostGuardConfig{}).kv_bytes, 2000ull * 1024 * 1024);
+  m.cpu_kv_elem_bytes = 3;
+  EXPECT_FALSE(m.validate().ok());
 }
 
 // --- procfs parsers --------------------------------------------------------------------------------------------

@@ -115,6 +115,7 @@ recover_after_ms = ${T_EVICT_RECOVER_AFTER_MS:-30000}
 name = "default"
 dir = "$T_MODEL"
 replica_mode = "mmap"
+kv_cache = "${T_KV_CACHE:-f16}"
 cpu_threads = 1
 gpu_threads = 1
 
