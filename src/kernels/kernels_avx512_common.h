@@ -53,10 +53,10 @@ inline void store_sums(const __m512 (&acc)[R][C], float* y, std::int64_t ldy) {
   }
 }
 
-// A 4 x 4 tile's 16 sums at once, each with hsum16's additions in its order (lanes i and i + 8, then i and i + 4,
+// Sixteen accumulators' sums at once, each with hsum16's additions in its order (lanes i and i + 8, then i and i + 4,
 // i and i + 2, i and i + 1), four to sixteen accumulators' lanes per instruction: 30 shuffles and 15 additions
-// where sixteen hsum16 take 64 and 64. Lane 4c + r of the last vector is acc[r][c].
-inline void store_sums(const __m512 (&acc)[4][4], float* y, std::int64_t ldy) {
+// where sixteen hsum16 take 64 and 64. Lane 4c + r of the result is acc[r][c]'s sum.
+inline __m512 sum16x16(const __m512 (&acc)[4][4]) {
   constexpr int kLo = _MM_SHUFFLE(1, 0, 1, 0), kHi = _MM_SHUFFLE(3, 2, 3, 2);  // 128-bit blocks 0,1 | 2,3
   constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
   __m512 l1[8];
@@ -75,9 +75,13 @@ inline void store_sums(const __m512 (&acc)[4][4], float* y, std::int64_t ldy) {
   for (int i = 0; i < 2; ++i)  // i and i + 2, within each 128-bit block
     l3[i] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                           _mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], kEven), _mm512_shuffle_ps(l3[0], l3[1], kOdd));
+  return _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], kEven), _mm512_shuffle_ps(l3[0], l3[1], kOdd));
+}
+
+// A 4 x 4 tile's 16 sums (sum16x16: each hsum16's value) to y[c * ldy + r].
+inline void store_sums(const __m512 (&acc)[4][4], float* y, std::int64_t ldy) {
   alignas(64) float out[16];
-  _mm512_store_ps(out, sums);
+  _mm512_store_ps(out, sum16x16(acc));
   TANDEM_UNROLL
   for (int c = 0; c < 4; ++c) _mm_storeu_ps(y + c * ldy, _mm_load_ps(out + 4 * c));
 }
@@ -328,9 +332,10 @@ inline __m512 exp512_nonpositive(__m512 x) {
 inline __m512 kv_load512(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 inline __m512 kv_load512(const std::uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
 
-// Per head: scores by 16-lane FMA chains over the head's elements (the last vector masked), hsum16, scaled and
-// capped; exp of score − max 16 keys at a time, their sum in 16 lanes then hsum16; out = (Σ_j e_j v_j) / sum with
-// the weighted sums in FMA chains over j, 64 elements at a time. Head sizes above 256 go to the reference.
+// Per head: scores by 16-lane FMA chains over the head's elements (the last vector masked), 16 keys' sums at once
+// (sum16x16: each key's hsum16, bit for bit), scaled and capped; exp of score − max 16 keys at a time, their sum in
+// 16 lanes then hsum16; out = (Σ_j e_j v_j) / sum with the weighted sums in FMA chains over j, 64 elements at a
+// time. Head sizes above 256 go to the reference.
 template <class KV>
 inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const KV* k,
                           const KV* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
@@ -348,17 +353,35 @@ inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_he
     const std::int64_t off = (h / group) * hd;
     __m512 qv[16];
     for (int i = 0; i < nv; ++i) qv[i] = _mm512_maskz_loadu_ps(i + 1 < nv ? __mmask16(0xFFFF) : last, qh + 16 * i);
-    float mx = -__builtin_inff();
-    for (std::int64_t j = first; j <= pos; ++j) {
-      const KV* kj = k + slots[j] * row + off;
-      __m512 acc = _mm512_mul_ps(qv[0], kv_load512(kj, nv > 1 ? __mmask16(0xFFFF) : last));
-      for (int i = 1; i < nv; ++i)
-        acc = _mm512_fmadd_ps(qv[i], kv_load512(kj + 16 * i, i + 1 < nv ? __mmask16(0xFFFF) : last), acc);
-      float sc = hsum16(acc) * scale;
-      if (cap > 0.0F) sc = cap * __builtin_tanhf(sc / cap);
-      scratch[j] = sc;
-      mx = sc > mx ? sc : mx;
+    // Scores 16 keys at a time: per key an FMA chain over the head's vectors, then the 16 chains' sums at once
+    // (sum16x16; key kk of the block in lane kk).
+    __m512 maxv = _mm512_set1_ps(-__builtin_inff());
+    for (std::int64_t j0 = first; j0 <= pos; j0 += 16) {
+      const int nk = pos + 1 - j0 < 16 ? static_cast<int>(pos + 1 - j0) : 16;
+      __m512 acc[4][4];
+      TANDEM_UNROLL
+      for (int kk = 0; kk < 16; ++kk) {
+        __m512 a = _mm512_setzero_ps();
+        if (kk < nk) {
+          const KV* kj = k + slots[j0 + kk] * row + off;
+          a = _mm512_mul_ps(qv[0], kv_load512(kj, nv > 1 ? __mmask16(0xFFFF) : last));
+          for (int i = 1; i < nv; ++i)
+            a = _mm512_fmadd_ps(qv[i], kv_load512(kj + 16 * i, i + 1 < nv ? __mmask16(0xFFFF) : last), a);
+        }
+        acc[kk % 4][kk / 4] = a;
+      }
+      const __mmask16 m = first16(nk);
+      __m512 sc = _mm512_mul_ps(sum16x16(acc), _mm512_set1_ps(scale));
+      if (cap > 0.0F) {
+        alignas(64) float t[16];
+        _mm512_store_ps(t, sc);
+        for (int kk = 0; kk < nk; ++kk) t[kk] = cap * __builtin_tanhf(t[kk] / cap);
+        sc = _mm512_load_ps(t);
+      }
+      _mm512_mask_storeu_ps(scratch + j0, m, sc);
+      maxv = _mm512_mask_max_ps(maxv, m, maxv, sc);
     }
+    const float mx = _mm512_reduce_max_ps(maxv);
     __m512 sumv = _mm512_setzero_ps();
     const __m512 mxv = _mm512_set1_ps(mx);
     for (std::int64_t j = first; j <= pos; j += 16) {
