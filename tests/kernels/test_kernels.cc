@@ -464,6 +464,7 @@ TEST(KernelsMatmul, FloatRowsAtEveryOffsetPastALine) {
     IsaScope scope(isa);
     for (WType t : {WType::f32, WType::bf16, WType::f16}) {
       const int elem = static_cast<int>(row_bytes(t, 1));
+      const int aelem = static_cast<int>(act_row_bytes(t, 1));  // f16's activations are f32: on 4-byte offsets
       const std::int64_t line = 64 / elem;
       for (std::int64_t cols : {line, 3 * line, 5 * line, std::int64_t{37}, std::int64_t{3}}) {
         const std::int64_t rows = 19, n = 9;
@@ -473,7 +474,8 @@ TEST(KernelsMatmul, FloatRowsAtEveryOffsetPastALine) {
         for (int phase = 0; phase < 64; phase += elem) {
           SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols) +
                        " offset=" + std::to_string(phase));
-          // The matrix at `phase` bytes past a line; the activations at the same offset, and at another one.
+          // The matrix at `phase` bytes past a line; the activations at the same offset (as far as their elements'
+          // alignment allows), and at another one.
           Bytes wbuf(w0.size() + 128), abuf(a0.size() + 128), abuf2(a0.size() + 128);
           const auto place = [](Bytes& buf, const Bytes& src, std::size_t off) {
             const std::size_t to_line = (64 - reinterpret_cast<std::uintptr_t>(buf.data()) % 64) % 64;
@@ -481,8 +483,8 @@ TEST(KernelsMatmul, FloatRowsAtEveryOffsetPastALine) {
             return buf.data() + to_line + off;
           };
           const std::uint8_t* w = place(wbuf, w0, static_cast<std::size_t>(phase));
-          const std::uint8_t* a = place(abuf, a0, static_cast<std::size_t>(phase));
-          const std::uint8_t* a2 = place(abuf2, a0, static_cast<std::size_t>((phase + 5 * elem) % 64));
+          const std::uint8_t* a = place(abuf, a0, static_cast<std::size_t>(phase / aelem * aelem));
+          const std::uint8_t* a2 = place(abuf2, a0, static_cast<std::size_t>((phase + 5 * elem) % 64 / aelem * aelem));
           std::vector<float> y(static_cast<std::size_t>(n * rows)), y2(y.size());
           matmul_rows(t, w, cols, a, n, y.data(), rows, 0, rows);
           matmul_rows(t, w, cols, a2, n, y2.data(), rows, 0, rows);
