@@ -1,4 +1,5 @@
-// AMX-INT8 tiles for the 32-element block types with q8_0 activations (q8_0, q4_0, q5_0, iq4_nl): the only file
+// AMX-INT8 tiles for the 32-element block types (q8_0, q4_0, q5_0, iq4_nl with q8_0 activations; q4_1, q5_1 with
+// q8_1 activations, their packed layout kernels_avx512_k.cc's, at MinnedForm below): the only file
 // built with -mamx-tile -mamx-int8; kernels.cc calls into it only after checking the CPU and getting the kernel's
 // permission to use the tile data (arch_prctl ARCH_REQ_XCOMP_PERM).
 //
@@ -372,57 +373,64 @@ constexpr std::int64_t kPieceBlocks = 32;
 // Blocks prefetched ahead while the B tiles are built from the packed layout.
 constexpr std::int64_t kAheadBlocks = 8;
 
-// The scales of a group of up to 16 activations (MG of them, or n when MG is 0), block by block: per block the 16
-// f16 values side by side (plain 16-bit moves), then one conversion. `a`: the first activation at the piece's first
-// block.
-template <int MG>
-void act_scales(const std::uint8_t* a, std::size_t arb, int n, std::int64_t pn, float (*da)[16]) {
+// A 16-bit field (the f16 scale d, or q8_1's s) of a group of up to 16 activations (MG of them, or n when MG is 0),
+// block by block: per block the 16 values side by side (plain 16-bit moves), then one conversion. `a`: the first
+// activation's field at the piece's first block.
+template <class Act, int MG>
+void act_field(const std::uint8_t* a, std::size_t arb, int n, std::int64_t pn, float (*out)[16]) {
   for (std::int64_t ib = 0; ib < pn; ++ib) {
     alignas(32) std::uint16_t h[16] = {};
-    const std::uint8_t* d = a + static_cast<std::size_t>(ib) * sizeof(BlockQ8_0);
+    const std::uint8_t* d = a + static_cast<std::size_t>(ib) * sizeof(Act);
     TANDEM_UNROLL
     for (int m = 0; m < (MG > 0 ? MG : 16); ++m)
       if (MG > 0 || m < n) std::memcpy(&h[m], d + static_cast<std::size_t>(m) * arb, 2);
-    _mm512_store_ps(da[ib], _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+    _mm512_store_ps(out[ib], _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
   }
 }
 
 // One group of up to 16 activations (MG of them, or n when MG is 0) against a piece's pn blocks of 16 weight rows
-// (bbuf: B tiles, dw: scales): per block one TDPBSSD gives the exact integer of every pair, then the float step,
-// sum += float(sumi) * (d_w * d_a), for each activation over the 16 rows at once. The two tile sets alternate, so
-// the tiles compute block ib + 1 while the vector units do block ib's float step. `a`: the group's first activation
-// at the piece's first block; `da` its scales (act_scales); `sums` its running sums (16 per activation).
-template <int MG>
-void act_group(const std::uint8_t* a, std::size_t arb, int n, const float (*da)[16], const std::int8_t* bbuf,
-               const float* dw, std::int64_t pn, float* sums) {
+// (bbuf: B tiles, dw: scales, mw: mins for the forms with one): per block one tile product (F::dp) gives the exact
+// integer of every pair, then the float step for each activation over the 16 rows at once, sum += float(sumi) *
+// (d_w * d_a), or with a min sum += float(sumi) * (d_w * d_a) + m_w * s_a. The two tile sets alternate, so the tiles
+// compute block ib + 1 while the vector units do block ib's float step. `a`: the group's first activation at the
+// piece's first block; `da` (and `sa`) its scales (and sums) (act_field); `sums` its running sums (16 per activation).
+template <class F, int MG>
+void act_group(const std::uint8_t* a, std::size_t arb, int n, const float (*da)[16], const float (*sa)[16],
+               const std::int8_t* bbuf, const float* dw, const float* mw, std::int64_t pn, float* sums) {
+  using Act = typename F::Act;
   __m512 s[16];
   TANDEM_UNROLL
   for (int m = 0; m < (MG > 0 ? MG : 16); ++m)
     if (MG > 0 || m < n) s[m] = _mm512_load_ps(sums + m * kRows);
   alignas(64) std::int32_t c[2][16][16];
-  const auto* qs = a + offsetof(BlockQ8_0, qs);
+  const auto* qs = a + offsetof(Act, qs);
   const auto tiles_even = [&](std::int64_t ib) {
     _tile_zero(0);
-    _tile_loadd(1, qs + static_cast<std::size_t>(ib) * sizeof(BlockQ8_0), static_cast<long>(arb));
+    _tile_loadd(1, qs + static_cast<std::size_t>(ib) * sizeof(Act), static_cast<long>(arb));
     _tile_loadd(2, bbuf + ib * 512, 64);
-    _tile_dpbssd(0, 1, 2);
+    F::template dp<0>();
     _tile_stored(0, c[0], 64);
   };
   const auto tiles_odd = [&](std::int64_t ib) {
     _tile_zero(3);
-    _tile_loadd(4, qs + static_cast<std::size_t>(ib) * sizeof(BlockQ8_0), static_cast<long>(arb));
+    _tile_loadd(4, qs + static_cast<std::size_t>(ib) * sizeof(Act), static_cast<long>(arb));
     _tile_loadd(5, bbuf + ib * 512, 64);
-    _tile_dpbssd(3, 4, 5);
+    F::template dp<1>();
     _tile_stored(3, c[1], 64);
   };
   const auto floats = [&](std::int64_t ib, const std::int32_t (&ct)[16][16]) {
     const __m512 dwv = _mm512_load_ps(dw + ib * kRows);
+    [[maybe_unused]] __m512 mwv;
+    if constexpr (F::kMin) mwv = _mm512_load_ps(mw + ib * kRows);
     TANDEM_UNROLL
     for (int m = 0; m < (MG > 0 ? MG : 16); ++m) {
       if (MG > 0 || m < n) {
         const __m512 scale = _mm512_mul_ps(dwv, _mm512_set1_ps(da[ib][m]));  // d_w * d_a
-        const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(ct[m]));
-        s[m] = _mm512_add_ps(s[m], _mm512_mul_ps(p, scale));  // sum += float(sumi) * (d_w * d_a)
+        const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(ct[m])), scale);
+        if constexpr (F::kMin)
+          s[m] = _mm512_add_ps(s[m], _mm512_add_ps(p, _mm512_mul_ps(mwv, _mm512_set1_ps(sa[ib][m]))));  // + m_w * s_a
+        else
+          s[m] = _mm512_add_ps(s[m], p);  // sum += float(sumi) * (d_w * d_a)
       }
     }
   };
@@ -448,12 +456,178 @@ constexpr int kTileMinActs = 4;
 // for the float step) cost more than the vector form below this count.
 constexpr int kTileMinActsPacked = 17;
 
+// The tile products' two forms. Weights with signed levels (q8_0, q4_0, q5_0, iq4_nl) times q8_0 activations:
+// TDPBSSD, B tiles from the packed layout above or from the rows.
+template <class S>
+struct SignedForm {
+  using Act = BlockQ8_0;
+  using P = typename S::Pack;
+  static constexpr bool kMin = false;
+  static constexpr std::size_t kB = packed_block_bytes<P>();
+  template <int kSet>  // tile set 0 (tmm0-2) or 1 (tmm3-5): the intrinsics take register numbers, not values
+  static void dp() {
+    if constexpr (kSet == 0) _tile_dpbssd(0, 1, 2);
+    else _tile_dpbssd(3, 4, 5);
+  }
+  // Block p of the packed layout: its 8 B rows into dst, its 16 scales into dw.
+  static void build_packed(const std::uint8_t* p, std::int8_t* dst, float* dw, float*) {
+    __m512i sv[8];
+    P::signed_rows(p + kPackedHead, sv);
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) _mm512_store_si512(dst + 64 * k, sv[k]);
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+  }
+  // Block ib of up to 16 rows (wg, rows_g of them): B row k, column r: levels 4k..4k+3 of weight row r (zeros past
+  // the rows).
+  static void build_rows(const std::uint8_t* wg, std::size_t wrb, int rows_g, std::int64_t ib, std::int8_t* dst,
+                         float* dw) {
+    using Block = typename S::Block;
+    alignas(32) std::int8_t lv[kRows][32];
+    alignas(32) std::uint16_t d16[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      if (r < rows_g) {
+        const Block& b = reinterpret_cast<const Block*>(wg + static_cast<std::size_t>(r) * wrb)[ib];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lv[r]), S::levels(b));
+        d16[r] = b.d;
+      } else {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lv[r]), _mm256_setzero_si256());
+        d16[r] = 0;
+      }
+    }
+    alignas(64) std::uint32_t bq[8][16];
+    const auto* src = reinterpret_cast<const std::uint32_t*>(lv);
+    for (int k = 0; k < 8; ++k)
+      for (int r = 0; r < kRows; ++r) bq[k][r] = src[r * 8 + k];
+    std::memcpy(dst, bq, 512);
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
+  }
+};
+
+// q4_1 and q5_1 (a min per block): their unsigned levels times q8_1 activations, TDPBSUD, B tiles from
+// kernels_avx512_k.cc's packed layout of these types (per 16-row group and block: d [0, 32) and m [32, 64) as f16,
+// the levels in B order as a nibble plane, for q5_1 then the fifth bits as a bit plane). The float step adds
+// m_w * s_a: the reference's sumf += float(Σ q_w q_a) * (d_w * d_a) + m_w * s_a.
+template <int kFifth>
+struct MinnedForm {
+  using Act = BlockQ8_1;
+  static constexpr bool kMin = true;
+  static constexpr std::size_t kB = 64 + 256 + (kFifth ? 64 : 0);
+  template <int kSet>  // tile set 0 (tmm0-2) or 1 (tmm3-5): the intrinsics take register numbers, not values
+  static void dp() {
+    if constexpr (kSet == 0) _tile_dpbsud(0, 1, 2);
+    else _tile_dpbsud(3, 4, 5);
+  }
+  static void build_packed(const std::uint8_t* p, std::int8_t* dst, float* dw, float* mw) {
+    __m512i u[8];
+    decode_nibbles(p + 64, u);
+    if constexpr (kFifth) bit_plane(p + 64 + 256, 0x10, u);
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) _mm512_store_si512(dst + 64 * k, u[k]);
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+    _mm512_store_ps(mw, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))));
+  }
+};
+
+// The tiles proper: nc activations (any number up to kActs) against nr rows (up to kGroups groups), in pieces of
+// kPieceBlocks blocks. `aux`: the packed layout (F's), or null to build the B tiles from the rows (SignedForm only).
+template <class F>
+void amx_tiles(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
+               std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
+  using Act = typename F::Act;
+  constexpr std::size_t kB = F::kB;
+  const std::int64_t nb = cols / QK8_0;
+  const std::size_t group_bytes = static_cast<std::size_t>(nb) * kB;
+  const int ng = (nr + kRows - 1) / kRows;
+  // Per call, on the stack: per group the B tiles, weight scales (and mins) of a piece's blocks, and the running sums
+  // of every (activation, weight row) pair.
+  alignas(64) std::int8_t bbuf[kGroups][kPieceBlocks * 512];
+  alignas(64) float dw[kGroups][kPieceBlocks * kRows];
+  alignas(64) float mw[F::kMin ? kGroups : 1][F::kMin ? kPieceBlocks * kRows : 1];
+  alignas(64) float sums[kGroups][kActs * kRows];
+  alignas(64) float da[kPieceBlocks][16];
+  alignas(64) float sa[F::kMin ? kPieceBlocks : 1][16];
+  for (int g = 0; g < ng; ++g)
+    for (int i = 0; i < nc * kRows; ++i) sums[g][i] = 0.f;
+
+  int configured = 0;  // the activation count the tiles are configured for in this call (0: not yet)
+  for (std::int64_t p0 = 0; p0 < nb; p0 += kPieceBlocks) {
+    const std::int64_t pn = std::min(kPieceBlocks, nb - p0);
+    // Group g's B tiles and scales for the piece's blocks.
+    const auto build = [&](int g) {
+      if (aux != nullptr) {
+        // From the packed layout, a few operations per block. The blocks kAhead on in reading order (this group's,
+        // then the next group's) are prefetched: with few activations this loop is what waits on memory.
+        const std::uint8_t* grp = aux + static_cast<std::size_t>(g) * group_bytes;
+        for (std::int64_t ib = 0; ib < pn; ++ib) {
+          const std::uint8_t* p = grp + static_cast<std::size_t>(p0 + ib) * kB;
+          const std::int64_t ahead = ib + kAheadBlocks;
+          const std::uint8_t* q = ahead < pn || g + 1 == ng ? p + kAheadBlocks * kB
+                                                            : grp + group_bytes + static_cast<std::size_t>(p0 + ahead - pn) * kB;
+          TANDEM_UNROLL
+          for (std::size_t l = 0; l < kB; l += 64) _mm_prefetch(reinterpret_cast<const char*>(q + l), _MM_HINT_T0);
+          F::build_packed(p, bbuf[g] + ib * 512, dw[g] + ib * kRows, F::kMin ? mw[g] + ib * kRows : nullptr);
+        }
+        return;
+      }
+      if constexpr (!F::kMin) {
+        const std::uint8_t* wg = w + static_cast<std::size_t>(g) * kRows * wrb;
+        const int rows_g = std::min(kRows, nr - g * kRows);
+        for (std::int64_t ib = 0; ib < pn; ++ib) F::build_rows(wg, wrb, rows_g, p0 + ib, bbuf[g] + ib * 512, dw[g] + ib * kRows);
+      }
+    };
+    // Activation group m0 (up to 16) against the groups' tiles: g0 only, or all of them (g0 < 0).
+    const auto acts = [&](std::int64_t m0, int g0) {
+      const int mg = static_cast<int>(std::min<std::int64_t>(16, nc - m0));
+      if (mg != configured) {
+        configure(mg);
+        configured = mg;
+      }
+      const std::uint8_t* am = a + static_cast<std::size_t>(m0) * arb + static_cast<std::size_t>(p0) * sizeof(Act);
+      for (int g = g0 < 0 ? 0 : g0; g < (g0 < 0 ? ng : g0 + 1); ++g) {
+        const float* mg_w = F::kMin ? mw[g] : nullptr;
+        if (mg == 16) act_group<F, 16>(am, arb, 16, da, sa, bbuf[g], dw[g], mg_w, pn, sums[g] + m0 * kRows);
+        else act_group<F, 0>(am, arb, mg, da, sa, bbuf[g], dw[g], mg_w, pn, sums[g] + m0 * kRows);
+      }
+    };
+    const auto scales = [&](std::int64_t m0) {
+      const int mg = static_cast<int>(std::min<std::int64_t>(16, nc - m0));
+      const std::uint8_t* am = a + static_cast<std::size_t>(m0) * arb + static_cast<std::size_t>(p0) * sizeof(Act);
+      if (mg == 16) act_field<Act, 16>(am, arb, 16, pn, da);
+      else act_field<Act, 0>(am, arb, mg, pn, da);
+      if constexpr (F::kMin) {
+        const std::uint8_t* as = am + offsetof(BlockQ8_1, s);
+        if (mg == 16) act_field<Act, 16>(as, arb, 16, pn, sa);
+        else act_field<Act, 0>(as, arb, mg, pn, sa);
+      }
+    };
+    if (nc <= 16) {
+      // One activation group (continuous batching's steps): each group's tiles used as soon as they are built, while
+      // they are in L1.
+      scales(0);
+      for (int g = 0; g < ng; ++g) {
+        build(g);
+        acts(0, g);
+      }
+    } else {
+      for (int g = 0; g < ng; ++g) build(g);
+      for (std::int64_t m0 = 0; m0 < nc; m0 += 16) {
+        scales(m0);
+        acts(m0, -1);
+      }
+    }
+  }
+  _tile_release();  // the tile state is not kept between calls (see configure)
+  for (int g = 0; g < ng; ++g) {
+    const int rows_g = std::min(kRows, nr - g * kRows);
+    for (int m = 0; m < nc; ++m)
+      for (int r = 0; r < rows_g; ++r) y[m * ldy + g * kRows + r] = sums[g][m * kRows + r];
+  }
+}
+
 template <class S>
 void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
               std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
-  using Block = typename S::Block;
   using P = typename S::Pack;
-  constexpr std::size_t kB = packed_block_bytes<P>();
   const std::int64_t nb = cols / QK8_0;
   const std::size_t group_bytes = packed_group_bytes<P>(cols);
   const int ng = (nr + kRows - 1) / kRows;
@@ -484,106 +658,26 @@ void amx_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
                                        y + c * ldy + g * kRows);
     return;
   }
-  // Per call, on the stack: per group the B tiles and weight scales of a piece's blocks, and the running sums of
-  // every (activation, weight row) pair.
-  alignas(64) std::int8_t bbuf[kGroups][kPieceBlocks * 512];
-  alignas(64) float dw[kGroups][kPieceBlocks * kRows];
-  alignas(64) float sums[kGroups][kActs * kRows];
-  alignas(64) float da[kPieceBlocks][16];
-  for (int g = 0; g < ng; ++g)
-    for (int i = 0; i < nc * kRows; ++i) sums[g][i] = 0.f;
+  amx_tiles<SignedForm<S>>(w, wrb, nr, a, arb, nc, cols, y, ldy, aux);
+}
 
-  int configured = 0;  // the activation count the tiles are configured for in this call (0: not yet)
-  for (std::int64_t p0 = 0; p0 < nb; p0 += kPieceBlocks) {
-    const std::int64_t pn = std::min(kPieceBlocks, nb - p0);
-    // Group g's B tiles and scales for the piece's blocks.
-    const auto build = [&](int g) {
-      if (aux != nullptr) {
-        // From the packed layout: the signed levels of B rows 0..7 and the scales, a few operations per block. The
-        // blocks kAhead on in reading order (this group's, then the next group's) are prefetched: with few
-        // activations this loop is what waits on memory.
-        const std::uint8_t* grp = aux + static_cast<std::size_t>(g) * group_bytes;
-        for (std::int64_t ib = 0; ib < pn; ++ib) {
-          const std::uint8_t* p = grp + static_cast<std::size_t>(p0 + ib) * kB;
-          const std::int64_t ahead = ib + kAheadBlocks;
-          const std::uint8_t* q = ahead < pn || g + 1 == ng ? p + kAheadBlocks * kB
-                                                            : grp + group_bytes + static_cast<std::size_t>(p0 + ahead - pn) * kB;
-          TANDEM_UNROLL
-          for (std::size_t l = 0; l < kB; l += 64) _mm_prefetch(reinterpret_cast<const char*>(q + l), _MM_HINT_T0);
-          __m512i sv[8];
-          P::signed_rows(p + kPackedHead, sv);
-          std::int8_t* dst = bbuf[g] + ib * 512;
-          TANDEM_UNROLL
-          for (int k = 0; k < 8; ++k) _mm512_store_si512(dst + 64 * k, sv[k]);
-          _mm512_store_ps(dw[g] + ib * kRows, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
-        }
-        return;
-      }
-      // From the rows: for block ib, B row k, column r: levels 4k..4k+3 of weight row r (zeros past the rows).
-      const std::uint8_t* wg = w + static_cast<std::size_t>(g) * kRows * wrb;
-      const int rows_g = std::min(kRows, nr - g * kRows);
-      for (std::int64_t ib = 0; ib < pn; ++ib) {
-        alignas(32) std::int8_t lv[kRows][32];
-        alignas(32) std::uint16_t d16[kRows];
-        for (int r = 0; r < kRows; ++r) {
-          if (r < rows_g) {
-            const Block& b = reinterpret_cast<const Block*>(wg + static_cast<std::size_t>(r) * wrb)[p0 + ib];
-            _mm256_store_si256(reinterpret_cast<__m256i*>(lv[r]), S::levels(b));
-            d16[r] = b.d;
-          } else {
-            _mm256_store_si256(reinterpret_cast<__m256i*>(lv[r]), _mm256_setzero_si256());
-            d16[r] = 0;
-          }
-        }
-        alignas(64) std::uint32_t bq[8][16];
-        const auto* src = reinterpret_cast<const std::uint32_t*>(lv);
-        for (int k = 0; k < 8; ++k)
-          for (int r = 0; r < kRows; ++r) bq[k][r] = src[r * 8 + k];
-        std::memcpy(bbuf[g] + ib * 512, bq, 512);
-        _mm512_store_ps(dw[g] + ib * kRows, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
-      }
-    };
-    // Activation group m0 (up to 16) against the groups' tiles: g0 only, or all of them (g0 < 0).
-    const auto acts = [&](std::int64_t m0, int g0) {
-      const int mg = static_cast<int>(std::min<std::int64_t>(16, nc - m0));
-      if (mg != configured) {
-        configure(mg);
-        configured = mg;
-      }
-      const std::uint8_t* am = a + static_cast<std::size_t>(m0) * arb + static_cast<std::size_t>(p0) * sizeof(BlockQ8_0);
-      for (int g = g0 < 0 ? 0 : g0; g < (g0 < 0 ? ng : g0 + 1); ++g) {
-        if (mg == 16) act_group<16>(am, arb, 16, da, bbuf[g], dw[g], pn, sums[g] + m0 * kRows);
-        else act_group<0>(am, arb, mg, da, bbuf[g], dw[g], pn, sums[g] + m0 * kRows);
-      }
-    };
-    const auto scales = [&](std::int64_t m0) {
-      const int mg = static_cast<int>(std::min<std::int64_t>(16, nc - m0));
-      const std::uint8_t* am = a + static_cast<std::size_t>(m0) * arb + static_cast<std::size_t>(p0) * sizeof(BlockQ8_0);
-      if (mg == 16) act_scales<16>(am, arb, 16, pn, da);
-      else act_scales<0>(am, arb, mg, pn, da);
-    };
-    if (nc <= 16) {
-      // One activation group (continuous batching's steps): each group's tiles used as soon as they are built, while
-      // they are in L1.
-      scales(0);
-      for (int g = 0; g < ng; ++g) {
-        build(g);
-        acts(0, g);
-      }
-    } else {
-      for (int g = 0; g < ng; ++g) build(g);
-      for (std::int64_t m0 = 0; m0 < nc; m0 += 16) {
-        scales(m0);
-        acts(m0, -1);
-      }
-    }
+// The avx512 table's entries of q4_1 and q5_1 (the vector form over the same packed layout, kActs of 8 per call; the
+// AVX2 tiles without it): what the minned tiles below call for few activations or without the side table.
+TypeKernels g_minned_base[2];
+
+// q4_1 / q5_1: the vector form (the base entry, 8 activations at a time) for fewer than kTileMinActsPacked
+// activations or without the side table, the tiles for more.
+template <int kFifth>
+void amx_minned_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
+                     std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
+  if (aux == nullptr || nc < kTileMinActsPacked) {
+    const TypeKernels& base = g_minned_base[kFifth];
+    for (int c0 = 0; c0 < nc; c0 += base.tile_acts)
+      base.tile_aux(w, wrb, nr, a + static_cast<std::size_t>(c0) * arb, arb, std::min(base.tile_acts, nc - c0), cols,
+                    y + c0 * ldy, ldy, aux);
+    return;
   }
-  _tile_release();  // the tile state is not kept between calls (see configure)
-  for (int g = 0; g < ng; ++g) {
-    const int rows_g = std::min(kRows, nr - g * kRows);
-    for (int m = 0; m < nc; ++m)
-      for (int r = 0; r < rows_g; ++r) y[m * ldy + g * kRows + r] = sums[g][m * kRows + r];
-  }
+  amx_tiles<MinnedForm<kFifth>>(w, wrb, nr, a, arb, nc, cols, y, ldy, aux);
 }
 
 KernelTable make_amx_table() {
@@ -603,6 +697,11 @@ KernelTable make_amx_table() {
   set(WType::q4_0, amx_tile<Q4_0Src>, prepare_packed<PackQ4_0>, packed_group_bytes<PackQ4_0>);
   set(WType::q5_0, amx_tile<Q5_0Src>, prepare_packed<PackQ5_0>, packed_group_bytes<PackQ5_0>);
   set(WType::iq4_nl, amx_tile<IQ4NLSrc>, prepare_packed<PackIQ4_NL>, packed_group_bytes<PackIQ4_NL>);
+  // q4_1 / q5_1 keep the avx512 table's packed layout (its prepare and group bytes) and add the tiles.
+  g_minned_base[0] = t.types[static_cast<int>(WType::q4_1)];
+  g_minned_base[1] = t.types[static_cast<int>(WType::q5_1)];
+  set(WType::q4_1, amx_minned_tile<0>, g_minned_base[0].prepare_aux, g_minned_base[0].aux_group_bytes);
+  set(WType::q5_1, amx_minned_tile<1>, g_minned_base[1].prepare_aux, g_minned_base[1].aux_group_bytes);
   // bf16 by widening to f32 and FMAs (the avx512 tile), not vdpbf16ps: on the CPUs with AMX (Intel Sapphire Rapids
   // and later) the widening tile measured 15 % faster in prefill and level in decode (docs/kernels.md).
   t.types[static_cast<int>(WType::bf16)] = avx512_table().types[static_cast<int>(WType::bf16)];

@@ -307,6 +307,17 @@ inline void decode_nibbles(const std::uint8_t* p, __m512i (&u)[8]) {
   }
 }
 
+// A bit plane of a packed layout (8 masks of 64 bits, bit i of mask k for B row k's byte i), as `value` in the
+// bytes whose bit is set, or-ed into w.
+inline void bit_plane(const std::uint8_t* p, char value, __m512i (&w)[8]) {
+  TANDEM_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    std::uint64_t m;
+    std::memcpy(&m, p + 8 * k, 8);
+    w[k] = _mm512_or_si512(w[k], _mm512_maskz_mov_epi8(static_cast<__mmask64>(m), _mm512_set1_epi8(value)));
+  }
+}
+
 // ---- attention of a decode row (kernels.h attention_decode) ----------------------------------------------------
 
 // exp(x) for x <= 0 (softmax's arguments): Cephes' expf — x = n ln 2 + r, |r| <= ln 2 / 2, a degree-6 polynomial,

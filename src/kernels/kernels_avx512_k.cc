@@ -67,15 +67,6 @@ inline void two_bits_high(const std::uint8_t* p, __m512i (&w)[8]) {
     w[4 * v + 3] = _mm512_or_si512(w[4 * v + 3], _mm512_and_si512(_mm512_srli_epi16(x, 2), m));
   }
 }
-// The bit plane, as `value` in the bytes whose bit is set, or-ed into w.
-inline void bit_plane(const std::uint8_t* p, char value, __m512i (&w)[8]) {
-  TANDEM_UNROLL
-  for (int k = 0; k < 8; ++k) {
-    std::uint64_t m;
-    std::memcpy(&m, p + 8 * k, 8);
-    w[k] = _mm512_or_si512(w[k], _mm512_maskz_mov_epi8(static_cast<__mmask64>(m), _mm512_set1_epi8(value)));
-  }
-}
 
 // Two sub-blocks' int32 vectors as the int16 pairs (a, b) of vpdpwssd.
 inline __m512i int16_pairs(__m512i a, __m512i b) {

@@ -93,8 +93,9 @@ TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
 
 // The super-block types, q4_1 and q5_1 on the AVX-512 paths' packed copies compute the reference's integers exactly
 // and its float step in its order (e.g. sum += d * float(isum) - dmin * float(msum)): equal to vec_dot_ref bit for
-// bit, decode and prefill, partial groups, two calls, 1 to 8 activations per call; from the rows (the tiles of the
-// table the packed entry replaced) within their tolerance.
+// bit, decode and prefill, partial groups, two calls, 1 to 8 activations per call (on amx, q4_1 and q5_1 take the
+// AMX tiles from 17 activations: 20 is a group of 16 and one of 4); from the rows (the tiles of the table the packed
+// entry replaced) within their tolerance.
 TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
   std::vector<Isa> isas;
   for (Isa isa : runnable_isas())
