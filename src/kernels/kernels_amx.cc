@@ -745,11 +745,8 @@ void amx_sb_tiles(const std::uint8_t* aux, std::size_t group_bytes, int nr, cons
     for (std::int64_t i = 0; i < nb; ++i) {
       const std::uint8_t* p = grp + static_cast<std::size_t>(i) * kBytes;
       for (int u = 0; u < 8; ++u) {
-        // The super-block kSbAhead on (this group's next or the next group's first; the groups lie one after the
-        // other), an eighth of it per unit: prefetches all at once filled the line buffers and stalled (perf).
-        const std::uint8_t* ahead = p + kSbAhead * kBytes;
-        for (std::size_t l = u * kBytes / 8 / 64 * 64; l < (u + 1) * kBytes / 8; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + l), _MM_HINT_T1);
+        // The super-block kSbAhead on (this group's or the next group's: the groups lie one after the other).
+        prefetch_eighth(p + kSbAhead * kBytes, kBytes, u);
         __m512i wv[8];
         K::levels(p + K::kHead + K::kUnit * u, wv);
         TANDEM_UNROLL
