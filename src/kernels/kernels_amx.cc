@@ -793,21 +793,15 @@ void amx_sb_tiles(const std::uint8_t* aux, std::size_t group_bytes, int nr, cons
             TANDEM_UNROLL
             for (int j = 0; j < 8; ++j) {
               const __m512i sc = K::scale(p, j);
-              isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(cbuf[j][c]), sc));
-              std::int32_t b2;
-              std::memcpy(&b2, act.bsums + 2 * j, 4);
-              msum = _mm512_dpwssd_epi32(msum, K::pair(p, j, sc), _mm512_set1_epi32(b2));
+              k32_part(_mm512_load_si512(cbuf[j][c]), sc, K::pair(p, j, sc), act.bsums, j, isum, msum);
             }
           } else {
             TANDEM_UNROLL
             for (int u = 0; u < 8; ++u) {
               const __m512i sa = K::scale(p, 2 * u);
               const __m512i sb = K::scale(p, 2 * u + 1);
-              isum = _mm512_add_epi32(isum, _mm512_add_epi32(_mm512_mullo_epi32(_mm512_load_si512(cbuf[2 * u][c]), sa),
-                                                             _mm512_mullo_epi32(_mm512_load_si512(cbuf[2 * u + 1][c]), sb)));
-              std::int32_t b2;
-              std::memcpy(&b2, act.bsums + 2 * u, 4);
-              msum = _mm512_dpwssd_epi32(msum, K::pair(p, u, sa, sb), _mm512_set1_epi32(b2));
+              k16_part(_mm512_load_si512(cbuf[2 * u][c]), _mm512_load_si512(cbuf[2 * u + 1][c]), sa, sb,
+                       K::pair(p, u, sa, sb), act.bsums, u, isum, msum);
             }
           }
           _mm512_store_ps(sums[m0 + c], _mm512_add_ps(_mm512_load_ps(sums[m0 + c]), K::step(p, act.d, isum, msum)));

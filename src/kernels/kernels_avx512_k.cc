@@ -57,10 +57,7 @@ void k32_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
           if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
           else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
         }
-        isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), sc));
-        std::int32_t b2;
-        std::memcpy(&b2, ac[c][i].bsums + 2 * j, 4);
-        msum[c] = _mm512_dpwssd_epi32(msum[c], mm, _mm512_set1_epi32(b2));
+        k32_part(_mm512_add_epi32(lo, hi), sc, mm, ac[c][i].bsums, j, isum[c], msum[c]);
       }
     }
     TANDEM_UNROLL
@@ -101,10 +98,7 @@ void k16_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
           if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
           else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
         }
-        isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(lo, sa), _mm512_mullo_epi32(hi, sb)));
-        std::int32_t b2;
-        std::memcpy(&b2, ac[c][i].bsums + 2 * u, 4);
-        corr[c] = _mm512_dpwssd_epi32(corr[c], pair, _mm512_set1_epi32(b2));
+        k16_part(lo, hi, sa, sb, pair, ac[c][i].bsums, u, isum[c], corr[c]);
       }
     }
     TANDEM_UNROLL

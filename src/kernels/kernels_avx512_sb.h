@@ -345,6 +345,26 @@ struct Q2KKind {
   }
 };
 
+// A super-block's integers for one activation, one part at a time (the vector kernels and the AMX tiles share them;
+// lanes are rows). 8 sub-blocks of 32 (q4_K, q5_K, iq4_xs): sub-block j's exact Σ q·a times its scale into isum,
+// and the mins' (or iq4_xs's offset's) term into msum: the pair (m_j, m_j) against the activation's bsums 2j, 2j + 1.
+inline void k32_part(__m512i sumi, __m512i sc, __m512i pair, const std::int16_t* bsums, int j, __m512i& isum,
+                     __m512i& msum) {
+  isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sumi, sc));
+  std::int32_t b2;
+  std::memcpy(&b2, bsums + 2 * j, 4);
+  msum = _mm512_dpwssd_epi32(msum, pair, _mm512_set1_epi32(b2));
+}
+// 16 sub-blocks of 16 (q6_K, q3_K, q2_K), unit u: sub-blocks 2u and 2u + 1's sums times their scales into isum, the
+// offset's (or q2_K's mins') term into corr: the pair against bsums 2u, 2u + 1.
+inline void k16_part(__m512i sum_a, __m512i sum_b, __m512i sa, __m512i sb, __m512i pair, const std::int16_t* bsums,
+                     int u, __m512i& isum, __m512i& corr) {
+  isum = _mm512_add_epi32(isum, _mm512_add_epi32(_mm512_mullo_epi32(sum_a, sa), _mm512_mullo_epi32(sum_b, sb)));
+  std::int32_t b2;
+  std::memcpy(&b2, bsums + 2 * u, 4);
+  corr = _mm512_dpwssd_epi32(corr, pair, _mm512_set1_epi32(b2));
+}
+
 // Prefetch into L2 of the eighth `part` (0..7) of `bytes` bytes at `ahead`: the AMX super-block tiles spread the
 // next super-blocks' prefetches over their 8 units, a few lines each (there, all of a super-block's lines at once
 // stalled the loop on the prefetch instruction: perf). The vector kernels keep theirs at once: spread, decode fell
