@@ -1,6 +1,6 @@
 // AMX-INT8 tiles for the 32-element block types (q8_0, q4_0, q5_0, iq4_nl with q8_0 activations; q4_1, q5_1 with
-// q8_1 activations, their packed layout kernels_avx512_k.cc's, at MinnedForm below): the only file
-// built with -mamx-tile -mamx-int8; kernels.cc calls into it only after checking the CPU and getting the kernel's
+// q8_1 activations, at MinnedForm below) and the 256-element super-block types (amx_sb_tiles below; these two
+// families read the packed layouts kernels_avx512_k.cc makes): the only file built with -mamx-tile -mamx-int8; kernels.cc calls into it only after checking the CPU and getting the kernel's
 // permission to use the tile data (arch_prctl ARCH_REQ_XCOMP_PERM).
 //
 // One tile call covers up to 16 weight rows and any number of activation rows. The weight rows' levels are
