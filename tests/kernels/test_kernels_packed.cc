@@ -185,16 +185,14 @@ TEST(KernelsAttention, EveryPathMatchesTheReference) {
       for (auto& x : q) x = g(rng);
       const float scale = 1.F / std::sqrt(static_cast<float>(c.hd));
       std::vector<float> scratch(static_cast<std::size_t>(c.pos + 1)), out(q.size()), ref(q.size());
-      {
-        IsaScope reference(Isa::scalar);
-        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k.data(), v.data(), slots.data(), c.pos, c.window,
-                         scale, c.cap, scratch.data(), ref.data());
-      }
-      {
-        IsaScope scope(isa);
-        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k.data(), v.data(), slots.data(), c.pos, c.window,
-                         scale, c.cap, scratch.data(), out.data());
-      }
+      // This case's attention on path `on` over the pool (kp, vp): f32 or f16 values.
+      const auto attend = [&](Isa on, const auto* kp, const auto* vp, std::vector<float>& o) {
+        IsaScope scope(on);
+        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, kp, vp, slots.data(), c.pos, c.window, scale, c.cap,
+                         scratch.data(), o.data());
+      };
+      attend(Isa::scalar, k.data(), v.data(), ref);
+      attend(isa, k.data(), v.data(), out);
       for (std::size_t i = 0; i < out.size(); ++i) {
         ASSERT_TRUE(std::isfinite(ref[i]));
         ASSERT_NEAR(out[i], ref[i], 2e-5 * (1.0 + std::fabs(ref[i]))) << "element " << i;
@@ -210,18 +208,9 @@ TEST(KernelsAttention, EveryPathMatchesTheReference) {
         vr[i] = f16_to_f32(v16[i]);
       }
       std::vector<float> out16(q.size()), ref16(q.size()), ref_rounded(q.size());
-      {
-        IsaScope reference(Isa::scalar);
-        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k16.data(), v16.data(), slots.data(), c.pos, c.window,
-                         scale, c.cap, scratch.data(), ref16.data());
-        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, kr.data(), vr.data(), slots.data(), c.pos, c.window,
-                         scale, c.cap, scratch.data(), ref_rounded.data());
-      }
-      {
-        IsaScope scope(isa);
-        attention_decode(q.data(), c.heads, c.kv_heads, c.hd, k16.data(), v16.data(), slots.data(), c.pos, c.window,
-                         scale, c.cap, scratch.data(), out16.data());
-      }
+      attend(Isa::scalar, k16.data(), v16.data(), ref16);
+      attend(Isa::scalar, kr.data(), vr.data(), ref_rounded);
+      attend(isa, k16.data(), v16.data(), out16);
       for (std::size_t i = 0; i < out16.size(); ++i) {
         ASSERT_TRUE(same_bits(ref16[i], ref_rounded[i])) << "f16 reference, element " << i;
         ASSERT_NEAR(out16[i], ref16[i], 2e-5 * (1.0 + std::fabs(ref16[i]))) << "f16 pool, element " << i;
