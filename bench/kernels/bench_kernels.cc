@@ -6,7 +6,7 @@
 //   Prefill/<type>/<rows>x<cols>/n:128: 128 activation rows, activation quantization included, weights warm.
 //     GFLOP/s (2 * rows * cols * n per call); x_f32 = over the f32 kernels' prefill of the same shape.
 //
-//   bench_kernels [--quick] [--warm] [--rows] [google-benchmark flags]   TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16|amx
+//   bench_kernels [--quick] [--warm] [--rows] [google-benchmark flags]   TANDEM_KERNELS=scalar|avx2|avxvnni|avx512|avx512bf16|amx
 //   picks the kernels
 // Times are this thread's CPU time. --warm decodes one copy of each matrix (cache-resident: kernel speed alone).
 // --rows: no side tables (the packed copies the engine makes at load), so the kernels read the rows as stored.

@@ -79,6 +79,11 @@ void ref_attention_f16(const float* q, std::int64_t heads, std::int64_t kv_heads
 // AVX2 + FMA + F16C (kernels_avx2.cc). Call only when the CPU has all three.
 const KernelTable& avx2_table();
 #endif
+#if defined(TANDEM_KERNELS_HAVE_AVXVNNI)
+// The AVX2 table with the 32-element block types' dot products on AVX-VNNI (kernels_avxvnni.cc): bit for bit the
+// AVX2 table's results. Call only when the CPU has AVX-VNNI and AVX2 + FMA + F16C.
+const KernelTable& avxvnni_table();
+#endif
 #if defined(TANDEM_KERNELS_HAVE_AVX512)
 // AVX-512 F/BW/VL/VNNI (kernels_avx512.cc): the AVX2 table with 512-bit tiles for the float and 32-element block
 // types. Call only when the CPU has those and AVX2 + FMA + F16C.

@@ -138,6 +138,16 @@ bool has_f16c() {
 }
 #endif
 
+#if defined(TANDEM_KERNELS_HAVE_AVXVNNI)
+// AVX-VNNI: CPUID leaf 7 sub-leaf 1 EAX bit 4 (the VEX-encoded 256-bit vpdpbusd; the YMM state as AVX2's).
+bool has_avx_vnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || a < 1) return false;  // a: the highest sub-leaf
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+  return (a >> 4) & 1;
+}
+#endif
+
 #if defined(TANDEM_KERNELS_HAVE_AVX512)
 // AVX-512 from CPUID leaf 7 (sub-leaf 0: EBX F bit 16, BW bit 30, VL bit 31, ECX VNNI bit 11; sub-leaf 1: EAX BF16
 // bit 5) and the OS's support for the opmask and ZMM state (XCR0 bits 1, 2, 5, 6, 7, read with XGETBV once CPUID
@@ -189,6 +199,12 @@ bool cpu_has(Isa i) {
 #else
       return false;
 #endif
+    case Isa::avxvnni:
+#if defined(TANDEM_KERNELS_HAVE_AVXVNNI)
+      return cpu_has(Isa::avx2) && has_avx_vnni();
+#else
+      return false;
+#endif
     case Isa::avx512:
 #if defined(TANDEM_KERNELS_HAVE_AVX512)
       return cpu_has(Isa::avx2) && has_avx512_vnni();
@@ -217,6 +233,9 @@ const detail::KernelTable& table_for(Isa i) {
   if (i == Isa::avx512bf16) return detail::avx512bf16_table();
   if (i == Isa::avx512) return detail::avx512_table();
 #endif
+#if defined(TANDEM_KERNELS_HAVE_AVXVNNI)
+  if (i == Isa::avxvnni) return detail::avxvnni_table();
+#endif
 #if defined(TANDEM_KERNELS_HAVE_AVX2)
   if (i == Isa::avx2) return detail::avx2_table();
 #endif
@@ -228,7 +247,7 @@ Isa isa_from_env() {
   const char* v = std::getenv("TANDEM_KERNELS");
   if (v == nullptr || *v == '\0') return detected_isa();
   if (std::strcmp(v, "scalar") == 0) return Isa::scalar;
-  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
+  for (Isa i : {Isa::avx2, Isa::avxvnni, Isa::avx512, Isa::avx512bf16, Isa::amx})
     if (isa_name(i) == v && cpu_has(i)) return i;
   return detected_isa();  // unknown or unsupported here: the best this CPU and build have
 }
@@ -256,6 +275,7 @@ std::string_view isa_name(Isa i) {
     case Isa::avx512: return "avx512";
     case Isa::avx512bf16: return "avx512bf16";
     case Isa::amx: return "amx";
+    case Isa::avxvnni: return "avxvnni";
   }
   return "unknown";
 }
@@ -263,7 +283,7 @@ std::string_view isa_name(Isa i) {
 // The best path this CPU runs; amx included (its q8_0, q4_0, q5_0 and iq4_nl matrices are repacked at load:
 // docs/kernels.md, "The AMX path").
 Isa detected_isa() {
-  for (Isa i : {Isa::amx, Isa::avx512bf16, Isa::avx512, Isa::avx2})
+  for (Isa i : {Isa::amx, Isa::avx512bf16, Isa::avx512, Isa::avxvnni, Isa::avx2})
     if (cpu_has(i)) return i;
   return Isa::scalar;
 }

@@ -16,11 +16,11 @@ namespace tandem::kernels {
 // scalar: the reference. avx2: AVX2 + FMA + F16C. avx512: that and AVX-512 F/BW/VL/VNNI. avx512bf16: that and
 // AVX512_BF16 (only the bf16 tile differs). amx: that and AMX-INT8 (the q8_0-activation block types on tiles).
 // Each path is a table of its own (docs/kernels.md, "CPU kernels").
-enum class Isa : std::uint8_t { scalar, avx2, avx512, avx512bf16, amx };
+enum class Isa : std::uint8_t { scalar, avx2, avx512, avx512bf16, amx, avxvnni };
 std::string_view isa_name(Isa i);
 Isa detected_isa();  // the best the CPU supports and this build has
 bool isa_supported(Isa i);  // this CPU and this build can run it
-// Selected for this process: TANDEM_KERNELS=scalar|avx2|avx512|avx512bf16|amx in the environment forces one (one this
+// Selected for this process: TANDEM_KERNELS=scalar|avx2|avxvnni|avx512|avx512bf16|amx in the environment forces one (one this
 // CPU or build lacks falls back to the detected ISA), else detected_isa().
 Isa active_isa();
 void set_isa_for_testing(Isa i);

@@ -188,6 +188,7 @@ struct MinnedLevels {
     if constexpr (kFive) return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh));
     else return nibbles(b.qs);
   }
+  static __m256i dot(__m256i u, __m256i a) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)); }
 };
 
 template <class L, int R, int C>
@@ -214,7 +215,6 @@ struct Q81ActTile {
     }
     const std::int64_t nb = cols / QK8_1;
     const std::size_t pf = prefetch_offset(R, wrb);
-    const __m256i ones = _mm256_set1_epi16(1);
     for (std::int64_t ib = 0; ib < nb; ++ib) {
       __m256i av[C];
       __m256 da[C];
@@ -233,7 +233,7 @@ struct Q81ActTile {
         const float mw = h2f(wr[r][ib].m);
         TANDEM_UNROLL
         for (int c = 0; c < C; ++c) {
-          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, av[c]), ones));
+          const __m256 p = _mm256_cvtepi32_ps(L::dot(u, av[c]));
           acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da[c]), p, acc[r][c]);
           mins[r][c] += mw * sa[c];
         }

@@ -202,5 +202,13 @@ constexpr TypeKernels entry(QuantizeActFn q) {
   return {q, Tiles<K, max_rows, B.acts>::tile, B.decode_rows, B.rows, B.acts};
 }
 
+// A table's entry of `type` with its tile (and blocking) replaced, keeping its activation quantizer (the tables built
+// from the AVX2 one: AVX-VNNI, AVX-512).
+template <template <int, int> class K, const Blocking& B>
+void set_tile(KernelTable& t, WType type) {
+  TypeKernels& k = t.types[static_cast<int>(type)];
+  k = entry<K, B>(k.quantize_act);
+}
+
 }  // namespace
 }  // namespace tandem::kernels::detail

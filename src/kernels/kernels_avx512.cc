@@ -180,13 +180,6 @@ using Q5_1Tile512 = Q81ActTile512<MinnedLevels512<BlockQ5_1, true>, R, C>;
 
 // ---- the table ------------------------------------------------------------------------------------------------
 
-// Replaces a type's tile (and its blocking), keeping the AVX2 table's activation quantizer.
-template <template <int, int> class K, const Blocking& B>
-void set_tile(KernelTable& t, WType type) {
-  TypeKernels& k = t.types[static_cast<int>(type)];
-  k = entry<K, B>(k.quantize_act);
-}
-
 KernelTable make_avx512_table() {
   KernelTable t = avx2_table();
   t.isa = Isa::avx512;

@@ -20,7 +20,8 @@ using Bytes = std::vector<std::uint8_t>;
 
 inline std::string tname(WType t) { return std::string(wtype_name(t)); }
 
-constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx};
+// In the order of preference (detected_isa takes the last this machine runs).
+constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avxvnni, Isa::avx512, Isa::avx512bf16, Isa::amx};
 
 // The ISAs this machine can run; the scalar path always. The first call says which paths will not run here (a
 // machine without AVX-512 reports it rather than passing those checks silently).

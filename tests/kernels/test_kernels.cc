@@ -40,9 +40,10 @@ TEST(KernelsDispatch, IsaNamesAndSelection) {
   EXPECT_EQ(isa_name(Isa::avx512), "avx512");
   EXPECT_EQ(isa_name(Isa::avx512bf16), "avx512bf16");
   EXPECT_EQ(isa_name(Isa::amx), "amx");
+  EXPECT_EQ(isa_name(Isa::avxvnni), "avxvnni");
   set_isa_for_testing(Isa::scalar);
   EXPECT_EQ(active_isa(), Isa::scalar);
-  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
+  for (Isa i : {Isa::avx2, Isa::avxvnni, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
     set_isa_for_testing(i);
     EXPECT_EQ(active_isa(), isa_supported(i) ? i : detected_isa()) << isa_name(i);  // else the fallback
   }
@@ -56,6 +57,9 @@ TEST(KernelsDispatch, IsaNamesAndSelection) {
     EXPECT_TRUE(isa_supported(Isa::avx512));
   }
   if (isa_supported(Isa::avx512)) {
+    EXPECT_TRUE(isa_supported(Isa::avx2));
+  }
+  if (isa_supported(Isa::avxvnni)) {  // not implied by AVX-512 (Ice Lake has AVX512-VNNI only), nor implying it
     EXPECT_TRUE(isa_supported(Isa::avx2));
   }
   Isa best = Isa::scalar;

@@ -70,6 +70,34 @@ TEST(KernelsMatmul, AmxBlockTypesEqualTheReferenceBitForBit) {
   }
 }
 
+// AVX-VNNI: the AVX2 tiles of the 32-element block types with vpdpbusd for their dot products give the AVX2 table's
+// results bit for bit (the same exact int32 lanes), decode and prefill, partial tiles, long rows.
+TEST(KernelsMatmul, AvxVnniEqualsAvx2BitForBit) {
+  if (!isa_supported(Isa::avxvnni)) GTEST_SKIP() << "NOT RUN: this CPU (or build) has no AVX-VNNI";
+  std::mt19937 rng(43);
+  for (WType t : {WType::q8_0, WType::q4_0, WType::q5_0, WType::iq4_nl, WType::q4_1, WType::q5_1}) {
+    for (std::int64_t cols : {32, 96, 4160}) {
+      for (std::int64_t n : {1, 2, 3, 7}) {
+        SCOPED_TRACE(tname(t) + " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
+        const std::int64_t rows = 21;
+        const Bytes w = random_weights(rng, t, rows, cols);
+        const Bytes a = random_acts(rng, t, n, cols);
+        std::vector<float> y2(static_cast<std::size_t>(rows * n), -1.f), yv(y2.size(), -2.f);
+        {
+          IsaScope scope(Isa::avx2);
+          matmul_rows(t, w.data(), cols, a.data(), n, y2.data(), rows, 0, rows);
+        }
+        {
+          IsaScope scope(Isa::avxvnni);
+          ASSERT_EQ(active_isa(), Isa::avxvnni);
+          matmul_rows(t, w.data(), cols, a.data(), n, yv.data(), rows, 0, rows);
+        }
+        ASSERT_EQ(0, std::memcmp(y2.data(), yv.data(), y2.size() * sizeof(float)));
+      }
+    }
+  }
+}
+
 // The side tables (packed copies of the matrix) and where they are asked for: the amx path's 32-element block types,
 // and the super-block types (q2_K .. q6_K, iq4_xs), q4_1 and q5_1 on every AVX-512 path; every other path and type
 // reads the matrix alone.
