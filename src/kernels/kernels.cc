@@ -266,6 +266,24 @@ const detail::KernelTable& table() {
 // Prefill: the weight rows of one cache block stay in L2 while every activation row passes over them.
 constexpr std::size_t kWeightBlockBytes = 192 * 1024;
 
+// A prefill block's weight rows, prefetched into L2 line by line while the block before it is computed.
+struct BlockBytes {
+  const std::uint8_t* begin = nullptr;
+  std::size_t bytes = 0;
+
+  static BlockBytes of_rows(const std::uint8_t* w, std::size_t wrb, std::int64_t r0, std::int64_t r1) {
+    if (r1 <= r0) return {};
+    return {w + static_cast<std::size_t>(r0) * wrb, static_cast<std::size_t>(r1 - r0) * wrb};
+  }
+  std::size_t lines() const { return (bytes + 63) / 64; }
+  // Lines [line, line + count) (those that exist); returns the next line to prefetch.
+  std::size_t prefetch_l2(std::size_t line, std::size_t count) const {
+    const std::size_t end = std::min(lines(), line + count);
+    for (; line < end; ++line) __builtin_prefetch(begin + 64 * line, 0, 2);
+    return line;
+  }
+};
+
 }  // namespace
 
 std::string_view isa_name(Isa i) {
@@ -359,15 +377,27 @@ void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std
   }
   // Prefill: a block of weight rows (kWeightBlockBytes, a multiple of the tile's rows) is read from memory once and
   // stays in L2; every group of tile_acts activation rows passes over it (those rows stay in L1 across the block).
+  // Float weights (2-4 bytes each, where a block's first pass waits on memory longest): meanwhile the next block's
+  // rows are prefetched into L2, a few lines before each tile call, spread over all the passes, so only the first
+  // block's first pass waits. (The quantized types measured level with and without: docs/kernels.md.)
   const std::int64_t block_rows =
       std::max<std::int64_t>(tr, static_cast<std::int64_t>(kWeightBlockBytes / wrb) / tr * tr);
+  const std::int64_t passes = (n + ta - 1) / ta;
+  const bool prefetch_next = traits(t).block_elems == 1;
   for (std::int64_t rb = r0; rb < r1; rb += block_rows) {
     const std::int64_t re = std::min(r1, rb + block_rows);
+    const BlockBytes next = prefetch_next ? BlockBytes::of_rows(wb, wrb, re, std::min(r1, re + block_rows)) : BlockBytes{};
+    const std::int64_t calls = passes * ((re - rb + tr - 1) / tr);
+    const std::size_t lines_per_call = (next.lines() + static_cast<std::size_t>(calls) - 1) / static_cast<std::size_t>(calls);
+    std::size_t line = 0;
     for (std::int64_t c = 0; c < n; c += ta) {
       const int nc = static_cast<int>(std::min(ta, n - c));
       const std::uint8_t* ac = ab + static_cast<std::size_t>(c) * arb;
       float* yc = y + c * ldy;
-      for (std::int64_t r = rb; r < re; r += tr) tile(r, static_cast<int>(std::min(tr, re - r)), ac, nc, yc + r);
+      for (std::int64_t r = rb; r < re; r += tr) {
+        line = next.prefetch_l2(line, lines_per_call);
+        tile(r, static_cast<int>(std::min(tr, re - r)), ac, nc, yc + r);
+      }
     }
   }
 }
