@@ -187,7 +187,7 @@ KernelTable make_avx512_table() {
   t.attention_f16 = attention_512<std::uint16_t>;
   set_tile<F32Tile512, kFloat512>(t, WType::f32);
   set_tile<F16Tile512, kFloat512>(t, WType::f16);
-  set_tile<BF16WidenTile512, kFloat512>(t, WType::bf16);
+  set_tile<BF16WidenTile512, kBF16_512>(t, WType::bf16);
   set_tile<Q8_0Tile512, kInt512>(t, WType::q8_0);
   set_tile<Q4_0Tile512, kInt512>(t, WType::q4_0);
   set_tile<Q5_0Tile512, kInt512>(t, WType::q5_0);

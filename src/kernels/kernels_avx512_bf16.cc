@@ -67,7 +67,7 @@ KernelTable make_avx512bf16_table() {
   KernelTable t = avx512_table();
   t.isa = Isa::avx512bf16;
   TypeKernels& k = t.types[static_cast<int>(WType::bf16)];
-  k = entry<BF16DotTile512, kFloat512>(k.quantize_act);
+  k = entry<BF16DotTile512, kBF16_512>(k.quantize_act);
   return t;
 }
 

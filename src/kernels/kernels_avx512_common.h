@@ -44,14 +44,6 @@ inline void zero_acc(__m512 (&acc)[R][C]) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   }
 }
-template <int R, int C>
-inline void store_sums(const __m512 (&acc)[R][C], float* y, std::int64_t ldy) {
-  TANDEM_UNROLL
-  for (int c = 0; c < C; ++c) {
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum16(acc[r][c]);
-  }
-}
 
 // Sixteen accumulators' sums at once, each with hsum16's additions in its order (lanes i and i + 8, then i and i + 4,
 // i and i + 2, i and i + 1), four to sixteen accumulators' lanes per instruction: 30 shuffles and 15 additions
@@ -84,6 +76,38 @@ inline void store_sums(const __m512 (&acc)[4][4], float* y, std::int64_t ldy) {
   _mm512_store_ps(out, sum16x16(acc));
   TANDEM_UNROLL
   for (int c = 0; c < 4; ++c) _mm_storeu_ps(y + c * ldy, _mm_load_ps(out + 4 * c));
+}
+// Any other tile's sums to y[c * ldy + r], each hsum16's value: from 12 accumulators on, sixteen at a time through
+// sum16x16 (accumulator c * R + r in lane (c * R + r) % 16 of group (c * R + r) / 16, a short last group padded
+// with zeros), fewer one hsum16 each.
+template <int R, int C>
+inline void store_sums(const __m512 (&acc)[R][C], float* y, std::int64_t ldy) {
+  constexpr int kN = R * C;
+  if constexpr (kN < 12) {
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) {
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum16(acc[r][c]);
+    }
+  } else {
+    constexpr int kGroups = (kN + 15) / 16;
+    alignas(64) float out[16 * kGroups];
+    TANDEM_UNROLL
+    for (int g = 0; g < kGroups; ++g) {
+      __m512 group[4][4];
+      TANDEM_UNROLL
+      for (int j = 0; j < 16; ++j) {
+        const int i = 16 * g + j;
+        group[j % 4][j / 4] = i < kN ? acc[i % R][i / R] : _mm512_setzero_ps();
+      }
+      _mm512_store_ps(out + 16 * g, sum16x16(group));
+    }
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) {
+      TANDEM_UNROLL
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = out[c * R + r];
+    }
+  }
 }
 
 // Float sources: kStep elements per step (one cache line), delivered as kHalves vectors of 16 floats; `n` < kStep
@@ -418,11 +442,14 @@ inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_he
   }
 }
 
-// Register blocks of the 512-bit tiles (32 vector registers): float 4 x 4 (16 accumulators + 4 activation
-// vectors); the integer types 4 x 4 (16 accumulators, and per activation its bytes, its offset term and its
-// scales). Measured on the prefill benchmark (2048x768, n = 128, one thread): integer 4 x 4 5-7 % above 4 x 3 and
-// 8-15 % above 8 x 2; float 4 x 6 gained f16 10 % but lost f32 9 %.
-constexpr Blocking kFloat512{8, 4, 4};
+// Register blocks of the 512-bit tiles (32 vector registers): f32 / f16 4 x 6 (24 accumulators + 6 activation
+// vectors + the weight vector), bf16 4 x 4; the integer types 4 x 4 (16 accumulators, and per activation its bytes,
+// its offset term and its scales). Measured on the prefill benchmark (2048x768, n = 128, one thread): integer 4 x 4
+// 5-7 % above 4 x 3 and 8-15 % above 8 x 2. Through bench_engine (Prefill128, 134M shape, one thread, three runs
+// alternating): f32 4 x 6 6 % and f16 4 % above 4 x 4 once store_sums reduced 4 x 6 sixteen accumulators at a time
+// (with one hsum16 each, 4 x 6 had lost f32 9 %); bf16's widening tile 8 % below, so it stays 4 x 4.
+constexpr Blocking kFloat512{8, 4, 6};
+constexpr Blocking kBF16_512{8, 4, 4};
 constexpr Blocking kInt512{8, 4, 4};
 
 }  // namespace
