@@ -14,9 +14,11 @@ namespace tandem::kernels::detail {
 namespace {
 
 constexpr int kRows = 16;    // weight rows of a group (B tile columns)
-// A call covers up to kGroups groups (tile_rows, decode_rows): the activations' preparation (their scales for
-// prefill, their unsigned bytes for decode) is shared by the groups.
+// A call covers up to kGroups groups (tile_rows, decode_rows; the decode of the q8_0-family packed types up to
+// kDecodeGroups): the activations' preparation (their scales for prefill, their unsigned bytes for decode) is shared
+// by the groups.
 constexpr int kGroups = 4;
+constexpr int kDecodeGroups = 8;
 constexpr int kActs = 128;   // activation rows per call, in groups of 16 (A tile rows)
 
 // The tile configuration's memory layout (palette 1: per tile register its rows and bytes per row). Each tile loop

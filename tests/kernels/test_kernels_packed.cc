@@ -32,8 +32,9 @@ TEST(KernelsMatmul, AmxBlockTypesEqualTheReferenceBitForBit) {
   std::mt19937 rng(29);
   for (WType t : {WType::q8_0, WType::q4_0, WType::q5_0, WType::iq4_nl}) {
     for (std::int64_t cols : {32, 96, 768, 4096, 4160, 8224}) {
-      // 21 rows: part of a call's four 16-row groups; 85: two calls, the second's last group short.
-      for (std::int64_t rows : {21, 85}) {
+      // 21 rows: part of a call's four 16-row groups; 85: two prefill calls, the second's last group short (one
+      // decode call of six groups, side by side); 150: two decode calls, the second's groups short.
+      for (std::int64_t rows : {21, 85, 150}) {
         for (std::int64_t n : {1, 2, 3, 16, 17, 40}) {
           SCOPED_TRACE(tname(t) + " cols=" + std::to_string(cols) + " rows=" + std::to_string(rows) +
                        " n=" + std::to_string(n));
