@@ -220,10 +220,58 @@ void b32_group(const std::uint8_t* grp, int nr, const BlockQ8_1* const* ac, std:
   for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
 }
 
+// Decode (one activation) over up to kGroups groups side by side, block by block: one memory stream per group (group
+// after group is one stream, which measured below the bandwidth: packed_decode in kernels_amx.cc). Each row's
+// operations are b32_group<K, 1>'s, in its order, so the results are the same bit for bit.
+template <class K>
+void b32_decode(const std::uint8_t* aux, std::size_t group_bytes, int nr, const BlockQ8_1* a, std::int64_t nb,
+                float* y) {
+  constexpr std::size_t kBytes = b32_bytes<K>();
+  constexpr std::size_t kPrefetch = 8 * kBytes;
+  const int ng = (nr + kRows - 1) / kRows;
+  __m512 sum[kGroups];
+  TANDEM_UNROLL
+  for (int g = 0; g < kGroups; ++g) sum[g] = _mm512_setzero_ps();
+  for (std::int64_t ib = 0; ib < nb; ++ib) {
+    const BlockQ8_1& ab = a[ib];
+    __m512i av[8];
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      std::int32_t a4;
+      std::memcpy(&a4, ab.qs + 4 * k, 4);
+      av[k] = _mm512_set1_epi32(a4);
+    }
+    const __m512 da = _mm512_set1_ps(h2f(ab.d)), sa = _mm512_set1_ps(h2f(ab.s));
+    for (int g = 0; g < ng; ++g) {
+      const std::uint8_t* p = aux + static_cast<std::size_t>(g) * group_bytes + static_cast<std::size_t>(ib) * kBytes;
+      TANDEM_UNROLL
+      for (std::size_t l = 0; l < kBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
+      __m512i wv[8];
+      K::levels(p + 64, wv);
+      const __m512 dw = f16x16(p);
+      const __m512 mw = f16x16(p + 32);
+      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+      TANDEM_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], av[k]);
+        else hi = _mm512_dpbusd_epi32(hi, wv[k], av[k]);
+      }
+      const __m512 scale = _mm512_mul_ps(dw, da);  // d_w * d_a
+      const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), scale),
+                                     _mm512_mul_ps(mw, sa));  // + m_w * s_a
+      sum[g] = _mm512_add_ps(sum[g], t);
+    }
+  }
+  for (int g = 0; g < ng; ++g) _mm512_mask_storeu_ps(y + g * kRows, first16(nr - g * kRows), sum[g]);
+}
+
 // ---- the tiles -------------------------------------------------------------------------------------------------
 
 template <class Act>
 using GroupFn = void (*)(const std::uint8_t*, int, const Act* const*, std::int64_t, float*, std::int64_t);
+// A decode over all of a call's groups at once (aux, group bytes, rows, the activation, its blocks, y).
+template <class Act>
+using DecodeFn = void (*)(const std::uint8_t*, std::size_t, int, const Act*, std::int64_t, float*);
 
 // The entries the packed tiles fall back on without the side table, by type (set once, with the tables).
 TypeKernels g_base[kWTypeCount];
@@ -239,8 +287,9 @@ void base_tiles(const TypeKernels& base, const std::uint8_t* w, std::size_t wrb,
 }
 
 // One packed type: its activation block (elements per block), its group bytes, its group kernels for 1..kActs
-// activations; g_base[T] where the copy is absent.
-template <WType T, class Act, std::int64_t kElems, std::size_t (*GroupBytes)(std::int64_t), template <int> class G>
+// activations, its decode over all groups at once where it has one; g_base[T] where the copy is absent.
+template <WType T, class Act, std::int64_t kElems, std::size_t (*GroupBytes)(std::int64_t), template <int> class G,
+          DecodeFn<Act> Decode>
 struct Packed {
   static void tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
                    std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
@@ -252,6 +301,9 @@ struct Packed {
                                                    G<5>::run, G<6>::run, G<7>::run, G<8>::run};
     const std::int64_t nb = cols / kElems;
     const std::size_t group_bytes = GroupBytes(cols);
+    if constexpr (Decode != nullptr) {
+      if (nc == 1) return Decode(aux, group_bytes, nr, reinterpret_cast<const Act*>(a), nb, y);
+    }
     const Act* ac[kActs];
     for (int c = 0; c < nc; ++c) ac[c] = reinterpret_cast<const Act*>(a + static_cast<std::size_t>(c) * arb);
     for (int g = 0; g * kRows < nr; ++g)
@@ -270,19 +322,25 @@ struct Via {
       Call::template run<K, NC>(g, nr, ac, nb, y, ldy);
     }
   };
-  using P = Packed<K::kType, Act, kElems, GroupBytes, Group>;
+  using P = Packed<K::kType, Act, kElems, GroupBytes, Group, Call::template decode<K>>;
 };
 struct K32Call {
   template <class K, int NC, class... A>
   static void run(A... a) { k32_group<K, NC>(a...); }
+  template <class K>
+  static constexpr DecodeFn<BlockQ8_K> decode = nullptr;
 };
 struct K16Call {
   template <class K, int NC, class... A>
   static void run(A... a) { k16_group<K, NC>(a...); }
+  template <class K>
+  static constexpr DecodeFn<BlockQ8_K> decode = nullptr;
 };
 struct B32Call {
   template <class K, int NC, class... A>
   static void run(A... a) { b32_group<K, NC>(a...); }
+  template <class K>
+  static constexpr DecodeFn<BlockQ8_1> decode = b32_decode<K>;
 };
 template <class K>
 using K32 = Via<K, K32Call, BlockQ8_K, QK_K, sb_group_bytes<K>>;
