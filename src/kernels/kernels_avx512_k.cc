@@ -183,37 +183,59 @@ void prepare_b32(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std:
   }
 }
 
+// A packed block of a 32-element type (b32_group, b32_decode): the next blocks' prefetch `ahead` bytes on, its levels
+// as 8 B rows, its d and m scales (16 rows' lanes).
+template <class K>
+struct B32Block {
+  __m512i wv[8];
+  __m512 dw, mw;
+  B32Block(const std::uint8_t* p, std::size_t ahead) {
+    TANDEM_UNROLL
+    for (std::size_t l = 0; l < b32_bytes<K>(); l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p + ahead + l), _MM_HINT_T1);
+    K::levels(p + 64, wv);
+    dw = f16x16(p);
+    mw = f16x16(p + 32);
+  }
+  // One activation's term: its bytes 4k..4k+3 in every lane of av[k]; d_a and s_a in every lane.
+  __m512 term(const __m512i (&av)[8], __m512 da, __m512 sa) const {
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], av[k]);
+      else hi = _mm512_dpbusd_epi32(hi, wv[k], av[k]);
+    }
+    const __m512 scale = _mm512_mul_ps(dw, da);  // d_w * d_a
+    return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), scale),
+                         _mm512_mul_ps(mw, sa));  // + m_w * s_a
+  }
+};
+
+// An activation block's bytes 4k..4k+3 in every lane of av[k].
+inline void b32_act(const BlockQ8_1& ab, __m512i (&av)[8]) {
+  TANDEM_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    std::int32_t a4;
+    std::memcpy(&a4, ab.qs + 4 * k, 4);
+    av[k] = _mm512_set1_epi32(a4);
+  }
+}
+
 template <class K, int NC>
 void b32_group(const std::uint8_t* grp, int nr, const BlockQ8_1* const* ac, std::int64_t nb, float* y,
                std::int64_t ldy) {
   constexpr std::size_t kBytes = b32_bytes<K>();
-  constexpr std::size_t kPrefetch = 8 * kBytes;
   __m512 sum[NC];
   TANDEM_UNROLL
   for (int c = 0; c < NC; ++c) sum[c] = _mm512_setzero_ps();
   for (std::int64_t ib = 0; ib < nb; ++ib) {
-    const std::uint8_t* p = grp + static_cast<std::size_t>(ib) * kBytes;
-    TANDEM_UNROLL
-    for (std::size_t l = 0; l < kBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
-    __m512i wv[8];
-    K::levels(p + 64, wv);
-    const __m512 dw = f16x16(p);
-    const __m512 mw = f16x16(p + 32);
+    const B32Block<K> b(grp + static_cast<std::size_t>(ib) * kBytes, 8 * kBytes);
     TANDEM_UNROLL
     for (int c = 0; c < NC; ++c) {
       const BlockQ8_1& ab = ac[c][ib];
-      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-      TANDEM_UNROLL
-      for (int k = 0; k < 8; ++k) {
-        std::int32_t a4;
-        std::memcpy(&a4, ab.qs + 4 * k, 4);
-        if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
-        else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
-      }
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(h2f(ab.d)));  // d_w * d_a
-      const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), scale),
-                                     _mm512_mul_ps(mw, _mm512_set1_ps(h2f(ab.s))));  // + m_w * s_a
-      sum[c] = _mm512_add_ps(sum[c], t);
+      __m512i av[8];
+      b32_act(ab, av);
+      sum[c] = _mm512_add_ps(sum[c], b.term(av, _mm512_set1_ps(h2f(ab.d)), _mm512_set1_ps(h2f(ab.s))));
     }
   }
   TANDEM_UNROLL
@@ -227,39 +249,18 @@ template <class K>
 void b32_decode(const std::uint8_t* aux, std::size_t group_bytes, int nr, const BlockQ8_1* a, std::int64_t nb,
                 float* y) {
   constexpr std::size_t kBytes = b32_bytes<K>();
-  constexpr std::size_t kPrefetch = 8 * kBytes;
   const int ng = (nr + kRows - 1) / kRows;
   __m512 sum[kGroups];
   TANDEM_UNROLL
   for (int g = 0; g < kGroups; ++g) sum[g] = _mm512_setzero_ps();
   for (std::int64_t ib = 0; ib < nb; ++ib) {
-    const BlockQ8_1& ab = a[ib];
     __m512i av[8];
-    TANDEM_UNROLL
-    for (int k = 0; k < 8; ++k) {
-      std::int32_t a4;
-      std::memcpy(&a4, ab.qs + 4 * k, 4);
-      av[k] = _mm512_set1_epi32(a4);
-    }
-    const __m512 da = _mm512_set1_ps(h2f(ab.d)), sa = _mm512_set1_ps(h2f(ab.s));
+    b32_act(a[ib], av);
+    const __m512 da = _mm512_set1_ps(h2f(a[ib].d)), sa = _mm512_set1_ps(h2f(a[ib].s));
     for (int g = 0; g < ng; ++g) {
-      const std::uint8_t* p = aux + static_cast<std::size_t>(g) * group_bytes + static_cast<std::size_t>(ib) * kBytes;
-      TANDEM_UNROLL
-      for (std::size_t l = 0; l < kBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + l), _MM_HINT_T1);
-      __m512i wv[8];
-      K::levels(p + 64, wv);
-      const __m512 dw = f16x16(p);
-      const __m512 mw = f16x16(p + 32);
-      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-      TANDEM_UNROLL
-      for (int k = 0; k < 8; ++k) {
-        if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], av[k]);
-        else hi = _mm512_dpbusd_epi32(hi, wv[k], av[k]);
-      }
-      const __m512 scale = _mm512_mul_ps(dw, da);  // d_w * d_a
-      const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), scale),
-                                     _mm512_mul_ps(mw, sa));  // + m_w * s_a
-      sum[g] = _mm512_add_ps(sum[g], t);
+      const B32Block<K> b(aux + static_cast<std::size_t>(g) * group_bytes + static_cast<std::size_t>(ib) * kBytes,
+                          8 * kBytes);
+      sum[g] = _mm512_add_ps(sum[g], b.term(av, da, sa));
     }
   }
   for (int g = 0; g < ng; ++g) _mm512_mask_storeu_ps(y + g * kRows, first16(nr - g * kRows), sum[g]);
