@@ -116,7 +116,7 @@ name = "default"
 dir = "$T_MODEL"
 replica_mode = "mmap"
 kv_cache = "${T_KV_CACHE:-f16}"
-cpu_threads = 1
+cpu_threads = ${T_CPU_THREADS:-1}
 gpu_threads = 1
 
 [breaker]
