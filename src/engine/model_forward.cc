@@ -139,31 +139,42 @@ at::Tensor Model::Impl::softcap(at::Tensor x, const std::optional<double>& cap) 
   return x.div_(*cap).tanh_().mul_(*cap);
 }
 
+bool Model::Impl::decode_row(const at::Tensor& q, const KvView& kv) {
+  const at::ScalarType kv_type = kv.keys.scalar_type();
+  return kv.slots != nullptr && q.size(0) == 1 && q.is_cpu() && q.scalar_type() == at::kFloat &&
+         (kv_type == at::kFloat || kv_type == at::kHalf) && kv.values.scalar_type() == kv_type &&
+         kv.keys.is_contiguous() && kv.values.is_contiguous();
+}
+
+void Model::Impl::attention_row(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides,
+                                std::vector<float>& scratch, float* out) const {
+  const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
+  const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  const at::Tensor qc = q.contiguous();
+  const std::int64_t H = q.size(1), hd = q.size(2);
+  if (scratch.size() < static_cast<std::size_t>(kv.length)) scratch.resize(static_cast<std::size_t>(kv.length));
+  const float cap = cfg().attn_softcap ? static_cast<float>(*cfg().attn_softcap) : 0.0F;
+  if (kv.keys.scalar_type() == at::kHalf) {
+    kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd,
+                              static_cast<const std::uint16_t*>(kv.keys.data_ptr()),
+                              static_cast<const std::uint16_t*>(kv.values.data_ptr()), kv.slots, pos0, window,
+                              static_cast<float>(scale), cap, scratch.data(), out);
+  } else {
+    kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd, kv.keys.data_ptr<float>(),
+                              kv.values.data_ptr<float>(), kv.slots, pos0, window, static_cast<float>(scale), cap,
+                              scratch.data(), out);
+  }
+}
+
 // q: [n, H, hd] at positions pos0.., the keys/values of positions 0..L-1. Causal (and through the sliding window when
 // the layer `slides`). → [n, H*hd]
 at::Tensor Model::Impl::attention(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides) const {
   const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
   const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
-  const at::ScalarType kv_type = kv.keys.scalar_type();
-  if (kv.slots != nullptr && q.size(0) == 1 && q.is_cpu() && q.scalar_type() == at::kFloat &&
-      (kv_type == at::kFloat || kv_type == at::kHalf) && kv.values.scalar_type() == kv_type &&
-      kv.keys.is_contiguous() && kv.values.is_contiguous()) {
+  if (decode_row(q, kv)) {
     // A decode row on the CPU: straight from the pool's rows (f16, or f32), no gather and no operator calls.
-    const at::Tensor qc = q.contiguous();
-    const std::int64_t H = q.size(1), hd = q.size(2);
-    at::Tensor out = at::empty({1, H * hd}, qc.options());
-    if (attn_scratch.size() < static_cast<std::size_t>(kv.length)) attn_scratch.resize(static_cast<std::size_t>(kv.length));
-    const float cap = cfg().attn_softcap ? static_cast<float>(*cfg().attn_softcap) : 0.0F;
-    if (kv_type == at::kHalf) {
-      kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd,
-                                static_cast<const std::uint16_t*>(kv.keys.data_ptr()),
-                                static_cast<const std::uint16_t*>(kv.values.data_ptr()), kv.slots, pos0, window,
-                                static_cast<float>(scale), cap, attn_scratch.data(), out.data_ptr<float>());
-    } else {
-      kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd, kv.keys.data_ptr<float>(),
-                                kv.values.data_ptr<float>(), kv.slots, pos0, window, static_cast<float>(scale), cap,
-                                attn_scratch.data(), out.data_ptr<float>());
-    }
+    at::Tensor out = at::empty({1, q.size(1) * q.size(2)}, q.options());
+    attention_row(q, kv, pos0, slides, attn_scratch, out.data_ptr<float>());
     return out;
   }
   at::Tensor keys = kv.keys, values = kv.values;
@@ -271,16 +282,42 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
   if (items.size() == 1) {
     attn = attention(q, kv_step(items[0], li, k, v, accel), spans[items[0]].pos0, slides);
   } else {
-    std::vector<at::Tensor> parts;
-    parts.reserve(items.size());
+    // Every item's keys and values written first, in item order (the pool's bookkeeping stays on this thread).
+    std::vector<KvView> views;
+    views.reserve(items.size());
     std::int64_t off = 0;
+    bool rows = true;
     for (std::size_t i : items) {
       const std::int64_t n = spans[i].n;
-      parts.push_back(attention(q.narrow(0, off, n), kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n), accel),
-                                spans[i].pos0, slides));
+      views.push_back(kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n), accel));
+      rows = rows && decode_row(q.narrow(0, off, n), views.back());
       off += n;
     }
-    attn = at::cat(parts, 0);
+    if (rows) {
+      // Decode rows only (continuous batching's steps): the items' attention on the worker pool, each row the
+      // same kernel call as alone (the same result), each range with its own scratch.
+      attn = at::empty({N, c.num_heads * c.head_dim}, q.options());
+      float* out = attn.data_ptr<float>();
+      pool->split(static_cast<std::int64_t>(items.size()), 1, [&](std::int64_t b, std::int64_t e) {
+        c10::InferenceMode guard;  // thread-local: the workers' ATen calls run in it too
+        std::vector<float> scratch;
+        for (std::int64_t r = b; r < e; ++r) {
+          const auto ri = static_cast<std::size_t>(r);
+          attention_row(q.narrow(0, r, 1), views[ri], spans[items[ri]].pos0, slides, scratch,
+                        out + r * c.num_heads * c.head_dim);
+        }
+      });
+    } else {
+      std::vector<at::Tensor> parts;
+      parts.reserve(items.size());
+      off = 0;
+      for (std::size_t j = 0; j < items.size(); ++j) {
+        const std::int64_t n = spans[items[j]].n;
+        parts.push_back(attention(q.narrow(0, off, n), views[j], spans[items[j]].pos0, slides));
+        off += n;
+      }
+      attn = at::cat(parts, 0);
+    }
   }
   // Gemma normalises each sub-layer's output (post-norms) before its residual add.
   auto post = [&](const at::Tensor& y, const at::Tensor& w) { return w.defined() ? rmsnorm(y, w) : y; };
