@@ -75,16 +75,10 @@ struct FloatTile {
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const T* wr[R];
     const TA* ac[C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * wrb);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const TA*>(a + c * arb);
+    row_ptrs(wr, w, wrb);
+    row_ptrs(ac, a, arb);
     __m256 acc[R][C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) {
-      TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-    }
+    zero_acc(acc);
     std::int64_t k = 0;
     const std::size_t pf = prefetch_offset(R, wrb);
     for (; k + kLine <= cols; k += kLine) {

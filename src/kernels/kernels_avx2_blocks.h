@@ -127,16 +127,10 @@ struct Q8ActTile {
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const Block* wr[R];
     const BlockQ8_0* ac[C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const Block*>(w + r * wrb);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_0*>(a + c * arb);
+    row_ptrs(wr, w, wrb);
+    row_ptrs(ac, a, arb);
     __m256 acc[R][C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) {
-      TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-    }
+    zero_acc(acc);
     const std::int64_t nb = cols / QK8_0;
     const std::size_t pf = prefetch_offset(R, wrb);
     for (std::int64_t ib = 0; ib < nb; ++ib) {
@@ -199,20 +193,11 @@ struct Q81ActTile {
                   std::int64_t cols, float* y, std::int64_t ldy) {
     const Block* wr[R];
     const BlockQ8_1* ac[C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const Block*>(w + r * wrb);
-    TANDEM_UNROLL
-    for (int c = 0; c < C; ++c) ac[c] = reinterpret_cast<const BlockQ8_1*>(a + c * arb);
+    row_ptrs(wr, w, wrb);
+    row_ptrs(ac, a, arb);
     __m256 acc[R][C];
-    float mins[R][C];
-    TANDEM_UNROLL
-    for (int r = 0; r < R; ++r) {
-      TANDEM_UNROLL
-      for (int c = 0; c < C; ++c) {
-        acc[r][c] = _mm256_setzero_ps();
-        mins[r][c] = 0.f;
-      }
-    }
+    zero_acc(acc);
+    float mins[R][C] = {};
     const std::int64_t nb = cols / QK8_1;
     const std::size_t pf = prefetch_offset(R, wrb);
     for (std::int64_t ib = 0; ib < nb; ++ib) {

@@ -69,6 +69,21 @@ inline void prefetch(const void* p, std::size_t off) {
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + off), _MM_HINT_T0);
 }
 
+// A tile's set-up: N rows' pointers, `stride` bytes apart from base; R x C 256-bit accumulators at zero.
+template <class T, int N>
+inline void row_ptrs(const T* (&p)[N], const std::uint8_t* base, std::size_t stride) {
+  TANDEM_UNROLL
+  for (int i = 0; i < N; ++i) p[i] = reinterpret_cast<const T*>(base + i * stride);
+}
+template <int R, int C>
+inline void zero_acc(__m256 (&acc)[R][C]) {
+  TANDEM_UNROLL
+  for (int r = 0; r < R; ++r) {
+    TANDEM_UNROLL
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+}
+
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 

@@ -29,13 +29,9 @@ inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __mmask32 first32(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
 inline __mmask16 first16(int n) { return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1); }
 
-// A tile's set-up and end, the same in every 512-bit tile: its R weight rows' and C activation rows' pointers, the
-// R x C accumulators at zero, and each accumulator's fixed-order sum stored to y[c * ldy + r].
-template <class T, int N>
-inline void row_ptrs(const T* (&p)[N], const std::uint8_t* base, std::size_t stride) {
-  TANDEM_UNROLL
-  for (int i = 0; i < N; ++i) p[i] = reinterpret_cast<const T*>(base + i * stride);
-}
+// A tile's set-up and end, the same in every 512-bit tile: its R weight rows' and C activation rows' pointers
+// (row_ptrs, kernels_avx2_common.h), the R x C accumulators at zero, and each accumulator's fixed-order sum stored to
+// y[c * ldy + r].
 template <int R, int C>
 inline void zero_acc(__m512 (&acc)[R][C]) {
   TANDEM_UNROLL

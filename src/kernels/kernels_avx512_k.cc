@@ -190,8 +190,9 @@ struct B32Block {
   __m512i wv[8];
   __m512 dw, mw;
   B32Block(const std::uint8_t* p, std::size_t ahead) {
+    constexpr std::size_t kBytes = b32_bytes<K>();
     TANDEM_UNROLL
-    for (std::size_t l = 0; l < b32_bytes<K>(); l += 64)
+    for (std::size_t l = 0; l < kBytes; l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(p + ahead + l), _MM_HINT_T1);
     K::levels(p + 64, wv);
     dw = f16x16(p);
