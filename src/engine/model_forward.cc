@@ -275,9 +275,13 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
     if (!w.defined()) return t.view({N, heads, c.head_dim});
     return rmsnorm(t.view({N * heads, c.head_dim}), w).view({N, heads, c.head_dim});
   };
-  const at::Tensor q = apply_rope(head_norm(biased(lin(h, l.wq), bq), qn, c.num_heads), cos, sin);
-  const at::Tensor k = apply_rope(head_norm(biased(lin(h, l.wk), bk), kn, c.num_kv_heads), cos, sin);
-  const at::Tensor v = biased(lin(h, l.wv), bv).view({N, c.num_kv_heads, c.head_dim});
+  // On the CPU q, k and v (and below gate and up) in one pass of the worker pool (cpu_linears: the same results).
+  std::vector<at::Tensor> qkv;
+  if (accel) qkv = {lin(h, l.wq), lin(h, l.wk), lin(h, l.wv)};
+  else qkv = cpu_linears(h, {&l.wq, &l.wk, &l.wv}, *pool, act_buf);
+  const at::Tensor q = apply_rope(head_norm(biased(qkv[0], bq), qn, c.num_heads), cos, sin);
+  const at::Tensor k = apply_rope(head_norm(biased(qkv[1], bk), kn, c.num_kv_heads), cos, sin);
+  const at::Tensor v = biased(qkv[2], bv).view({N, c.num_kv_heads, c.head_dim});
   at::Tensor attn;
   if (items.size() == 1) {
     attn = attention(q, kv_step(items[0], li, k, v, accel), spans[items[0]].pos0, slides);
@@ -323,7 +327,10 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
   auto post = [&](const at::Tensor& y, const at::Tensor& w) { return w.defined() ? rmsnorm(y, w) : y; };
   x = x + post(lin(attn, l.wo), apn);
   const at::Tensor h2 = rmsnorm(x, mn);
-  x = x + post(lin(act_mul(lin(h2, l.w_gate), lin(h2, l.w_up)), l.w_down), mpn);
+  std::vector<at::Tensor> gu;
+  if (accel) gu = {lin(h2, l.w_gate), lin(h2, l.w_up)};
+  else gu = cpu_linears(h2, {&l.w_gate, &l.w_up}, *pool, act_buf);
+  x = x + post(lin(act_mul(gu[0], gu[1]), l.w_down), mpn);
   if (accel) {
     // A safe point: a device lost (or a fault injected) while this layer ran fails the forward here.
     if (auto st2 = this->accel->check(current_site); !st2) throw DeviceFault{std::move(st2).error()};

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "engine/model.h"
@@ -48,6 +49,10 @@ at::Tensor vector_f32(const weights::TensorView& tv);
 // `act_buf` for the weight type, then the output rows are split across `pool` on 16-row boundaries. Returns f32
 // [n, rows]; every element is computed the same way whatever the split.
 at::Tensor cpu_linear(const at::Tensor& x, const Weight& w, WorkerPool& pool, std::vector<std::byte>& act_buf);
+// x @ W^T for several weights of the same width over the same rows (a layer's q, k and v; gate and up) in one pass
+// of `pool`: each weight's result is cpu_linear's, bit for bit, one wake of the workers instead of one per weight.
+std::vector<at::Tensor> cpu_linears(const at::Tensor& x, std::initializer_list<const Weight*> weights, WorkerPool& pool,
+                                    std::vector<std::byte>& act_buf);
 // Rows `ids` of an embedding matrix of any type, as f32 [n, cols].
 at::Tensor embedding_rows(const Weight& embed, const std::vector<std::int64_t>& ids);
 
