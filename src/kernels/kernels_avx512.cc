@@ -196,6 +196,8 @@ KernelTable make_avx512_table() {
   set_tile<Q5_1Tile512, kInt512>(t, WType::q5_1);
   for (WType k : {WType::q4_1, WType::q5_1})
     t.types[static_cast<int>(k)] = avx512_minned_kernels(k, t.types[static_cast<int>(k)]);
+  for (WType k : {WType::q4_0, WType::q5_0, WType::iq4_nl, WType::q8_0})
+    t.types[static_cast<int>(k)] = avx512_offset_kernels(k, t.types[static_cast<int>(k)]);
   for (WType k : {WType::q4_K, WType::q5_K, WType::q6_K, WType::q2_K, WType::q3_K, WType::iq4_xs})
     t.types[static_cast<int>(k)] = avx512_superblock_kernels(k);
   return t;

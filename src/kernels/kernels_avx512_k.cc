@@ -1,6 +1,7 @@
-// AVX-512 VNNI kernels of the 256-element super-block types on matrices repacked at load (q4_K, q5_K, q6_K,
-// iq4_xs): built with the avx512 flags like kernels_avx512.cc (its header comment and the ODR note in
-// kernels_avx2.cc), called only after the CPU check. Without the side table (a range that does not start on a 16-row
+// AVX-512 VNNI kernels on matrices repacked at load: the 256-element super-block types (q4_K, q5_K, q6_K, q2_K,
+// q3_K, iq4_xs) and the 32-element block types (q4_1, q5_1; q4_0, q5_0, iq4_nl, q8_0, each at its kind below): built
+// with the avx512 flags like kernels_avx512.cc (its header comment and the ODR note in kernels_avx2.cc), called only
+// after the CPU check. Without the side table (a range that does not start on a 16-row
 // group, a matrix bound for an accelerator) the AVX2 tiles run instead.
 //
 // The side table (kernels.h, aux_bytes) is the matrix again in 16-row groups, per group and super-block a head of
@@ -108,6 +109,32 @@ void k16_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
   for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * ldy, first16(nr), sum[c]);
 }
 
+// The 32 codes of a 4-bit block (element j < 16: the low nibble of qs[j]; j >= 16: the high nibble of qs[j - 16]),
+// and of a 5-bit one (q5_0, q5_1: bit j of qh is element j's fifth bit).
+inline __m256i nibbles32(const std::uint8_t* qs) {
+  const __m128i q = load128(qs);
+  const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+// An activation block's bytes 4k..4k+3 in every lane of av[k] (q8_0 or q8_1: the same bytes).
+template <class Act>
+inline void act_lanes(const Act& ab, __m512i (&av)[8]) {
+  TANDEM_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    std::int32_t a4;
+    std::memcpy(&a4, ab.qs + 4 * k, 4);
+    av[k] = _mm512_set1_epi32(a4);
+  }
+}
+
+template <class Block>
+inline __m256i fifth_codes(const Block& b) {
+  std::uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  return _mm256_or_si256(nibbles32(b.qs), _mm256_maskz_mov_epi8(static_cast<__mmask32>(qh), _mm256_set1_epi8(0x10)));
+}
+
 // ---- q4_1, q5_1: blocks of 32 with a min, q8_1 activations ----------------------------------------------------
 //
 // Per 16-row group and block: d [0, 32) and m [32, 64) (f16), then the levels (0..15 / 0..31) in B order as a nibble
@@ -118,12 +145,7 @@ struct Q41Kind {
   using Block = BlockQ4_1;
   static constexpr WType kType = WType::q4_1;
   static constexpr std::size_t kCode = 256;
-  static __m256i codes(const Block& b) {
-    const __m128i q = load128(b.qs);
-    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-  }
+  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
   static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
   static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
 };
@@ -131,15 +153,7 @@ struct Q51Kind {
   using Block = BlockQ5_1;
   static constexpr WType kType = WType::q5_1;
   static constexpr std::size_t kCode = 256 + 64;
-  static __m256i codes(const Block& b) {
-    const __m128i q = load128(b.qs);
-    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
-    std::uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    const __m256i fifth = _mm256_maskz_mov_epi8(static_cast<__mmask32>(qh), _mm256_set1_epi8(0x10));
-    return _mm256_or_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), fifth);
-  }
+  static __m256i codes(const Block& b) { return fifth_codes(b); }
   static void encode(const std::uint8_t* codes, std::uint8_t* out) {
     encode_nibbles(codes, out);
     encode_bit(codes, 4, out + 256);
@@ -212,16 +226,6 @@ struct B32Block {
   }
 };
 
-// An activation block's bytes 4k..4k+3 in every lane of av[k].
-inline void b32_act(const BlockQ8_1& ab, __m512i (&av)[8]) {
-  TANDEM_UNROLL
-  for (int k = 0; k < 8; ++k) {
-    std::int32_t a4;
-    std::memcpy(&a4, ab.qs + 4 * k, 4);
-    av[k] = _mm512_set1_epi32(a4);
-  }
-}
-
 template <class K, int NC>
 void b32_group(const std::uint8_t* grp, int nr, const BlockQ8_1* const* ac, std::int64_t nb, float* y,
                std::int64_t ldy) {
@@ -235,7 +239,7 @@ void b32_group(const std::uint8_t* grp, int nr, const BlockQ8_1* const* ac, std:
     for (int c = 0; c < NC; ++c) {
       const BlockQ8_1& ab = ac[c][ib];
       __m512i av[8];
-      b32_act(ab, av);
+      act_lanes(ab, av);
       sum[c] = _mm512_add_ps(sum[c], b.term(av, _mm512_set1_ps(h2f(ab.d)), _mm512_set1_ps(h2f(ab.s))));
     }
   }
@@ -256,12 +260,193 @@ void b32_decode(const std::uint8_t* aux, std::size_t group_bytes, int nr, const 
   for (int g = 0; g < kGroups; ++g) sum[g] = _mm512_setzero_ps();
   for (std::int64_t ib = 0; ib < nb; ++ib) {
     __m512i av[8];
-    b32_act(a[ib], av);
+    act_lanes(a[ib], av);
     const __m512 da = _mm512_set1_ps(h2f(a[ib].d)), sa = _mm512_set1_ps(h2f(a[ib].s));
     for (int g = 0; g < ng; ++g) {
       const B32Block<K> b(aux + static_cast<std::size_t>(g) * group_bytes + static_cast<std::size_t>(ib) * kBytes,
                           8 * kBytes);
       sum[g] = _mm512_add_ps(sum[g], b.term(av, da, sa));
+    }
+  }
+  for (int g = 0; g < ng; ++g) _mm512_mask_storeu_ps(y + g * kRows, first16(nr - g * kRows), sum[g]);
+}
+
+// ---- q4_0, q5_0, iq4_nl, q8_0: blocks of 32 with signed levels, q8_0 activations ------------------------------
+//
+// Per 16-row group: first the rows' f16 scales of every block (32 bytes a block, block after block, the region
+// padded to whole cache lines), then per block the codes in B order as unsigned bytes u = level + kOffset — q4_0 and
+// q5_0 their indices (level + 8, level + 16: a nibble plane, for q5_0 and a bit plane of fifth bits), iq4_nl its
+// indices (the table's value + 128 read through a shuffle), q8_0 its levels ^ 0x80 (512 bytes). Every code region
+// starts on a cache line; a group takes the rows' own bytes and at most 32 more (an odd block count's padding).
+// Per block and activation: 8 vpdpbusd give Σ u·a = Σ level·a + kOffset · Σ a; the second term, the same for every
+// row, is made once per call from the activation block's bytes and taken off, leaving the reference's exact sumi;
+// then its float step, sumf += float(sumi) * (d_w * d_a).
+struct Q40Kind {
+  using Block = BlockQ4_0;
+  static constexpr WType kType = WType::q4_0;
+  static constexpr std::size_t kCode = 256;
+  static constexpr int kOffset = 8;
+  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
+};
+struct Q50Kind {
+  using Block = BlockQ5_0;
+  static constexpr WType kType = WType::q5_0;
+  static constexpr std::size_t kCode = 256 + 64;
+  static constexpr int kOffset = 16;
+  static __m256i codes(const Block& b) { return fifth_codes(b); }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
+    encode_nibbles(codes, out);
+    encode_bit(codes, 4, out + 256);
+  }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    decode_nibbles(p, w);
+    bit_plane(p + 256, 0x10, w);
+  }
+};
+struct IQ4NLKind {
+  using Block = BlockIQ4_NL;
+  static constexpr WType kType = WType::iq4_nl;
+  static constexpr std::size_t kCode = 256;
+  static constexpr int kOffset = 128;
+  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    decode_nibbles(p, w);
+    const __m512i table =
+        _mm512_xor_si512(_mm512_broadcast_i32x4(load128(kIq4NlValues)), _mm512_set1_epi8(static_cast<char>(0x80)));
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_shuffle_epi8(table, w[k]);
+  }
+};
+struct Q80Kind {
+  using Block = BlockQ8_0;
+  static constexpr WType kType = WType::q8_0;
+  static constexpr std::size_t kCode = 512;
+  static constexpr int kOffset = 128;
+  static __m256i codes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80))); }
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) { std::memcpy(out, codes, 512); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) w[k] = load512(p + 64 * k);
+  }
+};
+
+// A group's scale region (nb blocks of 16 f16 scales, padded to whole cache lines), and a group's bytes.
+constexpr int kO32DecodeGroups = 8;  // groups a decode call reads side by side (decode_rows: 128)
+inline std::size_t o32_head_bytes(std::int64_t nb) { return (static_cast<std::size_t>(nb) * 32 + 63) / 64 * 64; }
+template <class K>
+std::size_t o32_group_bytes(std::int64_t cols) {
+  const std::int64_t nb = cols / QK8_0;
+  return o32_head_bytes(nb) + static_cast<std::size_t>(nb) * K::kCode;
+}
+
+template <class K>
+void prepare_o32(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t cols, std::uint8_t* aux) {
+  using Block = typename K::Block;
+  const std::int64_t nb = cols / QK8_0;
+  const std::size_t head = o32_head_bytes(nb), group_bytes = o32_group_bytes<K>(cols);
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    std::uint8_t* grp = aux + static_cast<std::size_t>(r0 / kRows) * group_bytes;
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, rows - r0));
+    std::memset(grp + static_cast<std::size_t>(nb) * 32, 0, head - static_cast<std::size_t>(nb) * 32);
+    for (std::int64_t i = 0; i < nb; ++i) {
+      alignas(64) std::uint16_t d[kRows] = {};
+      alignas(64) std::uint32_t bq[8][kRows] = {};  // [B row][weight row]: four codes (rows past the matrix: 0)
+      for (int r = 0; r < nr; ++r) {
+        const auto* row = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r0 + r) * wrb);
+        if (i + 8 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + i + 8), _MM_HINT_T0);
+        const Block& b = row[i];
+        d[r] = b.d;
+        alignas(32) std::uint32_t v[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(v), K::codes(b));
+        for (int k = 0; k < 8; ++k) bq[k][r] = v[k];
+      }
+      std::memcpy(grp + 32 * static_cast<std::size_t>(i), d, 32);
+      K::encode(reinterpret_cast<const std::uint8_t*>(bq), grp + head + static_cast<std::size_t>(i) * K::kCode);
+    }
+  }
+}
+
+// kOffset · Σ a of an activation block (Σ a = Σ (a + 128) - 32 · 128, the first from sums of absolute differences).
+template <class K>
+inline std::int32_t o32_offset(const BlockQ8_0& ab) {
+  const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(load256(ab.qs), _mm256_set1_epi8(static_cast<char>(0x80))),
+                                      _mm256_setzero_si256());
+  const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+  const auto sum = static_cast<std::int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2))));
+  return K::kOffset * (sum - 32 * 128);
+}
+
+// A packed block of an offset type (o32_group, o32_decode): its codes as 8 B rows, its scales, and the prefetch of
+// the block `ahead` blocks on.
+template <class K>
+struct O32Block {
+  __m512i wv[8];
+  __m512 dw;
+  O32Block(const std::uint8_t* grp, std::size_t head, std::int64_t ib, std::int64_t ahead) {
+    const std::uint8_t* codes = grp + head + static_cast<std::size_t>(ib) * K::kCode;
+    TANDEM_UNROLL
+    for (std::size_t l = 0; l < K::kCode; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(codes + static_cast<std::size_t>(ahead) * K::kCode + l), _MM_HINT_T1);
+    if ((ib & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(grp + 32 * static_cast<std::size_t>(ib + ahead)), _MM_HINT_T1);
+    K::levels(codes, wv);
+    dw = f16x16(grp + 32 * static_cast<std::size_t>(ib));
+  }
+  // One activation's term: its bytes 4k..4k+3 in every lane of av[k], d_a in every lane, kOffset · Σ a.
+  __m512 term(const __m512i (&av)[8], __m512 da, std::int32_t off) const {
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], av[k]);
+      else hi = _mm512_dpbusd_epi32(hi, wv[k], av[k]);
+    }
+    const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(lo, hi), _mm512_set1_epi32(off));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, da));  // float(sumi) * (d_w * d_a)
+  }
+};
+
+// NC activations (their offsets off[c][ib - b0], made once per call) against blocks [b0, b1) of one packed group:
+// the running sums in acc (NC × 16 floats, kept between pieces of a call: the order of the additions is the same).
+template <class K, int NC>
+void o32_group(const std::uint8_t* grp, std::int64_t nb, const BlockQ8_0* const* ac, const std::int32_t* const* off,
+               std::int64_t b0, std::int64_t b1, float* acc) {
+  const std::size_t head = o32_head_bytes(nb);
+  __m512 sum[NC];
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) sum[c] = _mm512_load_ps(acc + 16 * c);
+  for (std::int64_t ib = b0; ib < b1; ++ib) {
+    const O32Block<K> b(grp, head, ib, 8);
+    TANDEM_UNROLL
+    for (int c = 0; c < NC; ++c) {
+      __m512i av[8];
+      act_lanes(ac[c][ib], av);
+      sum[c] = _mm512_add_ps(sum[c], b.term(av, _mm512_set1_ps(h2f(ac[c][ib].d)), off[c][ib - b0]));
+    }
+  }
+  TANDEM_UNROLL
+  for (int c = 0; c < NC; ++c) _mm512_store_ps(acc + 16 * c, sum[c]);
+}
+
+// Decode (one activation) over up to kO32DecodeGroups groups side by side, block by block (as b32_decode); each row's
+// operations are o32_group<K, 1>'s, in its order, so the results are the same bit for bit.
+template <class K>
+void o32_decode(const std::uint8_t* aux, std::size_t group_bytes, int nr, const BlockQ8_0* a, std::int64_t nb,
+                float* y) {
+  const std::size_t head = o32_head_bytes(nb);
+  const int ng = (nr + kRows - 1) / kRows;
+  __m512 sum[kO32DecodeGroups];
+  TANDEM_UNROLL
+  for (int g = 0; g < kO32DecodeGroups; ++g) sum[g] = _mm512_setzero_ps();
+  for (std::int64_t ib = 0; ib < nb; ++ib) {
+    __m512i av[8];
+    act_lanes(a[ib], av);
+    const __m512 da = _mm512_set1_ps(h2f(a[ib].d));
+    const std::int32_t off = o32_offset<K>(a[ib]);
+    for (int g = 0; g < ng; ++g) {
+      const O32Block<K> b(aux + static_cast<std::size_t>(g) * group_bytes, head, ib, 8);
+      sum[g] = _mm512_add_ps(sum[g], b.term(av, da, off));
     }
   }
   for (int g = 0; g < ng; ++g) _mm512_mask_storeu_ps(y + g * kRows, first16(nr - g * kRows), sum[g]);
@@ -363,6 +548,56 @@ void set_packed(WType t, TypeKernels& k, PrepareAuxFn prepare, std::size_t (*gro
   k.tile_acts = kActs;
 }
 
+
+// The offset types' entry: the rows' tiles (g_base) without the side table; one activation: o32_decode; more: per
+// piece of blocks the activations' offsets made once, then o32_group per group.
+template <class K>
+void o32_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
+              std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
+  if (aux == nullptr) {
+    base_tiles(g_base[static_cast<int>(K::kType)], w, wrb, nr, a, arb, nc, cols, y, ldy);
+    return;
+  }
+  using GroupFnO = void (*)(const std::uint8_t*, std::int64_t, const BlockQ8_0* const*, const std::int32_t* const*,
+                            std::int64_t, std::int64_t, float*);
+  static constexpr GroupFnO kGroup[kActs] = {o32_group<K, 1>, o32_group<K, 2>, o32_group<K, 3>, o32_group<K, 4>,
+                                             o32_group<K, 5>, o32_group<K, 6>, o32_group<K, 7>, o32_group<K, 8>};
+  constexpr std::int64_t kPiece = 512;  // blocks whose offsets are held at a time (16 KiB for 8 activations)
+  const std::int64_t nb = cols / QK8_0;
+  const std::size_t group_bytes = o32_group_bytes<K>(cols);
+  if (nc == 1) return o32_decode<K>(aux, group_bytes, nr, reinterpret_cast<const BlockQ8_0*>(a), nb, y);
+  const int ng = (nr + kRows - 1) / kRows;
+  alignas(64) std::int32_t offsets[kActs][kPiece];
+  alignas(64) float acc[kGroups][kActs * kRows] = {};
+  const BlockQ8_0* ac[kActs];
+  const std::int32_t* off[kActs];
+  for (int c = 0; c < nc; ++c) {
+    ac[c] = reinterpret_cast<const BlockQ8_0*>(a + static_cast<std::size_t>(c) * arb);
+    off[c] = offsets[c];
+  }
+  for (std::int64_t b0 = 0; b0 < nb; b0 += kPiece) {
+    const std::int64_t b1 = std::min(nb, b0 + kPiece);
+    for (int c = 0; c < nc; ++c)
+      for (std::int64_t ib = b0; ib < b1; ++ib) offsets[c][ib - b0] = o32_offset<K>(ac[c][ib]);
+    for (int g = 0; g < ng; ++g) kGroup[nc - 1](aux + static_cast<std::size_t>(g) * group_bytes, nb, ac, off, b0, b1, acc[g]);
+  }
+  for (int g = 0; g < ng; ++g)
+    for (int c = 0; c < nc; ++c)
+      _mm512_mask_storeu_ps(y + c * ldy + g * kRows, first16(nr - g * kRows), _mm512_load_ps(acc[g] + c * kRows));
+}
+
+template <class K>
+void set_offset(TypeKernels& k) {
+  g_base[static_cast<int>(K::kType)] = k;
+  k.tile = nullptr;
+  k.tile_aux = o32_tile<K>;
+  k.prepare_aux = prepare_o32<K>;
+  k.aux_group_bytes = o32_group_bytes<K>;
+  k.decode_rows = kO32DecodeGroups * kRows;
+  k.tile_rows = kGroups * kRows;
+  k.tile_acts = kActs;
+}
+
 }  // namespace
 
 TypeKernels avx512_superblock_kernels(WType t) {
@@ -379,6 +614,14 @@ TypeKernels avx512_superblock_kernels(WType t) {
 TypeKernels avx512_minned_kernels(WType t, TypeKernels k) {
   if (t == WType::q4_1) set_packed<B32<Q41Kind>::P>(t, k, prepare_b32<Q41Kind>, b32_group_bytes<Q41Kind>);
   if (t == WType::q5_1) set_packed<B32<Q51Kind>::P>(t, k, prepare_b32<Q51Kind>, b32_group_bytes<Q51Kind>);
+  return k;
+}
+
+TypeKernels avx512_offset_kernels(WType t, TypeKernels k) {
+  if (t == WType::q4_0) set_offset<Q40Kind>(k);
+  if (t == WType::q5_0) set_offset<Q50Kind>(k);
+  if (t == WType::iq4_nl) set_offset<IQ4NLKind>(k);
+  if (t == WType::q8_0) set_offset<Q80Kind>(k);
   return k;
 }
 

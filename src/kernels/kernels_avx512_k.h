@@ -13,5 +13,8 @@ TypeKernels avx512_superblock_kernels(WType t);  // {} for the other types
 // q4_1 and q5_1 on matrices repacked at load, falling back on `k` (the table's entry) without the copy; `k` itself
 // for the other types.
 TypeKernels avx512_minned_kernels(WType t, TypeKernels k);
+// q4_0, q5_0, iq4_nl and q8_0 (signed levels, q8_0 activations) on matrices repacked at load, falling back on `k`
+// without the copy; `k` itself for the other types.
+TypeKernels avx512_offset_kernels(WType t, TypeKernels k);
 
 }  // namespace tandem::kernels::detail

@@ -99,15 +99,11 @@ TEST(KernelsMatmul, AvxVnniEqualsAvx2BitForBit) {
   }
 }
 
-// The side tables (packed copies of the matrix) and where they are asked for: the amx path's 32-element block types,
-// and the super-block types (q2_K .. q6_K, iq4_xs), q4_1 and q5_1 on every AVX-512 path; every other path and type
-// reads the matrix alone.
+// The side tables (packed copies of the matrix) and where they are asked for: every quantized type on every AVX-512
+// path (the amx path's own layout for q8_0, q4_0, q5_0 and iq4_nl); every other path and type reads the matrix alone.
 bool packed_on(Isa isa, WType t) {
-  const bool amx_type = t == WType::q8_0 || t == WType::q4_0 || t == WType::q5_0 || t == WType::iq4_nl;
   const bool avx512 = isa == Isa::avx512 || isa == Isa::avx512bf16 || isa == Isa::amx;
-  const bool packed_k = t == WType::q4_K || t == WType::q5_K || t == WType::q6_K || t == WType::q2_K ||
-                        t == WType::q3_K || t == WType::iq4_xs || t == WType::q4_1 || t == WType::q5_1;
-  return (isa == Isa::amx && amx_type) || (avx512 && packed_k);
+  return avx512 && block_elems(t) > 1;
 }
 
 TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
@@ -116,6 +112,62 @@ TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
     for (WType t : kAllWTypes) {
       const std::int64_t cols = block_elems(t) == 1 ? 64 : 2 * QK_K;
       EXPECT_EQ(aux_bytes(t, 33, cols) > 0, packed_on(isa, t)) << isa_name(isa) << " " << tname(t);
+    }
+  }
+}
+
+// q4_0, q5_0, iq4_nl and q8_0 on the avx512 paths' packed copies (not amx: its own layout, above): the reference's
+// integers exactly (the unsigned codes' offset taken off through the activation's sum) and its float step, equal to
+// vec_dot_ref bit for bit; block counts odd (the scale region's padding) and even, and more than a call's piece of
+// 512; decode (eight groups side by side, two calls for 150 rows) and 2 to 8 activations a call; a range inside a
+// group (the rows' tiles: within their tolerance).
+TEST(KernelsMatmul, OffsetTypesPackedCopiesEqualTheReferenceBitForBit) {
+  std::vector<Isa> isas;
+  for (Isa isa : runnable_isas())
+    if (isa == Isa::avx512 || isa == Isa::avx512bf16) isas.push_back(isa);
+  if (isas.empty()) GTEST_SKIP() << "NOT RUN: this CPU has no AVX-512 VNNI path";
+  std::mt19937 rng(37);
+  for (Isa isa : isas) {
+    IsaScope scope(isa);
+    for (WType t : {WType::q4_0, WType::q5_0, WType::iq4_nl, WType::q8_0}) {
+      for (std::int64_t cols : {32, 96, 768, 4160, 16480}) {  // 16480: 515 blocks, more than a call's 512 at a time
+        for (std::int64_t rows : {21, 85, 150}) {
+          for (std::int64_t n : {1, 2, 8, 9, 20}) {
+            if (cols > 4160 && (rows > 21 || n > 9)) continue;
+            SCOPED_TRACE(std::string(isa_name(isa)) + " " + tname(t) + " cols=" + std::to_string(cols) +
+                         " rows=" + std::to_string(rows) + " n=" + std::to_string(n));
+            const Bytes w = random_weights(rng, t, rows, cols);
+            const Bytes a = random_acts(rng, t, n, cols);
+            const std::int64_t nb = cols / 32;
+            // Per group: 16 rows' bytes, and 32 for an odd block count (the scale region padded to a cache line).
+            ASSERT_EQ(aux_bytes(t, rows, cols),
+                      static_cast<std::size_t>((rows + 15) / 16) * (16 * row_bytes(t, cols) + (nb % 2 ? 32 : 0)));
+            Bytes x(aux_bytes(t, rows, cols), 0xEE);
+            prepare_aux(t, w.data(), rows, cols, x.data());
+            std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
+            matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, 16, x.data());
+            matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 16, rows, x.data());
+            for (std::int64_t i = 0; i < n; ++i) {
+              for (std::int64_t r = 0; r < rows; ++r) {
+                const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
+                                              a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
+                ASSERT_TRUE(same_bits(y[i * rows + r], ref))
+                    << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
+              }
+            }
+            std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
+            matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
+            matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
+            for (std::int64_t i = 0; i < n; ++i) {
+              for (std::int64_t r = 0; r < rows; ++r) {
+                const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
+                const std::uint8_t* ai = a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols);
+                ASSERT_NEAR(yu[i * rows + r], y[i * rows + r], tolerance(t, wr, ai, cols)) << "act " << i << " row " << r;
+              }
+            }
+          }
+        }
+      }
     }
   }
 }
