@@ -14,7 +14,9 @@ fi
 BUILD=$(realpath "$BUILD")
 TANDEMD=$BUILD/src/daemon/tandemd TANDEMCTL=$BUILD/src/client/tandemctl MKMODEL=$BUILD/tools/tandem-mkmodel
 MODEL=$(realpath "$MODEL")
-export TANDEM_IT_MODEL=$MODEL T_SIM_CAPACITY=${T_SIM_CAPACITY:-4GiB}
+# T_START_TIMEOUT_S: the daemon measures both replicas at load; the simulated GPU's dequantizing ATen path takes
+# over 20 s on a quantized 134M file.
+export TANDEM_IT_MODEL=$MODEL T_SIM_CAPACITY=${T_SIM_CAPACITY:-4GiB} T_START_TIMEOUT_S=${T_START_TIMEOUT_S:-120}
 source tests/daemon/integration/lib.sh
 tandem_setup "${TANDEM_STREAMS_CONFIG:-[gpu_queue]
 concurrency = 16

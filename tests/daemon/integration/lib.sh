@@ -141,7 +141,7 @@ CONF
 tandem_try_start() {
   "$TANDEMD" --config "$T_DIR/tandemd.toml" --testing --log-stderr --log-level debug >>"$T_LOG" 2>&1 &
   T_DAEMON_PID=$!
-  for _ in $(seq 1 300); do
+  for _ in $(seq 1 $((${T_START_TIMEOUT_S:-30} * 10))); do
     if busctl --address="$T_ADDR" status io.tandem.Tandem1 >/dev/null 2>&1; then return 0; fi
     if ! kill -0 "$T_DAEMON_PID" 2>/dev/null; then
       wait "$T_DAEMON_PID" 2>/dev/null || true
@@ -149,7 +149,7 @@ tandem_try_start() {
     fi
     sleep 0.1
   done
-  fail "tandemd did not own io.tandem.Tandem1 within 30 s"
+  fail "tandemd did not own io.tandem.Tandem1 within ${T_START_TIMEOUT_S:-30} s"
 }
 
 tandem_start() {
