@@ -141,27 +141,17 @@ inline __m256i fifth_codes(const Block& b) {
 // plane (256 bytes), for q5_1 followed by the fifth bits as a bit plane (64 bytes): 320 / 384 bytes, the rows' 16 x
 // 20 / 16 x 24. Per block and activation: sumi = Σ q·a exactly (8 vpdpbusd, the levels unsigned already), then the
 // reference's float step, sumf += float(sumi) * (d_w * d_a) + m_w * s_a.
-struct Q41Kind {
+struct Q41Kind : NibblePlane {
   using Block = BlockQ4_1;
   static constexpr WType kType = WType::q4_1;
   static constexpr std::size_t kCode = 256;
   static __m256i codes(const Block& b) { return nibbles32(b.qs); }
-  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
 };
-struct Q51Kind {
+struct Q51Kind : FifthPlane {
   using Block = BlockQ5_1;
   static constexpr WType kType = WType::q5_1;
   static constexpr std::size_t kCode = 256 + 64;
   static __m256i codes(const Block& b) { return fifth_codes(b); }
-  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
-    encode_nibbles(codes, out);
-    encode_bit(codes, 4, out + 256);
-  }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
-    decode_nibbles(p, w);
-    bit_plane(p + 256, 0x10, w);
-  }
 };
 
 template <class K>
@@ -281,37 +271,26 @@ void b32_decode(const std::uint8_t* aux, std::size_t group_bytes, int nr, const 
 // Per block and activation: 8 vpdpbusd give Σ u·a = Σ level·a + kOffset · Σ a; the second term, the same for every
 // row, is made once per call from the activation block's bytes and taken off, leaving the reference's exact sumi;
 // then its float step, sumf += float(sumi) * (d_w * d_a).
-struct Q40Kind {
+struct Q40Kind : NibblePlane {
   using Block = BlockQ4_0;
   static constexpr WType kType = WType::q4_0;
   static constexpr std::size_t kCode = 256;
   static constexpr int kOffset = 8;
   static __m256i codes(const Block& b) { return nibbles32(b.qs); }
-  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
 };
-struct Q50Kind {
+struct Q50Kind : FifthPlane {
   using Block = BlockQ5_0;
   static constexpr WType kType = WType::q5_0;
   static constexpr std::size_t kCode = 256 + 64;
   static constexpr int kOffset = 16;
   static __m256i codes(const Block& b) { return fifth_codes(b); }
-  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
-    encode_nibbles(codes, out);
-    encode_bit(codes, 4, out + 256);
-  }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
-    decode_nibbles(p, w);
-    bit_plane(p + 256, 0x10, w);
-  }
 };
-struct IQ4NLKind {
+struct IQ4NLKind : NibblePlane {
   using Block = BlockIQ4_NL;
   static constexpr WType kType = WType::iq4_nl;
   static constexpr std::size_t kCode = 256;
   static constexpr int kOffset = 128;
   static __m256i codes(const Block& b) { return nibbles32(b.qs); }
-  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
   static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
     decode_nibbles(p, w);
     const __m512i table =

@@ -99,7 +99,24 @@ inline __m256i k4_low(const Block& b, int j) {  // sub-block j's low 4 bits: nib
   return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bits, 4) : bits, _mm256_set1_epi8(0x0F));
 }
 
-struct Q4KKind {
+// The code planes of the packed layouts (their encode / levels): 4-bit codes as a nibble plane (256 bytes per 32-element
+// unit), 5-bit codes as the nibble plane and a bit plane of fifth bits (64 bytes more).
+struct NibblePlane {
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
+};
+struct FifthPlane {
+  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
+    encode_nibbles(codes, out);
+    encode_bit(codes, 4, out + 256);
+  }
+  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
+    decode_nibbles(p, w);
+    bit_plane(p + 256, 0x10, w);
+  }
+};
+
+struct Q4KKind : NibblePlane {
   using Block = BlockQ4_K;
   static constexpr WType kType = WType::q4_K;
   static constexpr std::size_t kHead = 320, kUnit = 256;
@@ -109,8 +126,6 @@ struct Q4KKind {
     for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, &h[64 + 16 * j + r], &h[192 + 16 * j + r]);
   }
   static __m256i codes(const Block& b, int j) { return k4_low(b, j); }
-  static void encode(const std::uint8_t* codes, std::uint8_t* out) { encode_nibbles(codes, out); }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) { decode_nibbles(p, w); }
   static __m512i scale(const std::uint8_t* p, int j) { return _mm512_cvtepu8_epi32(load128(p + 64 + 16 * j)); }
   static __m512i pair(const std::uint8_t* p, int j, __m512i) {  // (m_j, m_j) as int16
     const __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * j));
@@ -125,7 +140,7 @@ struct Q4KKind {
   }
 };
 
-struct Q5KKind : Q4KKind {
+struct Q5KKind : Q4KKind, FifthPlane {
   using Block = BlockQ5_K;
   static constexpr WType kType = WType::q5_K;
   static constexpr std::size_t kUnit = 256 + 64;
@@ -139,14 +154,8 @@ struct Q5KKind : Q4KKind {
     const __m256i fifth = _mm256_and_si256(_mm256_srli_epi16(load256(b.qh), j), _mm256_set1_epi8(1));
     return _mm256_or_si256(k4_low(b, j), _mm256_slli_epi16(fifth, 4));
   }
-  static void encode(const std::uint8_t* codes, std::uint8_t* out) {
-    encode_nibbles(codes, out);
-    encode_bit(codes, 4, out + 256);
-  }
-  static void levels(const std::uint8_t* p, __m512i (&w)[8]) {
-    decode_nibbles(p, w);
-    bit_plane(p + 256, 0x10, w);
-  }
+  using FifthPlane::encode;
+  using FifthPlane::levels;
 };
 
 struct IQ4XSKind {
