@@ -116,6 +116,35 @@ TEST(KernelsMatmul, SideTablesOnlyWhereAsked) {
   }
 }
 
+// A packed copy of w (rows x cols of type t) against the reference for n activations a, on the active path: called
+// on group boundaries (0-16, 16-rows) every element equals vec_dot_ref bit for bit; a range that starts inside a group
+// (0-5, 5-rows) reads the rows (the tiles the packed entry replaced), within their tolerance of the same values.
+void check_packed(WType t, const Bytes& w, const Bytes& a, std::int64_t rows, std::int64_t cols, std::int64_t n) {
+  Bytes x(aux_bytes(t, rows, cols), 0xEE);
+  prepare_aux(t, w.data(), rows, cols, x.data());
+  std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
+  matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, 16, x.data());
+  matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 16, rows, x.data());
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
+                                    a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
+      ASSERT_TRUE(same_bits(y[i * rows + r], ref))
+          << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
+    }
+  }
+  std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
+  matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
+  matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
+      const std::uint8_t* ai = a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols);
+      ASSERT_NEAR(yu[i * rows + r], y[i * rows + r], tolerance(t, wr, ai, cols)) << "act " << i << " row " << r;
+    }
+  }
+}
+
 // q4_0, q5_0, iq4_nl and q8_0 on the avx512 paths' packed copies (not amx: its own layout, above): the reference's
 // integers exactly (the unsigned codes' offset taken off through the activation's sum) and its float step, equal to
 // vec_dot_ref bit for bit; block counts odd (the scale region's padding) and even, and more than a call's piece of
@@ -142,29 +171,7 @@ TEST(KernelsMatmul, OffsetTypesPackedCopiesEqualTheReferenceBitForBit) {
             // Per group: 16 rows' bytes, and 32 for an odd block count (the scale region padded to a cache line).
             ASSERT_EQ(aux_bytes(t, rows, cols),
                       static_cast<std::size_t>((rows + 15) / 16) * (16 * row_bytes(t, cols) + (nb % 2 ? 32 : 0)));
-            Bytes x(aux_bytes(t, rows, cols), 0xEE);
-            prepare_aux(t, w.data(), rows, cols, x.data());
-            std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
-            matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, 16, x.data());
-            matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 16, rows, x.data());
-            for (std::int64_t i = 0; i < n; ++i) {
-              for (std::int64_t r = 0; r < rows; ++r) {
-                const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
-                                              a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
-                ASSERT_TRUE(same_bits(y[i * rows + r], ref))
-                    << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
-              }
-            }
-            std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
-            matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
-            matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
-            for (std::int64_t i = 0; i < n; ++i) {
-              for (std::int64_t r = 0; r < rows; ++r) {
-                const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
-                const std::uint8_t* ai = a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols);
-                ASSERT_NEAR(yu[i * rows + r], y[i * rows + r], tolerance(t, wr, ai, cols)) << "act " << i << " row " << r;
-              }
-            }
+            ASSERT_NO_FATAL_FAILURE(check_packed(t, w, a, rows, cols, n));
           }
         }
       }
@@ -203,30 +210,7 @@ TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
                                      : t == WType::iq4_xs                                    ? 32
                                                                                              : 0;
           ASSERT_EQ(aux, static_cast<std::size_t>((rows + 15) / 16) * (16 * row_bytes(t, cols) + growth * (cols / QK_K)));
-          Bytes x(aux, 0xEE);
-          prepare_aux(t, w.data(), rows, cols, x.data());
-          std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
-          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 0, 16, x.data());
-          matmul_rows(t, w.data(), cols, a.data(), n, y.data(), rows, 16, rows, x.data());
-          for (std::int64_t i = 0; i < n; ++i) {
-            for (std::int64_t r = 0; r < rows; ++r) {
-              const float ref = vec_dot_ref(t, cols, w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols),
-                                            a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols));
-              ASSERT_TRUE(same_bits(y[i * rows + r], ref))
-                  << "act " << i << " row " << r << ": " << y[i * rows + r] << " vs " << ref;
-            }
-          }
-          // A range inside a group reads the rows (the replaced tiles): within their tolerance of the same values.
-          std::vector<float> yu(static_cast<std::size_t>(rows * n), -1.f);
-          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 0, 5, x.data());
-          matmul_rows(t, w.data(), cols, a.data(), n, yu.data(), rows, 5, rows, x.data());
-          for (std::int64_t i = 0; i < n; ++i) {
-            for (std::int64_t r = 0; r < rows; ++r) {
-              const std::uint8_t* wr = w.data() + static_cast<std::size_t>(r) * row_bytes(t, cols);
-              const std::uint8_t* ai = a.data() + static_cast<std::size_t>(i) * act_row_bytes(t, cols);
-              ASSERT_NEAR(yu[i * rows + r], y[i * rows + r], tolerance(t, wr, ai, cols)) << "act " << i << " row " << r;
-            }
-          }
+          ASSERT_NO_FATAL_FAILURE(check_packed(t, w, a, rows, cols, n));
         }
       }
     }
