@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -212,6 +213,43 @@ Voice voice_for(std::uint64_t seed, std::uint64_t group) {
 
 namespace {
 
+// espeak-ng opens its audio output even when it only writes a file, and libpulse, without XDG_RUNTIME_DIR (a
+// service, a CI job, `sudo`), makes its runtime directory $TMPDIR/pulse-<id> and leaves it there for good (a link in
+// ~/.config/pulse points at it). The children get PULSE_RUNTIME_PATH in a directory of this process's own instead,
+// removed at exit. The environment is built once, before the first child, and read-only after.
+class SpeakerEnv {
+ public:
+  SpeakerEnv() {
+    for (char** e = environ; *e; ++e) vars_.emplace_back(*e);
+    if (!std::getenv("XDG_RUNTIME_DIR") && !std::getenv("PULSE_RUNTIME_PATH")) {
+      std::string t = (fs::temp_directory_path() / "tandem-espeak-runtime.XXXXXX").string();
+      if (mkdtemp(t.data())) {
+        dir_ = t;
+        vars_.push_back("PULSE_RUNTIME_PATH=" + (fs::path(dir_) / "pulse").string());
+      }
+    }
+    for (auto& v : vars_) envp_.push_back(v.data());
+    envp_.push_back(nullptr);
+  }
+  ~SpeakerEnv() {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  SpeakerEnv(const SpeakerEnv&) = delete;
+  SpeakerEnv& operator=(const SpeakerEnv&) = delete;
+  char* const* envp() const { return envp_.data(); }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> vars_;
+  std::vector<char*> envp_;
+};
+
+const SpeakerEnv& speaker_env() {
+  static const SpeakerEnv env;  // thread-safe first use; destroyed (its directory removed) at exit
+  return env;
+}
+
 // Runs argv[0] with argv, stdout to /dev/null; returns the exit status (-1 when it could not run or was killed).
 int run(const std::vector<std::string>& args) {
   std::vector<char*> argv;
@@ -221,7 +259,7 @@ int run(const std::vector<std::string>& args) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), speaker_env().envp());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) return -1;
   int st = 0;

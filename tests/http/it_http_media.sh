@@ -130,7 +130,8 @@ fi
 note "a text encoder (nomic-test): /v1/embeddings, /api/embed, the openai and ollama clients give D-Bus Embed's vectors; dimensions=16 truncates and normalises"
 
 if command -v espeak-ng >/dev/null; then
-  espeak-ng -w "$T_DIR/speech.wav" "the quick brown fox jumps over the lazy dog" || fail "espeak-ng"
+  # libpulse (espeak-ng opens audio even to write a file) would leave $TMPDIR/pulse-<id> without XDG_RUNTIME_DIR
+  PULSE_RUNTIME_PATH="$T_DIR/pulse" espeak-ng -w "$T_DIR/speech.wav" "the quick brown fox jumps over the lazy dog" || fail "espeak-ng"
 else
   echo "SKIP: espeak-ng is not installed (scripts/setup.sh installs it)"
   exit 77

@@ -55,7 +55,8 @@ open(path, "wb").write(hdr + b"data" + struct.pack("<I", len(data)) + bytes(data
 PY
 }
 if command -v espeak-ng >/dev/null 2>&1; then
-  espeak-ng -w "$T_DIR/speech.wav" "the quick brown fox jumps over the lazy dog" || fail "espeak-ng"
+  # libpulse (espeak-ng opens audio even to write a file) would leave $TMPDIR/pulse-<id> without XDG_RUNTIME_DIR
+  PULSE_RUNTIME_PATH="$T_DIR/pulse" espeak-ng -w "$T_DIR/speech.wav" "the quick brown fox jumps over the lazy dog" || fail "espeak-ng"
   note "espeak-ng spoke a sentence"
 else
   wav "$T_DIR/speech.wav" 3
