@@ -6,6 +6,10 @@
 // Models are generated into DIR (default /tmp/tandem-bench-models) on first use.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +23,7 @@
 #include <unistd.h>
 
 #include "device/simulated.h"
+#include "engine/batch_runner.h"
 #include "engine/generation.h"
 #include "engine/model.h"
 #include "engine/replica.h"
@@ -258,6 +263,65 @@ void BM_Decode(benchmark::State& state, std::string dir, engine::ComputeDType dt
   state.counters["read_MiB"] = decode_bytes(*m) / 1048576.0;
 }
 
+// Continuous batching without the daemon: `streams` greedy generations of 64 tokens after a 5-token prompt (as
+// bench/daemon/streams.sh submits them) through one BatchRunner of max batch 16, the KV cache in f16 (the
+// daemon's default); per iteration from the submits to the last finish. tok/s counts every stream's tokens, so
+// the summary divides streams:8 by streams:1 of the same file and threads (issue 30's target: >= 4x).
+void BM_DecodeBatch(benchmark::State& state, std::string dir, int threads, int streams) {
+  engine::LoadOptions lo;
+  lo.dtype = engine::ComputeDType::auto_;
+  lo.threads = threads;
+  lo.max_context = 512;
+  lo.cpu_kv = engine::KvCacheType::f16;
+  auto loaded = engine::Model::load(dir, lo);
+  if (!loaded) {
+    state.SkipWithError(loaded.error().message.c_str());
+    return;
+  }
+  const std::shared_ptr<engine::Model> m = *loaded;
+  for (const weights::MappedFile* f : m->files().mapped_files()) f->prefault();
+  constexpr int kTokens = 64;
+  engine::BatchLimits lim;
+  lim.max_batch = 16;
+  lim.step_tokens = 80;
+  engine::BatchRunner runner(m, lim);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::int64_t tokens = 0;
+  const auto run = [&](int n) -> bool {
+    int left = n;
+    for (int i = 0; i < n; ++i) {
+      engine::GenerateRequest req;
+      req.prompt = prompt_of(*m, 5);
+      req.max_new_tokens = kTokens;
+      req.stop_at_eos = false;
+      auto g = engine::Generation::create(m, req);
+      if (!g) return false;
+      engine::BatchRunner::Callbacks cb;
+      cb.token = [&](const engine::TokenEvent& ev) {
+        if (ev.token >= 0) ++tokens;
+      };
+      cb.finished = [&](engine::FinishReason, const Status&) {
+        std::lock_guard lock(mu);
+        --left;
+        cv.notify_all();
+      };
+      if (!runner.submit(std::move(g).value(), std::move(cb)).ok()) return false;
+    }
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return left == 0; });
+    return true;
+  };
+  if (!run(1)) {  // warm-up: the first step's allocations
+    state.SkipWithError("a generation failed");
+    return;
+  }
+  tokens = 0;
+  for (auto _ : state)
+    if (!run(streams)) state.SkipWithError("a generation failed");
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+}
+
 // Collects results so the summary can print ratios against the bandwidth baseline.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -284,6 +348,21 @@ class RatioReporter : public benchmark::ConsoleReporter {
       const double bytes_per_tok = c.at("read_MiB") * 1048576.0;
       const double bound = gbs * 1e9 / bytes_per_tok;
       std::printf("%-44s %10.1f %12.1f %7.0f%%\n", name.c_str(), c.at("tok/s"), bound, 100.0 * c.at("tok/s") / bound);
+    }
+    bool header = false;
+    for (const auto& [name, c] : values_) {
+      const auto at = name.find("/streams:");
+      if (name.rfind("DecodeBatch/", 0) != 0 || at == std::string::npos || name.compare(at, 11, "/streams:1/") == 0)
+        continue;
+      const auto one = values_.find(name.substr(0, at) + "/streams:1" + name.substr(name.find('/', at + 1)));
+      if (one == values_.end()) continue;
+      if (!header) {
+        std::printf("\nContinuous batching against one stream (same file and threads, same process):\n");
+        std::printf("%-44s %10s %12s %8s\n", "benchmark", "tok/s", "1 stream", "ratio");
+        header = true;
+      }
+      std::printf("%-44s %10.1f %12.1f %7.2fx\n", name.c_str(), c.at("tok/s"), one->second.at("tok/s"),
+                  c.at("tok/s") / one->second.at("tok/s"));
     }
   }
 
@@ -340,6 +419,13 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(("Prefill128/" + tag).c_str(), BM_Prefill, dir, engine::ComputeDType::auto_, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 2 : 3)->UseRealTime();
         benchmark::RegisterBenchmark(("Decode/" + tag).c_str(), BM_Decode, dir, engine::ComputeDType::auto_, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
       }
+      if (v == "f32" || v == "Q8_0" || v == "Q4_K_M")
+        for (int t : {1, 2})
+          for (int s : {1, 8})
+            benchmark::RegisterBenchmark(("DecodeBatch/" + p + "/" + v + "/streams:" + std::to_string(s) + "/threads:" +
+                                          std::to_string(t)).c_str(),
+                                         BM_DecodeBatch, dir, t, s)
+                ->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 1 : 3)->UseRealTime();
     }
   }
   RatioReporter reporter;

@@ -220,7 +220,7 @@ TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
 // attention_decode on every path against the reference (double sums, std::exp): grouped heads, head sizes with and
 // without a partial vector (20, 80, 96) and beyond the SIMD paths' 256 (the reference then), a sliding window, soft
 // capping, large scores (exp's range), positions read through shuffled pool slots — the other pool rows hold NaN, so
-// a read outside the item's slots shows. The pool in f32 and in f16.
+// a read outside the item's slots shows. The pool in f32 and in f16; each head's result alone the same bit for bit.
 TEST(KernelsAttention, EveryPathMatchesTheReference) {
   struct Case {
     std::int64_t heads, kv_heads, hd, pos, window;
@@ -279,6 +279,27 @@ TEST(KernelsAttention, EveryPathMatchesTheReference) {
       for (std::size_t i = 0; i < out16.size(); ++i) {
         ASSERT_TRUE(same_bits(ref16[i], ref_rounded[i])) << "f16 reference, element " << i;
         ASSERT_NEAR(out16[i], ref16[i], 2e-5 * (1.0 + std::fabs(ref16[i]))) << "f16 pool, element " << i;
+      }
+      // Each head alone (one query head over a pool of its kv head's elements only) gives that head's result bit for
+      // bit: a head's operations do not depend on the others.
+      for (std::int64_t h = 0; h < c.heads; ++h) {
+        const std::int64_t kvh = h / (c.heads / c.kv_heads);
+        std::vector<float> k1(static_cast<std::size_t>(slots_n * c.hd)), v1 = k1, q1(q.begin() + h * c.hd,
+                                                                                      q.begin() + (h + 1) * c.hd);
+        for (std::int64_t s = 0; s < slots_n; ++s)
+          for (std::int64_t e = 0; e < c.hd; ++e) {
+            k1[static_cast<std::size_t>(s * c.hd + e)] = k[static_cast<std::size_t>(s * row + kvh * c.hd + e)];
+            v1[static_cast<std::size_t>(s * c.hd + e)] = v[static_cast<std::size_t>(s * row + kvh * c.hd + e)];
+          }
+        std::vector<float> one(static_cast<std::size_t>(c.hd));
+        {
+          IsaScope scope(isa);
+          attention_decode(q1.data(), 1, 1, c.hd, k1.data(), v1.data(), slots.data(), c.pos, c.window, scale, c.cap,
+                           scratch.data(), one.data());
+        }
+        for (std::int64_t e = 0; e < c.hd; ++e)
+          ASSERT_TRUE(same_bits(one[static_cast<std::size_t>(e)], out[static_cast<std::size_t>(h * c.hd + e)]))
+              << "head " << h << " alone, element " << e;
       }
     }
   }
