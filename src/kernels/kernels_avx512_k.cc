@@ -373,23 +373,28 @@ struct O32Block {
     K::levels(codes, wv);
     dw = f16x16(grp + 32 * static_cast<std::size_t>(ib));
   }
-  // One activation's term: its bytes 4k..4k+3 in every lane of av[k], d_a in every lane, kOffset · Σ a.
-  __m512 term(const __m512i (&av)[8], __m512 da, std::int32_t off) const {
-    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+  // One activation's term: its bytes 4k..4k+3 in every lane of av[k], d_a in every lane, −kOffset · Σ a in every
+  // lane. The integer sum starts at the offset term and takes the 8 products in one chain (exact integers: the
+  // same sum as Σ level · a in any order).
+  __m512 term(const __m512i (&av)[8], __m512 da, __m512i neg_off) const {
+    __m512i sumi = neg_off;
     TANDEM_UNROLL
-    for (int k = 0; k < 8; ++k) {
-      if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], av[k]);
-      else hi = _mm512_dpbusd_epi32(hi, wv[k], av[k]);
-    }
-    const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(lo, hi), _mm512_set1_epi32(off));
+    for (int k = 0; k < 8; ++k) sumi = _mm512_dpbusd_epi32(sumi, wv[k], av[k]);
     return _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, da));  // float(sumi) * (d_w * d_a)
   }
 };
 
-// NC activations (their offsets off[c][ib - b0], made once per call) against blocks [b0, b1) of one packed group:
-// the running sums in acc (NC × 16 floats, kept between pieces of a call: the order of the additions is the same).
+// An activation block's two per-call numbers (o32_tile, made once per piece of blocks for all of a call's groups):
+// −kOffset · Σ a and d_a as a float.
+struct O32Act {
+  std::int32_t neg_off;
+  float d;
+};
+
+// NC activations (their numbers sc[c][ib - b0]) against blocks [b0, b1) of one packed group: the running sums in acc
+// (NC × 16 floats, kept between pieces of a call: the order of the additions is the same).
 template <class K, int NC>
-void o32_group(const std::uint8_t* grp, std::int64_t nb, const BlockQ8_0* const* ac, const std::int32_t* const* off,
+void o32_group(const std::uint8_t* grp, std::int64_t nb, const BlockQ8_0* const* ac, const O32Act* const* sc,
                std::int64_t b0, std::int64_t b1, float* acc) {
   const std::size_t head = o32_head_bytes(nb);
   __m512 sum[NC];
@@ -401,7 +406,8 @@ void o32_group(const std::uint8_t* grp, std::int64_t nb, const BlockQ8_0* const*
     for (int c = 0; c < NC; ++c) {
       __m512i av[8];
       act_lanes(ac[c][ib], av);
-      sum[c] = _mm512_add_ps(sum[c], b.term(av, _mm512_set1_ps(h2f(ac[c][ib].d)), off[c][ib - b0]));
+      const O32Act& x = sc[c][ib - b0];
+      sum[c] = _mm512_add_ps(sum[c], b.term(av, _mm512_set1_ps(x.d), _mm512_set1_epi32(x.neg_off)));
     }
   }
   TANDEM_UNROLL
@@ -422,10 +428,10 @@ void o32_decode(const std::uint8_t* aux, std::size_t group_bytes, int nr, const 
     __m512i av[8];
     act_lanes(a[ib], av);
     const __m512 da = _mm512_set1_ps(h2f(a[ib].d));
-    const std::int32_t off = o32_offset<K>(a[ib]);
+    const __m512i neg_off = _mm512_set1_epi32(-o32_offset<K>(a[ib]));
     for (int g = 0; g < ng; ++g) {
       const O32Block<K> b(aux + static_cast<std::size_t>(g) * group_bytes, head, ib, 8);
-      sum[g] = _mm512_add_ps(sum[g], b.term(av, da, off));
+      sum[g] = _mm512_add_ps(sum[g], b.term(av, da, neg_off));
     }
   }
   for (int g = 0; g < ng; ++g) _mm512_mask_storeu_ps(y + g * kRows, first16(nr - g * kRows), sum[g]);
@@ -537,28 +543,28 @@ void o32_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
     base_tiles(g_base[static_cast<int>(K::kType)], w, wrb, nr, a, arb, nc, cols, y, ldy);
     return;
   }
-  using GroupFnO = void (*)(const std::uint8_t*, std::int64_t, const BlockQ8_0* const*, const std::int32_t* const*,
+  using GroupFnO = void (*)(const std::uint8_t*, std::int64_t, const BlockQ8_0* const*, const O32Act* const*,
                             std::int64_t, std::int64_t, float*);
   static constexpr GroupFnO kGroup[kActs] = {o32_group<K, 1>, o32_group<K, 2>, o32_group<K, 3>, o32_group<K, 4>,
                                              o32_group<K, 5>, o32_group<K, 6>, o32_group<K, 7>, o32_group<K, 8>};
-  constexpr std::int64_t kPiece = 512;  // blocks whose offsets are held at a time (16 KiB for 8 activations)
+  constexpr std::int64_t kPiece = 512;  // blocks whose numbers are held at a time (32 KiB for 8 activations)
   const std::int64_t nb = cols / QK8_0;
   const std::size_t group_bytes = o32_group_bytes<K>(cols);
   if (nc == 1) return o32_decode<K>(aux, group_bytes, nr, reinterpret_cast<const BlockQ8_0*>(a), nb, y);
   const int ng = (nr + kRows - 1) / kRows;
-  alignas(64) std::int32_t offsets[kActs][kPiece];
+  alignas(64) O32Act numbers[kActs][kPiece];
   alignas(64) float acc[kGroups][kActs * kRows] = {};
   const BlockQ8_0* ac[kActs];
-  const std::int32_t* off[kActs];
+  const O32Act* sc[kActs];
   for (int c = 0; c < nc; ++c) {
     ac[c] = reinterpret_cast<const BlockQ8_0*>(a + static_cast<std::size_t>(c) * arb);
-    off[c] = offsets[c];
+    sc[c] = numbers[c];
   }
   for (std::int64_t b0 = 0; b0 < nb; b0 += kPiece) {
     const std::int64_t b1 = std::min(nb, b0 + kPiece);
     for (int c = 0; c < nc; ++c)
-      for (std::int64_t ib = b0; ib < b1; ++ib) offsets[c][ib - b0] = o32_offset<K>(ac[c][ib]);
-    for (int g = 0; g < ng; ++g) kGroup[nc - 1](aux + static_cast<std::size_t>(g) * group_bytes, nb, ac, off, b0, b1, acc[g]);
+      for (std::int64_t ib = b0; ib < b1; ++ib) numbers[c][ib - b0] = {-o32_offset<K>(ac[c][ib]), h2f(ac[c][ib].d)};
+    for (int g = 0; g < ng; ++g) kGroup[nc - 1](aux + static_cast<std::size_t>(g) * group_bytes, nb, ac, sc, b0, b1, acc[g]);
   }
   for (int g = 0; g < ng; ++g)
     for (int c = 0; c < nc; ++c)
