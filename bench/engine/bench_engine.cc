@@ -419,7 +419,7 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(("Prefill128/" + tag).c_str(), BM_Prefill, dir, engine::ComputeDType::auto_, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 2 : 3)->UseRealTime();
         benchmark::RegisterBenchmark(("Decode/" + tag).c_str(), BM_Decode, dir, engine::ComputeDType::auto_, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
       }
-      if (v == "f32" || v == "Q8_0" || v == "Q4_K_M")
+      if (p == "134m" && (v == "f32" || v == "Q8_0" || v == "Q4_K_M"))  // (tiny: the step's fixed costs only)
         for (int t : {1, 2})
           for (int s : {1, 8})
             benchmark::RegisterBenchmark(("DecodeBatch/" + p + "/" + v + "/streams:" + std::to_string(s) + "/threads:" +
