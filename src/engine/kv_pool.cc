@@ -3,7 +3,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <cstring>
+
+#include "kernels/kernels.h"
 
 namespace tandem::engine {
 
@@ -80,6 +83,31 @@ void KvPool::write(std::size_t layer, const at::Tensor& slots, const at::Tensor&
     // On the CPU a row copy per position (a decode step writes one row per layer: no operator call for it), after
     // one conversion to the pool's element type when the rows come in another (f32 rows into an f16 pool: rounded
     // to nearest even).
+    const at::ScalarType pt = ks.scalar_type();
+    if (k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat && (pt == at::kFloat || pt == at::kHalf) &&
+        vs.scalar_type() == pt && k.is_contiguous() && v.is_contiguous() && slots.is_contiguous()) {
+      // f32 rows as they come from the layer (a step's rows of one item): converted straight into their slots by
+      // the kernels (f32_to_f16_row: the same bits as the conversion below), no tensor made — a batched decode
+      // step writes every item this way, layer by layer.
+      const std::int64_t n = slots.numel(), row = ks.numel() / ks.size(0);
+      TORCH_CHECK(k.numel() == row * n && v.numel() == k.numel(), "KvPool::write: rows do not match the pool's");
+      const auto* s = slots.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i) TORCH_CHECK(s[i] >= 0 && s[i] < ks.size(0), "KvPool::write: slot outside the pool");
+      const float* kp = k.data_ptr<float>();
+      const float* vp = v.data_ptr<float>();
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (pt == at::kHalf) {
+          auto* kd = static_cast<std::uint16_t*>(ks.data_ptr()) + s[i] * row;
+          auto* vd = static_cast<std::uint16_t*>(vs.data_ptr()) + s[i] * row;
+          kernels::f32_to_f16_row(kp + i * row, kd, row);
+          kernels::f32_to_f16_row(vp + i * row, vd, row);
+        } else {
+          std::memcpy(ks.data_ptr<float>() + s[i] * row, kp + i * row, static_cast<std::size_t>(row) * sizeof(float));
+          std::memcpy(vs.data_ptr<float>() + s[i] * row, vp + i * row, static_cast<std::size_t>(row) * sizeof(float));
+        }
+      }
+      return;
+    }
     const at::Tensor kc = k.to(ks.scalar_type()).contiguous(), vc = v.to(vs.scalar_type()).contiguous();
     const at::Tensor sc = slots.contiguous();
     const std::int64_t n = sc.numel();

@@ -139,28 +139,25 @@ at::Tensor Model::Impl::softcap(at::Tensor x, const std::optional<double>& cap) 
   return x.div_(*cap).tanh_().mul_(*cap);
 }
 
-bool Model::Impl::decode_row(const at::Tensor& q, const KvView& kv) {
+bool Model::Impl::decode_row(const at::Tensor& q, std::int64_t n, const KvView& kv) {
   const at::ScalarType kv_type = kv.keys.scalar_type();
-  return kv.slots != nullptr && q.size(0) == 1 && q.is_cpu() && q.scalar_type() == at::kFloat &&
+  return kv.slots != nullptr && n == 1 && q.is_cpu() && q.scalar_type() == at::kFloat &&
          (kv_type == at::kFloat || kv_type == at::kHalf) && kv.values.scalar_type() == kv_type &&
          kv.keys.is_contiguous() && kv.values.is_contiguous();
 }
 
-void Model::Impl::attention_row(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides,
-                                std::vector<float>& scratch, float* out) const {
+void Model::Impl::attention_row(const float* q, std::int64_t H, std::int64_t hd, const KvView& kv, std::int64_t pos0,
+                                bool slides, std::vector<float>& scratch, float* out) const {
   const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
-  const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
-  const at::Tensor qc = q.contiguous();
-  const std::int64_t H = q.size(1), hd = q.size(2);
+  const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
   if (scratch.size() < static_cast<std::size_t>(kv.length)) scratch.resize(static_cast<std::size_t>(kv.length));
   const float cap = cfg().attn_softcap ? static_cast<float>(*cfg().attn_softcap) : 0.0F;
   if (kv.keys.scalar_type() == at::kHalf) {
-    kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd,
-                              static_cast<const std::uint16_t*>(kv.keys.data_ptr()),
+    kernels::attention_decode(q, H, kv.keys.size(1), hd, static_cast<const std::uint16_t*>(kv.keys.data_ptr()),
                               static_cast<const std::uint16_t*>(kv.values.data_ptr()), kv.slots, pos0, window,
                               static_cast<float>(scale), cap, scratch.data(), out);
   } else {
-    kernels::attention_decode(qc.data_ptr<float>(), H, kv.keys.size(1), hd, kv.keys.data_ptr<float>(),
+    kernels::attention_decode(q, H, kv.keys.size(1), hd, kv.keys.data_ptr<float>(),
                               kv.values.data_ptr<float>(), kv.slots, pos0, window, static_cast<float>(scale), cap,
                               scratch.data(), out);
   }
@@ -171,10 +168,11 @@ void Model::Impl::attention_row(const at::Tensor& q, const KvView& kv, std::int6
 at::Tensor Model::Impl::attention(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides) const {
   const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
   const double scale = cfg().attn_scale > 0.0 ? cfg().attn_scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
-  if (decode_row(q, kv)) {
+  if (decode_row(q, q.size(0), kv)) {
     // A decode row on the CPU: straight from the pool's rows (f16, or f32), no gather and no operator calls.
     at::Tensor out = at::empty({1, q.size(1) * q.size(2)}, q.options());
-    attention_row(q, kv, pos0, slides, attn_scratch, out.data_ptr<float>());
+    const at::Tensor qc = q.contiguous();
+    attention_row(qc.data_ptr<float>(), q.size(1), q.size(2), kv, pos0, slides, attn_scratch, out.data_ptr<float>());
     return out;
   }
   at::Tensor keys = kv.keys, values = kv.values;
@@ -294,7 +292,7 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
     for (std::size_t i : items) {
       const std::int64_t n = spans[i].n;
       views.push_back(kv_step(i, li, k.narrow(0, off, n), v.narrow(0, off, n), accel));
-      rows = rows && decode_row(q.narrow(0, off, n), views.back());
+      rows = rows && decode_row(q, n, views.back());
       off += n;
     }
     if (rows) {
@@ -302,13 +300,15 @@ at::Tensor Model::Impl::layer(std::size_t li, at::Tensor x, const std::vector<Ro
       // same kernel call as alone (the same result), each range with its own scratch.
       attn = at::empty({N, c.num_heads * c.head_dim}, q.options());
       float* out = attn.data_ptr<float>();
+      const at::Tensor qc = q.contiguous();  // [N, heads, head_dim]: row r at r · heads · head_dim
+      const float* qp = qc.data_ptr<float>();
       pool->split(static_cast<std::int64_t>(items.size()), 1, [&](std::int64_t b, std::int64_t e) {
         c10::InferenceMode guard;  // thread-local: the workers' ATen calls run in it too
         std::vector<float> scratch;
         for (std::int64_t r = b; r < e; ++r) {
           const auto ri = static_cast<std::size_t>(r);
-          attention_row(q.narrow(0, r, 1), views[ri], spans[items[ri]].pos0, slides, scratch,
-                        out + r * c.num_heads * c.head_dim);
+          attention_row(qp + r * c.num_heads * c.head_dim, c.num_heads, c.head_dim, views[ri], spans[items[ri]].pos0,
+                        slides, scratch, out + r * c.num_heads * c.head_dim);
         }
       });
     } else {

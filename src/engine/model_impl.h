@@ -147,11 +147,12 @@ struct Model::Impl {
   // Causal attention of q [n, heads, head_dim] at positions pos0.. over `kv` → [n, heads · head_dim]. A decode row
   // (n = 1) on the CPU reads the pool in place (kernels::attention_decode); otherwise ATen, over the gathered rows.
   at::Tensor attention(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides) const;
-  // Whether attention() of q over kv is a decode row read in place (one row, f32 query, an f32 or f16 pool on the
-  // CPU), and that row's attention into out (heads · head_dim floats) with the caller's scratch.
-  static bool decode_row(const at::Tensor& q, const KvView& kv);
-  void attention_row(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides, std::vector<float>& scratch,
-                     float* out) const;
+  // Whether attention() of an item's n rows of q over kv is a decode row read in place (one row, f32 query, an f32
+  // or f16 pool on the CPU; q: the step's rows, whose properties the item's share), and that row's attention (q:
+  // heads · head_dim contiguous floats) into out with the caller's scratch — no tensor made for either.
+  static bool decode_row(const at::Tensor& q, std::int64_t n, const KvView& kv);
+  void attention_row(const float* q, std::int64_t heads, std::int64_t hd, const KvView& kv, std::int64_t pos0,
+                     bool slides, std::vector<float>& scratch, float* out) const;
   // cap · tanh(x / cap) in place (Gemma's soft-capping) when cap is set.
   static at::Tensor softcap(at::Tensor x, const std::optional<double>& cap);
   // One item of a ragged batch: n new tokens at positions pos0.. (see run()).

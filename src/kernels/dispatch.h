@@ -62,6 +62,7 @@ struct KernelTable {
   TypeKernels types[kWTypeCount];  // indexed by WType's value
   AttentionFn attention = nullptr;
   AttentionF16Fn attention_f16 = nullptr;
+  void (*to_f16)(const float* x, std::uint16_t* out, std::int64_t n) = nullptr;  // kernels.h f32_to_f16_row
 
   const TypeKernels& operator[](WType t) const { return types[static_cast<int>(t)]; }
 };

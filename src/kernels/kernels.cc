@@ -97,11 +97,16 @@ void ref_attention_f16(const float* q, std::int64_t heads, std::int64_t kv_heads
 
 namespace {
 
+void ref_to_f16(const float* x, std::uint16_t* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
+}
+
 constexpr KernelTable make_scalar_table() {
   KernelTable t;
   t.isa = Isa::scalar;
   t.attention = ref_attention;
   t.attention_f16 = ref_attention_f16;
+  t.to_f16 = ref_to_f16;
   t.types[static_cast<int>(WType::f32)] = ref_kernels<WType::f32>();
   t.types[static_cast<int>(WType::f16)] = ref_kernels<WType::f16>();
   t.types[static_cast<int>(WType::bf16)] = ref_kernels<WType::bf16>();
@@ -333,6 +338,8 @@ void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads,
                       std::int64_t window, float scale, float cap, float* scratch, float* out) {
   table().attention_f16(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
 }
+
+void f32_to_f16_row(const float* x, std::uint16_t* out, std::int64_t n) { table().to_f16(x, out, n); }
 
 std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols) {
   const detail::TypeKernels& k = table()[t];

@@ -60,4 +60,8 @@ void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads,
                       const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
                       std::int64_t window, float scale, float cap, float* scratch, float* out);
 
+// n floats to IEEE binary16 bits on the active path, each as f32_to_f16 (types.h) gives it: round to nearest even,
+// overflow to infinity, NaN as sign | 0x7E00 — the same bits as ATen's conversion to kHalf (the KV pool's rows).
+void f32_to_f16_row(const float* x, std::uint16_t* out, std::int64_t n);
+
 }  // namespace tandem::kernels

@@ -139,6 +139,7 @@ KernelTable make_avx2_table() {
   t.types[static_cast<int>(WType::iq4_nl)] = entry<IQ4NLTile, kQ4_0>(quantize_q8_0);
   t.attention = attention_256<float>;
   t.attention_f16 = attention_256<std::uint16_t>;
+  t.to_f16 = to_f16_row;
   for (WType k : {WType::q4_K, WType::q5_K, WType::q6_K, WType::q2_K, WType::q3_K, WType::iq4_xs})
     t.types[static_cast<int>(k)] = avx2_superblock_kernels(k);
   return t;

@@ -66,6 +66,25 @@ void quantize_f16(const float* x, void* out, std::int64_t cols) {
   for (; k < cols; ++k) y[k] = f16_to_f32(f32_to_f16(x[k]));
 }
 
+// kernels.h f32_to_f16_row: F16C's rounding (to nearest even) with quantize_f16's NaN.
+void to_f16_row(const float* x, std::uint16_t* out, std::int64_t n) {
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    if (_mm256_movemask_ps(nan) != 0) {
+      const __m128i sign = _mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000)));
+      const __m128i qnan = _mm_or_si128(sign, _mm_set1_epi16(0x7E00));
+      const __m256i n32 = _mm256_castps_si256(nan);
+      const __m128i n16 = _mm_packs_epi32(_mm256_castsi256_si128(n32), _mm256_extracti128_si256(n32, 1));
+      h = _mm_blendv_epi8(h, qnan, n16);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), h);
+  }
+  for (; k < n; ++k) out[k] = f32_to_f16(x[k]);
+}
+
 // f32 -> bf16 as f32_to_bf16: round to nearest even, NaN keeps its upper half with the quiet bit set.
 void quantize_bf16(const float* x, void* out, std::int64_t cols) {
   auto* y = static_cast<std::uint16_t*>(out);

@@ -10,6 +10,7 @@ namespace tandem::kernels::detail {
 void store_f32(const float* x, void* out, std::int64_t cols);
 void quantize_f16(const float* x, void* out, std::int64_t cols);
 void quantize_bf16(const float* x, void* out, std::int64_t cols);
+void to_f16_row(const float* x, std::uint16_t* out, std::int64_t n);
 void quantize_q8_0(const float* x, void* out, std::int64_t cols);
 void quantize_q8_1(const float* x, void* out, std::int64_t cols);
 void quantize_q8_K(const float* x, void* out, std::int64_t cols);

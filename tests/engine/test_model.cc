@@ -315,6 +315,18 @@ TEST(Model, KvPoolRoundsF32RowsIntoAnF16Pool) {
   EXPECT_EQ(rk[0][0][0].item<float>(), 1.F);
   EXPECT_EQ(rk[0][0][1].item<float>(), 1.F + 0x1p-9F);
   EXPECT_EQ(pool.layer_bytes(6, at::kHalf) * 2, pool.layer_bytes(6, at::kFloat));
+  // Contiguous f32 rows go straight into their slots (kernels::f32_to_f16_row); other rows through ATen's
+  // conversion: the same bits, here over values spread across f16's range (subnormals, overflow to infinity).
+  const at::Tensor wide = at::randn({2, 2, 3}, at::TensorOptions().dtype(at::kFloat)) *
+                          at::tensor(std::vector<float>{1e-6F, 1e-3F, 1.F, 1e3F, 7e4F, 3e-8F}).view({1, 2, 3});
+  const at::Tensor strided = at::empty({2, 3, 2}, at::kFloat).transpose(1, 2);
+  strided.copy_(wide);
+  ASSERT_FALSE(strided.is_contiguous());
+  const at::Tensor s1 = at::tensor(std::vector<std::int64_t>{0, 1}, at::kLong), s2 = at::tensor(std::vector<std::int64_t>{3, 4}, at::kLong);
+  pool.write(0, s1, wide, wide);
+  pool.write(0, s2, strided, strided);
+  EXPECT_TRUE(at::equal(pool.read(0, s1).first, pool.read(0, s2).first));
+  EXPECT_TRUE(at::equal(pool.read(0, s1).first, wide.to(at::kHalf)));
 }
 
 // The daemon's default KV cache (f16) against f32: the pool half the bytes, logits of a prefill and of decode steps

@@ -5,7 +5,7 @@
 # could be picked by the linker for code that runs on any CPU, and fault there with an illegal instruction.
 #   isa_symbols.sh LIB.a ...
 set -u
-allowed='^tandem::kernels::detail::(avx2_table|avx2_superblock_kernels|avx512_table|avx512_superblock_kernels|avx512_minned_kernels|avx512_offset_kernels|amx_superblock_kernels|avx512bf16_table|amx_table|avxvnni_table)\(|^tandem::kernels::detail::(store_f32|quantize_f16|quantize_bf16|quantize_q8_0|quantize_q8_1|quantize_q8_K)\('
+allowed='^tandem::kernels::detail::(avx2_table|avx2_superblock_kernels|avx512_table|avx512_superblock_kernels|avx512_minned_kernels|avx512_offset_kernels|amx_superblock_kernels|avx512bf16_table|amx_table|avxvnni_table)\(|^tandem::kernels::detail::(store_f32|quantize_f16|quantize_bf16|to_f16_row|quantize_q8_0|quantize_q8_1|quantize_q8_K)\('
 bad=0
 for lib in "$@"; do
   # T: text, W/V: weak, u: unique global, i: indirect function; DW.ref.__gxx_personality_v0 is the EH personality.

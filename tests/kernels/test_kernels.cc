@@ -177,6 +177,29 @@ TEST(KernelsQuantizeAct, HalfFloatSpecialValuesEqualReference) {
   }
 }
 
+// f32_to_f16_row (the KV pool's rows) on every path: f32_to_f16 of each element, the special values above and
+// random ones, lengths around the 8-lane vectors.
+TEST(KernelsQuantizeAct, HalfRowsEqualF32ToF16OnEveryPath) {
+  const float nan_payload = std::bit_cast<float>(0x7FA12345u);
+  std::vector<float> x = {0.f, -0.f, 65504.f, 65519.f, 65520.f, 1e9f, 6e-8f, 3e-8f, 2.98e-8f, -1e-6f, 1e-40f,
+                          nan_payload, std::bit_cast<float>(0xFFC00001u), std::numeric_limits<float>::infinity(),
+                          1.00390625f, 1.0009765625f};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.F, 4.F);
+  while (x.size() < 1000) x.push_back(g(rng));
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, std::size_t{16},
+                          std::size_t{777}, x.size()}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n));
+      std::vector<std::uint16_t> got(n + 1, 0xABCD);
+      f32_to_f16_row(x.data(), got.data(), static_cast<std::int64_t>(n));
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], f32_to_f16(x[i])) << "element " << i;
+      EXPECT_EQ(got[n], 0xABCD) << "wrote past n";
+    }
+  }
+}
+
 // ---- dot products ---------------------------------------------------------------------------------------------
 
 TEST(KernelsMatmul, DecodeMatchesReferenceWithinTolerance) {
