@@ -37,6 +37,21 @@ inline __m256i pack_i32_to_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
   return _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// Eight floats as f16 bits as f32_to_f16 gives them: F16C's rounding (to nearest even, overflow to infinity), a NaN
+// as sign | 0x7E00 (F16C would keep part of its payload).
+inline __m128i f16_bits8(__m256 v) {
+  __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  if (_mm256_movemask_ps(nan) != 0) {
+    const __m128i sign = _mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000)));
+    const __m128i qnan = _mm_or_si128(sign, _mm_set1_epi16(0x7E00));
+    const __m256i n32 = _mm256_castps_si256(nan);
+    const __m128i n16 = _mm_packs_epi32(_mm256_castsi256_si128(n32), _mm256_extracti128_si256(n32, 1));
+    h = _mm_blendv_epi8(h, qnan, n16);
+  }
+  return h;
+}
+
 }  // namespace
 
 // ---- activation quantizers ------------------------------------------------------------------------------------
@@ -50,38 +65,14 @@ void store_f32(const float* x, void* out, std::int64_t cols) {
 void quantize_f16(const float* x, void* out, std::int64_t cols) {
   auto* y = static_cast<float*>(out);
   std::int64_t k = 0;
-  for (; k + 8 <= cols; k += 8) {
-    const __m256 v = _mm256_loadu_ps(x + k);
-    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    if (_mm256_movemask_ps(nan) != 0) {
-      const __m128i sign = _mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000)));
-      const __m128i qnan = _mm_or_si128(sign, _mm_set1_epi16(0x7E00));
-      const __m256i n32 = _mm256_castps_si256(nan);
-      const __m128i n16 = _mm_packs_epi32(_mm256_castsi256_si128(n32), _mm256_extracti128_si256(n32, 1));
-      h = _mm_blendv_epi8(h, qnan, n16);
-    }
-    _mm256_storeu_ps(y + k, _mm256_cvtph_ps(h));
-  }
+  for (; k + 8 <= cols; k += 8) _mm256_storeu_ps(y + k, _mm256_cvtph_ps(f16_bits8(_mm256_loadu_ps(x + k))));
   for (; k < cols; ++k) y[k] = f16_to_f32(f32_to_f16(x[k]));
 }
 
 // kernels.h f32_to_f16_row: F16C's rounding (to nearest even) with quantize_f16's NaN.
 void to_f16_row(const float* x, std::uint16_t* out, std::int64_t n) {
   std::int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    const __m256 v = _mm256_loadu_ps(x + k);
-    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    if (_mm256_movemask_ps(nan) != 0) {
-      const __m128i sign = _mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000)));
-      const __m128i qnan = _mm_or_si128(sign, _mm_set1_epi16(0x7E00));
-      const __m256i n32 = _mm256_castps_si256(nan);
-      const __m128i n16 = _mm_packs_epi32(_mm256_castsi256_si128(n32), _mm256_extracti128_si256(n32, 1));
-      h = _mm_blendv_epi8(h, qnan, n16);
-    }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), h);
-  }
+  for (; k + 8 <= n; k += 8) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), f16_bits8(_mm256_loadu_ps(x + k)));
   for (; k < n; ++k) out[k] = f32_to_f16(x[k]);
 }
 
