@@ -80,49 +80,36 @@ void KvPool::write(std::size_t layer, const at::Tensor& slots, const at::Tensor&
   at::Tensor& ks = k_[layer];
   at::Tensor& vs = v_[layer];
   if (ks.is_cpu() && slots.is_cpu() && k.is_cpu() && v.is_cpu() && slots.scalar_type() == at::kLong) {
-    // On the CPU a row copy per position (a decode step writes one row per layer: no operator call for it), after
-    // one conversion to the pool's element type when the rows come in another (f32 rows into an f16 pool: rounded
-    // to nearest even).
+    // On the CPU a row copy per position (a decode step writes one row per layer: no operator call for it). Rows in
+    // the pool's element type go as they are; f32 rows into an f16 pool are converted straight into their slots
+    // (kernels::f32_to_f16_row: rounded to nearest even, the same bits as ATen's conversion), so a batched decode
+    // step makes no tensor per item; other rows are converted once by ATen first.
     const at::ScalarType pt = ks.scalar_type();
-    if (k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat && (pt == at::kFloat || pt == at::kHalf) &&
-        vs.scalar_type() == pt && k.is_contiguous() && v.is_contiguous() && slots.is_contiguous()) {
-      // f32 rows as they come from the layer (a step's rows of one item): converted straight into their slots by
-      // the kernels (f32_to_f16_row: the same bits as the conversion below), no tensor made — a batched decode
-      // step writes every item this way, layer by layer.
-      const std::int64_t n = slots.numel(), row = ks.numel() / ks.size(0);
-      TORCH_CHECK(k.numel() == row * n && v.numel() == k.numel(), "KvPool::write: rows do not match the pool's");
-      const auto* s = slots.data_ptr<std::int64_t>();
-      for (std::int64_t i = 0; i < n; ++i) TORCH_CHECK(s[i] >= 0 && s[i] < ks.size(0), "KvPool::write: slot outside the pool");
-      const float* kp = k.data_ptr<float>();
-      const float* vp = v.data_ptr<float>();
-      for (std::int64_t i = 0; i < n; ++i) {
-        if (pt == at::kHalf) {
-          auto* kd = static_cast<std::uint16_t*>(ks.data_ptr()) + s[i] * row;
-          auto* vd = static_cast<std::uint16_t*>(vs.data_ptr()) + s[i] * row;
-          kernels::f32_to_f16_row(kp + i * row, kd, row);
-          kernels::f32_to_f16_row(vp + i * row, vd, row);
-        } else {
-          std::memcpy(ks.data_ptr<float>() + s[i] * row, kp + i * row, static_cast<std::size_t>(row) * sizeof(float));
-          std::memcpy(vs.data_ptr<float>() + s[i] * row, vp + i * row, static_cast<std::size_t>(row) * sizeof(float));
-        }
-      }
-      return;
-    }
-    const at::Tensor kc = k.to(ks.scalar_type()).contiguous(), vc = v.to(vs.scalar_type()).contiguous();
-    const at::Tensor sc = slots.contiguous();
-    const std::int64_t n = sc.numel();
-    const std::size_t row = static_cast<std::size_t>(ks.numel() / ks.size(0)) * ks.element_size();
-    TORCH_CHECK(kc.numel() * kc.element_size() == static_cast<std::int64_t>(row) * n && vc.numel() == kc.numel(),
-                "KvPool::write: rows do not match the pool's");
+    const bool to_half = pt == at::kHalf && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
+                         k.is_contiguous() && v.is_contiguous();
+    const auto as_pool = [&](const at::Tensor& t) {
+      return to_half || (t.scalar_type() == pt && t.is_contiguous()) ? t : t.to(pt).contiguous();
+    };
+    const at::Tensor kc = as_pool(k), vc = as_pool(v);
+    const at::Tensor sc = slots.is_contiguous() ? slots : slots.contiguous();
+    const std::int64_t n = sc.numel(), row = ks.numel() / ks.size(0);
+    TORCH_CHECK(kc.numel() == row * n && vc.numel() == kc.numel(), "KvPool::write: rows do not match the pool's");
     const auto* s = sc.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < n; ++i) TORCH_CHECK(s[i] >= 0 && s[i] < ks.size(0), "KvPool::write: slot outside the pool");
+    const std::size_t rb = static_cast<std::size_t>(row) * ks.element_size();
     auto* kd = static_cast<std::byte*>(ks.data_ptr());
     auto* vd = static_cast<std::byte*>(vs.data_ptr());
     const auto* kp = static_cast<const std::byte*>(kc.data_ptr());
     const auto* vp = static_cast<const std::byte*>(vc.data_ptr());
-    for (std::int64_t i = 0; i < n; ++i) TORCH_CHECK(s[i] >= 0 && s[i] < ks.size(0), "KvPool::write: slot outside the pool");
     for (std::int64_t i = 0; i < n; ++i) {
-      std::memcpy(kd + static_cast<std::size_t>(s[i]) * row, kp + static_cast<std::size_t>(i) * row, row);
-      std::memcpy(vd + static_cast<std::size_t>(s[i]) * row, vp + static_cast<std::size_t>(i) * row, row);
+      const std::size_t to = static_cast<std::size_t>(s[i]) * rb;
+      if (to_half) {
+        kernels::f32_to_f16_row(kc.data_ptr<float>() + i * row, reinterpret_cast<std::uint16_t*>(kd + to), row);
+        kernels::f32_to_f16_row(vc.data_ptr<float>() + i * row, reinterpret_cast<std::uint16_t*>(vd + to), row);
+      } else {
+        std::memcpy(kd + to, kp + static_cast<std::size_t>(i) * rb, rb);
+        std::memcpy(vd + to, vp + static_cast<std::size_t>(i) * rb, rb);
+      }
     }
     return;
   }
