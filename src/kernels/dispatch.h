@@ -46,6 +46,11 @@ struct TypeKernels {
   std::size_t (*aux_group_bytes)(std::int64_t cols) = nullptr;  // side-table bytes per 16 weight rows
 };
 
+// What a decode row's attention on the SIMD paths brings into cache before its loops (kernels_avx2_common.h,
+// touch_kv_head): the positions' whole key and value rows when they total at most this many bytes; above it (long
+// contexts), each kv head's part of them just before its query heads.
+inline constexpr std::size_t kTouchRowsBytes = std::size_t{8} << 20;
+
 // kernels.h attention_decode on one path.
 using AttentionFn = void (*)(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
                              const float* k, const float* v, const std::int64_t* slots, std::int64_t pos,

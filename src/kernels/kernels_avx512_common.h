@@ -379,26 +379,13 @@ inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_he
   const std::int64_t first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
   const int nv = static_cast<int>((hd + 15) / 16);
   const __mmask16 last = first16(static_cast<int>(hd - 16 * (nv - 1)));
-  // The lines of a kv head's keys and values of positions [j0, j1), into L2 (read from memory otherwise, one
-  // position's few lines at a time through the slots: the loops wait on each).
-  const std::size_t head_bytes = static_cast<std::size_t>(hd) * sizeof(KV);
-  const auto prefetch = [&](std::int64_t off, std::int64_t j0, std::int64_t j1) {
-    for (std::int64_t j = j0; j < j1; ++j) {
-      const char* kj = reinterpret_cast<const char*>(k + slots[j] * row + off);
-      const char* vj = reinterpret_cast<const char*>(v + slots[j] * row + off);
-      for (std::size_t b = 0; b < head_bytes; b += 64) {
-        _mm_prefetch(kj + b, _MM_HINT_T1);
-        _mm_prefetch(vj + b, _MM_HINT_T1);
-      }
-    }
-  };
+  // The positions' rows (or, for long contexts, each kv head's part of them) into cache first (touch_kv_head).
+  const bool whole = touch_whole_rows<KV>(row, first, pos);
+  if (whole) touch_kv_head(k, v, slots, row, 0, row, first, pos);
   for (std::int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * hd;
     const std::int64_t off = (h / group) * hd;
-    // A kv head's first query head fetches its positions ahead of the scores loop (the group's other heads find
-    // them in cache).
-    const bool fetch = h % group == 0;
-    if (fetch) prefetch(off, first, std::min(pos + 1, first + 32));
+    if (!whole && h % group == 0) touch_kv_head(k, v, slots, row, off, hd, first, pos);
     __m512 qv[16];
     for (int i = 0; i < nv; ++i) qv[i] = _mm512_maskz_loadu_ps(i + 1 < nv ? __mmask16(0xFFFF) : last, qh + 16 * i);
     // Scores 16 keys at a time: per key an FMA chain over the head's vectors, then the 16 chains' sums at once
@@ -406,7 +393,6 @@ inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_he
     __m512 maxv = _mm512_set1_ps(-__builtin_inff());
     for (std::int64_t j0 = first; j0 <= pos; j0 += 16) {
       const int nk = pos + 1 - j0 < 16 ? static_cast<int>(pos + 1 - j0) : 16;
-      if (fetch && j0 + 32 <= pos) prefetch(off, j0 + 32, std::min(pos + 1, j0 + 48));
       __m512 acc[4][4];
       TANDEM_UNROLL
       for (int kk = 0; kk < 16; ++kk) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernel_test_util.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "kernels/types.h"
@@ -220,7 +221,9 @@ TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
 // attention_decode on every path against the reference (double sums, std::exp): grouped heads, head sizes with and
 // without a partial vector (20, 80, 96) and beyond the SIMD paths' 256 (the reference then), a sliding window, soft
 // capping, large scores (exp's range), positions read through shuffled pool slots — the other pool rows hold NaN, so
-// a read outside the item's slots shows. The pool in f32 and in f16; each head's result alone the same bit for bit.
+// a read outside the item's slots shows — and rows past kTouchRowsBytes (16 heads of 128 over 601 positions: 9.8 MB
+// of f32 keys and values, read into cache per kv head; 4.9 MB in f16, whole rows). The pool in f32 and in f16; each
+// head's result alone the same bit for bit.
 TEST(KernelsAttention, EveryPathMatchesTheReference) {
   struct Case {
     std::int64_t heads, kv_heads, hd, pos, window;
@@ -228,7 +231,9 @@ TEST(KernelsAttention, EveryPathMatchesTheReference) {
   };
   const Case cases[] = {{4, 4, 64, 0, 0, 0.F, 1.F},   {8, 2, 64, 37, 0, 0.F, 1.F},  {6, 3, 80, 300, 0, 0.F, 1.F},
                         {4, 1, 96, 129, 16, 0.F, 1.F}, {2, 2, 256, 70, 0, 50.F, 1.F}, {3, 3, 20, 9, 4, 0.F, 1.F},
-                        {2, 1, 64, 200, 0, 0.F, 8.F},  {2, 2, 320, 33, 0, 0.F, 1.F}};
+                        {2, 1, 64, 200, 0, 0.F, 8.F},  {2, 2, 320, 33, 0, 0.F, 1.F}, {16, 16, 128, 600, 0, 0.F, 1.F}};
+  static_assert(601 * 16 * 128 * sizeof(float) * 2 > detail::kTouchRowsBytes &&
+                601 * 16 * 128 * sizeof(std::uint16_t) * 2 <= detail::kTouchRowsBytes);
   std::mt19937 rng(41);
   std::normal_distribution<float> g(0.F, 1.F);
   for (Isa isa : runnable_isas()) {
