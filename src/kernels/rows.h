@@ -14,7 +14,9 @@ namespace tandem::kernels {
 // order (8 interleaved partial sums, combined pairwise), in double. `out` may alias `x`.
 void rmsnorm_rows(const float* x, const float* w, std::int64_t n, std::int64_t d, float eps, float* out);
 
-// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i] for i < count. `out` may alias either.
+// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i] for i < count, exp within ~2 ulp (a
+// polynomial, exp of the argument clamped to [-87.3, 88.3]: for gate below -88.3 the result is gate · up · 4.7e-39
+// instead of ±0). `out` may alias either.
 void silu_mul(const float* gate, const float* up, std::int64_t count, float* out);
 
 // out[i] = gelu_tanh(gate[i]) * up[i] = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))·up[i] (PyTorch's
