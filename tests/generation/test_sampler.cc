@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "generation/rng.h"
 #include "generation/sampler.h"
@@ -153,4 +156,47 @@ TEST(Sampler, TinyTemperatureIsGreedyAndNanLogitsNeverWin) {
   }
   std::vector<float> g{std::nanf(""), 1.0f};
   EXPECT_EQ(sample(g, {}, SamplingParams{}, 0), 1);
+}
+
+// Greedy over vocabulary-sized logits (the 4-lane pass and its tail): the lowest id holding the largest value, NaN
+// never winning, ties anywhere (in a lane, across lanes, in the tail), all -inf or all NaN giving 0, and the
+// repetition penalty moving the maximum.
+TEST(Sampler, GreedyOverLongLogitsIsTheLowestArgmax) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-10.F, 10.F);
+  const auto naive = [](const std::vector<float>& l) {  // the scalar rule: NaN as -inf, strict > from id 0
+    const auto clean = [](float x) { return std::isnan(x) ? -std::numeric_limits<float>::infinity() : x; };
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < l.size(); ++i)
+      if (clean(l[i]) > clean(l[best])) best = i;
+    return static_cast<TokenId>(best);
+  };
+  for (std::size_t n : {1U, 3U, 4U, 5U, 7U, 8U, 31U, 32000U, 32003U}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> l(n);
+      for (float& x : l) x = u(rng);
+      if (trial % 3 == 0)
+        for (std::size_t i = 0; i < n; i += 7) l[i] = std::nanf("");
+      if (trial % 4 == 1 && n > 2) {  // a tie for the maximum at two random places
+        const std::size_t a = rng() % n, b = rng() % n;
+        l[a] = l[b] = 11.F;
+      }
+      if (trial == 19) l[n - 1] = std::nanf("");
+      const TokenId want = naive(l);
+      std::vector<float> c = l;
+      ASSERT_EQ(sample(c, {}, SamplingParams{}, 0), want) << "n=" << n << " trial " << trial;
+      for (float x : c) ASSERT_FALSE(std::isnan(x));
+    }
+  }
+  std::vector<float> all_inf(33, -std::numeric_limits<float>::infinity()), all_nan(33, std::nanf(""));
+  EXPECT_EQ(sample(all_inf, {}, SamplingParams{}, 0), 0);
+  EXPECT_EQ(sample(all_nan, {}, SamplingParams{}, 0), 0);
+  // A penalty on the top token hands the win to the runner-up.
+  std::vector<float> l(100, 1.F);
+  l[40] = 5.F;
+  l[70] = 4.F;
+  SamplingParams p;
+  p.repetition_penalty = 2.0;
+  const std::vector<TokenId> history{40};
+  EXPECT_EQ(sample(l, history, p, 0), 70);
 }
