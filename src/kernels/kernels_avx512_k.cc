@@ -14,6 +14,8 @@
 // bit, whatever the tile shape, the thread split or the batch.
 #include "kernels/kernels_avx512_k.h"
 
+#include <algorithm>
+
 #include "kernels/kernels_avx2_k.h"
 #include "kernels/kernels_avx512_common.h"
 #include "kernels/kernels_avx512_sb.h"
@@ -553,7 +555,8 @@ void o32_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
   if (nc == 1) return o32_decode<K>(aux, group_bytes, nr, reinterpret_cast<const BlockQ8_0*>(a), nb, y);
   const int ng = (nr + kRows - 1) / kRows;
   alignas(64) O32Act numbers[kActs][kPiece];
-  alignas(64) float acc[kGroups][kActs * kRows] = {};
+  alignas(64) float acc[kGroups][kActs * kRows];  // the call's groups' first nc · 16 sums zeroed (not all 2 KiB)
+  for (int g = 0; g < ng; ++g) std::fill_n(acc[g], nc * kRows, 0.0F);
   const BlockQ8_0* ac[kActs];
   const O32Act* sc[kActs];
   for (int c = 0; c < nc; ++c) {
