@@ -17,7 +17,7 @@ namespace tandem::kernels::detail {
 using QuantizeActFn = void (*)(const float* x, void* out, std::int64_t cols);
 
 // y[c * ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc, where either nc = 1 and
-// 1 <= nr <= decode_rows, or 1 <= nr <= tile_rows and 1 <= nc <= tile_acts. Weight row r starts at
+// 1 <= nr <= decode_rows, or 1 <= nr <= tile_rows (any nr >= 1 with tile_any_rows) and 1 <= nc <= tile_acts. Weight row r starts at
 // w + r * w_row_bytes, activation row c at act + c * act_row_bytes.
 // Contract that makes batching and thread splits invisible in the results: the floating-point operations that
 // produce one output element are the same, in the same order, whatever nr and nc are and wherever the tile
@@ -41,6 +41,9 @@ struct TypeKernels {
   int decode_rows = 1;  // weight rows of a decode tile (one activation row)
   int tile_rows = 1;    // weight rows of a prefill tile
   int tile_acts = 1;    // activation rows of a prefill tile
+  // tile_aux takes any number of rows with nc > 1 (the drivers then pass a thread's rows in one call, so what a call
+  // makes of its activations once — the o32 kinds' per-block numbers — is made once per matmul and thread).
+  bool tile_any_rows = false;
   TileAuxFn tile_aux = nullptr;        // when set, the drivers call it instead of `tile`
   PrepareAuxFn prepare_aux = nullptr;  // with aux_group_bytes: the side table of a matrix (none when null)
   std::size_t (*aux_group_bytes)(std::int64_t cols) = nullptr;  // side-table bytes per 16 weight rows

@@ -387,9 +387,14 @@ void matmul_rows(WType t, const void* w, std::int64_t cols, const void* act, std
   // Float weights (2-4 bytes each, where a block's first pass waits on memory longest): meanwhile the next block's
   // rows are prefetched into L2, a few lines before each tile call, spread over all the passes, so only the first
   // block's first pass waits. (The quantized types measured level with and without: docs/kernels.md.)
+  const std::int64_t passes = (n + ta - 1) / ta;
+  if (passes == 1 && k.tile_any_rows && k.tile_aux != nullptr) {
+    // One pass over the weights (a batched decode step): the whole range in one call.
+    tile(r0, static_cast<int>(r1 - r0), ab, static_cast<int>(n), y + r0);
+    return;
+  }
   const std::int64_t block_rows =
       std::max<std::int64_t>(tr, static_cast<std::int64_t>(kWeightBlockBytes / wrb) / tr * tr);
-  const std::int64_t passes = (n + ta - 1) / ta;
   const bool prefetch_next = traits(t).block_elems == 1;
   for (std::int64_t rb = r0; rb < r1; rb += block_rows) {
     const std::int64_t re = std::min(r1, rb + block_rows);

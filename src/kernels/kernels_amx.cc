@@ -671,6 +671,7 @@ KernelTable make_amx_table() {
     TypeKernels& k = t.types[static_cast<int>(type)];
     k.tile = nullptr;
     k.tile_aux = tile;
+    k.tile_any_rows = false;  // (the avx512 offset kinds' tile takes any rows; these tiles up to tile_rows)
     k.prepare_aux = prepare;
     k.aux_group_bytes = group_bytes;
     k.decode_rows = kGroups * kRows;

@@ -161,6 +161,7 @@ TypeKernels amx_superblock_kernels(WType t, const TypeKernels& base) {
   TypeKernels k = base;  // its activation quantizer, packed layout (prepare, group bytes)
   k.tile = nullptr;
   k.tile_aux = tile;
+  k.tile_any_rows = false;
   k.decode_rows = kGroups * kRows;
   k.tile_rows = kGroups * kRows;
   k.tile_acts = kActs;

@@ -536,8 +536,8 @@ void set_packed(WType t, TypeKernels& k, PrepareAuxFn prepare, std::size_t (*gro
 }
 
 
-// The offset types' entry: the rows' tiles (g_base) without the side table; one activation: o32_decode; more: per
-// piece of blocks the activations' offsets made once, then o32_group per group.
+// The offset types' entry (any number of rows: tile_any_rows): the rows' tiles (g_base) without the side table; one
+// activation: o32_decode; more: per piece of blocks the activations' numbers made once, then o32_group per group.
 template <class K>
 void o32_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t* a, std::size_t arb, int nc,
               std::int64_t cols, float* y, std::int64_t ldy, const std::uint8_t* aux) {
@@ -555,23 +555,32 @@ void o32_tile(const std::uint8_t* w, std::size_t wrb, int nr, const std::uint8_t
   if (nc == 1) return o32_decode<K>(aux, group_bytes, nr, reinterpret_cast<const BlockQ8_0*>(a), nb, y);
   const int ng = (nr + kRows - 1) / kRows;
   alignas(64) O32Act numbers[kActs][kPiece];
-  alignas(64) float acc[kGroups][kActs * kRows];  // the call's groups' first nc · 16 sums zeroed (not all 2 KiB)
-  for (int g = 0; g < ng; ++g) std::fill_n(acc[g], nc * kRows, 0.0F);
+  alignas(64) float acc[kGroups][kActs * kRows];
   const BlockQ8_0* ac[kActs];
   const O32Act* sc[kActs];
   for (int c = 0; c < nc; ++c) {
     ac[c] = reinterpret_cast<const BlockQ8_0*>(a + static_cast<std::size_t>(c) * arb);
     sc[c] = numbers[c];
   }
-  for (std::int64_t b0 = 0; b0 < nb; b0 += kPiece) {
-    const std::int64_t b1 = std::min(nb, b0 + kPiece);
-    for (int c = 0; c < nc; ++c)
-      for (std::int64_t ib = b0; ib < b1; ++ib) numbers[c][ib - b0] = {-o32_offset<K>(ac[c][ib]), h2f(ac[c][ib].d)};
-    for (int g = 0; g < ng; ++g) kGroup[nc - 1](aux + static_cast<std::size_t>(g) * group_bytes, nb, ac, sc, b0, b1, acc[g]);
+  // The groups kGroups at a time (a call may take any number of rows: tile_any_rows), their running sums zeroed (the
+  // first nc · 16 of each); the activations' numbers made per piece of blocks — once per call when the row holds one
+  // piece (up to 16,384 columns), else again for each kGroups groups.
+  for (int g0 = 0; g0 < ng; g0 += kGroups) {
+    const int gn = std::min(kGroups, ng - g0);
+    for (int g = 0; g < gn; ++g) std::fill_n(acc[g], nc * kRows, 0.0F);
+    for (std::int64_t b0 = 0; b0 < nb; b0 += kPiece) {
+      const std::int64_t b1 = std::min(nb, b0 + kPiece);
+      if (g0 == 0 || nb > kPiece)
+        for (int c = 0; c < nc; ++c)
+          for (std::int64_t ib = b0; ib < b1; ++ib) numbers[c][ib - b0] = {-o32_offset<K>(ac[c][ib]), h2f(ac[c][ib].d)};
+      for (int g = 0; g < gn; ++g)
+        kGroup[nc - 1](aux + static_cast<std::size_t>(g0 + g) * group_bytes, nb, ac, sc, b0, b1, acc[g]);
+    }
+    for (int g = 0; g < gn; ++g)
+      for (int c = 0; c < nc; ++c)
+        _mm512_mask_storeu_ps(y + c * ldy + (g0 + g) * kRows, first16(nr - (g0 + g) * kRows),
+                              _mm512_load_ps(acc[g] + c * kRows));
   }
-  for (int g = 0; g < ng; ++g)
-    for (int c = 0; c < nc; ++c)
-      _mm512_mask_storeu_ps(y + c * ldy + g * kRows, first16(nr - g * kRows), _mm512_load_ps(acc[g] + c * kRows));
 }
 
 template <class K>
@@ -579,6 +588,7 @@ void set_offset(TypeKernels& k) {
   g_base[static_cast<int>(K::kType)] = k;
   k.tile = nullptr;
   k.tile_aux = o32_tile<K>;
+  k.tile_any_rows = true;
   k.prepare_aux = prepare_o32<K>;
   k.aux_group_bytes = o32_group_bytes<K>;
   k.decode_rows = kO32DecodeGroups * kRows;
