@@ -384,6 +384,15 @@ struct O32Block {
     for (int k = 0; k < 8; ++k) sumi = _mm512_dpbusd_epi32(sumi, wv[k], av[k]);
     return _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, da));  // float(sumi) * (d_w * d_a)
   }
+  // The same term with the activation's bytes taken from its block by the dot-product instructions themselves (a
+  // 4-byte broadcast operand, {1to16}) instead of 8 broadcasts first.
+  __m512 term(const BlockQ8_0& ab, __m512 da, __m512i neg_off) const {
+    __m512i sumi = neg_off;
+    TANDEM_UNROLL
+    for (int k = 0; k < 8; ++k)
+      asm("vpdpbusd %[a]%{1to16%}, %[w], %[s]" : [s] "+v"(sumi) : [w] "v"(wv[k]), [a] "m"(*reinterpret_cast<const std::int32_t*>(ab.qs + 4 * k)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, da));
+  }
 };
 
 // An activation block's two per-call numbers (o32_tile, made once per piece of blocks for all of a call's groups):
@@ -406,10 +415,8 @@ void o32_group(const std::uint8_t* grp, std::int64_t nb, const BlockQ8_0* const*
     const O32Block<K> b(grp, head, ib, 8);
     TANDEM_UNROLL
     for (int c = 0; c < NC; ++c) {
-      __m512i av[8];
-      act_lanes(ac[c][ib], av);
       const O32Act& x = sc[c][ib - b0];
-      sum[c] = _mm512_add_ps(sum[c], b.term(av, _mm512_set1_ps(x.d), _mm512_set1_epi32(x.neg_off)));
+      sum[c] = _mm512_add_ps(sum[c], b.term(ac[c][ib], _mm512_set1_ps(x.d), _mm512_set1_epi32(x.neg_off)));
     }
   }
   TANDEM_UNROLL
