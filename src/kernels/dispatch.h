@@ -17,8 +17,8 @@ namespace tandem::kernels::detail {
 using QuantizeActFn = void (*)(const float* x, void* out, std::int64_t cols);
 
 // y[c * ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc, where either nc = 1 and
-// 1 <= nr <= decode_rows, or 1 <= nr <= tile_rows (any nr >= 1 with tile_any_rows) and 1 <= nc <= tile_acts. Weight row r starts at
-// w + r * w_row_bytes, activation row c at act + c * act_row_bytes.
+// 1 <= nr <= decode_rows, or 1 <= nr <= tile_rows (any nr >= 1 with tile_any_rows) and 1 <= nc <= tile_acts.
+// Weight row r starts at w + r * w_row_bytes, activation row c at act + c * act_row_bytes.
 // Contract that makes batching and thread splits invisible in the results: the floating-point operations that
 // produce one output element are the same, in the same order, whatever nr and nc are and wherever the tile
 // starts, so an element's value depends only on its weight row and its activation row.

@@ -135,7 +135,8 @@ inline void touch_kv_head(const KV* k, const KV* v, const std::int64_t* slots, s
     const char* kj = reinterpret_cast<const char*>(k + slots[j] * row + off);
     const char* vj = reinterpret_cast<const char*>(v + slots[j] * row + off);
     // The first byte, each line start after it, and the last byte (a head may straddle lines).
-    for (std::size_t b = 0; b < bytes; b = (b | 63) + 1) acc += static_cast<unsigned char>(kj[b]) + static_cast<unsigned char>(vj[b]);
+    for (std::size_t b = 0; b < bytes; b = (b | 63) + 1)
+      acc += static_cast<unsigned char>(kj[b]) + static_cast<unsigned char>(vj[b]);
     acc += static_cast<unsigned char>(kj[bytes - 1]) + static_cast<unsigned char>(vj[bytes - 1]);
   }
   asm volatile("" : : "r"(acc));

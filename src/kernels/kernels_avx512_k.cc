@@ -390,7 +390,9 @@ struct O32Block {
     __m512i sumi = neg_off;
     TANDEM_UNROLL
     for (int k = 0; k < 8; ++k)
-      asm("vpdpbusd %[a]%{1to16%}, %[w], %[s]" : [s] "+v"(sumi) : [w] "v"(wv[k]), [a] "m"(*reinterpret_cast<const std::int32_t*>(ab.qs + 4 * k)));
+      asm("vpdpbusd %[a]%{1to16%}, %[w], %[s]"
+          : [s] "+v"(sumi)
+          : [w] "v"(wv[k]), [a] "m"(*reinterpret_cast<const std::int32_t*>(ab.qs + 4 * k)));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, da));
   }
 };

@@ -46,7 +46,8 @@ TEST(KernelsRows, SiluMulMatchesTheDoubleReference) {
     std::vector<float> g2(gate.begin() + off, gate.end());
     silu_mul(g2.data(), up.data() + off, static_cast<std::int64_t>(g2.size()), g2.data());
     for (std::size_t i = 0; i < g2.size(); ++i)
-      ASSERT_EQ(std::bit_cast<std::uint32_t>(g2[i]), std::bit_cast<std::uint32_t>(out[i + static_cast<std::size_t>(off)]))
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(g2[i]),
+                std::bit_cast<std::uint32_t>(out[i + static_cast<std::size_t>(off)]))
           << "offset " << off << " element " << i;
   }
 }
