@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace tandem::kernels {
 namespace {
@@ -16,9 +17,14 @@ namespace {
 // (this file is built with -ffp-contract=off), so a lane gives the same bits as the float alone on any machine.
 using V4 = float __attribute__((vector_size(16)));
 using I4 = std::int32_t __attribute__((vector_size(16)));
+template <class F>
+inline F splat(float v) {
+  if constexpr (std::is_same_v<F, float>) return v;
+  else return F{v, v, v, v};
+}
 template <class F, class I>
 inline F exp_poly(F x) {
-  const F lo = x - x - 87.3F, hi = x - x + 88.3F;  // (x - x: the constant in every lane)
+  const F lo = splat<F>(-87.3F), hi = splat<F>(88.3F);
   x = x < lo ? lo : x;
   x = x > hi ? hi : x;
   constexpr float kRound = 12582912.0F;  // 1.5 · 2^23

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -36,6 +37,14 @@ TEST(KernelsRows, SiluMulMatchesTheDoubleReference) {
     ASSERT_NEAR(out[i], ref, 1e-6 * std::fabs(ref) + 1e-30) << "gate " << gate[i] << " up " << up[i];
     ASSERT_FALSE(std::isnan(out[i])) << "gate " << gate[i];
   }
+  // Infinite gates take the clamp like any other: +inf → inf · up, −inf → −inf · up · 4.7e-39 (not NaN).
+  const float inf = std::numeric_limits<float>::infinity(), two = 2.F;
+  float r = 0.F;
+  silu_mul(&inf, &two, 1, &r);
+  EXPECT_EQ(r, inf);
+  const float ninf = -inf;
+  silu_mul(&ninf, &two, 1, &r);
+  EXPECT_EQ(r, -inf);
   // Each element alone (the scalar tail) and in a vector lane at any offset: the same bits; out may alias gate.
   for (std::size_t i = 0; i < 64; ++i) {
     float one = 0.F;
