@@ -48,8 +48,13 @@ Result<std::uint64_t> EncoderModelBase::place_on_accelerator(const std::vector<W
     return fail(std::move(e));
   }
   accel_allocs.push_back(std::move(a).value());
-  for (Weight* w : matrices) w->dev = to_accelerator(w->cpu_tensor(), accel_dev);
-  for (at::Tensor* v : vectors) *v = to_accelerator(*v, accel_dev);
+  // One group: on the simulated device one mapping of whole huge pages for the model (engine/upload.h).
+  std::vector<at::Tensor> cpu;
+  for (Weight* w : matrices) cpu.push_back(w->cpu_tensor());
+  for (at::Tensor* v : vectors) cpu.push_back(*v);
+  std::vector<at::Tensor> dev = to_accelerator(cpu, accel_dev);
+  for (std::size_t i = 0; i < matrices.size(); ++i) matrices[i]->dev = std::move(dev[i]);
+  for (std::size_t i = 0; i < vectors.size(); ++i) *vectors[i] = std::move(dev[matrices.size() + i]);
   return bytes;
 }
 

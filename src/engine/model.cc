@@ -126,9 +126,16 @@ Status Model::Impl::place_on_accelerator() {
 #endif
   // Weights go at their stored size (raw blocks for quantized types; float types in their held type); norms in
   // the activation dtype.
-  auto place = [&](Weight& w) {
-    w.dev = to_accelerator(w.cpu_tensor(), accel_dev);
-    dequant_ws = std::max(dequant_ws, dequantize_aten_workspace(w.type, w.rows, w.cols, at::elementSize(dtype)));
+  // A layer's matrices as one group (on the simulated device: one mapping of whole huge pages, engine/upload.h).
+  auto place = [&](const std::vector<Weight*>& ws) {
+    std::vector<at::Tensor> cpu;
+    for (const Weight* w : ws) cpu.push_back(w->cpu_tensor());
+    std::vector<at::Tensor> dev = to_accelerator(cpu, accel_dev);
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      Weight& w = *ws[i];
+      w.dev = std::move(dev[i]);
+      dequant_ws = std::max(dequant_ws, dequantize_aten_workspace(w.type, w.rows, w.cols, at::elementSize(dtype)));
+    }
   };
   auto place_norm = [&](const at::Tensor& t) { return t.to(accel_dev, dtype); };
   for (int li = 0; li < accel_layers; ++li) {
@@ -144,7 +151,7 @@ Status Model::Impl::place_on_accelerator() {
       return fail(std::move(e));
     }
     accel_allocs.push_back(std::move(a).value());
-    for (Weight* w : l.matrices()) place(*w);
+    place(l.matrices());
     l.attn_norm_cpu = l.attn_norm;
     l.mlp_norm_cpu = l.mlp_norm;
     l.bq_cpu = l.bq;
@@ -171,7 +178,7 @@ Status Model::Impl::place_on_accelerator() {
     }
     accel_allocs.push_back(std::move(a).value());
     final_norm = place_norm(final_norm);
-    place(lm_head);  // tied: a device copy of the embedding matrix; lookups still read the CPU bytes
+    place({&lm_head});  // tied: a device copy of the embedding matrix; lookups still read the CPU bytes
     head_on_accel = true;
     stats.accel_weight_bytes += bytes;
   }
@@ -188,14 +195,14 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOp
   TANDEM_TRY(check_options(opts));
   auto dir = weights::ModelDir::open(path);
   if (!dir) return fail(std::move(dir).error());
-  return build(std::make_shared<const weights::ModelDir>(std::move(dir).value()), opts, t0);
+  return build(std::make_shared<const weights::ModelDir>(std::move(dir).value()), nullptr, opts, t0);
 }
 
 Result<std::shared_ptr<Model>> Model::load_beside(const std::shared_ptr<const Model>& source, const LoadOptions& opts) {
   const auto t0 = Clock::now();
   if (!source) return fail(Errc::invalid_argument, "load_beside: no source model");
   TANDEM_TRY(check_options(opts));
-  return build(source->impl_->dir_owner, opts, t0);
+  return build(source->impl_->dir_owner, source->impl_->tokenizer_owner, opts, t0);
 }
 
 Status Model::check_options(const LoadOptions& opts) {
@@ -213,16 +220,20 @@ Status Model::check_options(const LoadOptions& opts) {
   return {};
 }
 
-Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::ModelDir> dir, const LoadOptions& opts,
+Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::ModelDir> dir,
+                                            std::shared_ptr<const tok::Tokenizer> tokenizer, const LoadOptions& opts,
                                             std::chrono::steady_clock::time_point t0) {
   const std::string path = dir->dir();
-  auto tokenizer = load_tokenizer(*dir);
-  if (!tokenizer) return fail(std::move(tokenizer).error());
-  const std::string& tok_origin = tokenizer->origin;
   const weights::ModelConfig cfg = dir->config();
-  if (tokenizer->tokenizer.vocab_size() > cfg.vocab_size)
-    return fail(Errc::format_error, tok_origin + ": " + std::to_string(tokenizer->tokenizer.vocab_size()) +
-                                        " pieces but the model's vocabulary size is " + std::to_string(cfg.vocab_size));
+  if (!tokenizer) {  // a replica beside another one shares its tokenizer, checked when that one was built
+    auto loaded = load_tokenizer(*dir);
+    if (!loaded) return fail(std::move(loaded).error());
+    if (loaded->tokenizer.vocab_size() > cfg.vocab_size)
+      return fail(Errc::format_error, loaded->origin + ": " + std::to_string(loaded->tokenizer.vocab_size()) +
+                                          " pieces but the model's vocabulary size is " +
+                                          std::to_string(cfg.vocab_size));
+    tokenizer = std::make_shared<const tok::Tokenizer>(std::move(loaded->tokenizer));
+  }
   if (cfg.head_dim % 2 != 0)
     return fail(Errc::unsupported, path + "/config.json: head_dim must be even for rotary embeddings");
 
@@ -234,7 +245,7 @@ Result<std::shared_ptr<Model>> Model::build(std::shared_ptr<const weights::Model
 
   auto m = std::shared_ptr<Model>(new Model());
   const double open_ms = ms_since(t0);
-  m->impl_ = std::make_unique<Impl>(std::move(dir), std::move(tokenizer->tokenizer), opts, static_cast<int>(blocks));
+  m->impl_ = std::make_unique<Impl>(std::move(dir), std::move(tokenizer), opts, static_cast<int>(blocks));
   Impl& im = *m->impl_;
   im.max_context = max_context;
   im.stats.open_ms = open_ms;

@@ -200,8 +200,10 @@ class Model : public std::enable_shared_from_this<Model> {
   struct Impl;
   Model();
   static Status check_options(const LoadOptions& opts);
-  // load() and load_beside() after the files are open: tokenizer, weights, placement, KV pool, fingerprint.
-  static Result<std::shared_ptr<Model>> build(std::shared_ptr<const weights::ModelDir> dir, const LoadOptions& opts,
+  // load() and load_beside() after the files are open: tokenizer (parsed from `dir` unless given), weights,
+  // placement, KV pool, fingerprint.
+  static Result<std::shared_ptr<Model>> build(std::shared_ptr<const weights::ModelDir> dir,
+                                              std::shared_ptr<const tok::Tokenizer> tokenizer, const LoadOptions& opts,
                                               std::chrono::steady_clock::time_point t0);
   void release_sequence(Sequence& s);
   std::unique_ptr<Impl> impl_;

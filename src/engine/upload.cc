@@ -6,9 +6,11 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <utility>
 
 #include <ATen/ATen.h>
 
+#include "device/host_pages.h"
 #include "engine/staging.h"
 
 #if defined(TANDEM_HAVE_TORCH_CUDA) && defined(TANDEM_HAVE_CUDA)
@@ -50,10 +52,44 @@ Staging& staging() {
 }
 #endif
 
+// The simulated accelerator's copy: a group of at least a huge page in one device::HostPages mapping (each tensor
+// at a 64-byte offset; unmapped when the last of the tensors is freed); a smaller group, or one whose mapping is
+// refused, cloned tensor by tensor (the allocator's path, which throws if host memory is out).
+std::vector<at::Tensor> to_host_pages(std::span<const at::Tensor> cpu) {
+  std::vector<at::Tensor> src, out;
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t total = 0;
+  for (const at::Tensor& t : cpu) {
+    src.push_back(t.contiguous());
+    offsets.push_back(total);
+    total += (src.back().nbytes() + 63) / 64 * 64;
+  }
+  if (total >= device::HostPages::kHugePage) {
+    if (auto pages = device::HostPages::map(total)) {
+      auto held = std::make_shared<device::HostPages>(std::move(pages).value());
+      for (std::size_t i = 0; i < src.size(); ++i) {
+        auto* to = static_cast<unsigned char*>(held->data()) + offsets[i];
+        if (src[i].nbytes() > 0) std::memcpy(to, src[i].data_ptr(), src[i].nbytes());
+        out.push_back(at::from_blob(to, src[i].sizes(), [held](void*) mutable { held.reset(); }, src[i].options()));
+      }
+      return out;
+    }
+  }
+  for (const at::Tensor& t : src) out.push_back(t.clone());
+  return out;
+}
+
 }  // namespace
 
+std::vector<at::Tensor> to_accelerator(std::span<const at::Tensor> cpu, at::Device dev) {
+  if (!dev.is_cuda()) return to_host_pages(cpu);
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : cpu) out.push_back(to_accelerator(t, dev));
+  return out;
+}
+
 at::Tensor to_accelerator(const at::Tensor& cpu, at::Device dev) {
-  if (!dev.is_cuda()) return cpu.clone();
+  if (!dev.is_cuda()) return std::move(to_host_pages(std::span<const at::Tensor>(&cpu, 1)).front());
 #ifdef TANDEM_STAGING_CUDA
   const at::Tensor src = cpu.contiguous();
   const std::uint64_t bytes = src.nbytes();

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -12,8 +14,13 @@ namespace tandem::engine {
 // tensors of 1 MiB and more go through one reused page-locked staging buffer, two 16 MiB halves taking turns
 // (staged_copy): the next chunk is read out of the mapping while the previous one crosses the bus, from pinned
 // memory. TANDEM_PINNED_STAGING=0 in the environment turns it off (the driver's pageable copy), to compare. On other
-// devices: a clone (the simulated accelerator keeps its "device" memory on the host).
+// devices (the simulated accelerator keeps its "device" memory on the host): copied into device::HostPages — huge
+// pages backed at once, as a GPU's memory is there before the copy — when 2 MiB or more, else cloned.
 at::Tensor to_accelerator(const at::Tensor& cpu, at::Device dev);
+
+// The same for several tensors (a layer's matrices): on CUDA one by one; on other devices all in one HostPages
+// mapping when they total 2 MiB or more (its whole-huge-page rounding paid once per group, not per tensor).
+std::vector<at::Tensor> to_accelerator(std::span<const at::Tensor> cpu, at::Device dev);
 
 // What the staging buffer has carried in this process (for logs and benchmarks).
 struct StagingStats {

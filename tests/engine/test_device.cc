@@ -1,13 +1,17 @@
 // The engine on the simulated accelerator: capacity, foreign load, injected faults, device loss, hybrid splits,
-// checkpoint migration to the CPU, and replica modes.
+// checkpoint migration to the CPU, replica modes, and the copies to the simulated device's memory.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 
+#include <ATen/ATen.h>
+
+#include "device/host_pages.h"
 #include "device/simulated.h"
 #include "engine/generation.h"
 #include "engine/replica.h"
+#include "engine/upload.h"
 #include "model_fixture.h"
 
 using namespace tandem;
@@ -305,6 +309,7 @@ TEST(SimulatedEngine, ReplicaBesideTheCpuOneSharesItsFilesAndMatchesALoadFromThe
   auto beside = engine::Model::load_beside(cpu, on(d, 2));
   ASSERT_TRUE(beside.ok()) << beside.error().message;
   EXPECT_EQ(&(*beside)->files(), &cpu->files()) << "the files are shared, not opened again";
+  EXPECT_EQ(&(*beside)->tokenizer(), &cpu->tokenizer()) << "and so is the tokenizer parsed from them";
   EXPECT_EQ((*beside)->fingerprint().digest, cpu->fingerprint().digest);
   EXPECT_EQ((*beside)->accel_layers(), 2);
   EXPECT_EQ(d->accounted_bytes(), one_replica) << "the same bytes on the device as a load from the files";
@@ -321,6 +326,56 @@ TEST(SimulatedEngine, ReplicaBesideTheCpuOneSharesItsFilesAndMatchesALoadFromThe
   auto refused = engine::Model::load_beside(*beside, bad);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, Errc::invalid_argument);
+}
+
+// engine::to_accelerator on the simulated device: a group of 2 MiB or more lands in one HostPages mapping (2 MiB
+// aligned, each tensor at the next 64-byte offset), a copy that outlives the source and the group's other tensors; a
+// smaller group is cloned. Equal values either way.
+TEST(SimulatedEngine, UploadsToTheSimulatedDeviceCopyGroupsIntoOneMappingOfHugePages) {
+  const std::uint64_t huge = device::HostPages::kHugePage;
+  at::manual_seed(5);
+  std::vector<at::Tensor> group = {
+      at::randn({256, 1024}),                                        // 1 MiB f32
+      at::randn({3, 5}).to(at::kBFloat16),                           // 30 bytes: the next one starts 64 bytes on
+      at::empty({0}, at::kFloat),                                    // empty
+      at::randint(0, 255, {1100, 1000}, at::TensorOptions().dtype(at::kByte)),  // 1.05 MiB of raw blocks
+  };
+  std::vector<at::Tensor> want;
+  for (const auto& t : group) want.push_back(t.clone());
+  std::vector<at::Tensor> dev = engine::to_accelerator(group, at::Device(at::kCPU));
+  ASSERT_EQ(dev.size(), group.size());
+  const auto base = reinterpret_cast<std::uintptr_t>(dev[0].data_ptr());
+  EXPECT_EQ(base % huge, 0u) << "the group starts a huge page";
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(dev[1].data_ptr()), base + (1u << 20));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(dev[3].data_ptr()), base + (1u << 20) + 64);
+  for (std::size_t i = 0; i < dev.size(); ++i) {
+    if (group[i].numel() > 0) EXPECT_NE(dev[i].data_ptr(), group[i].data_ptr()) << i;
+    EXPECT_EQ(dev[i].sizes(), group[i].sizes()) << i;
+    EXPECT_EQ(dev[i].scalar_type(), group[i].scalar_type()) << i;
+    EXPECT_TRUE(at::equal(dev[i], want[i])) << i;
+  }
+  for (auto& t : group) t.zero_();  // a copy, not a view of the source
+  EXPECT_TRUE(at::equal(dev[0], want[0]));
+  const at::Tensor last = dev[3];
+  dev.clear();  // the others freed: the mapping stays while one of its tensors lives
+  EXPECT_TRUE(at::equal(last, want[3]));
+
+  // One tensor of 2 MiB or more: its own mapping. A group under 2 MiB: clones.
+  at::Tensor big = at::randn({3, 1 << 18});
+  at::Tensor one = engine::to_accelerator(big, at::Device(at::kCPU));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(one.data_ptr()) % huge, 0u);
+  EXPECT_TRUE(at::equal(one, big));
+  std::vector<at::Tensor> small = {at::randn({64, 64}), at::randn({7})};
+  std::vector<at::Tensor> small_dev = engine::to_accelerator(small, at::Device(at::kCPU));
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    EXPECT_NE(small_dev[i].data_ptr(), small[i].data_ptr());
+    EXPECT_TRUE(at::equal(small_dev[i], small[i]));
+  }
+  // A non-contiguous source is copied as its values.
+  at::Tensor strided = at::randn({1024, 1024}).t();
+  at::Tensor strided_dev = engine::to_accelerator(strided, at::Device(at::kCPU));
+  EXPECT_TRUE(strided_dev.is_contiguous());
+  EXPECT_TRUE(at::equal(strided_dev, strided));
 }
 
 TEST(SimulatedEngine, ProbesFailAsScriptedAndDeviceLossFailsThem) {
