@@ -62,8 +62,9 @@ TokenId argmax(std::span<const float> logits, float max) {
   return static_cast<TokenId>(std::find(logits.begin(), logits.end(), max) - logits.begin());
 }
 
-void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> history, const SamplingParams& p) {
-  if (p.repetition_penalty == 1.0 || history.empty()) return;
+// Whether it applies (a penalty other than 1 and a history): then the logits of the window's tokens are changed.
+bool apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> history, const SamplingParams& p) {
+  if (p.repetition_penalty == 1.0 || history.empty()) return false;
   std::size_t from = 0;
   if (p.repetition_window > 0 && history.size() > static_cast<std::size_t>(p.repetition_window))
     from = history.size() - static_cast<std::size_t>(p.repetition_window);
@@ -75,6 +76,7 @@ void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> 
     float& l = logits[static_cast<std::size_t>(t)];
     l = l > 0.0f ? l / pen : l * pen;
   }
+  return true;
 }
 
 }  // namespace
@@ -83,10 +85,7 @@ TokenId sample(std::span<float> logits, std::span<const TokenId> history, const 
                std::uint64_t step) {
   if (logits.empty()) return 0;
   float max = clean_and_max(logits);
-  if (p.repetition_penalty != 1.0 && !history.empty()) {
-    apply_repetition_penalty(logits, history, p);
-    max = *std::max_element(logits.begin(), logits.end());
-  }
+  if (apply_repetition_penalty(logits, history, p)) max = *std::max_element(logits.begin(), logits.end());
   if (p.greedy()) return argmax(logits, max);
 
   // Candidates sorted by logit descending, ties by id ascending: a total order, so the result is reproducible.
