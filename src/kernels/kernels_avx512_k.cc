@@ -89,7 +89,6 @@ void k16_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
       K::levels(p + K::kHead + K::kUnit * u, wv);
       const __m512i sa = K::scale(p, 2 * u);
       const __m512i sb = K::scale(p, 2 * u + 1);
-      const __m512i pair = K::pair(p, u, sa, sb);
       TANDEM_UNROLL
       for (int c = 0; c < NC; ++c) {
         const std::int8_t* q = ac[c][i].qs + 32 * u;
@@ -101,7 +100,16 @@ void k16_group(const std::uint8_t* grp, int nr, const BlockQ8_K* const* ac, std:
           if (k < 4) lo = _mm512_dpbusd_epi32(lo, wv[k], _mm512_set1_epi32(a4));
           else hi = _mm512_dpbusd_epi32(hi, wv[k], _mm512_set1_epi32(a4));
         }
-        k16_part(lo, hi, sa, sb, pair, ac[c][i].bsums, u, isum[c], corr[c]);
+        isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(lo, sa), _mm512_mullo_epi32(hi, sb)));
+      }
+    }
+    for (int u = 0; u < 8; ++u) {  // the offset's (q2_K: the mins') term in a pass of its own: fewer live registers above
+      const __m512i pair = K::pair(p, u, K::scale(p, 2 * u), K::scale(p, 2 * u + 1));
+      TANDEM_UNROLL
+      for (int c = 0; c < NC; ++c) {
+        std::int32_t b2;
+        std::memcpy(&b2, ac[c][i].bsums + 2 * u, 4);
+        corr[c] = _mm512_dpwssd_epi32(corr[c], pair, _mm512_set1_epi32(b2));
       }
     }
     TANDEM_UNROLL
