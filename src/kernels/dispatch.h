@@ -71,6 +71,8 @@ struct KernelTable {
   AttentionFn attention = nullptr;
   AttentionF16Fn attention_f16 = nullptr;
   void (*to_f16)(const float* x, std::uint16_t* out, std::int64_t n) = nullptr;  // kernels.h f32_to_f16_row
+  // rows.h silu_mul: the same bits on every path (silu_lanes.h), 4 / 8 / 16 lanes at a time.
+  void (*silu_mul)(const float* gate, const float* up, std::int64_t count, float* out) = nullptr;
 
   const TypeKernels& operator[](WType t) const { return types[static_cast<int>(t)]; }
 };

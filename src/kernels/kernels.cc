@@ -18,6 +18,8 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/quant.h"
+#include "kernels/rows.h"
+#include "kernels/silu_lanes.h"
 
 namespace tandem::kernels {
 namespace detail {
@@ -107,6 +109,7 @@ constexpr KernelTable make_scalar_table() {
   t.attention = ref_attention;
   t.attention_f16 = ref_attention_f16;
   t.to_f16 = ref_to_f16;
+  t.silu_mul = silu_mul_lanes<4>;
   t.types[static_cast<int>(WType::f32)] = ref_kernels<WType::f32>();
   t.types[static_cast<int>(WType::f16)] = ref_kernels<WType::f16>();
   t.types[static_cast<int>(WType::bf16)] = ref_kernels<WType::bf16>();
@@ -340,6 +343,10 @@ void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads,
 }
 
 void f32_to_f16_row(const float* x, std::uint16_t* out, std::int64_t n) { table().to_f16(x, out, n); }
+
+void silu_mul(const float* gate, const float* up, std::int64_t count, float* out) {
+  table().silu_mul(gate, up, count, out);
+}
 
 std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols) {
   const detail::TypeKernels& k = table()[t];

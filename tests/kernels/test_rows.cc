@@ -7,12 +7,16 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "kernels/rows.h"
 
 namespace tandem::kernels {
 namespace {
+
+using namespace tandem::kernels::testing;
 
 double silu_ref(double g, double u) { return g / (1.0 + std::exp(-g)) * u; }
 
@@ -58,6 +62,39 @@ TEST(KernelsRows, SiluMulMatchesTheDoubleReference) {
       ASSERT_EQ(std::bit_cast<std::uint32_t>(g2[i]),
                 std::bit_cast<std::uint32_t>(out[i + static_cast<std::size_t>(off)]))
           << "offset " << off << " element " << i;
+  }
+}
+
+// Each path (4, 8 or 16 lanes: kernels/silu_lanes.h) gives the scalar path's bits for every element, whatever the
+// count and offset (the vector loops and the one-by-one tail meet at different elements on each).
+TEST(KernelsRows, SiluMulIsTheSameBitsOnEveryPath) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n(0.F, 6.F);
+  std::vector<float> gate(1000), up(gate.size());
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    gate[i] = n(rng);
+    up[i] = n(rng);
+  }
+  const float edges[] = {0.F, -0.F, 1e-30F, -88.4F, 88.4F, -100.F, 100.F, std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (std::size_t i = 0; i < std::size(edges); ++i) gate[i * 13 + 5] = edges[i];
+  std::vector<float> want(gate.size());
+  {
+    IsaScope scope(Isa::scalar);
+    silu_mul(gate.data(), up.data(), static_cast<std::int64_t>(gate.size()), want.data());
+  }
+  for (Isa isa : runnable_isas()) {
+    IsaScope scope(isa);
+    for (std::size_t off : {0, 1, 3, 7}) {
+      for (std::size_t count : {0, 1, 3, 4, 5, 8, 15, 16, 17, 31, 33, 100, 993}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " offset " + std::to_string(off) + " count " + std::to_string(count));
+        std::vector<float> got(count + 1, -7.F);
+        silu_mul(gate.data() + off, up.data() + off, static_cast<std::int64_t>(count), got.data());
+        for (std::size_t i = 0; i < count; ++i)
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[off + i])) << "element " << i;
+        EXPECT_EQ(got[count], -7.F) << "wrote past count";
+      }
+    }
   }
 }
 
