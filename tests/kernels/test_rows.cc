@@ -69,12 +69,8 @@ TEST(KernelsRows, SiluMulMatchesTheDoubleReference) {
 // count and offset (the vector loops and the one-by-one tail meet at different elements on each).
 TEST(KernelsRows, SiluMulIsTheSameBitsOnEveryPath) {
   std::mt19937 rng(11);
-  std::normal_distribution<float> n(0.F, 6.F);
-  std::vector<float> gate(1000), up(gate.size());
-  for (std::size_t i = 0; i < gate.size(); ++i) {
-    gate[i] = n(rng);
-    up[i] = n(rng);
-  }
+  std::vector<float> gate = gaussian(rng, 1000, 6.F);
+  const std::vector<float> up = gaussian(rng, gate.size(), 6.F);
   const float edges[] = {0.F, -0.F, 1e-30F, -88.4F, 88.4F, -100.F, 100.F, std::numeric_limits<float>::infinity(),
                          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
   for (std::size_t i = 0; i < std::size(edges); ++i) gate[i * 13 + 5] = edges[i];
