@@ -2,7 +2,8 @@
 // reported against a baseline measured in the same process: the memory-bandwidth bound, i.e. how fast this
 // machine can stream the bytes one decode step must read (all weights once).
 //
-//   bench_engine [--models DIR] [--quick] [google-benchmark flags]
+//   bench_engine [--models DIR] [--quick] [--glibc-heap] [google-benchmark flags]
+// The heap is kept as tandemd keeps it (core/process_heap.h); --glibc-heap leaves glibc's defaults instead.
 // Models are generated into DIR (default /tmp/tandem-bench-models) on first use.
 #include <benchmark/benchmark.h>
 
@@ -10,6 +11,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "core/process_heap.h"
 #include "device/simulated.h"
 #include "engine/batch_runner.h"
 #include "engine/generation.h"
@@ -374,10 +377,18 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 int main(int argc, char** argv) {
   std::vector<char*> rest{argv[0]};
+  bool glibc_heap = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--models") == 0 && i + 1 < argc) g_models = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) g_quick = true;
+    else if (std::strcmp(argv[i], "--glibc-heap") == 0) glibc_heap = true;
     else rest.push_back(argv[i]);
+  }
+  if (!glibc_heap) {
+    if (auto st = core::keep_heap(); !st) {
+      std::fprintf(stderr, "bench_engine: %s\n", st.error().message.c_str());
+      return 1;
+    }
   }
   int rargc = static_cast<int>(rest.size());
   benchmark::Initialize(&rargc, rest.data());

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/process_heap.h"
 #include "daemon/config.h"
 #include "daemon/dbus_server.h"
 #include "daemon/engine_backend.h"
@@ -166,6 +167,9 @@ int main(int argc, char** argv) {
   }
 
   log::init(log_stderr ? log::Target::stderr_only : log::Target::auto_detect, level);
+  // Before the models load: a forward's activations stay mapped from one forward to the next (core/process_heap.h);
+  // the loop below gives the free heap back once the daemon has been idle for a few seconds.
+  if (auto st = core::keep_heap(); !st) log::warn("the heap keeps glibc's defaults: {}", st.error().message);
   if (!install_signals()) {
     log::error("cannot install signal handlers: {}", std::strerror(errno));
     return 1;
@@ -250,6 +254,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
 
   auto next_flush = SteadyTime::now();
+  core::HeapReleaser heap_releaser(3s);  // idle (no job running) this long: the free heap goes back
   bool activity = false;
   auto next_extend = SteadyTime::now();
   // Ring sessions: after ring activity the loop busy-polls for up to [rings] max_spin_us (an active client's next
@@ -306,6 +311,12 @@ int main(int argc, char** argv) {
       last_tick = now;
       next_tick = now + svc.poll_interval();
       status_dirty = true;
+      if (heap_releaser.due(svc.drained(), now)) {
+        const core::HeapFigures before = core::heap_figures();
+        const bool released = core::release_heap();
+        log::debug("idle: heap given back (released {}; {} MiB free in the arenas, {} MiB in use)", released,
+                   before.free >> 20, before.in_use >> 20);
+      }
     }
     if (now >= next_status && status_dirty) {
       status_dirty = false;
