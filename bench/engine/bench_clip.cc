@@ -1,7 +1,8 @@
 // CLIP embedding throughput (engine/clip.h): texts/s and images/s at batch 1 and 16, on the CPU (Tandem's kernels,
 // 1 thread) and on the simulated accelerator (ATen on this CPU), for clip-b32 with random weights in f32 and f16
 // and for clip-small in f32. Models are written once to /tmp/tandem-bench-models/clip-*. docs/embeddings.md.
-//   bench_clip [--benchmark_filter=...]
+//   bench_clip [--glibc-heap] [--benchmark_filter=...]
+// The heap is kept as tandemd keeps it (core/process_heap.h); --glibc-heap leaves glibc's defaults instead.
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_heap.h"
 #include "core/clock.h"
 #include "device/simulated.h"
 #include "engine/clip.h"
@@ -93,6 +95,7 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!bench::setup_heap(argc, argv)) return 1;
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

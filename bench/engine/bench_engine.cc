@@ -24,7 +24,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "core/process_heap.h"
+#include "bench_heap.h"
 #include "device/simulated.h"
 #include "engine/batch_runner.h"
 #include "engine/generation.h"
@@ -376,19 +376,12 @@ class RatioReporter : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!bench::setup_heap(argc, argv)) return 1;
   std::vector<char*> rest{argv[0]};
-  bool glibc_heap = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--models") == 0 && i + 1 < argc) g_models = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) g_quick = true;
-    else if (std::strcmp(argv[i], "--glibc-heap") == 0) glibc_heap = true;
     else rest.push_back(argv[i]);
-  }
-  if (!glibc_heap) {
-    if (auto st = core::keep_heap(); !st) {
-      std::fprintf(stderr, "bench_engine: %s\n", st.error().message.c_str());
-      return 1;
-    }
   }
   int rargc = static_cast<int>(rest.size());
   benchmark::Initialize(&rargc, rest.data());
