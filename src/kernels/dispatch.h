@@ -73,6 +73,10 @@ struct KernelTable {
   void (*to_f16)(const float* x, std::uint16_t* out, std::int64_t n) = nullptr;  // kernels.h f32_to_f16_row
   // rows.h silu_mul: the same bits on every path (silu_lanes.h), 4 / 8 / 16 lanes at a time.
   void (*silu_mul)(const float* gate, const float* up, std::int64_t count, float* out) = nullptr;
+  // rows.h rmsnorm_rows and rope_rows: the same bits on every path (rows_lanes.h).
+  void (*rmsnorm)(const float* x, const float* w, std::int64_t n, std::int64_t d, float eps, float* out) = nullptr;
+  void (*rope)(float* x, std::int64_t n, std::int64_t heads, std::int64_t half, const float* cos_tab,
+               const float* sin_tab, bool interleaved) = nullptr;
 
   const TypeKernels& operator[](WType t) const { return types[static_cast<int>(t)]; }
 };

@@ -19,6 +19,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/quant.h"
 #include "kernels/rows.h"
+#include "kernels/rows_lanes.h"
 #include "kernels/silu_lanes.h"
 
 namespace tandem::kernels {
@@ -110,6 +111,8 @@ constexpr KernelTable make_scalar_table() {
   t.attention_f16 = ref_attention_f16;
   t.to_f16 = ref_to_f16;
   t.silu_mul = silu_mul_lanes<4>;
+  t.rmsnorm = rmsnorm_lanes<4>;
+  t.rope = rope_lanes<4>;
   t.types[static_cast<int>(WType::f32)] = ref_kernels<WType::f32>();
   t.types[static_cast<int>(WType::f16)] = ref_kernels<WType::f16>();
   t.types[static_cast<int>(WType::bf16)] = ref_kernels<WType::bf16>();
@@ -346,6 +349,15 @@ void f32_to_f16_row(const float* x, std::uint16_t* out, std::int64_t n) { table(
 
 void silu_mul(const float* gate, const float* up, std::int64_t count, float* out) {
   table().silu_mul(gate, up, count, out);
+}
+
+void rmsnorm_rows(const float* x, const float* w, std::int64_t n, std::int64_t d, float eps, float* out) {
+  table().rmsnorm(x, w, n, d, eps, out);
+}
+
+void rope_rows(float* x, std::int64_t n, std::int64_t heads, std::int64_t half, const float* cos_tab,
+               const float* sin_tab, bool interleaved) {
+  table().rope(x, n, heads, half, cos_tab, sin_tab, interleaved);
 }
 
 std::size_t aux_bytes(WType t, std::int64_t rows, std::int64_t cols) {

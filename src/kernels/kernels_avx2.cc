@@ -15,6 +15,7 @@
 #include "kernels/kernels_avx2_blocks.h"
 #include "kernels/kernels_avx2_common.h"
 #include "kernels/kernels_avx2_k.h"
+#include "kernels/rows_lanes.h"
 #include "kernels/silu_lanes.h"
 
 namespace tandem::kernels::detail {
@@ -142,6 +143,8 @@ KernelTable make_avx2_table() {
   t.attention_f16 = attention_256<std::uint16_t>;
   t.to_f16 = to_f16_row;
   t.silu_mul = silu_mul_lanes<8>;
+  t.rmsnorm = rmsnorm_lanes<8>;
+  t.rope = rope_lanes<8>;
   for (WType k : {WType::q4_K, WType::q5_K, WType::q6_K, WType::q2_K, WType::q3_K, WType::iq4_xs})
     t.types[static_cast<int>(k)] = avx2_superblock_kernels(k);
   return t;

@@ -18,6 +18,7 @@
 // apart) instead of 8 (docs/kernels.md, "Paths and their differences").
 #include "kernels/kernels_avx512_common.h"
 #include "kernels/kernels_avx512_k.h"
+#include "kernels/rows_lanes.h"
 #include "kernels/silu_lanes.h"
 
 namespace tandem::kernels::detail {
@@ -187,6 +188,8 @@ KernelTable make_avx512_table() {
   t.attention = attention_512<float>;
   t.attention_f16 = attention_512<std::uint16_t>;
   t.silu_mul = silu_mul_lanes<16>;
+  t.rmsnorm = rmsnorm_lanes<16>;
+  t.rope = rope_lanes<16>;
   set_tile<F32Tile512, kFloat512>(t, WType::f32);
   set_tile<F16Tile512, kFloat512>(t, WType::f16);
   set_tile<BF16WidenTile512, kBF16_512>(t, WType::bf16);

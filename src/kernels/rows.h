@@ -1,8 +1,8 @@
 // Row-wise activation kernels of the transformer's CPU layers: RMSNorm, SiLU(gate) × up, GELU-tanh(gate) × up,
 // soft-capping and the rotary embedding.
-// Plain loops built with -ffp-contract=off: every output element is computed by the same sequence of IEEE
-// operations from its own row (and, for the rotary tables, its own position) only, whatever the number of rows,
-// the row's index or the CPU's vector width. With the row-independent matmuls (kernels.h), this is what makes a
+// Built with -ffp-contract=off (RMSNorm, SiLU and the rotation at each path's vector width: rows_lanes.h,
+// silu_lanes.h): every output element is computed by the same sequence of IEEE operations from its own row (and,
+// for the rotary tables, its own position) only, whatever the number of rows, the row's index or the CPU's path. With the row-independent matmuls (kernels.h), this is what makes a
 // sequence's logits bit-identical whether it runs alone or in a batch with others (docs/batching.md).
 #pragma once
 
