@@ -3,7 +3,8 @@
 # both queues at max batch 16 and token updates sent as they come, then runs bench_streams on the CPU route and the
 # simulated-GPU route.
 #   bash bench/daemon/streams.sh [BUILD_DIR] [MODEL_DIR] [bench_streams flags...]
-# Default model: a generated '134m' model (the benchmark shape), f32.
+# Default model: a generated '134m' model (the benchmark shape), f32. Environment: TANDEM_STREAMS_ROUTES (default
+# "cpu gpu"), TANDEM_STREAMS_REPEAT (runs per route, default 1), TANDEM_STREAMS_CONFIG (the daemon's queue sections).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}; shift || true
@@ -25,7 +26,11 @@ step_tokens = 80
 concurrency = 16
 step_tokens = 80}"
 echo "bench: model $MODEL, daemon pid $T_DAEMON_PID, CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+# TANDEM_STREAMS_REPEAT=n runs bench_streams n times per route against the same daemon (on a host whose speed moves
+# between runs, each side's best is the comparison it allows: docs/kernels.md).
 for route in ${TANDEM_STREAMS_ROUTES:-cpu gpu}; do
-  "$BUILD/bench/daemon/bench_streams" --address "$T_ADDR" --route "$route" "$@"
-  echo
+  for _ in $(seq "${TANDEM_STREAMS_REPEAT:-1}"); do
+    "$BUILD/bench/daemon/bench_streams" --address "$T_ADDR" --route "$route" "$@"
+    echo
+  done
 done
