@@ -7,6 +7,7 @@
 // Models are generated into DIR (default /tmp/tandem-bench-models) on first use.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -325,6 +327,45 @@ void BM_DecodeBatch(benchmark::State& state, std::string dir, int threads, int s
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
 }
 
+// The daemon's long prompt without the daemon (issue 30's "1,500-token prompt"): one sequence takes a 1,500-token
+// prompt in 65-token chunks (what bench/daemon/streams.sh's daemon cuts: step_tokens 80 − concurrency 16 + 1), the KV
+// cache in f16 as the daemon's; per iteration the whole prompt, so time = its prefill, attention over the growing
+// context included (Prefill128 sees 128 positions at most).
+void BM_PrefillLong(benchmark::State& state, std::string dir, int threads) {
+  constexpr std::size_t kPrompt = 1500, kChunk = 65;
+  engine::LoadOptions lo;
+  lo.dtype = engine::ComputeDType::auto_;
+  lo.threads = threads;
+  lo.max_context = 2048;
+  lo.cpu_kv = engine::KvCacheType::f16;
+  auto loaded = engine::Model::load(dir, lo);
+  if (!loaded) {
+    state.SkipWithError(loaded.error().message.c_str());
+    return;
+  }
+  const std::shared_ptr<engine::Model> m = *loaded;
+  for (const weights::MappedFile* f : m->files().mapped_files()) f->prefault();
+  const auto prompt = prompt_of(*m, kPrompt);
+  const auto once = [&]() -> bool {
+    auto seq = m->new_sequence();
+    if (!seq) return false;
+    for (std::size_t at = 0; at < kPrompt; at += kChunk) {
+      const std::size_t n = std::min(kChunk, kPrompt - at);
+      if (!m->forward(**seq, std::span(prompt).subspan(at, n))) return false;
+    }
+    return true;
+  };
+  if (!once()) {  // warm-up: the buffers grown
+    state.SkipWithError("the prompt failed");
+    return;
+  }
+  for (auto _ : state)
+    if (!once()) state.SkipWithError("the prompt failed");
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(kPrompt) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
 // Collects results so the summary can print ratios against the bandwidth baseline.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -424,6 +465,11 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(("Decode/" + tag).c_str(), BM_Decode, dir, engine::ComputeDType::auto_, t)->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 16 : 48)->UseRealTime();
       }
       if (p == "134m" && (v == "f32" || v == "Q8_0" || v == "Q4_K_M"))  // (tiny: the step's fixed costs only)
+        for (int t : {1, 2})
+          benchmark::RegisterBenchmark(("PrefillLong/" + p + "/" + v + "/threads:" + std::to_string(t)).c_str(),
+                                       BM_PrefillLong, dir, t)
+              ->Unit(benchmark::kMillisecond)->Iterations(g_quick ? 1 : 2)->UseRealTime();
+      if (p == "134m" && (v == "f32" || v == "Q8_0" || v == "Q4_K_M"))
         for (int t : {1, 2})
           for (int s : {1, 8})
             benchmark::RegisterBenchmark(("DecodeBatch/" + p + "/" + v + "/streams:" + std::to_string(s) + "/threads:" +

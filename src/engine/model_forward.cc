@@ -5,10 +5,11 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <tuple>
 
 #include "engine/dequant.h"
@@ -139,11 +140,15 @@ at::Tensor Model::Impl::softcap(at::Tensor x, const std::optional<double>& cap) 
   return x.div_(*cap).tanh_().mul_(*cap);
 }
 
-bool Model::Impl::decode_row(const at::Tensor& q, std::int64_t n, const KvView& kv) {
+bool Model::Impl::pool_rows(const at::Tensor& q, const KvView& kv) {
   const at::ScalarType kv_type = kv.keys.scalar_type();
-  return kv.slots != nullptr && n == 1 && q.is_cpu() && q.scalar_type() == at::kFloat &&
+  return kv.slots != nullptr && q.is_cpu() && q.scalar_type() == at::kFloat &&
          (kv_type == at::kFloat || kv_type == at::kHalf) && kv.values.scalar_type() == kv_type &&
          kv.keys.is_contiguous() && kv.values.is_contiguous();
+}
+
+bool Model::Impl::decode_row(const at::Tensor& q, std::int64_t n, const KvView& kv) {
+  return n == 1 && pool_rows(q, kv);
 }
 
 void Model::Impl::attention_row(const float* q, std::int64_t H, std::int64_t hd, const KvView& kv, std::int64_t pos0,
@@ -163,6 +168,43 @@ void Model::Impl::attention_row(const float* q, std::int64_t H, std::int64_t hd,
   }
 }
 
+void Model::Impl::attention_rows(const float* q, std::int64_t n, std::int64_t H, std::int64_t hd, const KvView& kv,
+                                 std::int64_t pos0, bool slides, float* out) const {
+  const std::int64_t kvh = kv.keys.size(1), group = H / kvh, qrow = H * hd;
+  const std::int64_t window = slides ? cfg().sliding_window.value_or(0) : 0;
+  const auto scale = static_cast<float>(cfg().attn_scale > 0.0 ? cfg().attn_scale
+                                                                 : 1.0 / std::sqrt(static_cast<double>(hd)));
+  const float cap = cfg().attn_softcap ? static_cast<float>(*cfg().attn_softcap) : 0.0F;
+  const bool half = kv.keys.scalar_type() == at::kHalf;
+  // Units (kv head g, row i) in the order g · n + i: a thread's range keeps a kv head's rows together.
+  pool->split(kvh * n, 1, [&](std::int64_t u0, std::int64_t u1) {
+    std::vector<std::int64_t> slots;  // kv head g's part of position j's pool row: a row of head_dim elements
+    std::vector<float> scratch(static_cast<std::size_t>(kv.length));
+    std::int64_t g_slots = -1;
+    for (std::int64_t u = u0; u < u1; ++u) {
+      const std::int64_t g = u / n, i = u % n, pos = pos0 + i;
+      // The range's first row of a kv head reads its keys and values from memory; the next ones find them in cache.
+      kernels::KvRows rows = kernels::KvRows::cached;
+      if (g != g_slots) {
+        slots.resize(static_cast<std::size_t>(kv.length));
+        for (std::int64_t j = 0; j < kv.length; ++j) slots[static_cast<std::size_t>(j)] = kv.slots[j] * kvh + g;
+        g_slots = g;
+        rows = kernels::KvRows::cold;
+      }
+      const float* qg = q + i * qrow + g * group * hd;
+      float* og = out + i * qrow + g * group * hd;
+      if (half) {
+        kernels::attention_decode(qg, group, 1, hd, static_cast<const std::uint16_t*>(kv.keys.data_ptr()),
+                                  static_cast<const std::uint16_t*>(kv.values.data_ptr()), slots.data(), pos, window,
+                                  scale, cap, scratch.data(), og, rows);
+      } else {
+        kernels::attention_decode(qg, group, 1, hd, kv.keys.data_ptr<float>(), kv.values.data_ptr<float>(),
+                                  slots.data(), pos, window, scale, cap, scratch.data(), og, rows);
+      }
+    }
+  });
+}
+
 // q: [n, H, hd] at positions pos0.., the keys/values of positions 0..L-1. Causal (and through the sliding window when
 // the layer `slides`). → [n, H*hd]
 at::Tensor Model::Impl::attention(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides) const {
@@ -173,6 +215,12 @@ at::Tensor Model::Impl::attention(const at::Tensor& q, const KvView& kv, std::in
     at::Tensor out = at::empty({1, q.size(1) * q.size(2)}, q.options());
     const at::Tensor qc = q.contiguous();
     attention_row(qc.data_ptr<float>(), q.size(1), q.size(2), kv, pos0, slides, attn_scratch, out.data_ptr<float>());
+    return out;
+  }
+  if (pool_rows(q, kv)) {
+    at::Tensor out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
+    const at::Tensor qc = q.contiguous();
+    attention_rows(qc.data_ptr<float>(), q.size(0), q.size(1), q.size(2), kv, pos0, slides, out.data_ptr<float>());
     return out;
   }
   at::Tensor keys = kv.keys, values = kv.values;
@@ -649,11 +697,14 @@ Result<std::vector<Result<std::vector<float>>>> Model::forward_batch(std::span<c
             hk.v[j] = nv;
           }
           hk.capacity = cap;
+          hk.slots.resize(static_cast<std::size_t>(cap));
+          std::iota(hk.slots.begin(), hk.slots.end(), std::int64_t{0});
         }
         const std::size_t j = li - static_cast<std::size_t>(hk.from);
         hk.k[j].narrow(0, l.pos0, l.n).copy_(k);
         hk.v[j].narrow(0, l.pos0, l.n).copy_(v);
-        return Impl::KvView{hk.k[j].narrow(0, 0, need), hk.v[j].narrow(0, 0, need)};
+        // Read in place by attention() as a pool whose position j is row j (the same kernels as the pool's rows).
+        return Impl::KvView{hk.k[j], hk.v[j], hk.slots.data(), need};
       }
       const bool acc = im.kv.k(li).is_cuda();
       im.kv.write(li, acc ? fresh_acc[item] : fresh[item], k, v);

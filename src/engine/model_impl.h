@@ -94,6 +94,7 @@ struct Model::Impl {
     int from = 0;                          // first layer held here
     std::int64_t capacity = 0;             // positions
     std::vector<at::Tensor> k, v;          // index: layer - from
+    std::vector<std::int64_t> slots;       // 0 .. capacity − 1: position j's row, for attention's in-place reads
   };
   std::map<gen::SeqId, HostKv> host_kv;
 
@@ -146,15 +147,25 @@ struct Model::Impl {
     const std::int64_t* slots = nullptr;
     std::int64_t length = 0;
   };
-  // Causal attention of q [n, heads, head_dim] at positions pos0.. over `kv` → [n, heads · head_dim]. A decode row
-  // (n = 1) on the CPU reads the pool in place (kernels::attention_decode); otherwise ATen, over the gathered rows.
+  // Causal attention of q [n, heads, head_dim] at positions pos0.. over `kv` → [n, heads · head_dim]. On the CPU
+  // over the pool (an f32 query, an f32 or f16 pool) every row reads the pool in place through
+  // kernels::attention_decode — a decode row as one call, a prompt chunk's rows per kv head (attention_rows) — so a
+  // row's result is the same whatever chunk or batch it came in; otherwise ATen, over the gathered rows.
   at::Tensor attention(const at::Tensor& q, const KvView& kv, std::int64_t pos0, bool slides) const;
-  // Whether attention() of an item's n rows of q over kv is a decode row read in place (one row, f32 query, an f32
-  // or f16 pool on the CPU; q: the step's rows, whose properties the item's share), and that row's attention (q:
-  // heads · head_dim contiguous floats) into out with the caller's scratch — no tensor made for either.
+  // Whether attention() of an item's n rows of q over kv reads the pool in place (f32 query, an f32 or f16 pool on
+  // the CPU; q: the step's rows, whose properties the item's share); decode_row: and n = 1. attention_row: one row's
+  // attention (q: heads · head_dim contiguous floats) into out with the caller's scratch — no tensor made for either.
+  static bool pool_rows(const at::Tensor& q, const KvView& kv);
   static bool decode_row(const at::Tensor& q, std::int64_t n, const KvView& kv);
   void attention_row(const float* q, std::int64_t heads, std::int64_t hd, const KvView& kv, std::int64_t pos0,
                      bool slides, std::vector<float>& scratch, float* out) const;
+  // The n rows of q [n, heads, head_dim] (contiguous) at positions pos0.. over the pool, into out [n, heads · head_dim]:
+  // per kv head, its query heads of every row, each (head, row) the very operations attention_row does for it (the
+  // same kernel call restricted to one kv head: its slots scaled to that head's part of the pool rows), so the
+  // result is attention_row's bit for bit. One kv head's keys and values stay in cache across the chunk's rows; the
+  // (kv head, row) pairs are split across the worker pool.
+  void attention_rows(const float* q, std::int64_t n, std::int64_t heads, std::int64_t hd, const KvView& kv,
+                      std::int64_t pos0, bool slides, float* out) const;
   // cap · tanh(x / cap) in place (Gemma's soft-capping) when cap is set.
   static at::Tensor softcap(at::Tensor x, const std::optional<double>& cap);
   // One item of a ragged batch: n new tokens at positions pos0.. (see run()).

@@ -57,13 +57,13 @@ inline constexpr std::size_t kTouchRowsBytes = std::size_t{8} << 20;
 // kernels.h attention_decode on one path.
 using AttentionFn = void (*)(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
                              const float* k, const float* v, const std::int64_t* slots, std::int64_t pos,
-                             std::int64_t window, float scale, float cap, float* scratch, float* out);
+                             std::int64_t window, float scale, float cap, float* scratch, float* out, KvRows rows);
 
 // The same over a pool of f16 keys and values (IEEE binary16 bits).
 using AttentionF16Fn = void (*)(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
                                 const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots,
                                 std::int64_t pos, std::int64_t window, float scale, float cap, float* scratch,
-                                float* out);
+                                float* out, KvRows rows);
 
 struct KernelTable {
   Isa isa = Isa::scalar;
@@ -86,10 +86,10 @@ const KernelTable& scalar_table();
 // The reference attention (kernels.cc; the SIMD paths call it for head sizes they do not take).
 void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
                    const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
-                   float cap, float* scratch, float* out);
+                   float cap, float* scratch, float* out, KvRows rows);
 void ref_attention_f16(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
                        const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
-                       std::int64_t window, float scale, float cap, float* scratch, float* out);
+                       std::int64_t window, float scale, float cap, float* scratch, float* out, KvRows rows);
 #if defined(TANDEM_KERNELS_HAVE_AVX2)
 // AVX2 + FMA + F16C (kernels_avx2.cc). Call only when the CPU has all three.
 const KernelTable& avx2_table();

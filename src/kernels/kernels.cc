@@ -88,13 +88,14 @@ void ref_attention_of(const float* q, std::int64_t heads, std::int64_t kv_heads,
 
 void ref_attention(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
                    const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
-                   float cap, float* scratch, float* out) {
+                   float cap, float* scratch, float* out, KvRows /*rows: nothing to bring in*/) {
   ref_attention_of(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
 }
 
 void ref_attention_f16(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
                        const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
-                       std::int64_t window, float scale, float cap, float* scratch, float* out) {
+                       std::int64_t window, float scale, float cap, float* scratch, float* out,
+                       KvRows /*rows: nothing to bring in*/) {
   ref_attention_of(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
 }
 
@@ -335,14 +336,14 @@ void quantize_act(WType t, const float* x, std::int64_t ldx, std::int64_t n, std
 
 void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
                       const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
-                      float cap, float* scratch, float* out) {
-  table().attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+                      float cap, float* scratch, float* out, KvRows rows) {
+  table().attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out, rows);
 }
 
 void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
                       const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
-                      std::int64_t window, float scale, float cap, float* scratch, float* out) {
-  table().attention_f16(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+                      std::int64_t window, float scale, float cap, float* scratch, float* out, KvRows rows) {
+  table().attention_f16(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out, rows);
 }
 
 void f32_to_f16_row(const float* x, std::uint16_t* out, std::int64_t n) { table().to_f16(x, out, n); }

@@ -52,13 +52,18 @@ void prepare_aux(WType t, const void* w, std::int64_t rows, std::int64_t cols, v
 // Σ_j p_j · v_j. `scratch`: pos + 1 floats. Each head's result depends on its own row and pool rows only (the same
 // operations whatever else the step holds); paths differ from each other and from the reference (double sums,
 // std::exp) in the last bits only.
+// `rows`: KvRows::cold (a decode row: the positions' rows were last read a step ago, so the SIMD paths bring them
+// into cache first, dispatch.h kTouchRowsBytes) or KvRows::cached (the caller has just read the same rows — the next
+// row of a prompt chunk over the same kv head — so that pass is skipped); the results are the same either way.
+enum class KvRows : std::uint8_t { cold, cached };
 void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
                       const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window, float scale,
-                      float cap, float* scratch, float* out);
+                      float cap, float* scratch, float* out, KvRows rows = KvRows::cold);
 // The same over a pool of f16 keys and values (IEEE binary16 bits; each read as its exact f32 value).
 void attention_decode(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
                       const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots, std::int64_t pos,
-                      std::int64_t window, float scale, float cap, float* scratch, float* out);
+                      std::int64_t window, float scale, float cap, float* scratch, float* out,
+                      KvRows rows = KvRows::cold);
 
 // n floats to IEEE binary16 bits on the active path, each as f32_to_f16 (types.h) gives it: round to nearest even,
 // overflow to infinity, NaN as sign | 0x7E00 — the same bits as ATen's conversion to kHalf (the KV pool's rows).

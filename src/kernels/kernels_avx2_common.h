@@ -153,38 +153,56 @@ inline bool touch_whole_rows(std::int64_t row, std::int64_t first, std::int64_t 
 // The reference attention for either pool element type (dispatch.h).
 inline void ref_attention_kv(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const float* k,
                              const float* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
-                             float scale, float cap, float* scratch, float* out) {
-  ref_attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+                             float scale, float cap, float* scratch, float* out, KvRows rows) {
+  ref_attention(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out, rows);
 }
 inline void ref_attention_kv(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
                              const std::uint16_t* k, const std::uint16_t* v, const std::int64_t* slots,
-                             std::int64_t pos, std::int64_t window, float scale, float cap, float* scratch, float* out) {
-  ref_attention_f16(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+                             std::int64_t pos, std::int64_t window, float scale, float cap, float* scratch, float* out,
+                             KvRows rows) {
+  ref_attention_f16(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out, rows);
 }
 
 // 8 keys' or values' elements as f32: f32 as they are, f16 widened exactly (F16C).
 inline __m256 kv_load256(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 kv_load256(const std::uint16_t* p) { return _mm256_cvtph_ps(load128(p)); }
 
+// NI vectors of 8 elements of a head's output: out = (Σ_j e_j · v_j) / sum, each element one FMA chain over j from
+// first to pos (e: the exponentials in scratch; v0: the pool's elements of position 0 at the vectors' offset). The
+// NI chains in registers (a runtime count kept them in memory: a store and a reload per element and position).
+template <int NI, class KV>
+inline void weighted_values_256(const float* e, const KV* v0, const std::int64_t* slots, std::int64_t row,
+                                std::int64_t first, std::int64_t pos, __m256 sum, float* out) {
+  __m256 acc[NI];
+  for (int i = 0; i < NI; ++i) acc[i] = _mm256_setzero_ps();
+  for (std::int64_t j = first; j <= pos; ++j) {
+    const __m256 p = _mm256_set1_ps(e[j]);
+    const KV* vj = v0 + slots[j] * row;
+    TANDEM_UNROLL
+    for (int i = 0; i < NI; ++i) acc[i] = _mm256_fmadd_ps(p, kv_load256(vj + 8 * i), acc[i]);
+  }
+  for (int i = 0; i < NI; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_div_ps(acc[i], sum));
+}
+
 // As attention_512 with 8 lanes; head sizes that are not multiples of 8 (or above 256) go to the reference. KV: f32
 // or f16 (std::uint16_t) pool elements.
 template <class KV>
 inline void attention_256(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const KV* k,
                           const KV* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
-                          float scale, float cap, float* scratch, float* out) {
+                          float scale, float cap, float* scratch, float* out, KvRows rows) {
   if (hd % 8 != 0 || hd > 256) {
-    ref_attention_kv(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+    ref_attention_kv(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out, rows);
     return;
   }
   const std::int64_t group = heads / kv_heads, row = kv_heads * hd;
   const std::int64_t first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
   const int nv = static_cast<int>(hd / 8);
-  const bool whole = touch_whole_rows<KV>(row, first, pos);
-  if (whole) touch_kv_head(k, v, slots, row, 0, row, first, pos);
+  const bool touch = rows == KvRows::cold, whole = touch_whole_rows<KV>(row, first, pos);
+  if (touch && whole) touch_kv_head(k, v, slots, row, 0, row, first, pos);
   for (std::int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * hd;
     const std::int64_t off = (h / group) * hd;
-    if (!whole && h % group == 0) touch_kv_head(k, v, slots, row, off, hd, first, pos);
+    if (touch && !whole && h % group == 0) touch_kv_head(k, v, slots, row, off, hd, first, pos);
     float mx = -__builtin_inff();
     for (std::int64_t j = first; j <= pos; ++j) {
       const KV* kj = k + slots[j] * row + off;
@@ -216,14 +234,14 @@ inline void attention_256(const float* q, std::int64_t heads, std::int64_t kv_he
     }
     const __m256 sum = _mm256_set1_ps(hsum8(sumv));
     for (int i0 = 0; i0 < nv; i0 += 4) {
-      const int ni = nv - i0 < 4 ? nv - i0 : 4;
-      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-      for (std::int64_t jj = first; jj <= pos; ++jj) {
-        const __m256 p = _mm256_set1_ps(scratch[jj]);
-        const KV* vj = v + slots[jj] * row + off + 8 * i0;
-        for (int i = 0; i < ni; ++i) acc[i] = _mm256_fmadd_ps(p, kv_load256(vj + 8 * i), acc[i]);
+      const KV* v0 = v + off + 8 * i0;
+      float* o = out + h * hd + 8 * i0;
+      switch (nv - i0 < 4 ? nv - i0 : 4) {
+        case 4: weighted_values_256<4>(scratch, v0, slots, row, first, pos, sum, o); break;
+        case 3: weighted_values_256<3>(scratch, v0, slots, row, first, pos, sum, o); break;
+        case 2: weighted_values_256<2>(scratch, v0, slots, row, first, pos, sum, o); break;
+        default: weighted_values_256<1>(scratch, v0, slots, row, first, pos, sum, o); break;
       }
-      for (int i = 0; i < ni; ++i) _mm256_storeu_ps(out + h * hd + 8 * (i0 + i), _mm256_div_ps(acc[i], sum));
     }
   }
 }

@@ -363,6 +363,26 @@ inline __m512 exp512_nonpositive(__m512 x) {
 inline __m512 kv_load512(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 inline __m512 kv_load512(const std::uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
 
+// NI vectors of 16 elements of a head's output (the last one's lanes in `tail`): out = (Σ_j e_j · v_j) / sum, each
+// element one FMA chain over j from first to pos (e: the exponentials in scratch; v0: the pool's elements of position
+// 0 at the vectors' offset). The NI chains in registers (a runtime count kept them in memory: a store and a reload
+// per element and position).
+template <int NI, class KV>
+inline void weighted_values_512(const float* e, const KV* v0, const std::int64_t* slots, std::int64_t row,
+                                std::int64_t first, std::int64_t pos, __m512 sum, __mmask16 tail, float* out) {
+  __m512 acc[NI];
+  for (int i = 0; i < NI; ++i) acc[i] = _mm512_setzero_ps();
+  for (std::int64_t j = first; j <= pos; ++j) {
+    const __m512 p = _mm512_set1_ps(e[j]);
+    const KV* vj = v0 + slots[j] * row;
+    TANDEM_UNROLL
+    for (int i = 0; i < NI; ++i)
+      acc[i] = _mm512_fmadd_ps(p, kv_load512(vj + 16 * i, i + 1 < NI ? __mmask16(0xFFFF) : tail), acc[i]);
+  }
+  for (int i = 0; i < NI; ++i)
+    _mm512_mask_storeu_ps(out + 16 * i, i + 1 < NI ? __mmask16(0xFFFF) : tail, _mm512_div_ps(acc[i], sum));
+}
+
 // Per head: scores by 16-lane FMA chains over the head's elements (the last vector masked), 16 keys' sums at once
 // (sum16x16: each key's hsum16, bit for bit), scaled and capped; exp of score − max 16 keys at a time, their sum in
 // 16 lanes then hsum16; out = (Σ_j e_j v_j) / sum with the weighted sums in FMA chains over j, 64 elements at a
@@ -370,9 +390,9 @@ inline __m512 kv_load512(const std::uint16_t* p, __mmask16 m) { return _mm512_cv
 template <class KV>
 inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_heads, std::int64_t hd, const KV* k,
                           const KV* v, const std::int64_t* slots, std::int64_t pos, std::int64_t window,
-                          float scale, float cap, float* scratch, float* out) {
+                          float scale, float cap, float* scratch, float* out, KvRows rows) {
   if (hd > 256) {
-    ref_attention_kv(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out);
+    ref_attention_kv(q, heads, kv_heads, hd, k, v, slots, pos, window, scale, cap, scratch, out, rows);
     return;
   }
   const std::int64_t group = heads / kv_heads, row = kv_heads * hd;
@@ -380,12 +400,12 @@ inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_he
   const int nv = static_cast<int>((hd + 15) / 16);
   const __mmask16 last = first16(static_cast<int>(hd - 16 * (nv - 1)));
   // The positions' rows (or, for long contexts, each kv head's part of them) into cache first (touch_kv_head).
-  const bool whole = touch_whole_rows<KV>(row, first, pos);
-  if (whole) touch_kv_head(k, v, slots, row, 0, row, first, pos);
+  const bool touch = rows == KvRows::cold, whole = touch_whole_rows<KV>(row, first, pos);
+  if (touch && whole) touch_kv_head(k, v, slots, row, 0, row, first, pos);
   for (std::int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * hd;
     const std::int64_t off = (h / group) * hd;
-    if (!whole && h % group == 0) touch_kv_head(k, v, slots, row, off, hd, first, pos);
+    if (touch && !whole && h % group == 0) touch_kv_head(k, v, slots, row, off, hd, first, pos);
     __m512 qv[16];
     for (int i = 0; i < nv; ++i) qv[i] = _mm512_maskz_loadu_ps(i + 1 < nv ? __mmask16(0xFFFF) : last, qh + 16 * i);
     // Scores 16 keys at a time: per key an FMA chain over the head's vectors, then the 16 chains' sums at once
@@ -427,17 +447,15 @@ inline void attention_512(const float* q, std::int64_t heads, std::int64_t kv_he
     }
     const __m512 sum = _mm512_set1_ps(hsum16(sumv));
     for (int i0 = 0; i0 < nv; i0 += 4) {
-      const int ni = nv - i0 < 4 ? nv - i0 : 4;
-      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (std::int64_t j = first; j <= pos; ++j) {
-        const __m512 p = _mm512_set1_ps(scratch[j]);
-        const KV* vj = v + slots[j] * row + off + 16 * i0;
-        for (int i = 0; i < ni; ++i)
-          acc[i] = _mm512_fmadd_ps(p, kv_load512(vj + 16 * i, i0 + i + 1 < nv ? __mmask16(0xFFFF) : last), acc[i]);
+      const KV* v0 = v + off + 16 * i0;
+      float* o = out + h * hd + 16 * i0;
+      const __mmask16 tail = i0 + 4 >= nv ? last : __mmask16(0xFFFF);  // the block's last vector
+      switch (nv - i0 < 4 ? nv - i0 : 4) {
+        case 4: weighted_values_512<4>(scratch, v0, slots, row, first, pos, sum, tail, o); break;
+        case 3: weighted_values_512<3>(scratch, v0, slots, row, first, pos, sum, tail, o); break;
+        case 2: weighted_values_512<2>(scratch, v0, slots, row, first, pos, sum, tail, o); break;
+        default: weighted_values_512<1>(scratch, v0, slots, row, first, pos, sum, tail, o); break;
       }
-      for (int i = 0; i < ni; ++i)
-        _mm512_mask_storeu_ps(out + h * hd + 16 * (i0 + i), i0 + i + 1 < nv ? __mmask16(0xFFFF) : last,
-                              _mm512_div_ps(acc[i], sum));
     }
   }
 }

@@ -5,6 +5,7 @@
 // others decoding during a long prefill, cancellation, a per-item error, a failed step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -108,6 +109,55 @@ TEST_P(ForwardBatch, EachItemsLogitsEqualItsForwardAlone) {
                                               << " in a batch of " << items.size();
       ++done[i];
     }
+  }
+}
+
+// A prompt's logits do not depend on how it is cut: on the CPU every row of a chunk takes its attention through the
+// decode row's kernel (Model::Impl::attention_rows), and the matmuls and row operations are row-independent, so the
+// prompt in one forward, in chunks of 7, and token by token give every position the same logits bit for bit — and
+// so do 1 and 2 threads (the 2-thread cases compare against a 1-thread replica of the same file).
+TEST_P(ForwardBatch, APromptsLogitsDoNotDependOnItsChunks) {
+  const auto& p = GetParam();
+  engine::LoadOptions lo = opts(p.threads);
+  lo.cpu_kv = p.kv;
+  const std::string file = p.quantized ? q8_model() : f32_model(p.preset);
+  auto m = load(file, lo);
+  ASSERT_TRUE(m);
+  const auto prompt = prompts(*m)[2];
+  ASSERT_GE(prompt.size(), 20U);
+  const auto vocab = static_cast<std::size_t>(m->config().vocab_size);
+  auto whole_seq = m->new_sequence();
+  ASSERT_TRUE(whole_seq.ok());
+  const auto whole = m->forward(**whole_seq, prompt, true);
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  ASSERT_EQ(whole->size(), prompt.size() * vocab);
+  const auto at = [&](std::size_t pos) {
+    return std::vector<float>(whole->begin() + static_cast<long>(pos * vocab),
+                              whole->begin() + static_cast<long>((pos + 1) * vocab));
+  };
+  for (std::size_t chunk : {std::size_t{7}, std::size_t{1}}) {
+    auto seq = m->new_sequence();
+    ASSERT_TRUE(seq.ok());
+    for (std::size_t b = 0; b < prompt.size(); b += chunk) {
+      const std::size_t n = std::min(chunk, prompt.size() - b);
+      const auto l = m->forward(**seq, std::span(prompt).subspan(b, n), true);
+      ASSERT_TRUE(l.ok()) << l.error().message;
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_TRUE(std::equal(l->begin() + static_cast<long>(i * vocab), l->begin() + static_cast<long>((i + 1) * vocab),
+                               at(b + i).begin()))
+            << p.name << ": position " << b + i << " in chunks of " << chunk << " differs from the whole prompt's";
+    }
+  }
+  if (p.threads > 1) {
+    engine::LoadOptions one = lo;
+    one.threads = 1;
+    auto m1 = load(file, one);
+    ASSERT_TRUE(m1);
+    auto seq = m1->new_sequence();
+    ASSERT_TRUE(seq.ok());
+    const auto l = m1->forward(**seq, prompt, true);
+    ASSERT_TRUE(l.ok());
+    EXPECT_TRUE(*l == *whole) << p.name << ": 1 thread and " << p.threads << " give different logits";
   }
 }
 

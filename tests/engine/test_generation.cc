@@ -118,9 +118,10 @@ TEST(Generation, StopStringAcrossTokensIsNeverEmitted) {
   EXPECT_EQ(streamed.find(stop), std::string::npos);
 }
 
-TEST(Generation, ChunkedPrefillMatchesWithinRounding) {
-  // Chunking changes the kernels (one mm vs several), so logits agree within rounding, not bit for bit; greedy
-  // tokens on this model do not flip. Exact reproduction needs the same chunking (see docs/engine.md).
+TEST(Generation, ChunkedPrefillIsExactOnTheCpu) {
+  // On the CPU every row of a chunk goes through row-independent kernels, its attention through the decode row's
+  // (docs/engine.md), so any chunking gives the same tokens and the same logits bit for bit (on an accelerator:
+  // within rounding; test_batch.cc has every position's logits).
   auto m = load(make_model("f32"));
   auto req = sampled_request(*m);
   req.sampling = {};
@@ -134,7 +135,7 @@ TEST(Generation, ChunkedPrefillMatchesWithinRounding) {
   auto a = m->forward(**s1, req.prompt);
   std::vector<float> b;
   for (auto t : req.prompt) b = *m->forward(**s2, std::span(&t, 1));
-  EXPECT_LT(max_abs_diff(*a, b), 1e-4);
+  EXPECT_EQ(*a, b);
 }
 
 TEST(Generation, ExactResumeAtTemperatureOneManySeedsAndPoints) {

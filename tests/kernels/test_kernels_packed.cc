@@ -226,7 +226,7 @@ TEST(KernelsMatmul, PackedCopiesEqualTheReferenceBitForBit) {
 // capping, large scores (exp's range), positions read through shuffled pool slots — the other pool rows hold NaN, so
 // a read outside the item's slots shows — and rows past kTouchRowsBytes (16 heads of 128 over 601 positions: 9.8 MB
 // of f32 keys and values, read into cache per kv head; 4.9 MB in f16, whole rows). The pool in f32 and in f16; each
-// head's result alone the same bit for bit.
+// head's result alone the same bit for bit, and each kv head's as a prompt chunk's rows ask for it.
 TEST(KernelsAttention, EveryPathMatchesTheReference) {
   struct Case {
     std::int64_t heads, kv_heads, hd, pos, window;
@@ -309,6 +309,28 @@ TEST(KernelsAttention, EveryPathMatchesTheReference) {
           ASSERT_TRUE(same_bits(one[static_cast<std::size_t>(e)], out[static_cast<std::size_t>(h * c.hd + e)]))
               << "head " << h << " alone, element " << e;
       }
+      // As a prompt chunk's rows call it (engine attention_rows): one kv head's query heads over the same pool, its
+      // slots scaled to that head's part of the rows (slot · kv_heads + g, rows of hd elements), with the pass that
+      // brings the rows into cache (cold) and without it (cached): each head's result bit for bit, f32 and f16.
+      const std::int64_t group = c.heads / c.kv_heads;
+      for (KvRows rows : {KvRows::cold, KvRows::cached})
+        for (std::int64_t g = 0; g < c.kv_heads; ++g) {
+          std::vector<std::int64_t> head_slots(slots.size());
+          for (std::size_t j = 0; j < slots.size(); ++j) head_slots[j] = slots[j] * c.kv_heads + g;
+          std::vector<float> part(static_cast<std::size_t>(group * c.hd)), part16(part.size());
+          {
+            IsaScope scope(isa);
+            attention_decode(q.data() + g * group * c.hd, group, 1, c.hd, k.data(), v.data(), head_slots.data(), c.pos,
+                             c.window, scale, c.cap, scratch.data(), part.data(), rows);
+            attention_decode(q.data() + g * group * c.hd, group, 1, c.hd, k16.data(), v16.data(), head_slots.data(),
+                             c.pos, c.window, scale, c.cap, scratch.data(), part16.data(), rows);
+          }
+          for (std::size_t e = 0; e < part.size(); ++e) {
+            const std::size_t at = static_cast<std::size_t>(g * group * c.hd) + e;
+            ASSERT_TRUE(same_bits(part[e], out[at])) << "kv head " << g << " through its slots, element " << e;
+            ASSERT_TRUE(same_bits(part16[e], out16[at])) << "kv head " << g << " through its slots (f16), element " << e;
+          }
+        }
     }
   }
 }
