@@ -6,6 +6,11 @@
 //   Prefill/<type>/<rows>x<cols>/n:128: 128 activation rows, activation quantization included, weights warm.
 //     GFLOP/s (2 * rows * cols * n per call); x_f32 = over the f32 kernels' prefill of the same shape.
 //
+//   Attention/f16/<heads>x<hd>/pos:<p>: a decode row's attention (kernels.h attention_decode) over p + 1 positions
+//     of an f16 pool in shuffled 16-position blocks as the engine's pool gives them (the 134M shape: 12 heads of 64); heads·keys/s and the key and value bytes'
+//     GB/s. The pool's rows cycle through copies filling 64 MiB, so each call reads them from memory as a decode
+//     step does.
+//
 //   bench_kernels [--quick] [--warm] [--rows] [google-benchmark flags]   TANDEM_KERNELS=scalar|avx2|avxvnni|avx512|avx512bf16|amx
 //   picks the kernels
 // Times are this thread's CPU time. --warm decodes one copy of each matrix (cache-resident: kernel speed alone).
@@ -13,6 +18,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -199,6 +205,43 @@ void BM_Prefill(benchmark::State& state, WType t, Shape s) {
   state.counters["x_f32"] = benchmark::Counter(gf / g_f32_prefill_gflops, benchmark::Counter::kIsRate);
 }
 
+void BM_Attention(benchmark::State& state, std::int64_t heads, std::int64_t hd, std::int64_t pos) {
+  const std::int64_t positions = pos + 1, pool_rows = 2 * positions, row = heads * hd;
+  const std::size_t pool_bytes = static_cast<std::size_t>(pool_rows * row) * sizeof(std::uint16_t) * 2;
+  const std::size_t copies = std::max<std::size_t>(1, (std::size_t{64} << 20) / pool_bytes);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.F, 1.F);
+  std::vector<std::uint16_t> k(copies * static_cast<std::size_t>(pool_rows * row)), v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = f32_to_f16(g(rng));
+    v[i] = f32_to_f16(g(rng));
+  }
+  // The pool's layout (engine KvPool, 16-position blocks): the sequence's blocks shuffled among the pool's.
+  constexpr std::int64_t kBlock = 16;
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(pool_rows / kBlock));
+  for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<std::int64_t>(i);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(positions));
+  for (std::int64_t p = 0; p < positions; ++p)
+    slots[static_cast<std::size_t>(p)] = blocks[static_cast<std::size_t>(p / kBlock)] * kBlock + p % kBlock;
+  std::vector<float> q(static_cast<std::size_t>(row)), out(q.size()), scratch(static_cast<std::size_t>(positions));
+  for (float& x : q) x = g(rng);
+  const float scale = 1.F / std::sqrt(static_cast<float>(hd));
+  std::size_t c = 0;
+  for (auto _ : state) {
+    const std::size_t off = c * static_cast<std::size_t>(pool_rows * row);
+    attention_decode(q.data(), heads, heads, hd, k.data() + off, v.data() + off, slots.data(), pos, 0, scale, 0.F,
+                     scratch.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % copies;
+  }
+  const auto it = static_cast<double>(state.iterations());
+  state.counters["head_keys/s"] =
+      benchmark::Counter(it * static_cast<double>(heads * positions), benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(it * static_cast<double>(positions * row * 2 * 2) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+
 double f32_prefill_gflops(Shape s) {
   Prefill p(WType::f32, s);
   p.run();
@@ -283,6 +326,11 @@ int main(int argc, char** argv) {
         ->MinTime(min_time)
         ->ComputeStatistics("best_rate", best);
   }
+  for (std::int64_t pos : {63, 255, 1023})
+    benchmark::RegisterBenchmark(("Attention/f16/12x64/pos:" + std::to_string(pos)).c_str(), BM_Attention, 12, 64, pos)
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(min_time)
+        ->ComputeStatistics("best_rate", best);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
