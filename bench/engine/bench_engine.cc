@@ -272,19 +272,27 @@ void BM_Decode(benchmark::State& state, std::string dir, engine::ComputeDType dt
 // bench/daemon/streams.sh submits them) through one BatchRunner of max batch 16, the KV cache in f16 (the
 // daemon's default); per iteration from the submits to the last finish. tok/s counts every stream's tokens, so
 // the summary divides streams:8 by streams:1 of the same file and threads (issue 30's target: >= 4x).
-void BM_DecodeBatch(benchmark::State& state, std::string dir, int threads, int streams) {
+// The model as the daemon holds it for these benchmarks: the KV cache in f16, the mapped weights faulted in.
+// nullptr (the benchmark skipped with the error) when it does not load.
+std::shared_ptr<engine::Model> load_as_daemon(benchmark::State& state, const std::string& dir, int threads,
+                                              int max_context) {
   engine::LoadOptions lo;
   lo.dtype = engine::ComputeDType::auto_;
   lo.threads = threads;
-  lo.max_context = 512;
+  lo.max_context = max_context;
   lo.cpu_kv = engine::KvCacheType::f16;
   auto loaded = engine::Model::load(dir, lo);
   if (!loaded) {
     state.SkipWithError(loaded.error().message.c_str());
-    return;
+    return nullptr;
   }
-  const std::shared_ptr<engine::Model> m = *loaded;
-  for (const weights::MappedFile* f : m->files().mapped_files()) f->prefault();
+  for (const weights::MappedFile* f : (*loaded)->files().mapped_files()) f->prefault();
+  return *loaded;
+}
+
+void BM_DecodeBatch(benchmark::State& state, std::string dir, int threads, int streams) {
+  const std::shared_ptr<engine::Model> m = load_as_daemon(state, dir, threads, 512);
+  if (!m) return;
   constexpr int kTokens = 64;
   engine::BatchLimits lim;
   lim.max_batch = 16;
@@ -333,18 +341,8 @@ void BM_DecodeBatch(benchmark::State& state, std::string dir, int threads, int s
 // context included (Prefill128 sees 128 positions at most).
 void BM_PrefillLong(benchmark::State& state, std::string dir, int threads) {
   constexpr std::size_t kPrompt = 1500, kChunk = 65;
-  engine::LoadOptions lo;
-  lo.dtype = engine::ComputeDType::auto_;
-  lo.threads = threads;
-  lo.max_context = 2048;
-  lo.cpu_kv = engine::KvCacheType::f16;
-  auto loaded = engine::Model::load(dir, lo);
-  if (!loaded) {
-    state.SkipWithError(loaded.error().message.c_str());
-    return;
-  }
-  const std::shared_ptr<engine::Model> m = *loaded;
-  for (const weights::MappedFile* f : m->files().mapped_files()) f->prefault();
+  const std::shared_ptr<engine::Model> m = load_as_daemon(state, dir, threads, 2048);
+  if (!m) return;
   const auto prompt = prompt_of(*m, kPrompt);
   const auto once = [&]() -> bool {
     auto seq = m->new_sequence();
